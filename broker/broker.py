@@ -1,0 +1,311 @@
+"""The broker: the registry of topics, the metadata file, start-up and shutdown.
+
+Start-up: lock the data directory, read ``nsqd.dat``, recreate its topics and
+channels (their disk queues recover on open) and start the timer scanner and
+the metadata writer. Shutdown (:meth:`Broker.shutdown`, after the listeners
+have stopped and connections were closed): stop the pumps, write every
+topic's memory queue and every channel's memory, in-flight and deferred
+messages to disk, close the queues (each syncs), then persist metadata.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+from diskqueue import DiskQueue, DiskQueueError
+
+from . import metadata
+from .guid import GuidFactory
+from .latency import LatencyStream
+from .message import RECORD_OVERHEAD, Message
+from .options import NSQD_COMPAT_VERSION, Options
+from .protocol import Limits
+from .topic import Topic
+
+if TYPE_CHECKING:
+    from .channel import Channel
+    from .client import Client
+
+__all__ = ["Broker", "DataPathLocked"]
+
+log = logging.getLogger("pynsqd.broker")
+
+#: Room for the deferred-record prefix (see :mod:`broker.message`).
+_DEFERRED_PREFIX = 10
+
+
+class DataPathLocked(RuntimeError):
+    """Another process holds the data directory."""
+
+
+class Broker:
+    """Owns topics, connected clients, the metadata file and the background tasks."""
+
+    def __init__(self, options: Options):
+        self.options = options
+        self.data_path = Path(options.data_path or os.getcwd()).resolve()
+        self.guid = GuidFactory(options.node_id)
+        self.limits = Limits(
+            max_msg_size=options.max_msg_size,
+            max_body_size=options.max_body_size,
+            max_rdy_count=options.max_rdy_count,
+            max_req_timeout_ms=int(options.max_req_timeout * 1000),
+        )
+        self.topics: dict[str, Topic] = {}
+        self.clients: set[Client] = set()
+        self.exiting = False
+        self.health_error: str | None = None
+        self.start_time = int(time.time())
+        self.dead_letter = None
+        self._nursery: trio.Nursery | None = None
+        self._metadata_dirty = trio.Event()
+        self._lock_fd: int | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Load the data directory and run background tasks until cancelled.
+
+        Raises :class:`DataPathLocked` if another broker uses the directory.
+        """
+        self.data_path.mkdir(parents=True, exist_ok=True)
+        self._lock_data_path()
+        try:
+            entries = metadata.load(self.data_path)
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for entry in entries:
+                    topic = self.get_topic(entry["name"], persist=False)
+                    topic.paused = entry["paused"]
+                    for ch in entry["channels"]:
+                        channel = topic.get_channel(ch["name"])
+                        channel.paused = bool(ch.get("paused"))
+                        if self.dead_letter is not None:
+                            self.dead_letter.restore(channel, ch)
+                await self.persist_metadata()
+                nursery.start_soon(self._scan_loop)
+                nursery.start_soon(self._metadata_loop)
+                log.info("loaded %d topics from %s", len(entries), self.data_path)
+                task_status.started()
+        finally:
+            self._unlock_data_path()
+
+    def _lock_data_path(self) -> None:
+        fd = os.open(self.data_path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise DataPathLocked(f"--data-path={self.data_path} in use (possibly by another instance of nsqd)")
+        self._lock_fd = fd
+
+    def _unlock_data_path(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    async def shutdown(self) -> None:
+        """Write everything held in memory to disk, close the queues, persist metadata.
+
+        Call after connections are closed; cancels the background tasks.
+        """
+        self.exiting = True
+        for topic in self.topics.values():
+            topic.close()
+        for topic in list(self.topics.values()):
+            await self._flush_topic(topic)
+        await self.persist_metadata()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    async def _flush_topic(self, topic: Topic) -> None:
+        if topic.backend is not None:
+            records = topic.flush_records()
+            if records:
+                topic.backend.put_many(records)
+            await topic.backend.close()
+        for channel in topic.channels.values():
+            if channel.backend is None:
+                continue
+            ready, deferred = channel.flush_records()
+            if ready:
+                channel.backend.put_many(ready)
+            await channel.backend.close()
+            if deferred:
+                store = self._open_deferred_store(channel)
+                store.put_many(deferred)
+                await store.close()
+            log.info("channel %s:%s: wrote %d ready and %d deferred messages to disk",
+                     topic.name, channel.name, len(ready), len(deferred))
+
+    # ---------------------------------------------------------------- topics
+
+    def get_topic(self, name: str, *, persist: bool = True) -> Topic:
+        """The topic called ``name``, created if new (the caller validated the name)."""
+        topic = self.topics.get(name)
+        if topic is None:
+            topic = Topic(self, name)
+            self.topics[name] = topic
+            self._nursery.start_soon(topic.run)
+            log.info("TOPIC(%s): created", name)
+            if persist and not topic.ephemeral:
+                self.metadata_changed()
+        return topic
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic, its channels and their files. Raises KeyError if absent."""
+        topic = self.topics[name]
+        for channel_name in list(topic.channels):
+            topic.delete_channel(channel_name)
+        topic = self.topics.pop(name)
+        topic.close()
+        if topic.backend is not None:
+            topic.backend.delete()
+        log.info("TOPIC(%s): deleted", name)
+        if not topic.ephemeral:
+            self.metadata_changed()
+
+    async def publish(self, topic: Topic, msgs: list[Message]) -> None:
+        """Queue ``msgs`` on ``topic`` as one batch.
+
+        Raises :class:`DiskQueueError` (after marking the broker unhealthy) if a
+        disk write fails; nothing of the batch is then queued.
+        """
+        try:
+            topic.put_many(msgs)
+        except DiskQueueError as exc:
+            self.health_error = str(exc)
+            raise
+        if self.health_error is not None and topic.backend is not None:
+            self.health_error = None
+
+    # ---------------------------------------------------------------- disk queues
+
+    def open_backend(self, name: str) -> DiskQueue:
+        """A disk queue for a topic or channel, recovered from any existing files."""
+        opts = self.options
+        return DiskQueue(
+            name,
+            self.data_path,
+            max_bytes_per_file=opts.max_bytes_per_file,
+            min_msg_size=RECORD_OVERHEAD,
+            max_msg_size=opts.max_msg_size + RECORD_OVERHEAD + _DEFERRED_PREFIX,
+            sync_every=opts.sync_every,
+            sync_timeout=opts.sync_timeout,
+            logger=logging.getLogger(f"pynsqd.diskqueue.{name}"),
+        )
+
+    def _deferred_store_name(self, channel: "Channel") -> str:
+        # '#' can only appear in a name as '#ephemeral', and ephemeral channels
+        # have no files, so this never collides with a real queue.
+        return f"{channel.topic.name}:{channel.name}#deferred"
+
+    def _open_deferred_store(self, channel: "Channel") -> DiskQueue:
+        return self.open_backend(self._deferred_store_name(channel))
+
+    def restore_deferred(self, channel: "Channel") -> None:
+        """Load deferred messages a previous run wrote at shutdown, then drop the store."""
+        name = self._deferred_store_name(channel)
+        if not any(self.data_path.glob(f"{name}.diskqueue.*")):
+            return
+        store = self.open_backend(name)
+        records = []
+        while store.depth:
+            batch = store.read_many(4096)
+            if not batch:
+                break
+            records.extend(batch)
+        channel.load_deferred(records)
+        store.delete()
+        log.info("channel %s:%s: restored %d deferred messages", channel.topic.name, channel.name, len(records))
+
+    def delete_deferred_store(self, channel: "Channel") -> None:
+        """Remove a deleted channel's leftover deferred store, if any."""
+        for path in self.data_path.glob(f"{self._deferred_store_name(channel)}.diskqueue.*"):
+            path.unlink(missing_ok=True)
+
+    def new_latency_stream(self) -> LatencyStream:
+        opts = self.options
+        return LatencyStream(tuple(opts.e2e_processing_latency_percentiles), opts.e2e_processing_latency_window_time)
+
+    # ---------------------------------------------------------------- metadata
+
+    def metadata_changed(self) -> None:
+        """Schedule a rewrite of ``nsqd.dat`` (done by the metadata task)."""
+        self._metadata_dirty.set()
+
+    def metadata_entries(self) -> list[dict]:
+        """Topic entries for ``nsqd.dat``: non-ephemeral topics and channels, sorted."""
+        entries = []
+        for name in sorted(self.topics):
+            topic = self.topics[name]
+            if topic.ephemeral:
+                continue
+            channels = []
+            for ch_name in sorted(topic.channels):
+                channel = topic.channels[ch_name]
+                if channel.ephemeral:
+                    continue
+                entry = {"name": ch_name, "paused": channel.paused}
+                if self.dead_letter is not None:
+                    self.dead_letter.describe(channel, entry)
+                channels.append(entry)
+            entries.append({"name": name, "paused": topic.paused, "channels": channels})
+        return entries
+
+    async def persist_metadata(self) -> None:
+        """Write ``nsqd.dat`` now (in a worker thread)."""
+        self._metadata_dirty = trio.Event()
+        payload = metadata.dump(self.metadata_entries(), NSQD_COMPAT_VERSION)
+        await trio.to_thread.run_sync(metadata.save, self.data_path, payload)
+
+    async def _metadata_loop(self) -> None:
+        while True:
+            await self._metadata_dirty.wait()
+            try:
+                await self.persist_metadata()
+            except OSError as exc:
+                self.health_error = f"failed to persist metadata - {exc}"
+                log.error("%s", self.health_error)
+                await trio.sleep(1)
+
+    # ---------------------------------------------------------------- timers
+
+    async def _scan_loop(self) -> None:
+        """Requeue expired in-flight messages and release due deferred ones."""
+        interval = self.options.queue_scan_interval
+        while True:
+            await trio.sleep(interval)
+            for topic in list(self.topics.values()):
+                for channel in list(topic.channels.values()):
+                    channel.process_timers()
+
+    # ---------------------------------------------------------------- IDENTIFY
+
+    def identify_response(self, client: "Client") -> bytes:
+        """The feature-negotiation JSON, in nsqd's key order."""
+        opts = self.options
+        return json.dumps({
+            "max_rdy_count": opts.max_rdy_count,
+            "version": NSQD_COMPAT_VERSION,
+            "max_msg_timeout": int(opts.max_msg_timeout * 1000),
+            "msg_timeout": int(client.msg_timeout * 1000),
+            "tls_v1": False,
+            "deflate": False,
+            "deflate_level": min(6, opts.max_deflate_level),
+            "max_deflate_level": opts.max_deflate_level,
+            "snappy": False,
+            "sample_rate": client.sample_rate,
+            "auth_required": False,
+            "output_buffer_size": client.output_buffer_size,
+            "output_buffer_timeout": int(client.output_buffer_timeout * 1000),
+        }, separators=(",", ":")).encode()
+

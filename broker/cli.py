@@ -1,0 +1,57 @@
+"""The ``pynsqd`` command: nsqd's command line, or ``pynsqd bench`` for the benchmark client.
+
+``pynsqd [flags]`` parses nsqd's flags and ``--config`` file (:mod:`broker.options`), sends
+the ``pynsqd`` loggers to stderr in nsqd's format, and runs the broker until SIGTERM or
+SIGINT. Exit status: 0 after a normal shutdown (and for ``--help``/``--version``), 1 when
+the options are unusable.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Sequence
+
+from .log import NsqdFormatter, configure_logging
+from .options import InfoRequest, OptionsError, parse_args
+
+__all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_BAD_OPTIONS = 1
+
+
+def _fatal(message: str) -> None:
+    # Written directly rather than through logging: the configured handler may not exist yet.
+    record = logging.LogRecord("pynsqd", logging.CRITICAL, __file__, 0, message, None, None)
+    print(NsqdFormatter().format(record), file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``pynsqd`` with ``argv`` (default ``sys.argv[1:]``); return the exit status.
+
+    A first argument ``bench`` hands the rest to the benchmark tool. Otherwise the options
+    are parsed, logging configured, and ``broker.daemon.run(options)`` runs the broker in
+    this thread until it shuts down.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "bench":
+        from .bench import main as bench_main
+
+        return bench_main(args[1:])
+    # Warnings while reading the config file (unknown keys) use nsqd's format too.
+    configure_logging()
+    try:
+        options = parse_args(args)
+    except InfoRequest as info:
+        print(info.text, flush=True)
+        return EXIT_OK
+    except OptionsError as err:
+        _fatal(str(err))
+        return EXIT_BAD_OPTIONS
+    configure_logging(options.log_level, options.log_prefix)
+
+    from .daemon import run
+
+    status = run(options)
+    return status if isinstance(status, int) else EXIT_OK

@@ -1,0 +1,220 @@
+"""One V2 connection's negotiated state, RDY window, output buffer and counters.
+
+Frames are appended to an output list by synchronous code (command handlers,
+channel dispatch) and sent by the connection's writer task with one
+``send_all`` of the joined bytes; the writer also sends heartbeats every
+heartbeat interval and drops a client whose socket does not drain within one
+interval, as nsqd does.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from .protocol import HEARTBEAT_FRAME, ProtocolError, State, encode_error, encode_response, message_frame_header
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .channel import Channel
+    from .message import Message
+
+__all__ = ["Client", "IDENTIFY_INT_FIELDS"]
+
+log = logging.getLogger("pynsqd.client")
+
+#: IDENTIFY keys that must be JSON integers, and the string/bool keys.
+IDENTIFY_INT_FIELDS = ("heartbeat_interval", "output_buffer_size", "output_buffer_timeout", "sample_rate",
+                       "msg_timeout", "deflate_level")
+_IDENTIFY_STR_FIELDS = ("client_id", "hostname", "user_agent", "short_id", "long_id",
+                        "topology_region", "topology_zone")
+_IDENTIFY_BOOL_FIELDS = ("feature_negotiation", "tls_v1", "snappy", "deflate")
+
+
+class Client:
+    """State of one TCP client; owned by its connection handler in :mod:`broker.tcp`."""
+
+    def __init__(self, broker: "Broker", stream: trio.abc.Stream, remote_address: str, client_number: int):
+        opts = broker.options
+        self.broker = broker
+        self.options = opts
+        self.stream = stream
+        self.number = client_number
+        self.remote_address = remote_address
+        host = remote_address.rsplit(":", 1)[0]
+        self.client_id = host
+        self.hostname = host
+        self.user_agent = ""
+        self.heartbeat_interval = opts.client_timeout / 2
+        self.output_buffer_size = 16 * 1024
+        self.output_buffer_timeout = opts.output_buffer_timeout
+        self.msg_timeout = opts.msg_timeout
+        self.sample_rate = 0
+        self.feature_negotiation = False
+        self.connect_ts = int(time.time())
+        self.state = State.INIT
+        self.channel: Channel | None = None
+        self.rdy = 0
+        self.in_flight_count = 0
+        self.message_count = 0
+        self.finish_count = 0
+        self.requeue_count = 0
+        self.timeout_count = 0
+        self.pub_counts: dict[str, int] = {}
+        self._out: list[bytes] = []
+        self._out_event = trio.Event()
+        self._closed = trio.Event()
+        self.closing = False
+
+    # ---------------------------------------------------------------- IDENTIFY
+
+    def identify(self, data: dict) -> bytes:
+        """Apply an IDENTIFY body; returns the response payload.
+
+        Raises fatal ``E_BAD_BODY`` errors with nsqd's wording for wrongly typed
+        or out-of-range fields. Unknown keys are ignored.
+        """
+        for key in IDENTIFY_INT_FIELDS:
+            value = data.get(key)
+            if value is not None and (type(value) is not int):
+                raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
+        for key in _IDENTIFY_STR_FIELDS:
+            value = data.get(key)
+            if value is not None and not isinstance(value, str):
+                raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
+        for key in _IDENTIFY_BOOL_FIELDS:
+            value = data.get(key)
+            if value is not None and not isinstance(value, bool):
+                raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
+        opts = self.options
+        self.client_id = data.get("client_id") or ""
+        self.hostname = data.get("hostname") or ""
+        self.user_agent = data.get("user_agent") or ""
+
+        heartbeat = data.get("heartbeat_interval") or 0
+        if heartbeat == -1:
+            self.heartbeat_interval = 0.0
+        elif heartbeat == 0:
+            pass
+        elif 1000 <= heartbeat <= opts.max_heartbeat_interval * 1000:
+            self.heartbeat_interval = heartbeat / 1000
+        else:
+            raise ProtocolError("E_BAD_BODY", f"IDENTIFY heartbeat interval ({heartbeat}) is invalid")
+
+        size = data.get("output_buffer_size") or 0
+        timeout = data.get("output_buffer_timeout") or 0
+        if timeout == -1:
+            self.output_buffer_timeout = 0.0
+        elif timeout == 0:
+            pass
+        elif opts.min_output_buffer_timeout * 1000 <= timeout <= opts.max_output_buffer_timeout * 1000:
+            self.output_buffer_timeout = timeout / 1000
+        else:
+            raise ProtocolError("E_BAD_BODY", f"IDENTIFY output buffer timeout ({timeout}) is invalid")
+        if size == -1:
+            self.output_buffer_size = 1
+            self.output_buffer_timeout = 0.0
+        elif size == 0:
+            pass
+        elif 64 <= size <= opts.max_output_buffer_size:
+            self.output_buffer_size = size
+        else:
+            raise ProtocolError("E_BAD_BODY", f"IDENTIFY output buffer size ({size}) is invalid")
+
+        sample_rate = data.get("sample_rate") or 0
+        if not 0 <= sample_rate <= 99:
+            raise ProtocolError("E_BAD_BODY", f"IDENTIFY sample rate ({sample_rate}) is invalid")
+        self.sample_rate = sample_rate
+
+        msg_timeout = data.get("msg_timeout") or 0
+        if msg_timeout == 0:
+            pass
+        elif 1000 <= msg_timeout <= opts.max_msg_timeout * 1000:
+            self.msg_timeout = msg_timeout / 1000
+        else:
+            raise ProtocolError("E_BAD_BODY", f"IDENTIFY msg timeout ({msg_timeout}) is invalid")
+
+        self.feature_negotiation = bool(data.get("feature_negotiation"))
+        self.wake_writer()
+        if not self.feature_negotiation:
+            return b"OK"
+        return self.broker.identify_response(self)
+
+    # ---------------------------------------------------------------- output
+
+    def send_message(self, msg: "Message") -> None:
+        """Queue a message frame (buffered until the writer runs)."""
+        body = msg.body
+        self._out.append(message_frame_header(msg.timestamp, msg.attempts, msg.id, len(body)))
+        self._out.append(body)
+        self.in_flight_count += 1
+        self.message_count += 1
+
+    def send_response(self, data: bytes) -> None:
+        """Queue a response frame and make the writer flush."""
+        self._out.append(encode_response(data))
+        self.wake_writer()
+
+    def send_error(self, err: ProtocolError) -> None:
+        """Queue an error frame and make the writer flush."""
+        self._out.append(encode_error(err.payload))
+        self.wake_writer()
+
+    def wake_writer(self) -> None:
+        self._out_event.set()
+
+    def ready_for_more(self) -> bool:
+        """True while the RDY window has room and the client is not closing."""
+        return self.in_flight_count < self.rdy and self.state == State.SUBSCRIBED and not self.closing
+
+    def close_soon(self) -> None:
+        """Ask the connection to flush what is queued and close (channel deleted, shutdown)."""
+        self.closing = True
+        self.wake_writer()
+
+    @property
+    def closed(self) -> trio.Event:
+        return self._closed
+
+    async def run_writer(self) -> None:
+        """Send queued frames and heartbeats until closed; returns after the final flush.
+
+        A send that does not complete within one heartbeat interval (the client
+        stopped reading) closes the connection.
+        """
+        next_heartbeat = math.inf
+        current_interval = None
+        try:
+            while True:
+                interval = self.heartbeat_interval
+                if interval != current_interval:
+                    current_interval = interval
+                    next_heartbeat = trio.current_time() + interval if interval else math.inf
+                if not self._out and not self.closing:
+                    with trio.move_on_at(next_heartbeat):
+                        await self._out_event.wait()
+                    self._out_event = trio.Event()
+                now = trio.current_time()
+                if now >= next_heartbeat:
+                    self._out.append(HEARTBEAT_FRAME)
+                    next_heartbeat = now + current_interval
+                if self._out:
+                    data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
+                    self._out.clear()
+                    deadline = current_interval or self.options.client_timeout
+                    with trio.move_on_after(deadline) as scope:
+                        await self.stream.send_all(data)
+                    if scope.cancelled_caught:
+                        log.warning("client %s: write timed out; closing", self.remote_address)
+                        return
+                elif self.closing:
+                    return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        finally:
+            self.closing = True
+            self._closed.set()

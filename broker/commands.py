@@ -1,0 +1,128 @@
+"""V2 command handlers, one per wire command, and the table that dispatches to them.
+
+The parser (:mod:`broker.protocol`) has already checked state legality,
+parameters, names and sizes; handlers apply a command to the domain and queue
+the response. Handlers are plain functions except the publish commands, which
+are async because in durable mode their ``OK`` waits for the group fsync.
+Errors are raised as :class:`~broker.protocol.ProtocolError`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+from . import protocol as p
+from .message import Message, now_ns
+from .protocol import ProtocolError
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .client import Client
+
+__all__ = ["SYNC_HANDLERS", "ASYNC_HANDLERS"]
+
+
+def identify(broker: "Broker", client: "Client", cmd: p.Identify) -> None:
+    data = cmd.data
+    if not isinstance(data, dict):
+        raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
+    client.send_response(client.identify(data))
+
+
+def auth(broker: "Broker", client: "Client", cmd: p.Auth) -> None:
+    raise ProtocolError("E_AUTH_DISABLED", "AUTH disabled")
+
+
+def sub(broker: "Broker", client: "Client", cmd: p.Sub) -> None:
+    if broker.exiting:
+        raise ProtocolError("E_SUB_FAILED", "SUB failed exiting")
+    topic = broker.get_topic(cmd.topic)
+    channel = topic.get_channel(cmd.channel)
+    channel.add_client(client)
+    client.channel = channel
+    client.state = p.State.SUBSCRIBED
+    client.send_response(b"OK")
+
+
+def rdy(broker: "Broker", client: "Client", cmd: p.Rdy) -> None:
+    client.rdy = cmd.count
+    if client.channel is not None:
+        client.channel.dispatch()
+
+
+def fin(broker: "Broker", client: "Client", cmd: p.Fin) -> None:
+    client.channel.finish(client, cmd.msg_id)
+
+
+def req(broker: "Broker", client: "Client", cmd: p.Req) -> None:
+    client.channel.requeue(client, cmd.msg_id, cmd.timeout_ms)
+
+
+def touch(broker: "Broker", client: "Client", cmd: p.Touch) -> None:
+    client.channel.touch(client, cmd.msg_id)
+
+
+def cls(broker: "Broker", client: "Client", cmd: p.Cls) -> None:
+    client.rdy = 0
+    client.state = p.State.CLOSING
+    client.send_response(b"CLOSE_WAIT")
+
+
+def nop(broker: "Broker", client: "Client", cmd: p.Nop) -> None:
+    pass
+
+
+async def pub(broker: "Broker", client: "Client", cmd: p.Pub) -> None:
+    await _publish(broker, client, "PUB", cmd.topic, [cmd.body], 0)
+
+
+async def mpub(broker: "Broker", client: "Client", cmd: p.Mpub) -> None:
+    await _publish(broker, client, "MPUB", cmd.topic, cmd.bodies, 0)
+
+
+async def dpub(broker: "Broker", client: "Client", cmd: p.Dpub) -> None:
+    await _publish(broker, client, "DPUB", cmd.topic, [cmd.body], cmd.defer_ms)
+
+
+async def _publish(broker: "Broker", client: "Client", verb: str, topic_name: str,
+                   bodies: list[bytes], defer_ms: int) -> None:
+    """Queue the bodies as one all-or-nothing batch, then answer ``OK``.
+
+    Raises fatal ``E_<VERB>_FAILED <VERB> failed <reason>`` when the broker is
+    exiting or the disk write fails (nothing of the batch is kept then).
+    """
+    code = f"E_{verb}_FAILED"
+    if broker.exiting:
+        raise ProtocolError(code, f"{verb} failed exiting")
+    try:
+        topic = broker.get_topic(topic_name)
+        timestamp = now_ns()
+        due = timestamp + defer_ms * 1_000_000 if defer_ms else 0
+        ids = broker.guid.next_ids(len(bodies))
+        msgs = [Message(msg_id, body, timestamp, 0, due) for msg_id, body in zip(ids, bodies)]
+        await broker.publish(topic, msgs)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # a failed disk write: the client must hear about it
+        raise ProtocolError(code, f"{verb} failed {exc}") from exc
+    client.pub_counts[topic_name] = client.pub_counts.get(topic_name, 0) + len(bodies)
+    client.send_response(b"OK")
+
+
+SYNC_HANDLERS: dict[type, Callable[["Broker", "Client", object], None]] = {
+    p.Identify: identify,
+    p.Auth: auth,
+    p.Sub: sub,
+    p.Rdy: rdy,
+    p.Fin: fin,
+    p.Req: req,
+    p.Touch: touch,
+    p.Cls: cls,
+    p.Nop: nop,
+}
+
+ASYNC_HANDLERS: dict[type, Callable[["Broker", "Client", object], Awaitable[None]]] = {
+    p.Pub: pub,
+    p.Mpub: mpub,
+    p.Dpub: dpub,
+}

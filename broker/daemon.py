@@ -1,0 +1,144 @@
+"""The daemon: a broker with its TCP and HTTP listeners, signals and shutdown order.
+
+Shutdown (SIGTERM/SIGINT, or :meth:`Daemon.request_shutdown`) runs in this
+order: stop the listeners, refuse new publishes, ask every connection to
+flush and close (cancelling what is left after a grace period), then let the
+broker write memory, in-flight and deferred messages to disk and persist its
+metadata. A second signal during shutdown exits at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+from dataclasses import dataclass
+
+import trio
+
+from .broker import Broker
+from .options import Options
+from .tcp import TCPServer
+
+__all__ = ["Daemon", "Addresses", "run", "open_listeners", "format_sockaddr"]
+
+log = logging.getLogger("pynsqd")
+
+#: Seconds connections get to flush and close at shutdown.
+SHUTDOWN_GRACE = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Addresses:
+    """Where a started daemon listens: ``(host, port)`` pairs or unix socket paths."""
+
+    tcp: tuple[str, int] | str | None
+    http: tuple[str, int] | str | None
+
+
+async def open_listeners(address: str) -> list[trio.SocketListener]:
+    """Listeners for an nsqd-style address: ``host:port``, ``:port``, ``[v6]:port`` or a unix socket path."""
+    if "/" in address:
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if os.path.exists(address):
+            os.unlink(address)
+        await sock.bind(address)
+        sock.listen(socket.SOMAXCONN)
+        return [trio.SocketListener(sock)]
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"invalid listen address {address!r}: want host:port")
+    host = host.strip("[]") or None
+    return await trio.open_tcp_listeners(int(port), host=host)
+
+
+def format_sockaddr(listener: trio.SocketListener) -> tuple[str, int] | str:
+    """The bound address of a listener, as (host, port) or a path."""
+    name = listener.socket.getsockname()
+    return name if isinstance(name, str) else (name[0], name[1])
+
+
+def _describe(address: tuple[str, int] | str) -> str:
+    if isinstance(address, str):
+        return address
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class Daemon:
+    """A broker plus its listeners. Owns every task it starts in :meth:`run`."""
+
+    def __init__(self, options: Options):
+        self.options = options
+        self.broker = Broker(options)
+        self.tcp = TCPServer(self.broker)
+        self.http = None
+        self._stop = trio.Event()
+
+    def request_shutdown(self) -> None:
+        """Begin the graceful shutdown; :meth:`run` returns when it is done."""
+        self._stop.set()
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Start everything, report :class:`Addresses`, serve until shutdown is requested."""
+        opts = self.options
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.broker.run)
+            tcp_listeners = await open_listeners(opts.tcp_address)
+            tcp_address = format_sockaddr(tcp_listeners[0])
+            await nursery.start(self.tcp.serve, tcp_listeners)
+            log.info("TCP: listening on %s", _describe(tcp_address))
+            http_address = None
+            if opts.http_address:
+                from .http_api import HTTPServer
+
+                self.http = HTTPServer(self.broker, self)
+                http_listeners = await open_listeners(opts.http_address)
+                http_address = format_sockaddr(http_listeners[0])
+                await nursery.start(self.http.serve, http_listeners)
+                log.info("HTTP: listening on %s", _describe(http_address))
+            self.broker.tcp_address = tcp_address
+            self.broker.http_address = http_address
+            task_status.started(Addresses(tcp_address, http_address))
+
+            await self._stop.wait()
+            log.info("shutting down")
+            self.tcp.stop_listening()
+            if self.http is not None:
+                self.http.stop_listening()
+            self.broker.exiting = True
+            await self.tcp.close_connections(SHUTDOWN_GRACE)
+            if self.http is not None:
+                await self.http.close_connections(SHUTDOWN_GRACE)
+            await self.broker.shutdown()
+            nursery.cancel_scope.cancel()
+        log.info("bye")
+
+
+async def _main(options: Options) -> None:
+    daemon = Daemon(options)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            async def watch_signals() -> None:
+                async for signum in signals:
+                    if daemon._stop.is_set():
+                        log.warning("second signal: exiting without a clean shutdown")
+                        nursery.cancel_scope.cancel()
+                        return
+                    log.info("received signal %s", signal.Signals(signum).name)
+                    daemon.request_shutdown()
+
+            nursery.start_soon(watch_signals)
+            await daemon.run()
+            nursery.cancel_scope.cancel()
+
+
+def run(options: Options) -> int:
+    """Run the daemon until a signal stops it; the exit status for the CLI."""
+    try:
+        trio.run(_main, options)
+    except Exception as exc:  # a start-up failure is reported, not dumped as a traceback
+        log.critical("failed to start: %s", exc)
+        return 1
+    return 0

@@ -1,0 +1,77 @@
+"""End-to-end processing latency (publish to FIN), nsqd's ``e2e_processing_latency``.
+
+nsqd keeps two quantile streams, each covering half of
+``--e2e-processing-latency-window-time``, and reports their merge; we do the
+same with two bounded reservoirs of samples. With no percentiles configured
+only the count is kept, which costs one integer add per FIN.
+"""
+
+from __future__ import annotations
+
+import random
+
+import trio
+
+__all__ = ["LatencyStream"]
+
+#: Samples kept per half window (reservoir sampling beyond this).
+RESERVOIR_SIZE = 4096
+
+
+class _Reservoir:
+    __slots__ = ("samples", "seen", "started")
+
+    def __init__(self, started: float):
+        self.samples: list[int] = []
+        self.seen = 0
+        self.started = started
+
+    def add(self, value: int) -> None:
+        self.seen += 1
+        if len(self.samples) < RESERVOIR_SIZE:
+            self.samples.append(value)
+        else:
+            slot = random.randrange(self.seen)
+            if slot < RESERVOIR_SIZE:
+                self.samples[slot] = value
+
+
+class LatencyStream:
+    """Latency samples (ns) of one topic or channel over a rolling window."""
+
+    __slots__ = ("percentiles", "half_window", "count", "_current", "_previous")
+
+    def __init__(self, percentiles: tuple[float, ...], window_time: float):
+        self.percentiles = tuple(percentiles)
+        self.half_window = window_time / 2
+        self.count = 0
+        self._current: _Reservoir | None = None
+        self._previous: _Reservoir | None = None
+
+    def record(self, latency_ns: int) -> None:
+        """Add one sample."""
+        self.count += 1
+        if not self.percentiles:
+            return
+        now = trio.current_time()
+        current = self._current
+        if current is None or now - current.started >= self.half_window:
+            self._previous = current if current is not None and now - current.started < 2 * self.half_window else None
+            current = self._current = _Reservoir(now)
+        current.add(latency_ns)
+
+    def snapshot(self) -> dict:
+        """``{"count": n, "percentiles": [{"quantile": q, "value": ns}, ...] | None}``."""
+        if not self.percentiles:
+            return {"count": self.count, "percentiles": None}
+        samples: list[int] = []
+        now = trio.current_time()
+        for reservoir in (self._previous, self._current):
+            if reservoir is not None and now - reservoir.started < 2 * self.half_window:
+                samples.extend(reservoir.samples)
+        samples.sort()
+        result = []
+        for q in self.percentiles:
+            value = samples[min(len(samples) - 1, int(q * len(samples)))] if samples else 0
+            result.append({"quantile": q, "value": value})
+        return {"count": self.count, "percentiles": result}

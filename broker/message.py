@@ -1,0 +1,108 @@
+"""The message record and its binary layouts.
+
+On the wire (inside a message frame) and on disk a message is nsqd's layout::
+
+    +----------------+-------------+----------------------+-----------+
+    | timestamp i64  | attempts u16| id (16 ASCII hex)    | body ...  |
+    +----------------+-------------+----------------------+-----------+
+      ns since epoch   big-endian
+
+A deferred message is written to disk with a versioned prefix so that its due
+time survives a restart (nsqd writes it without the deferral)::
+
+    +------+---------+----------------+--------------------------------+
+    | 0xFF | version | due i64 (ns,   | nsqd layout as above           |
+    |      | u8 = 1  | unix epoch)    |                                |
+    +------+---------+----------------+--------------------------------+
+
+A plain record can never start with 0xFF: that would be a negative timestamp.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+
+__all__ = ["Message", "encode", "decode", "MIN_RECORD_SIZE", "RECORD_OVERHEAD"]
+
+_HEADER = struct.Struct(">qH")
+_DEFERRED = struct.Struct(">BBq")
+_DEFERRED_MARK = 0xFF
+_DEFERRED_VERSION = 1
+
+#: timestamp + attempts + id: the smallest valid plain record, and what a body adds to.
+RECORD_OVERHEAD = _HEADER.size + 16
+MIN_RECORD_SIZE = RECORD_OVERHEAD
+
+
+class Message:
+    """One message as a topic or channel holds it.
+
+    ``due_ns`` is the wall-clock time (``time.time_ns()``) before which a deferred
+    message must not be delivered, or 0. ``client``, ``deadline`` and
+    ``delivered_at`` describe the current in-flight delivery, if any; deadlines
+    are Trio clock times.
+    """
+
+    __slots__ = (
+        "id",
+        "body",
+        "timestamp",
+        "attempts",
+        "due_ns",
+        "client",
+        "deadline",
+        "delivered_at",
+    )
+
+    def __init__(self, msg_id: bytes, body: bytes, timestamp: int, attempts: int = 0, due_ns: int = 0):
+        self.id = msg_id
+        self.body = body
+        self.timestamp = timestamp
+        self.attempts = attempts
+        self.due_ns = due_ns
+        self.client = None
+        self.deadline = 0.0
+        self.delivered_at = 0.0
+
+    def copy(self) -> "Message":
+        """A fresh copy for another channel: same id, body, timestamp, attempts and due time."""
+        return Message(self.id, self.body, self.timestamp, self.attempts, self.due_ns)
+
+    def __repr__(self) -> str:
+        return f"Message(id={self.id!r}, attempts={self.attempts}, len={len(self.body)})"
+
+
+def encode(msg: Message) -> bytes:
+    """The disk record for ``msg``: nsqd's layout, prefixed with the due time if deferred."""
+    head = _HEADER.pack(msg.timestamp, msg.attempts)
+    if msg.due_ns:
+        return b"".join((_DEFERRED.pack(_DEFERRED_MARK, _DEFERRED_VERSION, msg.due_ns), head, msg.id, msg.body))
+    return b"".join((head, msg.id, msg.body))
+
+
+def decode(record: bytes) -> Message:
+    """Parse a disk record written by :func:`encode` (or by nsqd).
+
+    Raises ``ValueError`` for a record too short to hold a message or of an
+    unknown version.
+    """
+    due_ns = 0
+    offset = 0
+    if record and record[0] == _DEFERRED_MARK:
+        if len(record) < _DEFERRED.size + RECORD_OVERHEAD:
+            raise ValueError(f"deferred record too short ({len(record)} bytes)")
+        _mark, version, due_ns = _DEFERRED.unpack_from(record, 0)
+        if version != _DEFERRED_VERSION:
+            raise ValueError(f"unknown record version {version}")
+        offset = _DEFERRED.size
+    if len(record) - offset < RECORD_OVERHEAD:
+        raise ValueError(f"record too short ({len(record)} bytes)")
+    timestamp, attempts = _HEADER.unpack_from(record, offset)
+    start = offset + _HEADER.size
+    return Message(record[start:start + 16], record[start + 16:], timestamp, attempts, due_ns)
+
+
+def now_ns() -> int:
+    """Wall-clock nanoseconds, the unit of message timestamps and due times."""
+    return time.time_ns()

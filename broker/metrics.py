@@ -1,0 +1,322 @@
+"""Prometheus exposition (``GET /metrics``), built from the same snapshot as ``/stats``.
+
+Series are named the way existing NSQ dashboards and alerts query them:
+
+* the Grafana NSQ mixin's names (nsqd's statsd paths through ``statsd_exporter``):
+  ``nsq_topic_*`` with a ``topic`` label, ``nsq_topic_channel_*`` with ``topic`` and
+  ``channel``, ``nsq_mem_*``. Counters keep their statsd names, without a ``_total``
+  suffix, so they are exposed untyped (``rate()`` works on them as on any counter);
+* ``lovoo/nsq_exporter``'s and Telegraf's channel and client names (``nsq_channel_*``,
+  ``nsq_client_*``, ``nsq_topic_channel_count``) where they do not collide;
+* a histogram of publish-to-FIN time per channel,
+  ``nsq_topic_channel_e2e_processing_latency_seconds``, fed by :class:`LatencyHistogram`;
+* prometheus-client's process, platform and Python GC collectors.
+
+Every family is documented in the README's "Metrics" section.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric, UnknownMetricFamily
+from prometheus_client.exposition import generate_latest
+from prometheus_client.utils import floatToGoString
+
+from .stats import ChannelStats, ClientStats, HistogramStats, Snapshot, TopicStats
+
+__all__ = [
+    "CONTENT_TYPE",
+    "LATENCY_BUCKETS",
+    "LatencyHistogram",
+    "MetricsExporter",
+    "families",
+    "percentile_suffix",
+]
+
+#: The text exposition format every Prometheus version parses.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+#: Upper bounds (seconds) of the publish-to-FIN histogram buckets: milliseconds for
+#: healthy consumers up to an hour for messages that waited in a backlog.
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+)
+_BOUNDS_NS = tuple(round(bound * 1e9) for bound in LATENCY_BUCKETS)
+
+
+class LatencyHistogram:
+    """Publish-to-FIN latencies of one channel in fixed buckets; one per channel, owned by it.
+
+    :meth:`observe_ns` is called on every FIN, so it is one bisect and two adds.
+    """
+
+    __slots__ = ("_counts", "_sum_ns")
+
+    def __init__(self) -> None:
+        self._counts = [0] * (len(_BOUNDS_NS) + 1)
+        self._sum_ns = 0
+
+    def observe_ns(self, latency_ns: int) -> None:
+        """Record one latency in nanoseconds (a negative one, from a clock step, counts as 0)."""
+        if latency_ns < 0:
+            latency_ns = 0
+        self._counts[bisect_left(_BOUNDS_NS, latency_ns)] += 1
+        self._sum_ns += latency_ns
+
+    def snapshot(self) -> HistogramStats:
+        """Cumulative counts per bucket (``+Inf`` is :attr:`HistogramStats.count`)."""
+        running = 0
+        buckets = []
+        for bound, count in zip(LATENCY_BUCKETS, self._counts):
+            running += count
+            buckets.append((bound, running))
+        total = running + self._counts[-1]
+        return HistogramStats(tuple(buckets), total, self._sum_ns / 1e9)
+
+
+def percentile_suffix(quantile: float) -> str:
+    """How nsqd's statsd names a percentile: ``0.99`` -> ``"99"`` (``%.0f`` of q*100)."""
+    return "%.0f" % (quantile * 100.0)
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+# (name, documentation, value) per topic; the mixin's names first, then lovoo's/Telegraf's.
+_TopicGetter = Callable[[TopicStats], float]
+_TOPIC_GAUGES: tuple[tuple[str, str, _TopicGetter], ...] = (
+    ("nsq_topic_depth", "Messages queued at the topic (memory + disk).", lambda t: t.depth),
+    ("nsq_topic_backend_depth", "Messages queued in the topic's disk queue.", lambda t: t.backend_depth),
+    ("nsq_topic_channel_count", "Channels of the topic.", lambda t: len(t.channels)),
+    ("nsq_topic_paused", "1 if the topic is paused.", lambda t: int(t.paused)),
+)
+_TOPIC_COUNTERS: tuple[tuple[str, str, _TopicGetter], ...] = (
+    ("nsq_topic_message_count", "Messages published to the topic since start (counter).", lambda t: t.message_count),
+    ("nsq_topic_message_bytes", "Bytes of message bodies published to the topic since start (counter).",
+     lambda t: t.message_bytes),
+)
+
+_ChannelGetter = Callable[[ChannelStats], float]
+_CHANNEL_GAUGES: tuple[tuple[str, str, _ChannelGetter], ...] = (
+    ("nsq_topic_channel_depth", "Ready messages of the channel (memory + disk).", lambda c: c.depth),
+    ("nsq_topic_channel_backend_depth", "Ready messages in the channel's disk queue.", lambda c: c.backend_depth),
+    ("nsq_topic_channel_in_flight_count", "Messages delivered and not yet finished.", lambda c: c.in_flight_count),
+    ("nsq_topic_channel_deferred_count", "Deferred messages waiting for their time.", lambda c: c.deferred_count),
+    ("nsq_topic_channel_clients", "Connected consumers of the channel.", lambda c: c.client_count),
+    ("nsq_topic_channel_paused", "1 if the channel is paused.", lambda c: int(c.paused)),
+    ("nsq_channel_depth", "Same as nsq_topic_channel_depth (lovoo/Telegraf name).", lambda c: c.depth),
+    ("nsq_channel_backend_depth", "Same as nsq_topic_channel_backend_depth (lovoo/Telegraf name).",
+     lambda c: c.backend_depth),
+    ("nsq_channel_in_flight_count", "Same as nsq_topic_channel_in_flight_count (lovoo name).",
+     lambda c: c.in_flight_count),
+    ("nsq_channel_inflight_count", "Same as nsq_topic_channel_in_flight_count (Telegraf name).",
+     lambda c: c.in_flight_count),
+    ("nsq_channel_deferred_count", "Same as nsq_topic_channel_deferred_count (lovoo/Telegraf name).",
+     lambda c: c.deferred_count),
+    ("nsq_channel_message_count", "Same as nsq_topic_channel_message_count (lovoo/Telegraf name).",
+     lambda c: c.message_count),
+    ("nsq_channel_requeue_count", "Same as nsq_topic_channel_requeue_count (lovoo/Telegraf name).",
+     lambda c: c.requeue_count),
+    ("nsq_channel_timeout_count", "Same as nsq_topic_channel_timeout_count (lovoo/Telegraf name).",
+     lambda c: c.timeout_count),
+    ("nsq_channel_client_count", "Same as nsq_topic_channel_clients (lovoo/Telegraf name).",
+     lambda c: c.client_count),
+)
+_CHANNEL_COUNTERS: tuple[tuple[str, str, _ChannelGetter], ...] = (
+    ("nsq_topic_channel_message_count", "Messages put into the channel since start (counter).",
+     lambda c: c.message_count),
+    ("nsq_topic_channel_requeue_count", "Messages requeued by consumers (REQ) since start (counter).",
+     lambda c: c.requeue_count),
+    ("nsq_topic_channel_timeout_count", "In-flight messages that timed out since start (counter).",
+     lambda c: c.timeout_count),
+)
+
+_ClientGetter = Callable[[ClientStats], float]
+_CLIENT_GAUGES: tuple[tuple[str, str, _ClientGetter], ...] = (
+    ("nsq_client_state", "Connection state (0 init, 3 subscribed, 4 closing).", lambda c: c.state),
+    ("nsq_client_ready_count", "The consumer's RDY count.", lambda c: c.ready_count),
+    ("nsq_client_in_flight_count", "Messages in flight to the consumer.", lambda c: c.in_flight_count),
+    ("nsq_client_message_count", "Messages sent to the consumer since it connected.", lambda c: c.message_count),
+    ("nsq_client_finish_count", "Messages the consumer finished.", lambda c: c.finish_count),
+    ("nsq_client_requeue_count", "Messages the consumer requeued.", lambda c: c.requeue_count),
+    ("nsq_client_connect_ts", "When the consumer connected (unix seconds).", lambda c: c.connect_ts),
+    ("nsq_client_sample_rate", "The consumer's sample rate (percent).", lambda c: c.sample_rate),
+)
+_CLIENT_LABELS = ("topic", "channel", "deflate", "snappy", "tls", "client_id", "hostname", "version",
+                  "remote_address")
+
+_MEMORY_GAUGES = (
+    ("heap_objects", "Live blocks of CPython's object allocator (nsqd: Go heap objects)."),
+    ("heap_idle_bytes", "Always 0: CPython does not report idle heap."),
+    ("heap_in_use_bytes", "Resident set size of the process in bytes (nsqd: Go heap in use)."),
+    ("heap_released_bytes", "Always 0: CPython does not report memory returned to the OS."),
+    ("gc_pause_usec_100", "Longest of the last 256 garbage-collection pauses, in microseconds."),
+    ("gc_pause_usec_99", "99th percentile of the last 256 garbage-collection pauses, in microseconds."),
+    ("gc_pause_usec_95", "95th percentile of the last 256 garbage-collection pauses, in microseconds."),
+    ("next_gc_bytes", "Always 0: CPython's collector is triggered by allocation counts, not bytes."),
+)
+
+
+def _gauge(name: str, doc: str, labels: Iterable[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=list(labels))
+
+
+def _untyped(name: str, doc: str, labels: Iterable[str]) -> UnknownMetricFamily:
+    return UnknownMetricFamily(name, doc, labels=list(labels))
+
+
+def families(snap: Snapshot) -> list[Metric]:
+    """The ``nsq_*`` metric families for one snapshot (taken with clients and memory)."""
+    topics = snap.topics or ()
+    out: list[Metric] = []
+
+    healthy = _gauge("nsq_server_healthy", "1 while /ping answers OK, 0 after a failed disk write.", ())
+    healthy.add_metric([], 1 if snap.health == "OK" else 0)
+    topic_count = _gauge("nsq_server_topic_count", "Topics on this broker (Telegraf name).", ())
+    topic_count.add_metric([], len(topics))
+    out += [healthy, topic_count]
+
+    for name, doc, get in _TOPIC_GAUGES:
+        family = _gauge(name, doc, ("topic",))
+        for t in topics:
+            family.add_metric([t.topic_name], get(t))
+        out.append(family)
+    for name, doc, get in _TOPIC_COUNTERS:
+        family = _untyped(name, doc, ("topic",))
+        for t in topics:
+            family.add_metric([t.topic_name], get(t))
+        out.append(family)
+
+    channels = [(t, c) for t in topics for c in t.channels]
+    for name, doc, get in _CHANNEL_GAUGES:
+        family = _gauge(name, doc, ("topic", "channel"))
+        for t, c in channels:
+            family.add_metric([t.topic_name, c.channel_name], get(c))
+        out.append(family)
+    for name, doc, get in _CHANNEL_COUNTERS:
+        family = _untyped(name, doc, ("topic", "channel"))
+        for t, c in channels:
+            family.add_metric([t.topic_name, c.channel_name], get(c))
+        out.append(family)
+
+    out += _latency_families(snap.percentiles, topics, channels)
+
+    histogram = HistogramMetricFamily(
+        "nsq_topic_channel_e2e_processing_latency_seconds",
+        "Time from publish to FIN of the channel's messages, in seconds.",
+        labels=["topic", "channel"],
+    )
+    for t, c in channels:
+        h = c.fin_latency
+        if h is None:
+            continue
+        buckets = [(floatToGoString(bound), count) for bound, count in h.buckets]
+        buckets.append(("+Inf", h.count))
+        histogram.add_metric([t.topic_name, c.channel_name], buckets, h.sum_seconds)
+    out.append(histogram)
+
+    client_families = [_gauge(name, doc, _CLIENT_LABELS) for name, doc, _ in _CLIENT_GAUGES]
+    for t, c in channels:
+        for client in c.clients or ():
+            labels = [t.topic_name, c.channel_name, _flag(client.deflate), _flag(client.snappy), _flag(client.tls),
+                      client.client_id, client.hostname, client.version, client.remote_address]
+            for family, (_, _, get) in zip(client_families, _CLIENT_GAUGES):
+                family.add_metric(labels, get(client))
+    out += client_families
+
+    memory = snap.memory
+    if memory is not None:
+        for key, doc in _MEMORY_GAUGES:
+            family = _gauge(f"nsq_mem_{key}", doc, ())
+            family.add_metric([], getattr(memory, key))
+            out.append(family)
+        runs = _untyped("nsq_mem_gc_runs", "Garbage collections run since start, all generations (counter).", ())
+        runs.add_metric([], memory.gc_total_runs)
+        out.append(runs)
+    return out
+
+
+def _latency_families(percentiles: tuple[float, ...], topics, channels) -> list[Metric]:
+    """``*_e2e_processing_latency_<p>`` per configured percentile (ns), plus lovoo's 99/95 names."""
+    out: list[Metric] = []
+    seen: set[str] = set()
+    for quantile in percentiles:
+        suffix = percentile_suffix(quantile)
+        if suffix in seen:  # 0.999 and 1.0 both print as "100"; statsd would overwrite too
+            continue
+        seen.add(suffix)
+        topic_family = _gauge(f"nsq_topic_e2e_processing_latency_{suffix}",
+                              f"{suffix}th percentile publish-to-FIN latency of the topic, in nanoseconds.",
+                              ("topic",))
+        channel_family = _gauge(f"nsq_topic_channel_e2e_processing_latency_{suffix}",
+                                f"{suffix}th percentile publish-to-FIN latency of the channel, in nanoseconds.",
+                                ("topic", "channel"))
+        lovoo = {"99": ("nsq_topic_e2e_latency_99_percentile", "nsq_channel_e2e_latency_99p"),
+                 "95": ("nsq_topic_e2e_latency_95_percentile", "nsq_channel_e2e_latency_95p")}.get(suffix)
+        lovoo_topic = lovoo_channel = None
+        if lovoo is not None:
+            lovoo_topic = _gauge(lovoo[0], f"Same as nsq_topic_e2e_processing_latency_{suffix} (lovoo name).",
+                                 ("topic",))
+            lovoo_channel = _gauge(lovoo[1], f"Same as nsq_topic_channel_e2e_processing_latency_{suffix} (lovoo name).",
+                                   ("topic", "channel"))
+        for t in topics:
+            value = _quantile_value(t.e2e_processing_latency.percentiles, quantile)
+            if value is not None:
+                topic_family.add_metric([t.topic_name], value)
+                if lovoo_topic is not None:
+                    lovoo_topic.add_metric([t.topic_name], value)
+        for t, c in channels:
+            value = _quantile_value(c.e2e_processing_latency.percentiles, quantile)
+            if value is not None:
+                channel_family.add_metric([t.topic_name, c.channel_name], value)
+                if lovoo_channel is not None:
+                    lovoo_channel.add_metric([t.topic_name, c.channel_name], value)
+        out += [topic_family, channel_family]
+        if lovoo is not None:
+            out += [lovoo_topic, lovoo_channel]
+    return out
+
+
+def _quantile_value(percentiles, quantile: float) -> float | None:
+    for q, value in percentiles or ():
+        if q == quantile:
+            return value
+    return None
+
+
+class _Families:
+    """A collector for one render: the families computed from one snapshot."""
+
+    __slots__ = ("_families",)
+
+    def __init__(self, metric_families: list[Metric]):
+        self._families = metric_families
+
+    def collect(self) -> list[Metric]:
+        return self._families
+
+
+class MetricsExporter:
+    """Renders ``/metrics``: the ``nsq_*`` families of a snapshot plus process metrics.
+
+    Owns a private registry with prometheus-client's process, platform and GC
+    collectors (not the global default registry, so several brokers in one process
+    do not collide).
+    """
+
+    __slots__ = ("registry",)
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+
+    def render(self, snap: Snapshot) -> bytes:
+        """The exposition text for ``snap``."""
+        return generate_latest(_Families(families(snap))) + generate_latest(self.registry)

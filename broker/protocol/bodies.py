@@ -1,0 +1,205 @@
+"""Readers for the binary bodies that follow IDENTIFY, AUTH, PUB, DPUB and MPUB.
+
+A reader is created once its command line has been validated. It checks each
+4-byte size as soon as it is complete -- before any of the body it announces
+is buffered -- and produces the command's event once the body is whole.
+Sizes are read as nsqd's ``readLen`` reads them: big-endian, then cast to
+``int32``, so ``0xFFFFFFFF`` is ``-1`` and fails the ``<= 0`` check.
+
+Every reader has the same small interface, used by :class:`ServerConnection`:
+
+* ``need``: how many bytes past the current position it needs to progress;
+* ``advance(data, pos, end) -> (pos, event | None)``: consume what it can of
+  ``data[pos:end]``; ``None`` means "more input needed";
+* ``eof_error()``: the error nsqd sends if the input ends now (its
+  ``io.ReadFull`` fails with EOF or a read deadline).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Callable
+
+from .commands import Mpub
+from .errors import ProtocolError
+
+__all__ = ["BodySpec", "SizedBody", "MpubBody"]
+
+_LENGTH = struct.Struct(">i")
+_unpack_length = _LENGTH.unpack_from
+
+
+@dataclass(frozen=True, slots=True)
+class BodySpec:
+    """The wording of one command's body errors.
+
+    nsqd words them ``<CMD> failed to read <noun> size``, ``<CMD> invalid
+    <noun> size N``, ``<CMD> <big_noun> too big N > LIMIT`` and
+    ``<CMD> failed to read <noun>``; IDENTIFY and AUTH test "too big" before
+    "invalid", PUB and DPUB the other way round.
+    """
+
+    command: str
+    code: str
+    noun: str
+    big_noun: str
+    too_big_first: bool
+
+    def check_size(self, size: int, limit: int) -> None:
+        """Raise nsqd's error for a declared body ``size`` outside 1..``limit``."""
+        if self.too_big_first:
+            self._check_too_big(size, limit)
+            self._check_positive(size)
+        else:
+            self._check_positive(size)
+            self._check_too_big(size, limit)
+
+    def _check_positive(self, size: int) -> None:
+        if size <= 0:
+            raise ProtocolError(self.code, f"{self.command} invalid {self.noun} size {size}")
+
+    def _check_too_big(self, size: int, limit: int) -> None:
+        if size > limit:
+            raise ProtocolError(self.code, f"{self.command} {self.big_noun} too big {size} > {limit}")
+
+    def read_size_error(self) -> ProtocolError:
+        return ProtocolError(self.code, f"{self.command} failed to read {self.noun} size")
+
+    def read_body_error(self) -> ProtocolError:
+        return ProtocolError(self.code, f"{self.command} failed to read {self.noun}")
+
+
+IDENTIFY_BODY = BodySpec("IDENTIFY", "E_BAD_BODY", "body", "body", too_big_first=True)
+AUTH_BODY = BodySpec("AUTH", "E_BAD_BODY", "body", "body", too_big_first=True)
+PUB_BODY = BodySpec("PUB", "E_BAD_MESSAGE", "message body", "message", too_big_first=False)
+DPUB_BODY = BodySpec("DPUB", "E_BAD_MESSAGE", "message body", "message", too_big_first=False)
+
+
+class SizedBody:
+    """``[4-byte size][body]``; ``finish(body)`` turns the body into the event."""
+
+    __slots__ = ("spec", "limit", "finish", "size", "need")
+
+    def __init__(self, spec: BodySpec, limit: int, finish: Callable[[bytes], object]):
+        self.spec = spec
+        self.limit = limit
+        self.finish = finish
+        self.size = -1
+        self.need = 4
+
+    def advance(self, data: bytes, pos: int, end: int) -> tuple[int, object]:
+        if self.size < 0:
+            if end - pos < 4:
+                return pos, None
+            size = _unpack_length(data, pos)[0]
+            if size <= 0 or size > self.limit:
+                self.spec.check_size(size, self.limit)
+            self.size = self.need = size
+            pos += 4
+        stop = pos + self.size
+        if stop > end:
+            return pos, None
+        return stop, self.finish(data[pos:stop])
+
+    def eof_error(self) -> ProtocolError:
+        return self.spec.read_size_error() if self.size < 0 else self.spec.read_body_error()
+
+
+def _go_div(a: int, b: int) -> int:
+    """Go's integer division, which truncates toward zero."""
+    q = abs(a) // b
+    return -q if a < 0 else q
+
+
+_BODY_SIZE, _COUNT, _MESSAGES = 0, 1, 2
+
+
+class MpubBody:
+    """``[4-byte size][4-byte count]`` then ``count`` x ``[4-byte size][body]``.
+
+    As nsqd's ``readMPUB`` does, messages are read one after another from the
+    stream: the declared body size is only checked (``> 0``,
+    ``<= max_body_size``), it does not frame the messages. To keep memory
+    bounded whatever that size claims, the bytes actually read (count field
+    plus every size field and body) may not exceed ``max_body_size`` either --
+    a bound nsqd lacks, which an honest client, whose declared size is the
+    truth, can never hit.
+    """
+
+    __slots__ = ("topic", "max_msg_size", "max_body_size", "phase", "count", "bodies", "total", "need")
+
+    def __init__(self, topic: str, max_msg_size: int, max_body_size: int):
+        self.topic = topic
+        self.max_msg_size = max_msg_size
+        self.max_body_size = max_body_size
+        self.phase = _BODY_SIZE
+        self.count = 0
+        self.bodies: list[bytes] = []
+        self.total = 4
+        self.need = 4
+
+    def advance(self, data: bytes, pos: int, end: int) -> tuple[int, object]:
+        max_body_size = self.max_body_size
+        if self.phase == _BODY_SIZE:
+            if end - pos < 4:
+                return pos, None
+            size = _unpack_length(data, pos)[0]
+            if size <= 0:
+                raise ProtocolError("E_BAD_BODY", f"MPUB invalid body size {size}")
+            if size > max_body_size:
+                raise ProtocolError("E_BAD_BODY", f"MPUB body too big {size} > {max_body_size}")
+            pos += 4
+            self.phase = _COUNT
+        if self.phase == _COUNT:
+            if end - pos < 4:
+                return pos, None
+            count = _unpack_length(data, pos)[0]
+            # 4 bytes of count, then at least 5 bytes (size + 1) per message
+            if count <= 0 or count > _go_div(max_body_size - 4, 5):
+                raise ProtocolError("E_BAD_BODY", f"MPUB invalid message count {count}")
+            pos += 4
+            self.count = count
+            self.phase = _MESSAGES
+        # The hot loop of a batch publish: locals only, one slice per message.
+        bodies = self.bodies
+        append = bodies.append
+        index = len(bodies)
+        count = self.count
+        total = self.total
+        max_msg_size = self.max_msg_size
+        unpack = _unpack_length
+        while index < count:
+            if end - pos < 4:
+                self.total = total
+                self.need = 4
+                return pos, None
+            size = unpack(data, pos)[0]
+            if size <= 0:
+                raise ProtocolError("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size {size}")
+            if size > max_msg_size:
+                raise ProtocolError("E_BAD_MESSAGE", f"MPUB message too big {size} > {max_msg_size}")
+            grown = total + 4 + size
+            if grown > max_body_size:
+                raise ProtocolError("E_BAD_BODY", f"MPUB body too big {grown} > {max_body_size}")
+            start = pos + 4
+            stop = start + size
+            if stop > end:
+                # leave the size unconsumed: it is cheap to re-read and keeps one position to resume from
+                self.total = total
+                self.need = 4 + size
+                return pos, None
+            append(data[start:stop])
+            total = grown
+            pos = stop
+            index += 1
+        return pos, Mpub(self.topic, bodies)
+
+    def eof_error(self) -> ProtocolError:
+        if self.phase == _BODY_SIZE:
+            return ProtocolError("E_BAD_BODY", "MPUB failed to read body size")
+        if self.phase == _COUNT:
+            return ProtocolError("E_BAD_BODY", "MPUB failed to read message count")
+        if self.need == 4:
+            return ProtocolError("E_BAD_MESSAGE", f"MPUB failed to read message({len(self.bodies)}) body size")
+        return ProtocolError("E_BAD_MESSAGE", "MPUB failed to read message body")

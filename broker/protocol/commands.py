@@ -1,0 +1,207 @@
+"""V2 commands: the events the server-side parser yields, and the client-side encoders.
+
+Wire syntax (``nsqd/protocol_v2.go``): a line of space-separated tokens ended
+by ``\\n`` (a trailing ``\\r`` is dropped); IDENTIFY, AUTH, PUB and DPUB are
+followed by ``[4-byte size][body]``, MPUB by
+``[4-byte size][4-byte count]`` then ``count`` times ``[4-byte size][body]``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from typing import Iterable, Union
+
+from .frames import MSG_ID_LENGTH
+from .names import is_valid_name
+
+__all__ = [
+    "Identify", "Auth", "Sub", "Pub", "Mpub", "Dpub", "Rdy", "Fin", "Req", "Touch", "Cls", "Nop", "Command",
+    "encode_identify", "encode_auth", "encode_sub", "encode_pub", "encode_mpub", "encode_dpub",
+    "encode_rdy", "encode_fin", "encode_req", "encode_touch", "encode_cls", "encode_nop",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Identify:
+    """IDENTIFY: ``data`` is the JSON body as nsqd's decoder sees it.
+
+    Known fields appear under their canonical names with checked types (str,
+    int or bool); a field sent as ``null`` or not sent is absent; unknown keys
+    are dropped, as Go's ``json.Unmarshal`` ignores them. Range checks are the
+    owner's (they depend on options).
+    """
+
+    data: dict
+
+
+@dataclass(frozen=True, slots=True)
+class Auth:
+    """AUTH with the secret body."""
+
+    secret: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Sub:
+    """SUB to ``topic``/``channel`` (both valid names)."""
+
+    topic: str
+    channel: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pub:
+    """PUB of one non-empty body of at most ``max_msg_size`` bytes."""
+
+    topic: str
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Mpub:
+    """MPUB of one or more bodies, all validated before the event is yielded."""
+
+    topic: str
+    bodies: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Dpub:
+    """DPUB: publish ``body`` deferred by ``defer_ms`` (within 0..max_req_timeout_ms)."""
+
+    topic: str
+    defer_ms: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Rdy:
+    """RDY ``count`` (0..max_rdy_count; a bare ``RDY`` means 1)."""
+
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fin:
+    """FIN of a 16-byte message id (its bytes are not checked to be hex)."""
+
+    msg_id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Req:
+    """REQ of a message; ``timeout_ms`` already clamped to [0, max_req_timeout_ms]."""
+
+    msg_id: bytes
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Touch:
+    """TOUCH: reset a message's in-flight timeout."""
+
+    msg_id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Cls:
+    """CLS: start closing (the parser has moved the connection to CLOSING)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Nop:
+    """NOP: no response."""
+
+
+Command = Union[Identify, Auth, Sub, Pub, Mpub, Dpub, Rdy, Fin, Req, Touch, Cls, Nop]
+
+_SIZE = struct.Struct(">I")
+_SIZE_AND_COUNT = struct.Struct(">II")
+
+
+def _name(name: str) -> bytes:
+    if not is_valid_name(name):
+        raise ValueError(f"invalid topic or channel name {name!r}")
+    return name.encode("ascii")
+
+
+def _msg_id(msg_id: bytes | str) -> bytes:
+    if isinstance(msg_id, str):
+        msg_id = msg_id.encode("ascii")
+    if len(msg_id) != MSG_ID_LENGTH:
+        raise ValueError(f"message id must be {MSG_ID_LENGTH} bytes, got {len(msg_id)}")
+    return bytes(msg_id)
+
+
+def encode_identify(params: dict) -> bytes:
+    """``IDENTIFY\\n`` + the JSON-encoded ``params`` as a sized body."""
+    body = json.dumps(params, separators=(",", ":")).encode("utf-8")
+    return b"IDENTIFY\n" + _SIZE.pack(len(body)) + body
+
+
+def encode_auth(secret: bytes) -> bytes:
+    """``AUTH\\n`` + the secret as a sized body."""
+    if isinstance(secret, str):
+        secret = secret.encode("utf-8")
+    return b"AUTH\n" + _SIZE.pack(len(secret)) + secret
+
+
+def encode_sub(topic: str, channel: str) -> bytes:
+    """``SUB <topic> <channel>\\n``; raises ValueError for an invalid name."""
+    return b"SUB " + _name(topic) + b" " + _name(channel) + b"\n"
+
+
+def encode_pub(topic: str, body: bytes) -> bytes:
+    """``PUB <topic>\\n[size][body]``."""
+    return b"PUB " + _name(topic) + b"\n" + _SIZE.pack(len(body)) + body
+
+
+def encode_mpub(topic: str, bodies: Iterable[bytes]) -> bytes:
+    """``MPUB <topic>\\n[size][count]`` then each ``[size][body]``."""
+    bodies = list(bodies)
+    size = _SIZE.pack
+    parts = [b""]
+    total = 4
+    for body in bodies:
+        parts.append(size(len(body)))
+        parts.append(body)
+        total += 4 + len(body)
+    parts[0] = b"MPUB " + _name(topic) + b"\n" + _SIZE_AND_COUNT.pack(total, len(bodies))
+    return b"".join(parts)
+
+
+def encode_dpub(topic: str, defer_ms: int, body: bytes) -> bytes:
+    """``DPUB <topic> <defer_ms>\\n[size][body]``."""
+    return b"DPUB " + _name(topic) + b" %d\n" % defer_ms + _SIZE.pack(len(body)) + body
+
+
+def encode_rdy(count: int) -> bytes:
+    """``RDY <count>\\n``."""
+    return b"RDY %d\n" % count
+
+
+def encode_fin(msg_id: bytes | str) -> bytes:
+    """``FIN <id>\\n``; raises ValueError unless the id is 16 bytes."""
+    return b"FIN " + _msg_id(msg_id) + b"\n"
+
+
+def encode_req(msg_id: bytes | str, timeout_ms: int) -> bytes:
+    """``REQ <id> <timeout_ms>\\n``."""
+    return b"REQ " + _msg_id(msg_id) + b" %d\n" % timeout_ms
+
+
+def encode_touch(msg_id: bytes | str) -> bytes:
+    """``TOUCH <id>\\n``."""
+    return b"TOUCH " + _msg_id(msg_id) + b"\n"
+
+
+def encode_cls() -> bytes:
+    """``CLS\\n``."""
+    return b"CLS\n"
+
+
+def encode_nop() -> bytes:
+    """``NOP\\n``."""
+    return b"NOP\n"

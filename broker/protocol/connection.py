@@ -1,0 +1,430 @@
+"""The server side of one V2 connection: bytes in, validated command events out.
+
+:class:`ServerConnection` replicates what nsqd 1.3.0 checks before a command
+reaches the domain (``nsqd/tcp.go`` for the magic, ``nsqd/protocol_v2.go``
+``IOLoop``/``Exec`` and the per-command handlers for the rest), in nsqd's
+order and with nsqd's exact error strings:
+
+1. the magic ``"  V2"`` (anything else: ``E_BAD_PROTOCOL``, fatal);
+2. a line is read up to ``\\n`` (at most ``max_line_length`` bytes, else the
+   connection is closed silently, as nsqd's ``bufio: buffer full``); one
+   trailing ``\\r`` is dropped; the line is split on single spaces;
+3. the TLS policy (when :attr:`~ServerConnection.tls_required`), for every
+   command but IDENTIFY, even unknown ones;
+4. the command name (unknown or empty: ``E_INVALID invalid command X``);
+5. the handler's checks: state, parameter count, names, numbers, then the body
+   sizes and the body itself.
+
+What is left to the owner: anything needing the broker or the options
+(IDENTIFY range checks, AUTH, the auth checks of SUB/PUB/MPUB/DPUB, FIN/REQ/TOUCH
+ownership, publish failures).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache, partial
+
+from .base10 import ms_to_duration_ns, parse_base10, to_int64
+from .bodies import AUTH_BODY, DPUB_BODY, IDENTIFY_BODY, PUB_BODY, MpubBody, SizedBody
+from .commands import Auth, Cls, Dpub, Fin, Identify, Nop, Pub, Rdy, Req, Sub, Touch
+from .errors import ProtocolError
+from .frames import MAGIC_V2, MSG_ID_LENGTH
+from .identify import decode_identify
+from .limits import Limits
+from .names import go_quote, is_valid_name
+from .state import IGNORED_MOVES, LEGAL_STATES, State
+
+__all__ = ["ServerConnection", "LINE_TOO_LONG"]
+
+#: The code of the error raised for an over-long command line. It never reaches
+#: the wire: its payload is empty because nsqd closes without sending a frame.
+LINE_TOO_LONG = "E_LINE_TOO_LONG"
+
+_NS_PER_MS = 1_000_000
+_FIN_STATES = LEGAL_STATES[b"FIN"]
+
+# FIN is the hot path of a consumer: a client acknowledging a window of messages
+# sends a run of identical-looking lines. One regex match finds the whole run of
+# well-formed ones (16-byte id with no space or newline, not ending in "\r",
+# which the general path would strip) and the events are built without the
+# per-line split and dispatch. A frozen dataclass __init__ sets each field through
+# object.__setattr__; the slot descriptor stores the same field directly.
+_FIN_RUN = re.compile(rb"(?:FIN [^ \n]{%d}[^ \n\r]\n)+" % (MSG_ID_LENGTH - 1))
+_FIN_LINE = 4 + MSG_ID_LENGTH + 1
+_new = object.__new__
+_set_fin_id = Fin.__dict__["msg_id"].__set__
+
+
+@lru_cache(maxsize=1024)
+def _valid_name(raw: bytes) -> str | None:
+    # Publishers name the same few topics over and over: remember the verdicts.
+    return raw.decode("ascii") if is_valid_name(raw) else None
+
+
+def _invalid(description: str) -> ProtocolError:
+    return ProtocolError("E_INVALID", description)
+
+
+def _finish_identify(body: bytes) -> Identify:
+    try:
+        data = decode_identify(body)
+    except ValueError as exc:
+        raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from exc
+    return Identify(data)
+
+
+class ServerConnection:
+    """One connection's parser and state machine (server side, no I/O).
+
+    Feed bytes with :meth:`receive_data`; collect commands with
+    :meth:`next_events`. ``state`` is INIT until a SUB is parsed, SUBSCRIBED
+    after it, CLOSING after CLS. The owner sets ``heartbeats_enabled`` to False
+    after an IDENTIFY with ``heartbeat_interval`` -1 (SUB then fails), and
+    ``tls_required`` to True while ``--tls-required`` applies and the
+    connection has not upgraded to TLS.
+
+    Every error is a :class:`ProtocolError` carrying nsqd's payload; all the
+    parser raises are fatal. The parser holds at most one command line
+    (``max_line_length``) or one body of a size the limits allow.
+    """
+
+    __slots__ = (
+        "limits", "state", "heartbeats_enabled", "tls_required",
+        "_buf", "_whole", "_searched", "_magic_seen", "_body", "_error", "_eof",
+    )
+
+    def __init__(self, limits: Limits = Limits()):
+        self.limits = limits
+        self.state = State.INIT
+        self.heartbeats_enabled = True
+        self.tls_required = False
+        # Received bytes not parsed yet. A chunk that arrives when nothing is
+        # pending is kept as is (_whole) and parsed in place without a copy;
+        # anything else accumulates in _buf, where appending is amortised O(1)
+        # however small the pieces a client trickles in.
+        self._buf = bytearray()
+        self._whole: bytes | None = None
+        self._searched = 0  # leading pending bytes known to hold no "\n"
+        self._magic_seen = False
+        self._body: SizedBody | MpubBody | None = None
+        self._error: ProtocolError | None = None
+        self._eof = False
+
+    # ------------------------------------------------------------------ input
+
+    def receive_data(self, data: bytes) -> None:
+        """Buffer bytes from the client; ``b""`` marks the end of input.
+
+        End of input is EOF, or a read deadline passing (nsqd's read fails the
+        same way in both cases). Raises RuntimeError for data after the end.
+        """
+        if not data:
+            self._eof = True
+        elif self._eof:
+            raise RuntimeError("data received after the end of input")
+        elif self._whole is None and not self._buf and type(data) is bytes:
+            self._whole = data
+        else:
+            if self._whole is not None:
+                self._buf += self._whole
+                self._whole = None
+            self._buf += data
+
+    def next_events(self) -> list:
+        """Every complete command buffered so far, in order.
+
+        Parsing pauses after an :class:`Identify` (the rest is returned by the
+        next call), because what IDENTIFY negotiates changes how the following
+        bytes are read: heartbeats (SUB), TLS, compression. If an error follows
+        some good commands, those are returned and the error is raised on the
+        next call; after an error every call raises it again.
+
+        At the end of input, a command cut off inside its body raises the
+        error nsqd sends when its body read fails; a partial line is dropped
+        silently, as nsqd does.
+        """
+        if self._error is not None:
+            raise self._error
+        events: list = []
+        try:
+            self._parse(events)
+        except ProtocolError as exc:
+            self._error = exc
+            if not events:
+                raise
+        return events
+
+    def take_trailing_data(self) -> bytes:
+        """Return and forget the bytes received but not parsed yet.
+
+        After an IDENTIFY that upgrades the stream (TLS, snappy, deflate) the
+        bytes that follow belong to the upgraded stream: the owner decodes them
+        and feeds the result back through :meth:`receive_data`.
+        """
+        if self._body is not None:
+            raise RuntimeError("a command body is still being read")
+        data = self._pending()
+        self._buf = bytearray()
+        self._whole = None
+        self._searched = 0
+        return data
+
+    def _pending(self) -> bytes:
+        return self._whole if self._whole is not None else bytes(self._buf)
+
+    def _pending_size(self) -> int:
+        return len(self._whole) if self._whole is not None else len(self._buf)
+
+    # ------------------------------------------------------------------ parsing
+
+    def _parse(self, events: list) -> None:
+        if not self._magic_seen and not self._read_magic():
+            return
+        if not self._ready():
+            if self._eof and self._body is not None:
+                raise self._body.eof_error()
+            return
+        data = self._pending()
+        end = len(data)
+        pos = 0
+        cap = self.limits.max_line_length
+        find = data.find
+        startswith = data.startswith
+        append = events.append
+        handlers = _HANDLERS
+        fin_run = _FIN_RUN.match
+        fin_fast = self.state in _FIN_STATES and not self.tls_required
+        line_open = False
+        try:
+            while True:
+                body = self._body
+                if body is not None:
+                    if end - pos < body.need:
+                        break
+                    pos, event = body.advance(data, pos, end)
+                    if event is None:
+                        break
+                    self._body = None
+                    append(event)
+                    if type(event) is Identify:
+                        break
+                    continue
+                if fin_fast and startswith(b"FIN ", pos):
+                    run = fin_run(data, pos)
+                    if run is not None:
+                        stop = run.end()
+                        for start in range(pos + 4, stop, _FIN_LINE):
+                            event = _new(Fin)
+                            _set_fin_id(event, data[start:start + MSG_ID_LENGTH])
+                            append(event)
+                        pos = stop
+                        continue
+                nl = find(b"\n", pos, pos + cap)
+                if nl < 0:
+                    if end - pos >= cap:
+                        raise self._line_too_long()
+                    line_open = True
+                    break
+                line = data[pos:nl]
+                pos = nl + 1
+                if line[-1:] == b"\r":
+                    line = line[:-1]
+                params = line.split(b" ")
+                name = params[0]
+                if self.tls_required and name != b"IDENTIFY":
+                    raise ProtocolError.with_raw_description(
+                        "E_INVALID", b"cannot " + name + b" in current state (TLS required)"
+                    )
+                handler = handlers.get(name)
+                if handler is None:
+                    raise ProtocolError.with_raw_description("E_INVALID", b"invalid command " + name)
+                event = handler(self, params)
+                if event is not None:
+                    append(event)
+                fin_fast = self.state in _FIN_STATES and not self.tls_required
+        finally:
+            self._consume(data, pos)
+        self._searched = end - pos if line_open else 0
+        body = self._body
+        if self._eof and body is not None and end - pos < body.need:
+            raise body.eof_error()
+
+    def _consume(self, data: bytes, pos: int) -> None:
+        """Drop the first ``pos`` pending bytes (``data`` is the pending bytes)."""
+        if self._whole is not None:
+            self._whole = None
+            if pos < len(data):
+                self._buf = bytearray(memoryview(data)[pos:])
+        else:
+            del self._buf[:pos]  # cheap: bytearray moves its start instead of copying
+
+    def _read_magic(self) -> bool:
+        if self._pending_size() < 4:
+            return False
+        data = self._pending()
+        if data[:4] != MAGIC_V2:
+            raise ProtocolError("E_BAD_PROTOCOL", "", payload=b"E_BAD_PROTOCOL")
+        self._magic_seen = True
+        self._consume(data, 4)
+        return True
+
+    def _ready(self) -> bool:
+        """Whether the pending bytes complete a line or the pending body's next step.
+
+        The search for a newline resumes where the last one stopped, so a long
+        line arriving in small pieces costs linear time. Raises for a line
+        longer than the limit as soon as that many bytes are pending without
+        a newline.
+        """
+        body = self._body
+        if body is not None:
+            return self._pending_size() >= body.need
+        cap = self.limits.max_line_length
+        pending = self._whole if self._whole is not None else self._buf
+        if pending.find(b"\n", self._searched, cap) >= 0:
+            return True
+        size = len(pending)
+        if size >= cap:
+            raise self._line_too_long()
+        self._searched = size
+        return False
+
+    def _line_too_long(self) -> ProtocolError:
+        return ProtocolError(LINE_TOO_LONG, "failed to read command - bufio: buffer full", payload=b"")
+
+    # ------------------------------------------------------------------ checks
+
+    def _require_state(self, command: bytes) -> None:
+        if self.state not in LEGAL_STATES[command]:
+            raise _invalid(f"cannot {command.decode('ascii')} in current state")
+
+    @staticmethod
+    def _name(raw: bytes, command: str, kind: str, code: str, prefix: bytes = b"") -> str:
+        name = _valid_name(raw)
+        if name is None:
+            raise ProtocolError.with_raw_description(
+                code, prefix + f"{command} {kind} name ".encode("ascii") + go_quote(raw) + b" is not valid"
+            )
+        return name
+
+    @staticmethod
+    def _message_id(raw: bytes) -> bytes:
+        if len(raw) != MSG_ID_LENGTH:
+            raise _invalid("invalid message ID")
+        return raw
+
+    @staticmethod
+    def _number(raw: bytes, what: bytes) -> int:
+        value = parse_base10(raw)
+        if value is None:
+            raise ProtocolError.with_raw_description("E_INVALID", what + raw)
+        return value
+
+    # ------------------------------------------------------------------ handlers (one per wire command)
+
+    def _identify(self, params: list[bytes]) -> None:
+        self._require_state(b"IDENTIFY")
+        self._body = SizedBody(IDENTIFY_BODY, self.limits.max_body_size, _finish_identify)
+
+    def _auth(self, params: list[bytes]) -> None:
+        self._require_state(b"AUTH")
+        if len(params) != 1:
+            raise _invalid("AUTH invalid number of parameters")
+        self._body = SizedBody(AUTH_BODY, self.limits.max_body_size, Auth)
+
+    def _sub(self, params: list[bytes]) -> Sub:
+        self._require_state(b"SUB")
+        if not self.heartbeats_enabled:
+            raise _invalid("cannot SUB with heartbeats disabled")
+        if len(params) < 3:
+            raise _invalid("SUB insufficient number of parameters")
+        topic = self._name(params[1], "SUB", "topic", "E_BAD_TOPIC")
+        channel = self._name(params[2], "SUB", "channel", "E_BAD_CHANNEL")
+        self.state = State.SUBSCRIBED
+        return Sub(topic, channel)
+
+    def _rdy(self, params: list[bytes]) -> Rdy | None:
+        if (b"RDY", self.state) in IGNORED_MOVES:
+            return None
+        self._require_state(b"RDY")
+        count = 1
+        if len(params) > 1:
+            count = to_int64(self._number(params[1], b"RDY could not parse count "))
+        max_rdy_count = self.limits.max_rdy_count
+        if count < 0 or count > max_rdy_count:
+            raise _invalid(f"RDY count {count} out of range 0-{max_rdy_count}")
+        return Rdy(count)
+
+    def _fin(self, params: list[bytes]) -> Fin:
+        self._require_state(b"FIN")
+        if len(params) < 2:
+            raise _invalid("FIN insufficient number of params")
+        return Fin(self._message_id(params[1]))
+
+    def _req(self, params: list[bytes]) -> Req:
+        self._require_state(b"REQ")
+        if len(params) < 3:
+            raise _invalid("REQ insufficient number of params")
+        msg_id = self._message_id(params[1])
+        timeout_ns = ms_to_duration_ns(self._number(params[2], b"REQ could not parse timeout "))
+        # nsqd clamps (and only logs) an out-of-range REQ timeout
+        max_ns = self.limits.max_req_timeout_ms * _NS_PER_MS
+        timeout_ns = min(max(timeout_ns, 0), max_ns)
+        return Req(msg_id, timeout_ns // _NS_PER_MS)
+
+    def _touch(self, params: list[bytes]) -> Touch:
+        self._require_state(b"TOUCH")
+        if len(params) < 2:
+            raise _invalid("TOUCH insufficient number of params")
+        return Touch(self._message_id(params[1]))
+
+    def _cls(self, params: list[bytes]) -> Cls:
+        self._require_state(b"CLS")
+        self.state = State.CLOSING
+        return Cls()
+
+    def _nop(self, params: list[bytes]) -> Nop:
+        return Nop()
+
+    def _pub(self, params: list[bytes]) -> None:
+        if len(params) < 2:
+            raise _invalid("PUB insufficient number of parameters")
+        topic = self._name(params[1], "PUB", "topic", "E_BAD_TOPIC")
+        self._body = SizedBody(PUB_BODY, self.limits.max_msg_size, partial(Pub, topic))
+
+    def _mpub(self, params: list[bytes]) -> None:
+        if len(params) < 2:
+            raise _invalid("MPUB insufficient number of parameters")
+        # nsqd repeats the code inside the description for MPUB only
+        topic = self._name(params[1], "MPUB", "topic", "E_BAD_TOPIC", prefix=b"E_BAD_TOPIC ")
+        limits = self.limits
+        self._body = MpubBody(topic, limits.max_msg_size, limits.max_body_size)
+
+    def _dpub(self, params: list[bytes]) -> None:
+        if len(params) < 3:
+            raise _invalid("DPUB insufficient number of parameters")
+        topic = self._name(params[1], "DPUB", "topic", "E_BAD_TOPIC")
+        defer_ms = self._number(params[2], b"DPUB could not parse timeout ")
+        defer_ns = ms_to_duration_ns(defer_ms)
+        max_req_timeout_ms = self.limits.max_req_timeout_ms
+        if defer_ns < 0 or defer_ns > max_req_timeout_ms * _NS_PER_MS:
+            # nsqd prints the parsed (unsigned) milliseconds, not the wrapped duration
+            raise _invalid(f"DPUB timeout {defer_ms} out of range 0-{max_req_timeout_ms}")
+        self._body = SizedBody(DPUB_BODY, self.limits.max_msg_size, partial(Dpub, topic, defer_ns // _NS_PER_MS))
+
+
+_HANDLERS = {
+    b"IDENTIFY": ServerConnection._identify,
+    b"AUTH": ServerConnection._auth,
+    b"SUB": ServerConnection._sub,
+    b"RDY": ServerConnection._rdy,
+    b"FIN": ServerConnection._fin,
+    b"REQ": ServerConnection._req,
+    b"TOUCH": ServerConnection._touch,
+    b"CLS": ServerConnection._cls,
+    b"NOP": ServerConnection._nop,
+    b"PUB": ServerConnection._pub,
+    b"MPUB": ServerConnection._mpub,
+    b"DPUB": ServerConnection._dpub,
+}

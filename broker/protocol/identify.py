@@ -1,0 +1,108 @@
+"""Decoding an IDENTIFY body the way nsqd's ``json.Unmarshal`` into ``identifyDataV2`` does.
+
+What Go accepts or rejects, and how this module matches it:
+
+* the body must be one valid JSON value (RFC 8259, no NaN/Infinity, nothing
+  after it); ``null`` decodes to "no fields"; any other non-object is an error;
+* keys match struct fields case-insensitively (``"Heartbeat_Interval"`` sets
+  ``heartbeat_interval``; the Kelvin sign and long s fold to ``k`` and ``s``);
+  a later duplicate wins; ``null`` leaves a field as it was; unknown keys are
+  ignored whatever their value;
+* a value of the wrong JSON type for a known field is an error, and int fields
+  take only integer literals in range (``1000.0`` and ``1e3`` are errors);
+  ``sample_rate`` is an ``int32``, the other ints are 64-bit;
+* invalid UTF-8 inside strings and lone surrogate escapes become U+FFFD.
+
+One known difference: Go nests up to 10000 levels, Python's decoder gives up
+near its recursion limit (about 1000), so such a body is refused here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+__all__ = ["decode_identify", "IDENTIFY_FIELDS"]
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+
+#: nsqd 1.3.0 ``identifyDataV2``: JSON name -> Go type.
+IDENTIFY_FIELDS: dict[str, object] = {
+    "client_id": str,
+    "hostname": str,
+    "heartbeat_interval": _INT64,
+    "output_buffer_size": _INT64,
+    "output_buffer_timeout": _INT64,
+    "feature_negotiation": bool,
+    "tls_v1": bool,
+    "deflate": bool,
+    "deflate_level": _INT64,
+    "snappy": bool,
+    "sample_rate": _INT32,
+    "user_agent": str,
+    "msg_timeout": _INT64,
+}
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _Pairs(list):
+    """An object's members in wire order (a plain list would be confused with a JSON array)."""
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+class _HugeInt:
+    """An integer literal too long to be in range for any field (Python's int() caps digits)."""
+
+
+_HUGE_INT = _HugeInt()
+
+
+def _parse_int(literal: str) -> int | _HugeInt:
+    # 20 digits and a sign cover every int64; longer literals are only valid for unknown keys
+    return int(literal) if len(literal) <= 21 else _HUGE_INT
+
+
+_decoder = json.JSONDecoder(object_pairs_hook=_Pairs, parse_constant=_reject_constant, parse_int=_parse_int)
+
+
+def _fold(key: str) -> str | None:
+    key = key.replace("\u212a", "k").replace("\u017f", "s")
+    return key.lower() if key.isascii() else None
+
+
+def decode_identify(body: bytes) -> dict:
+    """The fields an IDENTIFY body sets; raises ValueError where Go's decoder fails."""
+    text = body.decode("utf-8", "surrogateescape")
+    try:
+        value = _decoder.decode(text)
+    except RecursionError as exc:
+        raise ValueError("JSON nested too deeply") from exc
+    if value is None:
+        return {}
+    if type(value) is not _Pairs:
+        raise ValueError("IDENTIFY body is not a JSON object")
+    data: dict = {}
+    for key, item in value:
+        name = key if key in IDENTIFY_FIELDS else _fold(key)
+        kind = IDENTIFY_FIELDS.get(name)
+        if kind is None or item is None:
+            continue
+        if kind is str:
+            if type(item) is not str:
+                raise ValueError(f"{name} must be a string")
+            data[name] = _SURROGATE.sub("\ufffd", item)
+        elif kind is bool:
+            if type(item) is not bool:
+                raise ValueError(f"{name} must be a boolean")
+            data[name] = item
+        else:
+            low, high = kind
+            if type(item) is not int or not low <= item <= high:
+                raise ValueError(f"{name} must be an integer in range")
+            data[name] = item
+    return data

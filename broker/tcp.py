@@ -1,0 +1,160 @@
+"""The TCP listener: bytes from sockets into the protocol parser, commands into handlers.
+
+Each connection runs two tasks in its own nursery: the reader below, which
+feeds every chunk received to the parser and applies all complete commands
+before reading again, and the client's writer (:meth:`Client.run_writer`).
+After a batch of commands the client's channel dispatches once, so a chunk
+of 100 FINs frees 100 slots and refills them in one pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING
+
+import trio
+
+from .client import Client
+from .commands import ASYNC_HANDLERS, SYNC_HANDLERS
+from .protocol import Identify, ProtocolError, ServerConnection
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+__all__ = ["TCPServer"]
+
+log = logging.getLogger("pynsqd.tcp")
+
+RECEIVE_SIZE = 256 * 1024
+
+
+def _format_address(sockaddr) -> str:
+    host, port = sockaddr[0], sockaddr[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class TCPServer:
+    """Accepts V2 connections for a :class:`Broker`; owns their tasks."""
+
+    def __init__(self, broker: "Broker"):
+        self.broker = broker
+        self._listener_scope = trio.CancelScope()
+        self._connections: trio.Nursery | None = None
+        self._client_numbers = 0
+
+    async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until :meth:`stop_listening` and :meth:`close_connections` are done."""
+        async with trio.open_nursery() as connections:
+            self._connections = connections
+            with self._listener_scope:
+                async with trio.open_nursery() as accept:
+                    for listener in listeners:
+                        accept.start_soon(self._accept_loop, listener)
+                    task_status.started()
+            for listener in listeners:
+                await listener.aclose()
+
+    def stop_listening(self) -> None:
+        """Stop accepting connections (the first step of shutdown)."""
+        self._listener_scope.cancel()
+
+    async def close_connections(self, grace: float) -> None:
+        """Ask every client to flush and close; cancel what is left after ``grace`` seconds."""
+        for client in list(self.broker.clients):
+            client.close_soon()
+        with trio.move_on_after(grace):
+            while self.broker.clients:
+                await trio.sleep(0.01)
+        if self._connections is not None:
+            self._connections.cancel_scope.cancel()
+
+    async def _accept_loop(self, listener: trio.SocketListener) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:  # e.g. EMFILE: wait and keep serving the others
+                log.error("TCP: accept failed: %s", exc)
+                await trio.sleep(0.1)
+                continue
+            self._connections.start_soon(self._handle, stream)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        broker = self.broker
+        try:
+            remote = _format_address(stream.socket.getpeername())
+        except OSError:
+            await stream.aclose()
+            return
+        self._client_numbers += 1
+        client = Client(broker, stream, remote, self._client_numbers)
+        broker.clients.add(client)
+        log.info("TCP: new client(%s)", remote)
+        try:
+            async with trio.open_nursery() as nursery:
+                async def writer() -> None:
+                    await client.run_writer()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(writer)
+                await self._read_loop(client)
+                client.close_soon()
+        finally:
+            broker.clients.discard(client)
+            if client.channel is not None:
+                client.channel.remove_client(client)
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            log.info("TCP: client(%s) closed", remote)
+
+    async def _read_loop(self, client: Client) -> None:
+        """Read, parse and apply commands until EOF, a fatal error, a timeout or close."""
+        broker = self.broker
+        conn = ServerConnection(broker.limits)
+        stream = client.stream
+        sync_handlers = SYNC_HANDLERS
+        async_handlers = ASYNC_HANDLERS
+        while not client.closing:
+            interval = client.heartbeat_interval
+            # The magic must arrive within --client-timeout; commands within two heartbeats.
+            timeout = 2 * interval if interval else math.inf
+            with trio.move_on_after(timeout) as scope:
+                try:
+                    data = await stream.receive_some(RECEIVE_SIZE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
+            if scope.cancelled_caught:
+                log.info("TCP: client(%s) timed out after %.0fs without a command", client.remote_address, timeout)
+                data = b""
+            # b"" tells the parser the input ended: a command cut off in its body
+            # then gets nsqd's "failed to read" error before the close.
+            conn.receive_data(data)
+            try:
+                while True:
+                    events = conn.next_events()
+                    if not events:
+                        break
+                    for event in events:
+                        event_type = type(event)
+                        handler = sync_handlers.get(event_type)
+                        try:
+                            if handler is not None:
+                                handler(broker, client, event)
+                            else:
+                                await async_handlers[event_type](broker, client, event)
+                        except ProtocolError as err:
+                            if err.fatal:
+                                raise
+                            client.send_error(err)
+                        if event_type is Identify:
+                            conn.heartbeats_enabled = client.heartbeat_interval > 0
+            except ProtocolError as err:
+                log.info("TCP: client(%s) error: %s %s", client.remote_address, err.code, err.description)
+                if err.payload:  # an over-long line closes without a frame, as in nsqd
+                    client.send_error(err)
+                return
+            finally:
+                if client.channel is not None:
+                    client.channel.dispatch()
+            if not data:
+                return

@@ -1,0 +1,165 @@
+"""The checkpoint: where reading resumes and where writing continues after a restart.
+
+File ``<name>.diskqueue.meta.dat``, msgpack::
+
+    {"crc": u32, "body": bin}          crc = zlib CRC-32 of body
+    body = {
+      "version":   1,
+      "commit":    [segment, offset, seq],   the committed cursor (ack floor): reading resumes here
+      "write":     [segment, offset, seq],   end of the data known durable when this was written
+      "depth":     int,                      readable records from "commit" to "write"
+      "bad":       [[segment, end], ...],    corrupt segments at or after "commit": reading
+                                             stops at "end" and skips to the next segment
+      "accounted": [segment, ...],           segments whose skip loss is already out of "depth"
+    }
+
+``seq`` counts records ever written to the queue, so ``write.seq - commit.seq`` bounds the
+depth, and segment headers carry the ``seq`` of their first record. The file is replaced
+atomically: write a temporary file, fsync it, rename it over the old one, fsync the
+directory. It is a hint, not the source of truth: records found complete and checksum-valid
+after ``write`` on open are kept, and a checkpoint that does not match the files is ignored
+in favour of counting the records on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import dataclass
+
+import msgpack
+
+from .errors import FormatVersionError
+
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "Checkpoint",
+    "Cursor",
+    "decode_checkpoint",
+    "encode_checkpoint",
+    "fsync_directory",
+    "load_checkpoint",
+    "store_checkpoint",
+    "write_temporary",
+]
+
+CHECKPOINT_VERSION = 1
+TEMP_SUFFIX = ".tmp"
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """A position in the queue: segment number, byte offset in it, records written before it."""
+
+    file: int
+    pos: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The decoded checkpoint (see the module docstring for the meaning of each field)."""
+
+    commit: Cursor
+    write: Cursor
+    depth: int
+    bad: tuple[tuple[int, int], ...] = ()
+    accounted: tuple[int, ...] = ()
+
+
+def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
+    """The file contents for ``checkpoint``."""
+    c, w = checkpoint.commit, checkpoint.write
+    body = msgpack.packb(
+        {
+            "version": CHECKPOINT_VERSION,
+            "commit": [c.file, c.pos, c.seq],
+            "write": [w.file, w.pos, w.seq],
+            "depth": checkpoint.depth,
+            "bad": [list(item) for item in checkpoint.bad],
+            "accounted": list(checkpoint.accounted),
+        }
+    )
+    return msgpack.packb({"crc": zlib.crc32(body), "body": body})
+
+
+def decode_checkpoint(data: bytes) -> Checkpoint:
+    """Decode checkpoint file contents.
+
+    Raises ``ValueError`` when the contents are not a valid checkpoint and
+    ``FormatVersionError`` for an intact checkpoint of a newer version.
+    """
+    try:
+        outer = msgpack.unpackb(data)
+        body = outer["body"]
+        if not isinstance(body, bytes) or zlib.crc32(body) != outer["crc"]:
+            raise ValueError("checkpoint checksum mismatch")
+        fields = msgpack.unpackb(body)
+        version = fields["version"]
+        if version != CHECKPOINT_VERSION:
+            raise FormatVersionError(
+                f"checkpoint has version {version}; this code reads version {CHECKPOINT_VERSION}"
+            )
+        commit = Cursor(*map(_natural, fields["commit"]))
+        write = Cursor(*map(_natural, fields["write"]))
+        depth = _natural(fields["depth"])
+        bad = tuple((_natural(f), _natural(e)) for f, e in fields["bad"])
+        accounted = tuple(map(_natural, fields["accounted"]))
+    except FormatVersionError:
+        raise
+    except ValueError:
+        raise
+    except Exception as exc:  # msgpack raises a zoo of types on garbage: all mean "not a checkpoint"
+        raise ValueError(f"checkpoint is not readable: {exc!r}") from exc
+    return Checkpoint(commit, write, depth, bad, accounted)
+
+
+def _natural(value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"checkpoint field {value!r} is not a non-negative integer")
+    return value
+
+
+def load_checkpoint(path: str) -> tuple[Checkpoint | None, str | None]:
+    """Read the checkpoint at ``path``: ``(checkpoint, None)``, ``(None, None)`` when there is
+    none, or ``(None, reason)`` when the file exists but is not valid."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None, None
+    try:
+        return decode_checkpoint(data), None
+    except FormatVersionError:
+        raise
+    except ValueError as exc:
+        return None, str(exc)
+
+
+def write_temporary(path: str, data: bytes) -> str:
+    """Write ``data`` to ``path + ".tmp"`` and fsync it; returns the temporary path."""
+    tmp = path + TEMP_SUFFIX
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return tmp
+
+
+def fsync_directory(directory: str) -> None:
+    """Make renames, creations and removals in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def store_checkpoint(path: str, data: bytes) -> None:
+    """Replace the checkpoint at ``path`` atomically and durably (blocking: several fsyncs)."""
+    os.replace(write_temporary(path, data), path)
+    fsync_directory(os.path.dirname(path) or ".")

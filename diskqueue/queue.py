@@ -1,0 +1,702 @@
+"""``DiskQueue``: an append-only, segmented, crash-recoverable FIFO of byte strings.
+
+The file layout is in ``format.py``, the checkpoint in ``checkpoint.py``, what happens on
+open in ``recovery.py``.
+
+Cursors. Three positions ``(segment, offset, seq)`` move through the segments:
+``write`` (the end), ``read`` (the next record ``read_many`` hands out) and ``commit`` (the
+ack floor: records before it are done). The checkpoint stores ``commit``; after a crash or
+restart reading resumes there, so records handed out but not committed come back. With
+``auto_commit=True`` (nsqd's behaviour) every read commits.
+
+Which calls are async, and why:
+
+* ``put``/``put_many``/``read_many``/``commit``/``empty``/``delete``, the ``depth`` and
+  ``uncommitted`` attributes and ``statistics()`` are plain methods. They do no fsync:
+  writes are one ``pwrite`` per batch into the page cache, reads one ``pread`` per
+  megabyte. That costs about as much as copying the bytes, so they run inline, and being
+  synchronous keeps "put then enqueue" atomic for the owner. ``empty``/``delete`` unlink a
+  handful of files inline.
+* ``sync()`` is async: fsyncs and the checkpoint's rename and directory fsync take
+  milliseconds, so they run in ``trio.to_thread.run_sync``. While it runs the owner may keep
+  calling ``put_many``/``read_many``/``commit``: the sync captures the cursors and the
+  descriptors to fsync at one instant, on the Trio thread, and the checkpoint it writes
+  describes exactly that instant; data written later is covered by the next sync. Writes go
+  straight to the file (no user-space buffer), so there is nothing to flush first.
+  Descriptors are never closed while a worker thread may be fsyncing them: a finished
+  segment's descriptor is closed by the sync that fsynced it, and ``empty()``/``delete()``
+  during a sync defer their closes until the worker returns.
+* ``run()`` is the sync policy loop, started by the owner in its nursery; ``close()`` is
+  async because it waits for a running sync and does a final one.
+* Construction is synchronous: recovery reads the checkpoint and verifies only what was
+  written after it, so it is cheap; when the checkpoint cannot be trusted it counts every
+  record, which blocks in proportion to the data. Writing then continues in a new segment
+  when the last one already holds records: nothing is appended after bytes this process
+  did not write, so damage found there later never hides newer records.
+
+Sync policy (nsqd's): ``run()`` syncs once ``sync_every`` records have been written or
+read since the last sync, at least every ``sync_timeout`` seconds when there was any
+activity, promptly after a segment roll and after a segment has been read to its end, and
+``close()`` syncs. A segment roll happens inside ``put_many``, which cannot wait for an
+fsync; so the finished segment stays open, ``run()`` is woken, and the next sync fsyncs it
+before writing a checkpoint that names anything after it. Consumed segments are removed
+(or renamed ``.bad`` when corrupt) only by a sync, after a checkpoint whose committed
+cursor is past them is durable: a crash never leaves the checkpoint pointing at a removed
+file. ``sync()`` is also the group commit: after many ``put_many`` calls one ``await
+sync()`` makes all of them durable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from array import array
+from bisect import bisect_right
+from collections import deque
+from itertools import accumulate, repeat
+from operator import add
+from typing import Iterable, Sequence
+
+import trio
+
+from .checkpoint import Checkpoint, Cursor, encode_checkpoint
+from .errors import DiskQueueClosed, DiskQueueError, DiskQueueIOError, MessageSizeError
+from .format import HEADER_SIZE, RECORD_HEADER_SIZE, frame_records, meta_filename, segment_filename
+from .reader import SegmentReader
+from .recovery import recover
+from .scan import list_segments, read_header
+from .statistics import DiskQueueStatistics
+from .sync import Guard, SyncJob
+from .writer import SegmentWriter
+
+__all__ = ["DiskQueue"]
+
+DEFAULT_MAX_BYTES_PER_FILE = 104857600
+DEFAULT_MAX_MSG_SIZE = 1048576 + 26
+DEFAULT_SYNC_EVERY = 2500
+DEFAULT_SYNC_TIMEOUT = 2.0
+
+
+class _Handed:
+    """Records handed out from one segment by one ``read_many`` and not yet all committed."""
+
+    __slots__ = ("file", "ends", "done", "seq")
+
+    def __init__(self, file: int, ends: array, seq: int) -> None:
+        self.file = file
+        self.ends = ends  # ends[0] is where the first record starts, ends[i] where record i ends
+        self.done = 0
+        self.seq = seq  # sequence number of the first record
+
+
+class DiskQueue:
+    """Append-only segment queue; one owner, used from one Trio thread.
+
+    ``name`` names the files (``<name>.diskqueue.NNNNNN.dat`` and ``.meta.dat``) in the
+    directory ``data_path``, which is created if missing. Opening recovers synchronously
+    (see ``recovery.py``). The queue owns its file descriptors; ``close()`` or ``delete()``
+    releases them. Raises ``FormatVersionError`` for files of a newer format and
+    ``OSError`` when the directory cannot be read.
+    """
+
+    __slots__ = (
+        "name", "data_path", "_max_bytes", "_min", "_max", "_sync_every", "_sync_timeout",
+        "_auto", "_log", "_writer", "_segments", "_reader", "_r_file", "_r_pos", "_r_seq",
+        "_r_end", "_c_file", "_c_pos", "_c_seq", "_depth", "_uncommitted", "_pending",
+        "_crossed", "_bad", "_accounted", "_ops", "_dirty", "_records_lost", "_syncs",
+        "_last_sync_error", "_sync_lock", "_wakeup", "_guard", "_sync_active",
+        "_deferred_close", "_closed", "_deleted", "_close_done", "_meta_path",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        data_path: str | os.PathLike[str],
+        *,
+        max_bytes_per_file: int = DEFAULT_MAX_BYTES_PER_FILE,
+        min_msg_size: int = 0,
+        max_msg_size: int = DEFAULT_MAX_MSG_SIZE,
+        sync_every: int = DEFAULT_SYNC_EVERY,
+        sync_timeout: float = DEFAULT_SYNC_TIMEOUT,
+        auto_commit: bool = True,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        if not name or os.sep in name or name in (".", ".."):
+            raise ValueError(f"invalid disk queue name {name!r}")
+        if max_bytes_per_file <= HEADER_SIZE + RECORD_HEADER_SIZE:
+            raise ValueError(f"max_bytes_per_file {max_bytes_per_file} is too small")
+        if not 0 <= min_msg_size <= max_msg_size < 1 << 32:
+            raise ValueError(f"message size bounds [{min_msg_size}, {max_msg_size}] are invalid")
+        if sync_every < 1 or not sync_timeout > 0:
+            raise ValueError("sync_every must be >= 1 and sync_timeout > 0")
+        self.name = name
+        self.data_path = os.fspath(data_path)
+        self._max_bytes = max_bytes_per_file
+        self._min = min_msg_size
+        self._max = max_msg_size
+        self._sync_every = sync_every
+        self._sync_timeout = sync_timeout
+        self._auto = auto_commit
+        self._log = logger if logger is not None else logging.getLogger("diskqueue")
+        self._meta_path = os.path.join(self.data_path, meta_filename(name))
+        os.makedirs(self.data_path, exist_ok=True)
+
+        found = recover(self.data_path, name, min_msg_size, max_msg_size)
+        for note in found.notes:
+            self._log.info("DISKQUEUE(%s): %s", name, note)
+        for problem in found.problems:
+            self._log.warning("DISKQUEUE(%s): %s", name, problem)
+        if found.lost:
+            self._log.warning("DISKQUEUE(%s): %d record(s) lost to damaged or missing files", name, found.lost)
+
+        w = found.write
+        if found.write_exists and w.pos > HEADER_SIZE:
+            # Never append after bytes this process did not write: a record there that rots
+            # would make the reader skip the rest of the segment, new records included.
+            self._writer = SegmentWriter(self.data_path, name, w.file + 1, HEADER_SIZE, w.seq, False)
+        else:
+            self._writer = SegmentWriter(self.data_path, name, w.file, w.pos, w.seq, found.write_exists)
+        self._segments = found.segments
+        c = found.commit
+        self._r_file, self._r_pos, self._r_seq = c.file, c.pos, c.seq
+        self._c_file, self._c_pos, self._c_seq = c.file, c.pos, c.seq
+        self._reader: SegmentReader | None = None
+        self._r_end: int | None = None
+        self._depth = found.depth
+        self._uncommitted = 0
+        self._pending: deque[_Handed] = deque()
+        self._crossed: dict[int, tuple[int, int, int]] = {}
+        self._bad = found.bad
+        self._accounted = found.accounted
+        self._ops = 0
+        self._dirty = bool(found.notes or found.problems)
+        self._records_lost = found.lost
+        self._syncs = 0
+        self._last_sync_error: str | None = None
+        self._sync_lock = trio.Lock()
+        self._wakeup = trio.Event()
+        self._guard = Guard()
+        self._sync_active = False
+        self._deferred_close: list[int] = []
+        self._closed = False
+        self._deleted = False
+        self._close_done: trio.Event | None = None
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def depth(self) -> int:
+        """Records written and not yet read."""
+        return self._depth
+
+    @property
+    def uncommitted(self) -> int:
+        """Records read (handed out) and not yet committed; always 0 with ``auto_commit``."""
+        return self._uncommitted
+
+    @property
+    def sync_needed(self) -> bool:
+        """Whether anything happened that the last sync does not cover."""
+        w = self._writer
+        return bool(self._dirty or w.dirty or w.rolled or w.created or self._removable())
+
+    def statistics(self) -> DiskQueueStatistics:
+        """A snapshot of the queue's counters and cursors."""
+        w = self._writer
+        return DiskQueueStatistics(
+            name=self.name,
+            depth=self._depth,
+            uncommitted=self._uncommitted,
+            segments=len(self._segments),
+            read_cursor=(self._r_file, self._r_pos),
+            commit_cursor=(self._c_file, self._c_pos),
+            write_cursor=(w.number, w.pos),
+            records_written=w.seq,
+            records_lost=self._records_lost,
+            syncs=self._syncs,
+            unsynced_operations=self._ops,
+            sync_needed=self.sync_needed,
+            last_sync_error=self._last_sync_error,
+        )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DiskQueueClosed(f"disk queue {self.name!r} is closed")
+
+    def _removable(self) -> bool:
+        return bool(self._segments) and self._segments[0] < self._c_file
+
+    # -- writing -------------------------------------------------------------------------
+
+    def put(self, payload: bytes) -> None:
+        """Append one record. Raises like ``put_many``."""
+        self.put_many((payload,))
+
+    def put_many(self, payloads: Sequence[bytes] | Iterable[bytes]) -> None:
+        """Append records, one ``pwrite`` per batch (per segment when the batch rolls over).
+
+        Raises ``MessageSizeError`` (nothing written) when a payload is outside
+        ``[min_msg_size, max_msg_size]``, ``DiskQueueIOError`` when the OS refuses the write
+        (its ``accepted`` payloads were written; the rest were not), ``DiskQueueClosed``.
+        """
+        self._check_open()
+        if not isinstance(payloads, list):
+            payloads = list(payloads)
+        count = len(payloads)
+        if not count:
+            return
+        lengths = list(map(len, payloads))
+        if min(lengths) < self._min or max(lengths) > self._max:
+            index = next(i for i, n in enumerate(lengths) if not self._min <= n <= self._max)
+            raise MessageSizeError(lengths[index], self._min, self._max, index)
+        parts = frame_records(payloads)
+        total = sum(lengths) + RECORD_HEADER_SIZE * count
+        if self._writer.pos + total <= self._max_bytes:
+            self._write(b"".join(parts), count, 0)
+        else:
+            self._write_rolling(parts, lengths)
+        if self._ops >= self._sync_every:
+            self._wakeup.set()
+
+    def _write_rolling(self, parts: list[bytes], lengths: list[int]) -> None:
+        """Write a batch that does not fit the current segment, rolling as often as needed."""
+        w = self._writer
+        count = len(lengths)
+        i = 0
+        while i < count:
+            room = self._max_bytes - w.pos
+            j, size = i, 0
+            while j < count and size + lengths[j] + RECORD_HEADER_SIZE <= room:
+                size += lengths[j] + RECORD_HEADER_SIZE
+                j += 1
+            if j == i:
+                if not w.is_empty_segment:
+                    self._roll()
+                    continue
+                j = i + 1  # a record bigger than a whole segment goes alone into one
+            self._write(b"".join(parts[2 * i : 2 * j]), j - i, i)
+            i = j
+
+    def _write(self, data: bytes, count: int, accepted: int) -> None:
+        w = self._writer
+        try:
+            w.write(data, count)
+        except OSError as exc:
+            raise DiskQueueIOError(
+                f"disk queue {self.name!r}: writing {count} record(s) to segment {w.number:06d} "
+                f"failed: {exc}; {accepted} record(s) of the batch were accepted",
+                errno=exc.errno, accepted=accepted,
+            ) from exc
+        if not self._segments or self._segments[-1] != w.number:
+            self._segments.append(w.number)
+        self._depth += count
+        self._ops += count
+        self._dirty = True
+
+    def _roll(self) -> None:
+        w = self._writer
+        finished, end = w.number, w.pos
+        w.roll()
+        if self._r_file == finished:
+            self._r_end = min(end, self._bad.get(finished, end))
+        self._wakeup.set()
+
+    # -- reading -------------------------------------------------------------------------
+
+    def read_many(self, max_records: int) -> list[bytes]:
+        """Hand out up to ``max_records`` records, oldest first; ``[]`` when caught up.
+
+        Advances the read cursor (and, with ``auto_commit``, the committed cursor). Invalid
+        data is not returned: the segment holding it is skipped from that point on, the
+        records lost are counted and logged, and reading continues with the next segment.
+        Raises ``DiskQueueClosed``; read errors of the OS count as invalid data.
+        """
+        self._check_open()
+        w = self._writer
+        if max_records <= 0 or (self._r_file == w.number and self._r_pos >= w.pos):
+            return []
+        out: list[bytes] | None = None
+        want = max_records
+        while want:
+            if self._r_file == w.number:
+                limit = w.pos
+                if self._r_pos >= limit:
+                    break
+                if self._reader is None and not self._open_reader():
+                    continue
+            else:
+                if self._r_end is None and not self._open_reader():
+                    continue
+                limit = self._r_end
+                assert limit is not None
+                if self._r_pos >= limit:
+                    self._cross()
+                    continue
+                if self._reader is None and not self._open_reader():
+                    continue
+            reader = self._reader
+            assert reader is not None
+            try:
+                got, pos, problem = reader.read(self._r_pos, want, limit, self._min, self._max)
+            except OSError as exc:
+                got, pos, problem = [], self._r_pos, f"read failed: {exc}"
+            if got:
+                n = len(got)
+                if not self._auto:
+                    self._hand_out(got)
+                self._r_pos = pos
+                self._r_seq += n
+                want -= n
+                if out is None:
+                    out = got
+                else:
+                    out.extend(got)
+            if problem is not None:
+                self._corrupt(problem)
+        self._cross_finished()
+        if out is None:
+            return []
+        n = len(out)
+        if n > self._depth:
+            self._log.error("DISKQUEUE(%s): depth %d below records read %d; correcting", self.name, self._depth, n)
+            self._depth = n
+        self._depth -= n
+        self._ops += n
+        self._dirty = True
+        if self._auto:
+            self._c_file, self._c_pos, self._c_seq = self._r_file, self._r_pos, self._r_seq
+        else:
+            self._uncommitted += n
+        if self._depth and self._r_file == w.number and self._r_pos >= w.pos:
+            self._log.error("DISKQUEUE(%s): reader caught up with depth %d left; correcting to 0",
+                            self.name, self._depth)
+            self._depth = 0
+        if self._ops >= self._sync_every:
+            self._wakeup.set()
+        return out
+
+    def _open_reader(self) -> bool:
+        """Open the reader on the read segment; on failure mark it corrupt and return False."""
+        number = self._r_file
+        try:
+            reader = SegmentReader(self._segment_path(number), number)
+        except OSError as exc:
+            self._corrupt(f"cannot open segment: {exc}")
+            return False
+        self._reader = reader
+        if number != self._writer.number:
+            self._r_end = min(reader.size, self._bad.get(number, reader.size))
+        return True
+
+    def _corrupt(self, problem: str) -> None:
+        """Stop reading the read segment at the read cursor; ``_cross`` then skips ahead."""
+        number, at = self._r_file, self._r_pos
+        self._log.warning("DISKQUEUE(%s): segment %06d offset %d: %s; skipping to the next segment",
+                          self.name, number, at, problem)
+        self._bad[number] = at
+        if number == self._writer.number:
+            self._roll()  # nothing more may be appended after damage: write into a new segment
+        self._r_end = at
+
+    def _cross_finished(self) -> None:
+        """Move the read cursor off segments that have been read to their end."""
+        w = self._writer
+        while self._r_file != w.number:
+            if self._r_end is None and not self._open_reader():
+                continue
+            assert self._r_end is not None
+            if self._r_pos < self._r_end:
+                return
+            self._cross()
+
+    def _cross(self) -> None:
+        """Move the read cursor from the end of the read segment to the start of the next."""
+        left, end = self._r_file, self._r_pos
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        w = self._writer
+        i = bisect_right(self._segments, left)
+        nxt = self._segments[i] if i < len(self._segments) else w.number
+        if nxt == w.number and w.fd is None:
+            first: int | None = w.seq  # the write segment is not created yet
+        else:
+            header, _, problem = read_header(self._segment_path(nxt), nxt)
+            first = header.first_seq if header is not None else None
+            if header is None:
+                self._log.warning("DISKQUEUE(%s): segment %06d: %s; skipping it", self.name, nxt, problem)
+                self._bad[nxt] = HEADER_SIZE
+                if nxt == w.number:
+                    self._roll()
+        if first is not None:
+            lost = first - self._r_seq
+            if lost > 0 and left not in self._accounted:
+                self._accounted.add(left)
+                self._records_lost += lost
+                self._depth = max(0, self._depth - lost)
+                self._log.warning("DISKQUEUE(%s): %d record(s) lost between segment %06d offset %d and segment %06d",
+                                  self.name, lost, left, end, nxt)
+            elif lost < 0:
+                self._log.warning("DISKQUEUE(%s): segment %06d starts at record %d, behind %d",
+                                  self.name, nxt, first, self._r_seq)
+        else:
+            first = self._r_seq
+        self._r_file, self._r_pos, self._r_seq = nxt, HEADER_SIZE, first
+        self._r_end = None
+        if self._auto or not self._pending:
+            self._c_file, self._c_pos, self._c_seq = nxt, HEADER_SIZE, first
+            self._crossed.clear()
+        else:
+            self._crossed[left] = (end, nxt, first)
+        self._dirty = True
+        self._wakeup.set()
+
+    def _hand_out(self, got: list[bytes]) -> None:
+        ends = array("q", accumulate(map(add, map(len, got), repeat(RECORD_HEADER_SIZE)), initial=self._r_pos))
+        self._pending.append(_Handed(self._r_file, ends, self._r_seq))
+
+    # -- committing ----------------------------------------------------------------------
+
+    def commit(self, n: int | None = None) -> None:
+        """Mark the oldest ``n`` handed-out records done (all of them when ``n`` is None).
+
+        The next checkpoint resumes reading after them. Raises ``ValueError`` when ``n`` is
+        negative or more than ``uncommitted``, ``DiskQueueClosed``.
+        """
+        self._check_open()
+        if n is None:
+            n = self._uncommitted
+        if n < 0 or n > self._uncommitted:
+            raise ValueError(f"cannot commit {n} record(s): {self._uncommitted} uncommitted")
+        if not n:
+            return
+        self._uncommitted -= n
+        pending = self._pending
+        while True:
+            handed = pending[0]
+            take = min(n, len(handed.ends) - 1 - handed.done)
+            handed.done += take
+            n -= take
+            if handed.done == len(handed.ends) - 1:
+                pending.popleft()
+            if not n:
+                break
+        c_file, c_pos, c_seq = handed.file, handed.ends[handed.done], handed.seq + handed.done
+        crossed = self._crossed
+        while True:
+            hop = crossed.get(c_file)
+            if hop is None or hop[0] != c_pos:
+                break
+            c_file, c_pos, c_seq = hop[1], HEADER_SIZE, hop[2]
+        if not pending:
+            c_file, c_pos, c_seq = self._r_file, self._r_pos, self._r_seq
+            crossed.clear()
+        if c_file != self._c_file:
+            for left in [k for k in crossed if k < c_file]:
+                del crossed[left]
+            self._wakeup.set()
+        self._c_file, self._c_pos, self._c_seq = c_file, c_pos, c_seq
+        self._dirty = True
+
+    # -- syncing -------------------------------------------------------------------------
+
+    async def sync(self) -> None:
+        """Make everything written and committed so far durable.
+
+        fsyncs the data, then replaces the checkpoint atomically (temp file, fsync, rename,
+        fsync the directory), then removes consumed segments; all in a worker thread. Raises
+        ``DiskQueueIOError`` when the OS refuses (nothing is lost: the next sync retries),
+        ``DiskQueueClosed``.
+        """
+        self._check_open()
+        async with self._sync_lock:
+            if self._closed:
+                return  # close() made the final sync (or raised its error) meanwhile
+            await self._sync_locked()
+
+    async def _sync_locked(self) -> None:
+        if not self.sync_needed:
+            await trio.lowlevel.checkpoint()
+            return
+        job = self._capture()
+        self._sync_active = True
+        try:
+            removed = await trio.to_thread.run_sync(job.run)
+        except BaseException as exc:
+            self._sync_failed(job)
+            if isinstance(exc, OSError):
+                self._last_sync_error = str(exc)
+                raise DiskQueueIOError(f"disk queue {self.name!r}: sync failed: {exc}",
+                                       errno=exc.errno) from exc
+            raise
+        finally:
+            self._sync_active = False
+            deferred, self._deferred_close = self._deferred_close, []
+            for fd in deferred:
+                os.close(fd)
+        for _, fd in job.rolled:
+            os.close(fd)
+        if job.current and removed:
+            gone = set(removed)
+            self._segments = [n for n in self._segments if n not in gone]
+            for n in gone:
+                self._bad.pop(n, None)
+                self._accounted.discard(n)
+        self._syncs += 1
+        self._last_sync_error = None
+
+    def _capture(self) -> SyncJob:
+        """Everything one sync needs, taken at one instant on the Trio thread."""
+        w = self._writer
+        rolled = w.take_rolled()
+        fds = [fd for _, fd in rolled]
+        if w.fd is not None and w.dirty:
+            fds.append(w.fd)
+            w.dirty = False
+        floor = self._c_file
+        checkpoint = Checkpoint(
+            commit=Cursor(self._c_file, self._c_pos, self._c_seq),
+            write=Cursor(w.number, w.pos, w.seq),
+            depth=self._depth + self._uncommitted,
+            bad=tuple(sorted((f, e) for f, e in self._bad.items() if f >= floor)),
+            accounted=tuple(sorted(f for f in self._accounted if f >= floor)),
+        )
+        removals = [(n, self._segment_path(n), n in self._bad) for n in self._segments if n < floor]
+        job = SyncJob(fds=fds, rolled=rolled, created=w.created, data=encode_checkpoint(checkpoint),
+                      meta_path=self._meta_path, directory=self.data_path, removals=removals,
+                      guard=self._guard, ops=self._ops, log=self._log)
+        w.created = False
+        self._ops = 0
+        self._dirty = False
+        return job
+
+    def _sync_failed(self, job: SyncJob) -> None:
+        job.abandon_temporary()
+        if job.current and not self._closed:
+            w = self._writer
+            w.rolled[:0] = job.rolled
+            w.created = w.created or job.created
+            w.dirty = w.fd is not None
+            self._ops += job.ops
+            self._dirty = True
+        else:
+            self._close_fds(fd for _, fd in job.rolled)
+        job.rolled = []
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The sync policy loop (see the module docstring); returns once the queue is closed.
+
+        Start it in the owner's nursery. A failed sync is logged and retried after
+        ``sync_timeout``; the error is also in ``statistics().last_sync_error``.
+        """
+        task_status.started()
+        while not self._closed:
+            if not self._sync_due():
+                with trio.move_on_after(self._sync_timeout):
+                    await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            if self._closed:
+                return
+            if not self.sync_needed:
+                continue
+            try:
+                await self.sync()
+            except DiskQueueClosed:
+                return
+            except DiskQueueError as exc:
+                self._log.error("DISKQUEUE(%s): %s", self.name, exc)
+                await trio.sleep(self._sync_timeout)
+
+    def _sync_due(self) -> bool:
+        return bool(self._ops >= self._sync_every or self._writer.rolled or self._removable())
+
+    # -- dropping and closing ------------------------------------------------------------
+
+    def empty(self) -> None:
+        """Drop every record: remove the segment files and the checkpoint, keep the sequence.
+
+        Handed-out records are dropped too. ``.bad`` files are left for inspection.
+        Raises ``DiskQueueClosed``.
+        """
+        self._check_open()
+        self._forget_checkpoint()
+        self._release()
+        for number in set(self._segments) | {self._writer.number}:
+            self._unlink(self._segment_path(number))
+        w = self._writer
+        number, seq = w.number + 1, w.seq
+        self._writer = SegmentWriter(self.data_path, self.name, number, HEADER_SIZE, seq, False)
+        self._segments = []
+        self._r_file, self._r_pos, self._r_seq = number, HEADER_SIZE, seq
+        self._c_file, self._c_pos, self._c_seq = number, HEADER_SIZE, seq
+        self._r_end = None
+        self._depth = 0
+        self._uncommitted = 0
+        self._pending.clear()
+        self._crossed.clear()
+        self._bad.clear()
+        self._accounted.clear()
+        self._dirty = True
+        self._wakeup.set()
+
+    def delete(self) -> None:
+        """Close the queue and remove its segment files and checkpoint (not ``.bad`` files).
+
+        Idempotent; also removes the files of a queue that was already closed.
+        """
+        self._closed = True
+        self._deleted = True
+        self._wakeup.set()
+        self._forget_checkpoint()
+        self._release()
+        for number in list_segments(self.data_path, self.name):
+            self._unlink(self._segment_path(number))
+
+    async def close(self) -> None:
+        """Sync, then release every file descriptor. Idempotent; later calls return at once
+        (or wait for the first to finish). Raises ``DiskQueueIOError`` when the final sync
+        fails; the descriptors are released all the same."""
+        if self._close_done is not None:
+            await self._close_done.wait()
+            return
+        self._close_done = trio.Event()
+        already_closed = self._closed
+        self._closed = True
+        self._wakeup.set()
+        try:
+            async with self._sync_lock:
+                if not already_closed:
+                    await self._sync_locked()
+        finally:
+            self._release()
+            self._close_done.set()
+
+    def _forget_checkpoint(self) -> None:
+        with self._guard.lock:
+            self._guard.advance()
+            self._unlink(self._meta_path)
+
+    def _release(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        self._close_fds(self._writer.descriptors())
+
+    def _close_fds(self, fds: Iterable[int]) -> None:
+        for fd in fds:
+            if self._sync_active:
+                self._deferred_close.append(fd)  # a worker thread may be fsyncing it
+            else:
+                os.close(fd)
+
+    def _unlink(self, path: str) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+    def _segment_path(self, number: int) -> str:
+        return os.path.join(self.data_path, segment_filename(self.name, number))
+
+    def __repr__(self) -> str:
+        return f"<DiskQueue {self.name!r} depth={self._depth} uncommitted={self._uncommitted}>"

@@ -1,0 +1,672 @@
+"""ServerConnection: every command's success and every error string, in nsqd 1.3.0's order.
+
+Each case is fed whole, byte by byte and in random splits; all three must
+give the same events and the same error payload (h11 style).
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+
+from broker.protocol import (
+    LINE_TOO_LONG,
+    MAGIC_V2,
+    Auth,
+    Cls,
+    Dpub,
+    Fin,
+    Identify,
+    Limits,
+    Mpub,
+    Nop,
+    ProtocolError,
+    Pub,
+    Rdy,
+    Req,
+    ServerConnection,
+    State,
+    Sub,
+    Touch,
+    encode_auth,
+    encode_cls,
+    encode_dpub,
+    encode_fin,
+    encode_identify,
+    encode_mpub,
+    encode_nop,
+    encode_pub,
+    encode_rdy,
+    encode_req,
+    encode_sub,
+    encode_touch,
+)
+
+INIT, SUBSCRIBED, CLOSING = State.INIT, State.SUBSCRIBED, State.CLOSING
+ID = b"0123456789abcdef"
+SMALL = Limits(max_msg_size=100, max_body_size=1000, max_rdy_count=2500, max_req_timeout_ms=3600000)
+
+
+def size(n: int) -> bytes:
+    return struct.pack(">i", n)
+
+
+def sized(body: bytes) -> bytes:
+    return size(len(body)) + body
+
+
+def mpub_body(bodies: list[bytes], declared: int | None = None, count: int | None = None) -> bytes:
+    payload = b"".join(sized(b) for b in bodies)
+    declared = 4 + len(payload) if declared is None else declared
+    return size(declared) + size(len(bodies) if count is None else count) + payload
+
+
+def drain(conn: ServerConnection, events: list) -> None:
+    """next_events into ``events`` until it returns nothing (it pauses after IDENTIFY)."""
+    while True:
+        batch = conn.next_events()
+        if not batch:
+            return
+        events += batch
+
+
+def splits(data: bytes, mode: str, seed: int = 0) -> list[bytes]:
+    if mode == "whole":
+        return [data]
+    if mode == "bytes":
+        return [data[i:i + 1] for i in range(len(data))]
+    rng = random.Random(seed)
+    chunks, i = [], 0
+    while i < len(data):
+        n = rng.randint(1, 9)
+        chunks.append(data[i:i + n])
+        i += n
+    return chunks
+
+
+def feed(data: bytes, mode: str = "whole", *, state: State = INIT, limits: Limits = SMALL, eof: bool = False,
+         heartbeats: bool = True, tls: bool = False, magic: bool = True, seed: int = 0):
+    """Run ``data`` (after the magic) through a fresh connection; returns (events, error, conn)."""
+    conn = ServerConnection(limits)
+    conn.state = state
+    conn.heartbeats_enabled = heartbeats
+    conn.tls_required = tls
+    events: list = []
+    stream = (MAGIC_V2 if magic else b"") + data
+    try:
+        for chunk in splits(stream, mode, seed):
+            conn.receive_data(chunk)
+            drain(conn, events)
+        if eof:
+            conn.receive_data(b"")
+            drain(conn, events)
+    except ProtocolError as exc:
+        return events, exc, conn
+    return events, None, conn
+
+
+def check(data: bytes, expected_events: list, expected_error: bytes | None, **kw) -> ServerConnection:
+    results = []
+    for mode, seed in (("whole", 0), ("bytes", 0), ("random", 1), ("random", 2)):
+        events, error, conn = feed(data, mode, seed=seed, **kw)
+        results.append((events, None if error is None else error.payload))
+        assert error is None or error.fatal
+    whole = results[0]
+    for other in results[1:]:
+        assert other == whole
+    assert whole == (expected_events, expected_error)
+    return conn
+
+
+# (id, state, input after the magic, expected events, expected error payload, options)
+CASES = [
+    # ---------------------------------------------------------------- IDENTIFY
+    ("identify", INIT, b"IDENTIFY\n" + sized(b'{"client_id":"a","heartbeat_interval":1000}'),
+     [Identify({"client_id": "a", "heartbeat_interval": 1000})], None, {}),
+    ("identify-extra-params", INIT, b"IDENTIFY x y\n" + sized(b"{}"), [Identify({})], None, {}),
+    ("identify-twice", INIT, b"IDENTIFY\n" + sized(b"{}") + b"IDENTIFY\n" + sized(b"null"),
+     [Identify({}), Identify({})], None, {}),
+    ("identify-subscribed", SUBSCRIBED, b"IDENTIFY\n" + sized(b"{}"), [], b"E_INVALID cannot IDENTIFY in current state", {}),
+    ("identify-closing", CLOSING, b"IDENTIFY\n", [], b"E_INVALID cannot IDENTIFY in current state", {}),
+    ("identify-size-0", INIT, b"IDENTIFY\n" + size(0), [], b"E_BAD_BODY IDENTIFY invalid body size 0", {}),
+    ("identify-size-negative", INIT, b"IDENTIFY\n\xff\xff\xff\xff", [], b"E_BAD_BODY IDENTIFY invalid body size -1", {}),
+    ("identify-too-big", INIT, b"IDENTIFY\n" + size(1001), [], b"E_BAD_BODY IDENTIFY body too big 1001 > 1000", {}),
+    ("identify-max-body", INIT, b"IDENTIFY\n" + sized(b"{}" + b" " * 998), [Identify({})], None, {}),
+    ("identify-bad-json", INIT, b"IDENTIFY\n" + sized(b"{nope"), [], b"E_BAD_BODY IDENTIFY failed to decode JSON body", {}),
+    ("identify-wrong-type", INIT, b"IDENTIFY\n" + sized(b'{"heartbeat_interval":"1"}'), [],
+     b"E_BAD_BODY IDENTIFY failed to decode JSON body", {}),
+    ("identify-eof-size", INIT, b"IDENTIFY\n", [], b"E_BAD_BODY IDENTIFY failed to read body size", {"eof": True}),
+    ("identify-eof-partial-size", INIT, b"IDENTIFY\n\x00\x00", [], b"E_BAD_BODY IDENTIFY failed to read body size",
+     {"eof": True}),
+    ("identify-eof-body", INIT, b"IDENTIFY\n" + size(10) + b"{}", [], b"E_BAD_BODY IDENTIFY failed to read body",
+     {"eof": True}),
+    ("identify-tls-required", INIT, b"IDENTIFY\n" + sized(b"{}"), [Identify({})], None, {"tls": True}),
+    # ---------------------------------------------------------------- AUTH
+    ("auth", INIT, b"AUTH\n" + sized(b"s3cret"), [Auth(b"s3cret")], None, {}),
+    ("auth-subscribed", SUBSCRIBED, b"AUTH\n" + sized(b"x"), [], b"E_INVALID cannot AUTH in current state", {}),
+    ("auth-params", INIT, b"AUTH x\n" + sized(b"x"), [], b"E_INVALID AUTH invalid number of parameters", {}),
+    ("auth-empty-param", INIT, b"AUTH \n", [], b"E_INVALID AUTH invalid number of parameters", {}),
+    ("auth-size-0", INIT, b"AUTH\n" + size(0), [], b"E_BAD_BODY AUTH invalid body size 0", {}),
+    ("auth-too-big", INIT, b"AUTH\n" + size(1001), [], b"E_BAD_BODY AUTH body too big 1001 > 1000", {}),
+    ("auth-eof-size", INIT, b"AUTH\n\x00", [], b"E_BAD_BODY AUTH failed to read body size", {"eof": True}),
+    ("auth-eof-body", INIT, b"AUTH\n" + size(3) + b"a", [], b"E_BAD_BODY AUTH failed to read body", {"eof": True}),
+    # ---------------------------------------------------------------- SUB
+    ("sub", INIT, b"SUB topic chan\n", [Sub("topic", "chan")], None, {}),
+    ("sub-crlf", INIT, b"SUB topic chan\r\n", [Sub("topic", "chan")], None, {}),
+    ("sub-extra", INIT, b"SUB t c extra params\n", [Sub("t", "c")], None, {}),
+    ("sub-ephemeral", INIT, b"SUB t#ephemeral c#ephemeral\n", [Sub("t#ephemeral", "c#ephemeral")], None, {}),
+    ("sub-64", INIT, b"SUB " + b"a" * 64 + b" .-_Zz09\n", [Sub("a" * 64, ".-_Zz09")], None, {}),
+    ("sub-subscribed", SUBSCRIBED, b"SUB t c\n", [], b"E_INVALID cannot SUB in current state", {}),
+    ("sub-closing", CLOSING, b"SUB t c\n", [], b"E_INVALID cannot SUB in current state", {}),
+    ("sub-no-heartbeats", INIT, b"SUB\n", [], b"E_INVALID cannot SUB with heartbeats disabled", {"heartbeats": False}),
+    ("sub-no-params", INIT, b"SUB\n", [], b"E_INVALID SUB insufficient number of parameters", {}),
+    ("sub-one-param", INIT, b"SUB t\n", [], b"E_INVALID SUB insufficient number of parameters", {}),
+    ("sub-bad-topic", INIT, b"SUB bad! c\n", [], b'E_BAD_TOPIC SUB topic name "bad!" is not valid', {}),
+    ("sub-empty-topic", INIT, b"SUB  c\n", [], b'E_BAD_TOPIC SUB topic name "" is not valid', {}),
+    ("sub-long-topic", INIT, b"SUB " + b"a" * 65 + b" c\n", [],
+     b'E_BAD_TOPIC SUB topic name "' + b"a" * 65 + b'" is not valid', {}),
+    ("sub-colon-topic", INIT, b"SUB t:ephemeral c\n", [], b'E_BAD_TOPIC SUB topic name "t:ephemeral" is not valid', {}),
+    ("sub-cr-topic", INIT, b"SUB t\r c\n", [], b'E_BAD_TOPIC SUB topic name "t\\r" is not valid', {}),
+    ("sub-bad-channel", INIT, b"SUB t c#ephemeralx\n", [],
+     b'E_BAD_CHANNEL SUB channel name "c#ephemeralx" is not valid', {}),
+    ("sub-cr-channel", INIT, b"SUB t c\r\r\n", [], b'E_BAD_CHANNEL SUB channel name "c\\r" is not valid', {}),
+    ("sub-binary-channel", INIT, b'SUB t \xff"\x00\n', [], b'E_BAD_CHANNEL SUB channel name "\\xff\\"\\x00" is not valid', {}),
+    ("sub-topic-checked-first", INIT, b"SUB ! !\n", [], b'E_BAD_TOPIC SUB topic name "!" is not valid', {}),
+    # ---------------------------------------------------------------- RDY
+    ("rdy", SUBSCRIBED, b"RDY 10\n", [Rdy(10)], None, {}),
+    ("rdy-default-1", SUBSCRIBED, b"RDY\n", [Rdy(1)], None, {}),
+    ("rdy-empty-is-0", SUBSCRIBED, b"RDY \n", [Rdy(0)], None, {}),
+    ("rdy-0", SUBSCRIBED, b"RDY 0\n", [Rdy(0)], None, {}),
+    ("rdy-leading-zeros", SUBSCRIBED, b"RDY 0007\n", [Rdy(7)], None, {}),
+    ("rdy-max", SUBSCRIBED, b"RDY 2500\n", [Rdy(2500)], None, {}),
+    ("rdy-extra", SUBSCRIBED, b"RDY 3 4\n", [Rdy(3)], None, {}),
+    ("rdy-over", SUBSCRIBED, b"RDY 2501\n", [], b"E_INVALID RDY count 2501 out of range 0-2500", {}),
+    ("rdy-negative", SUBSCRIBED, b"RDY -1\n", [], b"E_INVALID RDY could not parse count -1", {}),
+    ("rdy-plus", SUBSCRIBED, b"RDY +1\n", [], b"E_INVALID RDY could not parse count +1", {}),
+    ("rdy-junk", SUBSCRIBED, b"RDY 1a\n", [], b"E_INVALID RDY could not parse count 1a", {}),
+    ("rdy-unicode-digit", SUBSCRIBED, "RDY \u0661\n".encode(), [], "E_INVALID RDY could not parse count \u0661".encode(), {}),
+    ("rdy-uint64-max", SUBSCRIBED, b"RDY 18446744073709551615\n", [],
+     b"E_INVALID RDY count -1 out of range 0-2500", {}),
+    ("rdy-wraps-to-0", SUBSCRIBED, b"RDY 18446744073709551616\n", [Rdy(0)], None, {}),
+    ("rdy-huge-wraps", SUBSCRIBED, b"RDY " + b"9" * 5000 + b"\n", [],
+     b"E_INVALID RDY count -1 out of range 0-2500", {}),
+    ("rdy-init", INIT, b"RDY 1\n", [], b"E_INVALID cannot RDY in current state", {}),
+    ("rdy-closing-ignored", CLOSING, b"RDY 1\nRDY junk\nRDY 99999\nNOP\n", [Nop()], None, {}),
+    # ---------------------------------------------------------------- FIN
+    ("fin", SUBSCRIBED, b"FIN " + ID + b"\n", [Fin(ID)], None, {}),
+    ("fin-closing", CLOSING, b"FIN " + ID + b"\n", [Fin(ID)], None, {}),
+    ("fin-crlf", SUBSCRIBED, b"FIN " + ID + b"\r\n", [Fin(ID)], None, {}),
+    ("fin-extra", SUBSCRIBED, b"FIN " + ID + b" x\n", [Fin(ID)], None, {}),
+    ("fin-not-hex", SUBSCRIBED, b"FIN zzzzzzzzzzzzzzzz\n", [Fin(b"z" * 16)], None, {}),
+    ("fin-inner-cr", SUBSCRIBED, b"FIN 0123456789abc\ref\n", [Fin(b"0123456789abc\ref")], None, {}),
+    ("fin-run", SUBSCRIBED, b"".join(b"FIN %016x\n" % i for i in range(5)),
+     [Fin(b"%016x" % i) for i in range(5)], None, {}),
+    ("fin-init", INIT, b"FIN " + ID + b"\n", [], b"E_INVALID cannot FIN in current state", {}),
+    ("fin-no-params", SUBSCRIBED, b"FIN\n", [], b"E_INVALID FIN insufficient number of params", {}),
+    ("fin-empty-id", SUBSCRIBED, b"FIN \n", [], b"E_INVALID invalid message ID", {}),
+    ("fin-short-id", SUBSCRIBED, b"FIN abc\n", [], b"E_INVALID invalid message ID", {}),
+    ("fin-long-id", SUBSCRIBED, b"FIN " + ID + b"0\n", [], b"E_INVALID invalid message ID", {}),
+    ("fin-space-in-id", SUBSCRIBED, b"FIN 01234567 9abcdef\n", [], b"E_INVALID invalid message ID", {}),
+    ("fin-cr-shortens-id", SUBSCRIBED, b"FIN 0123456789abcde\r\n", [], b"E_INVALID invalid message ID", {}),
+    ("fin-then-bad", SUBSCRIBED, b"FIN " + ID + b"\nFIN x\n", [Fin(ID)], b"E_INVALID invalid message ID", {}),
+    # ---------------------------------------------------------------- REQ
+    ("req", SUBSCRIBED, b"REQ " + ID + b" 1000\n", [Req(ID, 1000)], None, {}),
+    ("req-closing", CLOSING, b"REQ " + ID + b" 0\n", [Req(ID, 0)], None, {}),
+    ("req-empty-timeout", SUBSCRIBED, b"REQ " + ID + b" \n", [Req(ID, 0)], None, {}),
+    ("req-clamped", SUBSCRIBED, b"REQ " + ID + b" 3600001\n", [Req(ID, 3600000)], None, {}),
+    ("req-clamped-limit", SUBSCRIBED, b"REQ " + ID + b" 120000\n", [Req(ID, 60000)], None,
+     {"limits": Limits(max_req_timeout_ms=60000)}),
+    ("req-wrap-negative-clamped", SUBSCRIBED, b"REQ " + ID + b" 18446744073709551615\n", [Req(ID, 0)], None, {}),
+    ("req-init", INIT, b"REQ " + ID + b" 1\n", [], b"E_INVALID cannot REQ in current state", {}),
+    ("req-no-timeout", SUBSCRIBED, b"REQ " + ID + b"\n", [], b"E_INVALID REQ insufficient number of params", {}),
+    ("req-bad-id-first", SUBSCRIBED, b"REQ abc x\n", [], b"E_INVALID invalid message ID", {}),
+    ("req-bad-timeout", SUBSCRIBED, b"REQ " + ID + b" -1\n", [], b"E_INVALID REQ could not parse timeout -1", {}),
+    ("req-float-timeout", SUBSCRIBED, b"REQ " + ID + b" 1.5\n", [], b"E_INVALID REQ could not parse timeout 1.5", {}),
+    # ---------------------------------------------------------------- TOUCH
+    ("touch", SUBSCRIBED, b"TOUCH " + ID + b"\n", [Touch(ID)], None, {}),
+    ("touch-closing", CLOSING, b"TOUCH " + ID + b"\n", [Touch(ID)], None, {}),
+    ("touch-init", INIT, b"TOUCH " + ID + b"\n", [], b"E_INVALID cannot TOUCH in current state", {}),
+    ("touch-no-params", SUBSCRIBED, b"TOUCH\n", [], b"E_INVALID TOUCH insufficient number of params", {}),
+    ("touch-bad-id", SUBSCRIBED, b"TOUCH 123\n", [], b"E_INVALID invalid message ID", {}),
+    # ---------------------------------------------------------------- CLS
+    ("cls", SUBSCRIBED, b"CLS\n", [Cls()], None, {}),
+    ("cls-extra", SUBSCRIBED, b"CLS now\n", [Cls()], None, {}),
+    ("cls-init", INIT, b"CLS\n", [], b"E_INVALID cannot CLS in current state", {}),
+    ("cls-closing", CLOSING, b"CLS\n", [], b"E_INVALID cannot CLS in current state", {}),
+    # ---------------------------------------------------------------- NOP
+    ("nop-init", INIT, b"NOP\n", [Nop()], None, {}),
+    ("nop-subscribed", SUBSCRIBED, b"NOP\r\n", [Nop()], None, {}),
+    ("nop-closing", CLOSING, b"NOP extra\n", [Nop()], None, {}),
+    # ---------------------------------------------------------------- PUB
+    ("pub", INIT, b"PUB t\n" + sized(b"hello\nworld"), [Pub("t", b"hello\nworld")], None, {}),
+    ("pub-subscribed", SUBSCRIBED, b"PUB t\n" + sized(b"x"), [Pub("t", b"x")], None, {}),
+    ("pub-closing", CLOSING, b"PUB t\n" + sized(b"x"), [Pub("t", b"x")], None, {}),
+    ("pub-max", INIT, b"PUB t\n" + sized(b"m" * 100), [Pub("t", b"m" * 100)], None, {}),
+    ("pub-no-topic", INIT, b"PUB\n", [], b"E_INVALID PUB insufficient number of parameters", {}),
+    ("pub-bad-topic", INIT, b"PUB bad!\n" + sized(b"x"), [], b'E_BAD_TOPIC PUB topic name "bad!" is not valid', {}),
+    ("pub-size-0", INIT, b"PUB t\n" + size(0), [], b"E_BAD_MESSAGE PUB invalid message body size 0", {}),
+    ("pub-size-negative", INIT, b"PUB t\n" + size(-5), [], b"E_BAD_MESSAGE PUB invalid message body size -5", {}),
+    ("pub-too-big", INIT, b"PUB t\n" + size(101), [], b"E_BAD_MESSAGE PUB message too big 101 > 100", {}),
+    ("pub-eof-size", INIT, b"PUB t\n", [], b"E_BAD_MESSAGE PUB failed to read message body size", {"eof": True}),
+    ("pub-eof-body", INIT, b"PUB t\n" + size(5) + b"abc", [], b"E_BAD_MESSAGE PUB failed to read message body",
+     {"eof": True}),
+    # ---------------------------------------------------------------- DPUB
+    ("dpub", INIT, b"DPUB t 1000\n" + sized(b"x"), [Dpub("t", 1000, b"x")], None, {}),
+    ("dpub-empty-timeout", INIT, b"DPUB t \n" + sized(b"x"), [Dpub("t", 0, b"x")], None, {}),
+    ("dpub-max", SUBSCRIBED, b"DPUB t 3600000\n" + sized(b"x"), [Dpub("t", 3600000, b"x")], None, {}),
+    ("dpub-wraps-into-range", INIT, b"DPUB t 18446744073710\n" + sized(b"x"), [Dpub("t", 0, b"x")], None, {}),
+    ("dpub-no-timeout", INIT, b"DPUB t\n", [], b"E_INVALID DPUB insufficient number of parameters", {}),
+    ("dpub-bad-topic-first", INIT, b"DPUB t! x\n", [], b'E_BAD_TOPIC DPUB topic name "t!" is not valid', {}),
+    ("dpub-bad-timeout", INIT, b"DPUB t x\n", [], b"E_INVALID DPUB could not parse timeout x", {}),
+    ("dpub-negative-timeout", INIT, b"DPUB t -1\n", [], b"E_INVALID DPUB could not parse timeout -1", {}),
+    ("dpub-out-of-range", INIT, b"DPUB t 3600100\n", [], b"E_INVALID DPUB timeout 3600100 out of range 0-3600000", {}),
+    ("dpub-out-of-range-limit", INIT, b"DPUB t 60001\n", [], b"E_INVALID DPUB timeout 60001 out of range 0-60000",
+     {"limits": Limits(max_req_timeout_ms=60000)}),
+    ("dpub-wraps-negative", INIT, b"DPUB t 18446744073709551615\n", [],
+     b"E_INVALID DPUB timeout 18446744073709551615 out of range 0-3600000", {}),
+    ("dpub-size-0", INIT, b"DPUB t 1\n" + size(0), [], b"E_BAD_MESSAGE DPUB invalid message body size 0", {}),
+    ("dpub-too-big", INIT, b"DPUB t 1\n" + size(101), [], b"E_BAD_MESSAGE DPUB message too big 101 > 100", {}),
+    ("dpub-eof-size", INIT, b"DPUB t 1\n", [], b"E_BAD_MESSAGE DPUB failed to read message body size", {"eof": True}),
+    ("dpub-eof-body", INIT, b"DPUB t 1\n" + size(2) + b"a", [], b"E_BAD_MESSAGE DPUB failed to read message body",
+     {"eof": True}),
+    # ---------------------------------------------------------------- MPUB
+    ("mpub", INIT, b"MPUB t\n" + mpub_body([b"a", b"bb", b"\n"]), [Mpub("t", [b"a", b"bb", b"\n"])], None, {}),
+    ("mpub-closing", CLOSING, b"MPUB t\n" + mpub_body([b"a"]), [Mpub("t", [b"a"])], None, {}),
+    ("mpub-max-body", INIT, b"MPUB t\n" + mpub_body([b"m" * 100] * 9 + [b"m" * 56]),
+     [Mpub("t", [b"m" * 100] * 9 + [b"m" * 56])], None, {}),
+    ("mpub-no-topic", INIT, b"MPUB\n", [], b"E_INVALID MPUB insufficient number of parameters", {}),
+    ("mpub-bad-topic", INIT, b"MPUB bad!\n", [], b'E_BAD_TOPIC E_BAD_TOPIC MPUB topic name "bad!" is not valid', {}),
+    ("mpub-size-0", INIT, b"MPUB t\n" + size(0), [], b"E_BAD_BODY MPUB invalid body size 0", {}),
+    ("mpub-too-big", INIT, b"MPUB t\n" + mpub_body([b"x" * 100] * 11), [], b"E_BAD_BODY MPUB body too big 1148 > 1000", {}),
+    ("mpub-count-0", INIT, b"MPUB t\n" + size(8) + size(0), [], b"E_BAD_BODY MPUB invalid message count 0", {}),
+    ("mpub-count-negative", INIT, b"MPUB t\n" + size(8) + size(-2), [], b"E_BAD_BODY MPUB invalid message count -2", {}),
+    ("mpub-count-over", INIT, b"MPUB t\n" + size(1000) + size(200), [], b"E_BAD_BODY MPUB invalid message count 200", {}),
+    ("mpub-empty-message", INIT, b"MPUB t\n" + mpub_body([b"x" * 100] * 5 + [b""]), [],
+     b"E_BAD_MESSAGE MPUB invalid message(5) body size 0", {}),
+    ("mpub-negative-message", INIT, b"MPUB t\n" + size(20) + size(2) + sized(b"a") + size(-1), [],
+     b"E_BAD_MESSAGE MPUB invalid message(1) body size -1", {}),
+    ("mpub-message-too-big", INIT, b"MPUB t\n" + mpub_body([b"x" * 101] * 5), [],
+     b"E_BAD_MESSAGE MPUB message too big 101 > 100", {}),
+    ("mpub-stream-beyond-max-body", INIT, b"MPUB t\n" + size(10) + size(11) + sized(b"x" * 100) * 10, [],
+     b"E_BAD_BODY MPUB body too big 1044 > 1000", {}),
+    ("mpub-declared-size-does-not-frame", INIT, b"MPUB t\n" + size(100) + size(1) + sized(b"x") + b"NOP\n",
+     [Mpub("t", [b"x"]), Nop()], None, {}),
+    ("mpub-eof-size", INIT, b"MPUB t\n", [], b"E_BAD_BODY MPUB failed to read body size", {"eof": True}),
+    ("mpub-eof-count", INIT, b"MPUB t\n" + size(9) + b"\x00", [], b"E_BAD_BODY MPUB failed to read message count",
+     {"eof": True}),
+    ("mpub-eof-message-size", INIT, b"MPUB t\n" + size(20) + size(2) + sized(b"a") + b"\x00", [],
+     b"E_BAD_MESSAGE MPUB failed to read message(1) body size", {"eof": True}),
+    ("mpub-eof-first-message-size", INIT, b"MPUB t\n" + size(20) + size(2), [],
+     b"E_BAD_MESSAGE MPUB failed to read message(0) body size", {"eof": True}),
+    ("mpub-eof-message-body", INIT, b"MPUB t\n" + size(20) + size(2) + sized(b"a") + size(5) + b"ab", [],
+     b"E_BAD_MESSAGE MPUB failed to read message body", {"eof": True}),
+    # ---------------------------------------------------------------- unknown commands, lines
+    ("invalid-command", INIT, b"ASDF\n", [], b"E_INVALID invalid command ASDF", {}),
+    ("empty-line", INIT, b"\n", [], b"E_INVALID invalid command ", {}),
+    ("empty-crlf-line", SUBSCRIBED, b"\r\n", [], b"E_INVALID invalid command ", {}),
+    ("only-cr-stripped-once", INIT, b"NOP\r\r\n", [], b"E_INVALID invalid command NOP\r", {}),
+    ("lowercase", INIT, b"pub t\n", [], b"E_INVALID invalid command pub", {}),
+    ("leading-space", INIT, b" NOP\n", [], b"E_INVALID invalid command ", {}),
+    ("raw-bytes-echoed", INIT, b"\xff\xfe\x00 x\n", [], b"E_INVALID invalid command \xff\xfe\x00", {}),
+    ("good-then-bad", INIT, b"NOP\nNOP\nXX\nNOP\n", [Nop(), Nop()], b"E_INVALID invalid command XX", {}),
+    ("partial-line-at-eof", INIT, b"NOP\nSUB t", [Nop()], None, {"eof": True}),
+    # ---------------------------------------------------------------- TLS required
+    ("tls-sub", INIT, b"SUB t c\n", [], b"E_INVALID cannot SUB in current state (TLS required)", {"tls": True}),
+    ("tls-pub-before-body", INIT, b"PUB t\n", [], b"E_INVALID cannot PUB in current state (TLS required)", {"tls": True}),
+    ("tls-nop", SUBSCRIBED, b"NOP\n", [], b"E_INVALID cannot NOP in current state (TLS required)", {"tls": True}),
+    ("tls-fin", SUBSCRIBED, b"FIN " + ID + b"\n", [], b"E_INVALID cannot FIN in current state (TLS required)",
+     {"tls": True}),
+    ("tls-unknown", INIT, b"ASDF\n", [], b"E_INVALID cannot ASDF in current state (TLS required)", {"tls": True}),
+    ("tls-empty", INIT, b"\n", [], b"E_INVALID cannot  in current state (TLS required)", {"tls": True}),
+]
+
+
+@pytest.mark.parametrize("name,state,data,events,error,options", CASES, ids=[c[0] for c in CASES])
+def test_command(name, state, data, events, error, options):
+    check(data, events, error, state=state, **options)
+
+
+def test_every_error_is_sticky():
+    conn = ServerConnection(SMALL)
+    conn.receive_data(MAGIC_V2 + b"NOP\nBAD\nNOP\n")
+    assert conn.next_events() == [Nop()]
+    with pytest.raises(ProtocolError) as first:
+        conn.next_events()
+    with pytest.raises(ProtocolError) as second:
+        conn.next_events()
+    assert first.value is second.value
+    assert first.value.payload == b"E_INVALID invalid command BAD"
+
+
+def test_size_errors_need_only_the_size_field():
+    # the error is raised with nothing of the body buffered: nothing is waited for
+    for data, payload in [
+        (b"PUB t\n" + size(1 << 30), b"E_BAD_MESSAGE PUB message too big 1073741824 > 100"),
+        (b"DPUB t 5\n" + size(1 << 30), b"E_BAD_MESSAGE DPUB message too big 1073741824 > 100"),
+        (b"IDENTIFY\n" + size(1 << 30), b"E_BAD_BODY IDENTIFY body too big 1073741824 > 1000"),
+        (b"AUTH\n" + size(1 << 30), b"E_BAD_BODY AUTH body too big 1073741824 > 1000"),
+        (b"MPUB t\n" + size(1 << 30), b"E_BAD_BODY MPUB body too big 1073741824 > 1000"),
+        (b"MPUB t\n" + size(900) + size(3) + size(1 << 30), b"E_BAD_MESSAGE MPUB message too big 1073741824 > 100"),
+    ]:
+        conn = ServerConnection(SMALL)
+        conn.receive_data(MAGIC_V2 + data)
+        with pytest.raises(ProtocolError) as err:
+            conn.next_events()
+        assert err.value.payload == payload
+
+
+def test_bodies_wait_for_all_their_bytes():
+    conn = ServerConnection(SMALL)
+    conn.receive_data(MAGIC_V2 + b"PUB t\n" + size(50))
+    for _ in range(49):
+        conn.receive_data(b"z")
+        assert conn.next_events() == []
+    conn.receive_data(b"zNOP\n")
+    assert conn.next_events() == [Pub("t", b"z" * 50), Nop()]
+
+
+# ------------------------------------------------------------------ the magic
+
+@pytest.mark.parametrize("mode", ["whole", "bytes"])
+@pytest.mark.parametrize("magic", [b"  V1", b"V2  ", b"GET / HTTP/1.1\r\n", b"\x00\x00\x00\x00", b"  v2"])
+def test_bad_magic(magic, mode):
+    events, error, _ = feed(magic + b"NOP\n", mode, magic=False)
+    assert events == []
+    assert error.code == "E_BAD_PROTOCOL"
+    assert error.payload == b"E_BAD_PROTOCOL"
+    assert error.fatal
+
+
+@pytest.mark.parametrize("mode", ["whole", "bytes"])
+def test_magic_then_commands(mode):
+    events, error, _ = feed(b"NOP\n", mode)
+    assert (events, error) == ([Nop()], None)
+
+
+def test_short_magic_at_eof_is_silent():
+    conn = ServerConnection(SMALL)
+    conn.receive_data(b"  V")
+    conn.receive_data(b"")
+    assert conn.next_events() == []
+
+
+def test_data_after_eof_is_a_bug():
+    conn = ServerConnection(SMALL)
+    conn.receive_data(b"")
+    with pytest.raises(RuntimeError):
+        conn.receive_data(b"x")
+
+
+# ------------------------------------------------------------------ line length (nsqd's 16 KiB bufio buffer)
+
+def test_default_line_limit_is_nsqd_bufio_size():
+    assert Limits().max_line_length == 16384
+
+
+def test_longest_line_accepted():
+    line = b"NOP " + b"x" * (16384 - 5) + b"\n"
+    assert len(line) == 16384
+    check(line, [Nop()], None, limits=Limits())
+
+
+def test_line_one_byte_too_long_closes_silently():
+    line = b"NOP " + b"x" * (16384 - 4) + b"\n"
+    conn = check(line, [], b"", limits=Limits())
+    with pytest.raises(ProtocolError) as err:
+        conn.next_events()
+    assert err.value.code == LINE_TOO_LONG
+    assert err.value.payload == b""
+    assert err.value.fatal
+
+
+def test_line_too_long_raised_without_waiting_for_newline():
+    conn = ServerConnection(Limits())
+    conn.receive_data(MAGIC_V2 + b"x" * 16383)
+    assert conn.next_events() == []
+    conn.receive_data(b"x")
+    with pytest.raises(ProtocolError) as err:
+        conn.next_events()
+    assert err.value.code == LINE_TOO_LONG
+
+
+def test_line_limit_applies_to_each_line():
+    limits = Limits(max_line_length=8)
+    check(b"NOP 123\nNOP 123\n", [Nop(), Nop()], None, limits=limits)
+    check(b"NOP 123\nNOP 1234\n", [Nop()], b"", limits=limits)
+
+
+def test_long_line_trickled_byte_by_byte():
+    conn = ServerConnection(Limits())
+    conn.receive_data(MAGIC_V2 + b"NOP ")
+    for _ in range(16000):
+        conn.receive_data(b"x")
+        assert conn.next_events() == []
+    conn.receive_data(b"\nNOP\n")
+    assert conn.next_events() == [Nop(), Nop()]
+
+
+def test_receive_data_accepts_any_bytes_like():
+    conn = ServerConnection(SMALL)
+    conn.receive_data(bytearray(MAGIC_V2 + b"NO"))
+    conn.receive_data(memoryview(b"P\nNOP"))
+    conn.receive_data(b"\n")
+    assert conn.next_events() == [Nop(), Nop()]
+
+
+def test_default_limits_are_nsqd_defaults():
+    assert Limits() == Limits(
+        max_msg_size=1048576, max_body_size=5242880, max_rdy_count=2500,
+        max_req_timeout_ms=3600000, max_line_length=16384,
+    )
+
+
+# ------------------------------------------------------------------ state machine
+
+# nsqd's legality table (reference §1.2): "ok", "error" (cannot X in current state) or "ignored"
+LEGALITY = {
+    "IDENTIFY": {INIT: "ok", SUBSCRIBED: "error", CLOSING: "error"},
+    "AUTH": {INIT: "ok", SUBSCRIBED: "error", CLOSING: "error"},
+    "SUB": {INIT: "ok", SUBSCRIBED: "error", CLOSING: "error"},
+    "RDY": {INIT: "error", SUBSCRIBED: "ok", CLOSING: "ignored"},
+    "FIN": {INIT: "error", SUBSCRIBED: "ok", CLOSING: "ok"},
+    "REQ": {INIT: "error", SUBSCRIBED: "ok", CLOSING: "ok"},
+    "TOUCH": {INIT: "error", SUBSCRIBED: "ok", CLOSING: "ok"},
+    "CLS": {INIT: "error", SUBSCRIBED: "ok", CLOSING: "error"},
+    "PUB": {INIT: "ok", SUBSCRIBED: "ok", CLOSING: "ok"},
+    "MPUB": {INIT: "ok", SUBSCRIBED: "ok", CLOSING: "ok"},
+    "DPUB": {INIT: "ok", SUBSCRIBED: "ok", CLOSING: "ok"},
+    "NOP": {INIT: "ok", SUBSCRIBED: "ok", CLOSING: "ok"},
+}
+
+VALID = {
+    "IDENTIFY": (encode_identify({"user_agent": "t"}), Identify({"user_agent": "t"}), INIT),
+    "AUTH": (encode_auth(b"secret"), Auth(b"secret"), INIT),
+    "SUB": (encode_sub("t", "c"), Sub("t", "c"), SUBSCRIBED),
+    "RDY": (encode_rdy(5), Rdy(5), None),
+    "FIN": (encode_fin(ID), Fin(ID), None),
+    "REQ": (encode_req(ID, 100), Req(ID, 100), None),
+    "TOUCH": (encode_touch(ID), Touch(ID), None),
+    "CLS": (encode_cls(), Cls(), CLOSING),
+    "PUB": (encode_pub("t", b"m"), Pub("t", b"m"), None),
+    "MPUB": (encode_mpub("t", [b"m", b"n"]), Mpub("t", [b"m", b"n"]), None),
+    "DPUB": (encode_dpub("t", 10, b"m"), Dpub("t", 10, b"m"), None),
+    "NOP": (encode_nop(), Nop(), None),
+}
+
+
+@pytest.mark.parametrize("state", [INIT, SUBSCRIBED, CLOSING], ids=lambda s: s.name)
+@pytest.mark.parametrize("command", sorted(LEGALITY))
+def test_legality(command, state):
+    data, event, next_state = VALID[command]
+    outcome = LEGALITY[command][state]
+    if outcome == "ok":
+        conn = check(data, [event], None, state=state)
+        assert conn.state == (next_state if next_state is not None else state)
+    elif outcome == "ignored":
+        conn = check(data, [], None, state=state)
+        assert conn.state == state
+    else:
+        conn = check(data, [], f"E_INVALID cannot {command} in current state".encode(), state=state)
+        assert conn.state == state
+
+
+def test_state_transitions_through_a_session():
+    stream = (
+        encode_identify({}) + encode_sub("t", "c") + encode_rdy(2) + encode_fin(ID)
+        + encode_cls() + encode_rdy(9) + encode_touch(ID) + encode_req(ID, 0) + encode_pub("t", b"x")
+    )
+    for mode in ("whole", "bytes"):
+        events, error, conn = feed(stream, mode)
+        assert error is None
+        assert events == [Identify({}), Sub("t", "c"), Rdy(2), Fin(ID), Cls(), Touch(ID), Req(ID, 0), Pub("t", b"x")]
+        assert conn.state == CLOSING
+
+
+def test_parsing_pauses_after_identify():
+    conn = ServerConnection(SMALL)
+    conn.receive_data(MAGIC_V2 + encode_identify({"heartbeat_interval": -1}) + encode_sub("t", "c"))
+    assert conn.next_events() == [Identify({"heartbeat_interval": -1})]
+    # the owner applies the IDENTIFY before the SUB that follows it is checked
+    conn.heartbeats_enabled = False
+    with pytest.raises(ProtocolError) as err:
+        conn.next_events()
+    assert err.value.payload == b"E_INVALID cannot SUB with heartbeats disabled"
+
+
+def test_trailing_data_after_identify_upgrade():
+    conn = ServerConnection(SMALL)
+    conn.receive_data(MAGIC_V2 + encode_identify({"tls_v1": True}) + b"\x16\x03\x01handshake")
+    assert conn.next_events() == [Identify({"tls_v1": True})]
+    assert conn.take_trailing_data() == b"\x16\x03\x01handshake"
+    assert conn.next_events() == []
+    conn.receive_data(encode_nop())
+    assert conn.next_events() == [Nop()]
+
+
+def test_trailing_data_refused_inside_a_body():
+    conn = ServerConnection(SMALL)
+    conn.receive_data(MAGIC_V2 + b"PUB t\n" + size(4) + b"ab")
+    assert conn.next_events() == []
+    with pytest.raises(RuntimeError):
+        conn.take_trailing_data()
+
+
+def test_tls_policy_lifted_after_upgrade():
+    conn = ServerConnection(SMALL)
+    conn.tls_required = True
+    conn.receive_data(MAGIC_V2 + encode_identify({"tls_v1": True}))
+    assert conn.next_events() == [Identify({"tls_v1": True})]
+    conn.tls_required = False
+    conn.receive_data(encode_sub("t", "c") + encode_fin(ID))
+    assert conn.next_events() == [Sub("t", "c"), Fin(ID)]
+
+
+# ------------------------------------------------------------------ client encoders round-trip
+
+def test_encoders_round_trip():
+    bodies = [bytes([i]) * (i + 1) for i in range(50)]
+    stream = b"".join([
+        encode_identify({"client_id": "c", "feature_negotiation": True, "sample_rate": 10}),
+        encode_auth(b"\x00secret\n"),
+        encode_pub("topic.a-b_c", b"\x00\xff\n body"),
+        encode_mpub("t#ephemeral", bodies),
+        encode_dpub("t", 3600000, b"later"),
+        encode_sub("t", "c#ephemeral"),
+        encode_rdy(2500),
+        encode_fin(ID.decode()),
+        encode_req(ID, 0),
+        encode_touch(ID),
+        encode_nop(),
+        encode_cls(),
+    ])
+    expected = [
+        Identify({"client_id": "c", "feature_negotiation": True, "sample_rate": 10}),
+        Auth(b"\x00secret\n"),
+        Pub("topic.a-b_c", b"\x00\xff\n body"),
+        Mpub("t#ephemeral", bodies),
+        Dpub("t", 3600000, b"later"),
+        Sub("t", "c#ephemeral"),
+        Rdy(2500),
+        Fin(ID),
+        Req(ID, 0),
+        Touch(ID),
+        Nop(),
+        Cls(),
+    ]
+    check(stream, expected, None, limits=Limits())
+
+
+def test_encoder_byte_layout():
+    assert encode_sub("t", "c") == b"SUB t c\n"
+    assert encode_rdy(10) == b"RDY 10\n"
+    assert encode_fin(ID) == b"FIN " + ID + b"\n"
+    assert encode_req(ID, 250) == b"REQ " + ID + b" 250\n"
+    assert encode_touch(ID) == b"TOUCH " + ID + b"\n"
+    assert encode_cls() == b"CLS\n"
+    assert encode_nop() == b"NOP\n"
+    assert encode_pub("t", b"ab") == b"PUB t\n\x00\x00\x00\x02ab"
+    assert encode_dpub("t", 7, b"ab") == b"DPUB t 7\n\x00\x00\x00\x02ab"
+    assert encode_auth(b"s") == b"AUTH\n\x00\x00\x00\x01s"
+    assert encode_identify({"a": 1}) == b'IDENTIFY\n\x00\x00\x00\x07{"a":1}'
+    assert encode_mpub("t", [b"a", b"bc"]) == (
+        b"MPUB t\n" + b"\x00\x00\x00\x0f" + b"\x00\x00\x00\x02" + b"\x00\x00\x00\x01a" + b"\x00\x00\x00\x02bc"
+    )
+
+
+@pytest.mark.parametrize("call", [
+    lambda: encode_sub("bad topic", "c"),
+    lambda: encode_sub("t", "c\n"),
+    lambda: encode_pub("", b"x"),
+    lambda: encode_fin(b"short"),
+    lambda: encode_req("0123456789abcdef0", 1),
+])
+def test_encoders_refuse_what_would_corrupt_the_stream(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+# ------------------------------------------------------------------ throughput sanity (kept small)
+
+def test_many_fins_in_one_chunk_all_parsed():
+    lines = b"".join(b"FIN %016x\n" % i for i in range(2000))
+    conn = ServerConnection()
+    conn.state = SUBSCRIBED
+    conn.receive_data(MAGIC_V2 + lines + b"FIN 0123")
+    events = conn.next_events()
+    assert len(events) == 2000
+    assert events[1999] == Fin(b"%016x" % 1999)
+    conn.receive_data(b"456789abcdef\n")
+    assert conn.next_events() == [Fin(ID)]
+
+
+def test_large_mpub_in_random_chunks():
+    bodies = [b"%05d" % i * 20 for i in range(200)]
+    data = encode_mpub("t", bodies)
+    events, error, _ = feed(data, "random", seed=7, limits=Limits())
+    assert error is None and events == [Mpub("t", bodies)]
+
+
+# ------------------------------------------------------------------ seeded fuzz: any split, same answer
+
+PIECES = [
+    encode_identify({"heartbeat_interval": 1000}), encode_sub("t", "c"), encode_rdy(3), encode_fin(ID),
+    encode_req(ID, 5), encode_touch(ID), encode_cls(), encode_nop(), encode_pub("t", b"body"),
+    encode_mpub("t", [b"a", b"b"]), encode_dpub("t", 9, b"d"), encode_auth(b"s"),
+    b"FIN " + ID + b"\r\n", b"RDY\n", b"\n", b"BAD\n", b"PUB t\n" + size(0), b"MPUB t\n" + size(8) + size(0),
+]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_fuzz_split_invariance(seed):
+    rng = random.Random(seed)
+    stream = bytearray(b"".join(rng.choice(PIECES) for _ in range(rng.randint(1, 12))))
+    for _ in range(rng.randint(0, 3)):  # a few random mutations
+        stream[rng.randrange(len(stream))] = rng.randrange(256)
+    limits = Limits(max_msg_size=64, max_body_size=256, max_line_length=40)
+    results = set()
+    for mode, split_seed in (("whole", 0), ("bytes", 0), ("random", seed), ("random", seed + 1000)):
+        events, error, _ = feed(bytes(stream), mode, seed=split_seed, limits=limits, eof=True)
+        results.add((repr(events), None if error is None else error.payload))
+    assert len(results) == 1
