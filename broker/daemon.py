@@ -134,11 +134,24 @@ async def _main(options: Options) -> None:
             nursery.cancel_scope.cancel()
 
 
+def _root_causes(exc: BaseException) -> list[BaseException]:
+    """The leaf exceptions of a (possibly nested) exception group."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _root_causes(sub)]
+    return [exc]
+
+
 def run(options: Options) -> int:
     """Run the daemon until a signal stops it; the exit status for the CLI."""
     try:
         trio.run(_main, options)
-    except Exception as exc:  # a start-up failure is reported, not dumped as a traceback
-        log.critical("failed to start: %s", exc)
+    except (OSError, ValueError, RuntimeError, ExceptionGroup) as exc:
+        # start-up failures (address in use, data path locked, bad metadata) are
+        # reported in one line; anything else keeps its traceback
+        causes = _root_causes(exc)
+        if not all(isinstance(c, (OSError, ValueError, RuntimeError)) for c in causes):
+            raise
+        for cause in causes:
+            log.critical("failed to start: %s", cause)
         return 1
     return 0
