@@ -2,9 +2,9 @@
 
 Frames are appended to an output list by synchronous code (command handlers,
 channel dispatch) and sent by the connection's writer task with one
-``send_all`` of the joined bytes; the writer also sends heartbeats every
-heartbeat interval and drops a client whose socket does not drain within one
-interval, as nsqd does.
+``send_all`` of the joined bytes. A timer task sends heartbeats every
+heartbeat interval, drops a client that sends nothing for two intervals and
+one whose socket does not drain within one interval, as nsqd does.
 """
 
 from __future__ import annotations
@@ -68,6 +68,9 @@ class Client:
         self._out: list[bytes] = []
         self._out_event = trio.Event()
         self._closed = trio.Event()
+        self._timer_scope: trio.CancelScope | None = None
+        self.last_read = trio.current_time()
+        self.send_started: float | None = None
         self.closing = False
 
     # ---------------------------------------------------------------- IDENTIFY
@@ -139,7 +142,7 @@ class Client:
             raise ProtocolError("E_BAD_BODY", f"IDENTIFY msg timeout ({msg_timeout}) is invalid")
 
         self.feature_negotiation = bool(data.get("feature_negotiation"))
-        self.wake_writer()
+        self.wake_timers()
         if not self.feature_negotiation:
             return b"OK"
         return self.broker.identify_response(self)
@@ -180,37 +183,32 @@ class Client:
     def closed(self) -> trio.Event:
         return self._closed
 
-    async def run_writer(self) -> None:
-        """Send queued frames and heartbeats until closed; returns after the final flush.
+    def note_read(self) -> None:
+        """The connection received bytes: the read deadline starts again."""
+        self.last_read = trio.current_time()
 
-        A send that does not complete within one heartbeat interval (the client
-        stopped reading) closes the connection.
+    def wake_timers(self) -> None:
+        """Make the timer task re-plan (the heartbeat interval changed)."""
+        if self._timer_scope is not None:
+            self._timer_scope.cancel()
+
+    async def run_writer(self) -> None:
+        """Send queued frames until closed; returns after the final flush.
+
+        One task per connection; it waits on an event rather than a timeout, so
+        sending costs no cancel scope. Deadlines are enforced by :meth:`run_timers`.
         """
-        next_heartbeat = math.inf
-        current_interval = None
         try:
             while True:
-                interval = self.heartbeat_interval
-                if interval != current_interval:
-                    current_interval = interval
-                    next_heartbeat = trio.current_time() + interval if interval else math.inf
                 if not self._out and not self.closing:
-                    with trio.move_on_at(next_heartbeat):
-                        await self._out_event.wait()
+                    await self._out_event.wait()
                     self._out_event = trio.Event()
-                now = trio.current_time()
-                if now >= next_heartbeat:
-                    self._out.append(HEARTBEAT_FRAME)
-                    next_heartbeat = now + current_interval
                 if self._out:
                     data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
                     self._out.clear()
-                    deadline = current_interval or self.options.client_timeout
-                    with trio.move_on_after(deadline) as scope:
-                        await self.stream.send_all(data)
-                    if scope.cancelled_caught:
-                        log.warning("client %s: write timed out; closing", self.remote_address)
-                        return
+                    self.send_started = trio.current_time()
+                    await self.stream.send_all(data)
+                    self.send_started = None
                 elif self.closing:
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -218,3 +216,39 @@ class Client:
         finally:
             self.closing = True
             self._closed.set()
+
+    async def run_timers(self, read_scope: trio.CancelScope, connection_scope: trio.CancelScope) -> None:
+        """Heartbeats and nsqd's two deadlines, for the life of the connection.
+
+        Every heartbeat interval a ``_heartbeat_`` frame is queued. When nothing
+        was read for two intervals (``--client-timeout`` before IDENTIFY) the
+        reader is cancelled, as nsqd's read deadline does; when one send has been
+        blocked for an interval (the client stopped reading) the connection is
+        cancelled. One task wakes per deadline instead of a cancel scope per I/O.
+        """
+        interval = None
+        next_heartbeat = math.inf
+        while True:
+            now = trio.current_time()
+            if self.heartbeat_interval != interval:
+                interval = self.heartbeat_interval
+                next_heartbeat = now + interval if interval else math.inf
+            if now >= next_heartbeat:
+                self._out.append(HEARTBEAT_FRAME)
+                self.wake_writer()
+                next_heartbeat = now + interval
+            read_deadline = self.last_read + 2 * interval if interval else math.inf
+            if now >= read_deadline:
+                log.info("client %s: no command for %.0fs; closing", self.remote_address, 2 * interval)
+                read_scope.cancel()
+                return
+            write_limit = interval or self.options.client_timeout
+            started = self.send_started
+            if started is not None and now - started >= write_limit:
+                log.warning("client %s: write timed out; closing", self.remote_address)
+                connection_scope.cancel()
+                return
+            wake = min(next_heartbeat, read_deadline, (started + write_limit) if started is not None else now + write_limit)
+            with trio.CancelScope(deadline=wake) as self._timer_scope:
+                await trio.sleep_forever()
+            self._timer_scope = None

@@ -40,19 +40,19 @@ class GuidFactory:
         if tick > self._last_tick:
             self._last_tick = tick
             self._sequence = 0
-        ids = []
-        append = ids.append
-        seq = self._sequence
-        last = self._last_tick
+        ids: list[bytes] = []
         node = self._node_bits
-        for _ in range(count):
-            if seq > _SEQUENCE_MASK:
-                last += 1
-                seq = 0
-            append(b"%016x" % ((last << 22) | node | seq))
-            seq += 1
-        self._sequence = seq
-        self._last_tick = last
+        while count:
+            if self._sequence > _SEQUENCE_MASK:
+                self._last_tick += 1
+                self._sequence = 0
+            # a run of consecutive sequence numbers within one tick
+            take = min(count, _SEQUENCE_MASK + 1 - self._sequence)
+            base = (self._last_tick << 22) | node
+            start = base | self._sequence
+            ids.extend([b"%016x" % v for v in range(start, start + take)])
+            self._sequence += take
+            count -= take
         return ids
 
     def next_id(self) -> bytes:

@@ -10,7 +10,6 @@ of 100 FINs frees 100 slots and refills them in one pass.
 from __future__ import annotations
 
 import logging
-import math
 from typing import TYPE_CHECKING
 
 import trio
@@ -88,6 +87,7 @@ class TCPServer:
             return
         self._client_numbers += 1
         client = Client(broker, stream, remote, self._client_numbers)
+        conn = ServerConnection(broker.limits)
         broker.clients.add(client)
         log.info("TCP: new client(%s)", remote)
         try:
@@ -96,8 +96,15 @@ class TCPServer:
                     await client.run_writer()
                     nursery.cancel_scope.cancel()
 
+                read_scope = trio.CancelScope()
                 nursery.start_soon(writer)
-                await self._read_loop(client)
+                nursery.start_soon(client.run_timers, read_scope, nursery.cancel_scope)
+                with read_scope:
+                    await self._read_loop(client, conn)
+                if read_scope.cancelled_caught:
+                    # the read deadline passed: a command cut off in its body
+                    # gets nsqd's "failed to read" error before the close
+                    await self._apply(client, conn, b"")
                 client.close_soon()
         finally:
             broker.clients.discard(client)
@@ -107,54 +114,53 @@ class TCPServer:
                 await stream.aclose()
             log.info("TCP: client(%s) closed", remote)
 
-    async def _read_loop(self, client: Client) -> None:
-        """Read, parse and apply commands until EOF, a fatal error, a timeout or close."""
-        broker = self.broker
-        conn = ServerConnection(broker.limits)
+    async def _read_loop(self, client: Client, conn: ServerConnection) -> None:
+        """Read, parse and apply commands until EOF, a fatal error or close."""
         stream = client.stream
-        sync_handlers = SYNC_HANDLERS
-        async_handlers = ASYNC_HANDLERS
         while not client.closing:
-            interval = client.heartbeat_interval
-            # The magic must arrive within --client-timeout; commands within two heartbeats.
-            timeout = 2 * interval if interval else math.inf
-            with trio.move_on_after(timeout) as scope:
-                try:
-                    data = await stream.receive_some(RECEIVE_SIZE)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return
-            if scope.cancelled_caught:
-                log.info("TCP: client(%s) timed out after %.0fs without a command", client.remote_address, timeout)
-                data = b""
+            try:
+                data = await stream.receive_some(RECEIVE_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            client.note_read()
             # b"" tells the parser the input ended: a command cut off in its body
             # then gets nsqd's "failed to read" error before the close.
-            conn.receive_data(data)
-            try:
-                while True:
-                    events = conn.next_events()
-                    if not events:
-                        break
-                    for event in events:
-                        event_type = type(event)
-                        handler = sync_handlers.get(event_type)
-                        try:
-                            if handler is not None:
-                                handler(broker, client, event)
-                            else:
-                                await async_handlers[event_type](broker, client, event)
-                        except ProtocolError as err:
-                            if err.fatal:
-                                raise
-                            client.send_error(err)
-                        if event_type is Identify:
-                            conn.heartbeats_enabled = client.heartbeat_interval > 0
-            except ProtocolError as err:
-                log.info("TCP: client(%s) error: %s %s", client.remote_address, err.code, err.description)
-                if err.payload:  # an over-long line closes without a frame, as in nsqd
-                    client.send_error(err)
+            if not await self._apply(client, conn, data) or not data:
                 return
-            finally:
-                if client.channel is not None:
-                    client.channel.dispatch()
-            if not data:
-                return
+
+    async def _apply(self, client: Client, conn: ServerConnection, data: bytes) -> bool:
+        """Feed ``data`` to the parser and apply every complete command.
+
+        Returns False after a fatal error (its frame is queued, if it has one).
+        """
+        broker = self.broker
+        sync_handlers = SYNC_HANDLERS
+        async_handlers = ASYNC_HANDLERS
+        conn.receive_data(data)
+        try:
+            while True:
+                events = conn.next_events()
+                if not events:
+                    return True
+                for event in events:
+                    event_type = type(event)
+                    handler = sync_handlers.get(event_type)
+                    try:
+                        if handler is not None:
+                            handler(broker, client, event)
+                        else:
+                            await async_handlers[event_type](broker, client, event)
+                    except ProtocolError as err:
+                        if err.fatal:
+                            raise
+                        client.send_error(err)
+                    if event_type is Identify:
+                        conn.heartbeats_enabled = client.heartbeat_interval > 0
+        except ProtocolError as err:
+            log.info("TCP: client(%s) error: %s %s", client.remote_address, err.code, err.description)
+            if err.payload:  # an over-long line closes without a frame, as in nsqd
+                client.send_error(err)
+            return False
+        finally:
+            if client.channel is not None:
+                client.channel.dispatch()
