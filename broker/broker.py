@@ -1,11 +1,13 @@
 """The broker: the registry of topics, the metadata file, start-up and shutdown.
 
 Start-up: lock the data directory, read ``nsqd.dat``, recreate its topics and
-channels (their disk queues recover on open) and start the timer scanner and
-the metadata writer. Shutdown (:meth:`Broker.shutdown`, after the listeners
-have stopped and connections were closed): stop the pumps, write every
-topic's memory queue and every channel's memory, in-flight and deferred
-messages to disk, close the queues (each syncs), then persist metadata.
+channels (their disk queues, deferred and buried stores recover on open) and
+start the timer scanner and the metadata writer. Shutdown
+(:meth:`Broker.shutdown`, after the listeners have stopped and connections
+were closed): stop the pumps, write every topic's memory queue and every
+channel's memory, in-flight and deferred messages to disk (in durable mode
+they are on disk already: only the committed cursors move), close the queues
+(each syncs), then persist metadata.
 """
 
 from __future__ import annotations
@@ -64,9 +66,12 @@ class Broker:
         self.exiting = False
         self.health_error: str | None = None
         self.start_time = int(time.time())
-        self.dead_letter = None
         self._nursery: trio.Nursery | None = None
         self._metadata_dirty = trio.Event()
+        self._metadata_lock = trio.Lock()
+        self._metadata_version = 0  # bumped by every change
+        self._metadata_saved = 0  # the version the file on disk describes
+        self._metadata_written = trio.Event()
         self._lock_fd: int | None = None
 
     # ---------------------------------------------------------------- lifecycle
@@ -88,8 +93,9 @@ class Broker:
                     for ch in entry["channels"]:
                         channel = topic.get_channel(ch["name"])
                         channel.paused = bool(ch.get("paused"))
-                        if self.dead_letter is not None:
-                            self.dead_letter.restore(channel, ch)
+                        max_attempts = ch.get("max_attempts")
+                        if type(max_attempts) is int and max_attempts >= 0:
+                            channel.set_max_attempts(max_attempts)
                 await self.persist_metadata()
                 nursery.start_soon(self._scan_loop)
                 nursery.start_soon(self._metadata_loop)
@@ -121,30 +127,10 @@ class Broker:
         for topic in self.topics.values():
             topic.close()
         for topic in list(self.topics.values()):
-            await self._flush_topic(topic)
+            await topic.close_queues()
         await self.persist_metadata()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
-
-    async def _flush_topic(self, topic: Topic) -> None:
-        if topic.backend is not None:
-            records = topic.flush_records()
-            if records:
-                topic.backend.put_many(records)
-            await topic.backend.close()
-        for channel in topic.channels.values():
-            if channel.backend is None:
-                continue
-            ready, deferred = channel.flush_records()
-            if ready:
-                channel.backend.put_many(ready)
-            await channel.backend.close()
-            if deferred:
-                store = self._open_deferred_store(channel)
-                store.put_many(deferred)
-                await store.close()
-            log.info("channel %s:%s: wrote %d ready and %d deferred messages to disk",
-                     topic.name, channel.name, len(ready), len(deferred))
 
     # ---------------------------------------------------------------- topics
 
@@ -176,21 +162,32 @@ class Broker:
     async def publish(self, topic: Topic, msgs: list[Message]) -> None:
         """Queue ``msgs`` on ``topic`` as one batch.
 
+        In durable mode this returns only once the batch is on stable storage
+        (sharing one fsync with every publisher waiting at the same moment).
         Raises :class:`DiskQueueError` (after marking the broker unhealthy) if a
-        disk write fails; nothing of the batch is then queued.
+        disk write fails (nothing of the batch is then queued) or, in durable
+        mode, if the sync fails (the batch may still be delivered).
         """
         try:
             topic.put_many(msgs)
+            if topic.group is not None:
+                await topic.group.wait()
+                await self.wait_metadata_persisted()  # a topic created by this publish
         except DiskQueueError as exc:
-            self.health_error = str(exc)
+            self.disk_failed(exc)
             raise
         if self.health_error is not None and topic.backend is not None:
             self.health_error = None
 
+    def disk_failed(self, exc: Exception) -> None:
+        """Record a failed disk write or sync: logged, and ``/ping`` reports it until a write succeeds."""
+        self.health_error = str(exc)
+        log.error("%s", exc)
+
     # ---------------------------------------------------------------- disk queues
 
-    def open_backend(self, name: str) -> DiskQueue:
-        """A disk queue for a topic or channel, recovered from any existing files."""
+    def open_backend(self, name: str, *, auto_commit: bool = True) -> DiskQueue:
+        """A disk queue for a topic, a channel or a channel's store, recovered from any existing files."""
         opts = self.options
         return DiskQueue(
             name,
@@ -200,20 +197,28 @@ class Broker:
             max_msg_size=opts.max_msg_size + RECORD_OVERHEAD + _DEFERRED_PREFIX,
             sync_every=opts.sync_every,
             sync_timeout=opts.sync_timeout,
+            auto_commit=auto_commit,
             logger=logging.getLogger(f"pynsqd.diskqueue.{name}"),
         )
 
-    def _deferred_store_name(self, channel: "Channel") -> str:
-        # '#' can only appear in a name as '#ephemeral', and ephemeral channels
-        # have no files, so this never collides with a real queue.
-        return f"{channel.topic.name}:{channel.name}#deferred"
+    @staticmethod
+    def store_name(channel: "Channel", kind: str) -> str:
+        """The disk queue name of a channel's ``deferred`` or ``buried`` store.
 
-    def _open_deferred_store(self, channel: "Channel") -> DiskQueue:
-        return self.open_backend(self._deferred_store_name(channel))
+        '#' can only appear in a name as '#ephemeral', and ephemeral channels
+        have no files, so this never collides with a topic's or channel's queue.
+        """
+        return f"{channel.topic.name}:{channel.name}#{kind}"
+
+    async def save_deferred(self, channel: "Channel", records: list[bytes]) -> None:
+        """Shutdown without ``--durable``: write a channel's deferred messages for the next start."""
+        store = self.open_backend(self.store_name(channel, "deferred"))
+        store.put_many(records)
+        await store.close()
 
     def restore_deferred(self, channel: "Channel") -> None:
         """Load deferred messages a previous run wrote at shutdown, then drop the store."""
-        name = self._deferred_store_name(channel)
+        name = self.store_name(channel, "deferred")
         if not any(self.data_path.glob(f"{name}.diskqueue.*")):
             return
         store = self.open_backend(name)
@@ -229,7 +234,8 @@ class Broker:
 
     def delete_deferred_store(self, channel: "Channel") -> None:
         """Remove a deleted channel's leftover deferred store, if any."""
-        for path in self.data_path.glob(f"{self._deferred_store_name(channel)}.diskqueue.*"):
+        name = self.store_name(channel, "deferred")
+        for path in self.data_path.glob(f"{name}.diskqueue.*"):
             path.unlink(missing_ok=True)
 
     def new_latency_stream(self) -> LatencyStream:
@@ -240,7 +246,14 @@ class Broker:
 
     def metadata_changed(self) -> None:
         """Schedule a rewrite of ``nsqd.dat`` (done by the metadata task)."""
+        self._metadata_version += 1
         self._metadata_dirty.set()
+
+    async def wait_metadata_persisted(self) -> None:
+        """Return once ``nsqd.dat`` reflects every change made before this call."""
+        target = self._metadata_version
+        while self._metadata_saved < target:
+            await self._metadata_written.wait()
 
     def metadata_entries(self) -> list[dict]:
         """Topic entries for ``nsqd.dat``: non-ephemeral topics and channels, sorted."""
@@ -255,26 +268,36 @@ class Broker:
                 if channel.ephemeral:
                     continue
                 entry = {"name": ch_name, "paused": channel.paused}
-                if self.dead_letter is not None:
-                    self.dead_letter.describe(channel, entry)
+                if channel.max_attempts is not None:
+                    entry["max_attempts"] = channel.max_attempts
                 channels.append(entry)
             entries.append({"name": name, "paused": topic.paused, "channels": channels})
         return entries
 
     async def persist_metadata(self) -> None:
-        """Write ``nsqd.dat`` now (in a worker thread)."""
-        self._metadata_dirty = trio.Event()
-        payload = metadata.dump(self.metadata_entries(), NSQD_COMPAT_VERSION)
-        await trio.to_thread.run_sync(metadata.save, self.data_path, payload)
+        """Write ``nsqd.dat`` now (in a worker thread).
+
+        Writers take turns and each serializes the state current when its turn
+        comes, so the file never goes back to an older state.
+        """
+        async with self._metadata_lock:
+            version = self._metadata_version
+            payload = metadata.dump(self.metadata_entries(), NSQD_COMPAT_VERSION)
+            await trio.to_thread.run_sync(metadata.save, self.data_path, payload)
+            self._metadata_saved = max(self._metadata_saved, version)
+            written, self._metadata_written = self._metadata_written, trio.Event()
+            written.set()
 
     async def _metadata_loop(self) -> None:
         while True:
             await self._metadata_dirty.wait()
+            self._metadata_dirty = trio.Event()
             try:
                 await self.persist_metadata()
             except OSError as exc:
                 self.health_error = f"failed to persist metadata - {exc}"
                 log.error("%s", self.health_error)
+                self._metadata_dirty.set()  # retry: durable SUBs and publishes wait for it
                 await trio.sleep(1)
 
     # ---------------------------------------------------------------- timers

@@ -2,8 +2,10 @@
 
 The parser (:mod:`broker.protocol`) has already checked state legality,
 parameters, names and sizes; handlers apply a command to the domain and queue
-the response. Handlers are plain functions except the publish commands, which
-are async because in durable mode their ``OK`` waits for the group fsync.
+the response. Handlers are plain functions except SUB and the publish
+commands, which are async because in durable mode their ``OK`` waits for the
+disk: the group fsync of a publish, and the metadata naming a new topic or
+channel.
 Errors are raised as :class:`~broker.protocol.ProtocolError`.
 """
 
@@ -33,7 +35,7 @@ def auth(broker: "Broker", client: "Client", cmd: p.Auth) -> None:
     raise ProtocolError("E_AUTH_DISABLED", "AUTH disabled")
 
 
-def sub(broker: "Broker", client: "Client", cmd: p.Sub) -> None:
+async def sub(broker: "Broker", client: "Client", cmd: p.Sub) -> None:
     if broker.exiting:
         raise ProtocolError("E_SUB_FAILED", "SUB failed exiting")
     topic = broker.get_topic(cmd.topic)
@@ -41,6 +43,10 @@ def sub(broker: "Broker", client: "Client", cmd: p.Sub) -> None:
     channel.add_client(client)
     client.channel = channel
     client.state = p.State.SUBSCRIBED
+    if broker.options.durable:
+        # a channel a crash forgets would take its queue (and dead letters) with it
+        # until someone subscribes again: answer once nsqd.dat names it
+        await broker.wait_metadata_persisted()
     client.send_response(b"OK")
 
 
@@ -112,7 +118,6 @@ async def _publish(broker: "Broker", client: "Client", verb: str, topic_name: st
 SYNC_HANDLERS: dict[type, Callable[["Broker", "Client", object], None]] = {
     p.Identify: identify,
     p.Auth: auth,
-    p.Sub: sub,
     p.Rdy: rdy,
     p.Fin: fin,
     p.Req: req,
@@ -122,6 +127,7 @@ SYNC_HANDLERS: dict[type, Callable[["Broker", "Client", object], None]] = {
 }
 
 ASYNC_HANDLERS: dict[type, Callable[["Broker", "Client", object], Awaitable[None]]] = {
+    p.Sub: sub,
     p.Pub: pub,
     p.Mpub: mpub,
     p.Dpub: dpub,

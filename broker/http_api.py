@@ -10,6 +10,11 @@ Routes, status codes, bodies and headers are nsqd 1.3.0's (``nsqd/http.go``,
 * plain text (``/ping``): ``OK``, or ``500`` with ``NOK - <error>``;
 * ``/metrics`` (not in nsqd): the Prometheus text format.
 
+pynsqd's own routes, in the V1 style, inspect a channel and manage its dead letters:
+``GET /channel/peek`` (``state`` = ready, deferred, in_flight or buried; ``n``),
+``POST /channel/kick`` and ``POST /channel/delete_buried`` (``id``, or ``n`` oldest, or
+all) and ``POST /channel/max_attempts`` (``value`` = a count, 0 for never, or ``default``).
+
 Routing follows nsqd's router (``julienschmidt/httprouter``): an unknown path is
 ``404 {"message":"NOT_FOUND"}``, a known path with another method is
 ``405 {"message":"METHOD_NOT_ALLOWED"}`` with an ``Allow`` header, ``OPTIONS`` on a
@@ -27,6 +32,7 @@ queues them with :meth:`Broker.publish`.
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import ctypes.util
 import dataclasses
@@ -38,6 +44,7 @@ import re
 import socket
 import struct
 import time
+import urllib.parse
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import trio
@@ -54,6 +61,7 @@ from .stats import GC_PAUSES, go_json, health_text, render_json, render_text, sn
 
 if TYPE_CHECKING:
     from .broker import Broker
+    from .channel import Channel
     from .topic import Topic
 
 __all__ = ["HTTPServer", "APIError", "parse_query"]
@@ -193,7 +201,8 @@ _HTML_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#3
 def _redirect(request: Request, path: str) -> Response:
     """Go's ``http.Redirect`` to ``path`` (plus the original query)."""
     status = 301 if request.method == "GET" else 307
-    location = path + ("?" + request.raw_query if request.raw_query else "")
+    escaped = urllib.parse.quote(path.encode("utf-8", "surrogateescape"), safe="/:@!$&'()*+,;=-._~")
+    location = escaped + ("?" + request.raw_query if request.raw_query else "")
     headers = [(b"Location", location.encode("utf-8", "surrogateescape"))]
     body = b""
     if request.method in ("GET", "HEAD"):
@@ -304,7 +313,7 @@ class HTTPServer:
 
     def __init__(self, broker: "Broker", daemon: Any = None):
         self.broker = broker
-        self.daemon = daemon
+        self.daemon = daemon  # the owner; the routes only need the broker
         self.metrics = MetricsExporter()
         self._server = H11Server(self.handle)
         self._router = _Router(
@@ -326,6 +335,11 @@ class HTTPServer:
                 "/channel/pause": {"POST": self._channel_pause},
                 "/channel/unpause": {"POST": self._channel_pause},
                 "/debug/freememory": {"POST": self._free_memory},
+                # pynsqd's own: inspection and dead letters
+                "/channel/peek": {"GET": self._channel_peek},
+                "/channel/kick": {"POST": self._channel_kick},
+                "/channel/delete_buried": {"POST": self._channel_delete_buried},
+                "/channel/max_attempts": {"POST": self._channel_max_attempts},
             },
             {"GET": self._config, "PUT": self._config},
         )
@@ -401,9 +415,8 @@ class HTTPServer:
             raise APIError(400, "INVALID_TOPIC")
         return self.broker.get_topic(name)
 
-    def _existing_topic(self, request: Request) -> tuple["Topic", str]:
+    def _existing_topic(self, params: dict[str, list[str]]) -> tuple["Topic", str]:
         """nsqd's ``getExistingTopicFromQuery``: validated names, the topic must exist."""
-        params = self._params(request)
         topic_name = _first(params, "topic")
         if topic_name is None:
             raise APIError(400, "MISSING_ARG_TOPIC")
@@ -578,12 +591,12 @@ class HTTPServer:
         return _v1()
 
     async def _channel_create(self, request: Request, body: RequestBody, param: str) -> Response:
-        topic, channel_name = self._existing_topic(request)
+        topic, channel_name = self._existing_topic(self._params(request))
         topic.get_channel(channel_name)
         return _v1()
 
     async def _channel_delete(self, request: Request, body: RequestBody, param: str) -> Response:
-        topic, channel_name = self._existing_topic(request)
+        topic, channel_name = self._existing_topic(self._params(request))
         try:
             topic.delete_channel(channel_name)
         except KeyError:
@@ -591,7 +604,7 @@ class HTTPServer:
         return _v1()
 
     async def _channel_empty(self, request: Request, body: RequestBody, param: str) -> Response:
-        topic, channel_name = self._existing_topic(request)
+        topic, channel_name = self._existing_topic(self._params(request))
         channel = topic.channels.get(channel_name)
         if channel is None:
             raise APIError(404, "CHANNEL_NOT_FOUND")
@@ -603,7 +616,7 @@ class HTTPServer:
         return _v1()
 
     async def _channel_pause(self, request: Request, body: RequestBody, param: str) -> Response:
-        topic, channel_name = self._existing_topic(request)
+        topic, channel_name = self._existing_topic(self._params(request))
         channel = topic.channels.get(channel_name)
         if channel is None:
             raise APIError(404, "CHANNEL_NOT_FOUND")
@@ -661,6 +674,127 @@ class HTTPServer:
         # nsqd 1.3.0 answers this endpoint with a 500: its plain-text wrapper cannot
         # render the handler's empty result (the memory was freed all the same).
         raise APIError(500, "INTERNAL_ERROR")
+
+
+    # ---------------------------------------------------------------- pynsqd's own endpoints
+
+    def _existing_channel(self, request: Request) -> tuple["Channel", dict[str, list[str]]]:
+        params = self._params(request)
+        topic, channel_name = self._existing_topic(params)
+        channel = topic.channels.get(channel_name)
+        if channel is None:
+            raise APIError(404, "CHANNEL_NOT_FOUND")
+        return channel, params
+
+    async def _channel_peek(self, request: Request, body: RequestBody, param: str) -> Response:
+        """``GET /channel/peek``: the next ``n`` messages in a state, without changing anything."""
+        channel, params = self._existing_channel(request)
+        state = _first(params, "state") or "ready"
+        peek = _PEEK.get(state)
+        if peek is None:
+            raise APIError(400, "INVALID_STATE")
+        n = _count_param(params, "n", DEFAULT_PEEK)
+        if n is None or n > MAX_PEEK:
+            raise APIError(400, "INVALID_N")
+        count_of, peek_method = peek
+        messages = getattr(channel, peek_method)(n)
+        return _v1({
+            "topic": channel.topic.name,
+            "channel": channel.name,
+            "state": state,
+            "count": count_of(channel),
+            "messages": [_message_document(msg) for msg in messages],
+        })
+
+    def _buried_selection(self, params: dict[str, list[str]]) -> tuple[bytes | None, int]:
+        msg_id = _first(params, "id")
+        if msg_id is not None:
+            if not _MESSAGE_ID.fullmatch(msg_id):
+                raise APIError(400, "INVALID_ID")
+            return msg_id.encode("ascii"), 0
+        n = _count_param(params, "n", None)
+        if n is None and "n" in params:
+            raise APIError(400, "INVALID_N")
+        return None, n if n is not None else -1
+
+    async def _channel_kick(self, request: Request, body: RequestBody, param: str) -> Response:
+        """``POST /channel/kick``: buried messages back to ready (``id``, or the ``n`` oldest, or all)."""
+        channel, params = self._existing_channel(request)
+        msg_id, n = self._buried_selection(params)
+        kicked = channel.kick(msg_id, len(channel.buried) if n < 0 else n)
+        await self._persist_buried(channel)
+        return _v1({"kicked": kicked})
+
+    async def _channel_delete_buried(self, request: Request, body: RequestBody, param: str) -> Response:
+        """``POST /channel/delete_buried``: drop buried messages (``id``, or the ``n`` oldest, or all)."""
+        channel, params = self._existing_channel(request)
+        msg_id, n = self._buried_selection(params)
+        deleted = channel.delete_buried(msg_id, len(channel.buried) if n < 0 else n)
+        await self._persist_buried(channel)
+        return _v1({"deleted": deleted})
+
+    async def _persist_buried(self, channel: "Channel") -> None:
+        try:
+            await channel.persist_buried()
+        except Exception as exc:
+            log.error("failed to persist buried messages of %s:%s - %s", channel.topic.name, channel.name, exc)
+            raise APIError(500, "INTERNAL_ERROR") from None
+
+    async def _channel_max_attempts(self, request: Request, body: RequestBody, param: str) -> Response:
+        """``POST /channel/max_attempts?value=N``: this channel's attempts limit (``default``: the flag's)."""
+        channel, params = self._existing_channel(request)
+        value = _first(params, "value")
+        if value is None:
+            raise APIError(400, "MISSING_ARG_VALUE")
+        if value == "default":
+            channel.set_max_attempts(None)
+        else:
+            limit = _count_param(params, "value", None)
+            if limit is None:
+                raise APIError(400, "INVALID_VALUE")
+            channel.set_max_attempts(limit)
+        await self._persist_metadata()  # at once, like pause: a crash must not undo it
+        return _v1({"max_attempts": channel.max_attempts})
+
+
+#: Messages ``/channel/peek`` returns by default, and at most.
+DEFAULT_PEEK = 10
+MAX_PEEK = 1000
+
+_MESSAGE_ID = re.compile(r"[0-9a-f]{16}")
+
+#: state -> (how many the channel holds in it, the channel's peek method)
+_PEEK: dict[str, tuple[Callable[[Any], int], str]] = {
+    "ready": (lambda channel: channel.depth, "peek_ready"),
+    "deferred": (lambda channel: len(channel.deferred), "peek_deferred"),
+    "in_flight": (lambda channel: len(channel.in_flight), "peek_in_flight"),
+    "buried": (lambda channel: len(channel.buried), "peek_buried"),
+}
+
+
+def _count_param(params: dict[str, list[str]], key: str, default: int | None) -> int | None:
+    """A non-negative decimal parameter; ``default`` when absent, None when malformed."""
+    text = _first(params, key)
+    if text is None:
+        return default
+    if not text.isdigit() or not text.isascii():
+        return None
+    return int(text)
+
+
+def _message_document(msg: Message) -> dict:
+    try:
+        text = msg.body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    return {
+        "id": msg.id.decode("ascii", "replace"),
+        "timestamp": msg.timestamp,
+        "attempts": msg.attempts,
+        "due": msg.due_ns,
+        "body": text,
+        "body_base64": base64.b64encode(msg.body).decode("ascii"),
+    }
 
 
 def _port(address: Any) -> int:

@@ -52,6 +52,10 @@ MAX_HEADER_BYTES = (1 << 20) + 4096
 MAX_DRAIN_BYTES = 256 * 1024
 #: Bytes asked of the socket per read.
 RECEIVE_SIZE = 64 * 1024
+#: After closing our side while the client may still be sending, how long to keep
+#: reading (and dropping) its data so that the kernel does not answer it with a reset
+#: that destroys the response in flight (Go's ``rstAvoidanceDelay``).
+LINGER_SECONDS = 0.5
 
 #: What Go's content sniffing says about text bodies.
 TEXT_PLAIN = b"text/plain; charset=utf-8"
@@ -231,6 +235,17 @@ class _DateHeader:
         return self._value
 
 
+async def _linger(stream: trio.SocketStream) -> None:
+    """Half-close and drop what the client still sends, for at most :data:`LINGER_SECONDS`."""
+    with trio.move_on_after(LINGER_SECONDS):
+        try:
+            await stream.send_eof()
+            while await stream.receive_some(RECEIVE_SIZE):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+
 class H11Server:
     """Serves HTTP/1.1 on listeners with ``handler``; owns the connection tasks.
 
@@ -294,7 +309,10 @@ class H11Server:
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         try:
             peer = stream.socket.getpeername()
-            remote = peer if isinstance(peer, str) else f"{peer[0]}:{peer[1]}"
+            if isinstance(peer, str):
+                remote = peer
+            else:
+                remote = f"[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"{peer[0]}:{peer[1]}"
         except OSError:
             remote = ""
         conn = _Connection(stream, remote, self.max_header_bytes)
@@ -312,6 +330,8 @@ class H11Server:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
+            if conn.h11.their_state in (h11.SEND_BODY, h11.ERROR):
+                await _linger(stream)
             self._connections.discard(conn)
             if self._closing and not self._connections:
                 self._drained.set()

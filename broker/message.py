@@ -23,7 +23,7 @@ from __future__ import annotations
 import struct
 import time
 
-__all__ = ["Message", "encode", "decode", "MIN_RECORD_SIZE", "RECORD_OVERHEAD"]
+__all__ = ["Message", "encode", "decode", "is_deferred_record", "MIN_RECORD_SIZE", "RECORD_OVERHEAD"]
 
 _HEADER = struct.Struct(">qH")
 _DEFERRED = struct.Struct(">BBq")
@@ -41,7 +41,9 @@ class Message:
     ``due_ns`` is the wall-clock time (``time.time_ns()``) before which a deferred
     message must not be delivered, or 0. ``client``, ``deadline`` and
     ``delivered_at`` describe the current in-flight delivery, if any; deadlines
-    are Trio clock times.
+    are Trio clock times. ``ticket`` identifies the disk record the message was
+    read from while that record is not yet committed (see
+    :mod:`broker.ackfloor`), or is -1.
     """
 
     __slots__ = (
@@ -53,6 +55,7 @@ class Message:
         "client",
         "deadline",
         "delivered_at",
+        "ticket",
     )
 
     def __init__(self, msg_id: bytes, body: bytes, timestamp: int, attempts: int = 0, due_ns: int = 0):
@@ -64,6 +67,7 @@ class Message:
         self.client = None
         self.deadline = 0.0
         self.delivered_at = 0.0
+        self.ticket = -1
 
     def copy(self) -> "Message":
         """A fresh copy for another channel: same id, body, timestamp, attempts and due time."""
@@ -101,6 +105,11 @@ def decode(record: bytes) -> Message:
     timestamp, attempts = _HEADER.unpack_from(record, offset)
     start = offset + _HEADER.size
     return Message(record[start:start + 16], record[start + 16:], timestamp, attempts, due_ns)
+
+
+def is_deferred_record(record: bytes) -> bool:
+    """Whether ``record`` carries a due time (without decoding it)."""
+    return record[:1] == b"\xff"
 
 
 def now_ns() -> int:

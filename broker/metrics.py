@@ -109,6 +109,8 @@ _CHANNEL_GAUGES: tuple[tuple[str, str, _ChannelGetter], ...] = (
     ("nsq_topic_channel_deferred_count", "Deferred messages waiting for their time.", lambda c: c.deferred_count),
     ("nsq_topic_channel_clients", "Connected consumers of the channel.", lambda c: c.client_count),
     ("nsq_topic_channel_paused", "1 if the channel is paused.", lambda c: int(c.paused)),
+    ("nsq_topic_channel_buried_count", "Dead letters: messages buried after --max-attempts (pynsqd).",
+     lambda c: c.buried_count),
     ("nsq_channel_depth", "Same as nsq_topic_channel_depth (lovoo/Telegraf name).", lambda c: c.depth),
     ("nsq_channel_backend_depth", "Same as nsq_topic_channel_backend_depth (lovoo/Telegraf name).",
      lambda c: c.backend_depth),

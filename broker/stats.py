@@ -130,6 +130,7 @@ class ChannelStats:
     """One channel; ``clients`` is None when clients were not asked for.
 
     ``fin_latency`` is the publish-to-FIN histogram (None when the channel keeps none).
+    ``buried_count`` and ``max_attempts`` (0: never bury) describe pynsqd's dead letters.
     """
 
     channel_name: str
@@ -145,6 +146,8 @@ class ChannelStats:
     paused: bool
     e2e_processing_latency: E2eStats
     fin_latency: HistogramStats | None = None
+    buried_count: int = 0
+    max_attempts: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,6 +380,8 @@ def _channel_stats(channel: "Channel", include_clients: bool, topic_filter: str)
         paused=channel.paused,
         e2e_processing_latency=_e2e_from(channel.e2e),
         fin_latency=_histogram_from(channel),
+        buried_count=len(channel.buried),
+        max_attempts=channel.bury_after,
     )
 
 
@@ -436,7 +441,7 @@ def snapshot(
     producers = None
     if include_clients:
         # Connection order, where nsqd walks a sync.Map (no defined order).
-        publishing = sorted((c for c in broker.clients if c.pub_counts), key=lambda c: getattr(c, "number", 0))
+        publishing = sorted((c for c in broker.clients if c.pub_counts), key=lambda c: c.number)
         producers = tuple(_client_stats(c, topic) for c in publishing) or None
     return Snapshot(topics=tuple(topic_stats), producers=producers, **header)
 
@@ -574,7 +579,7 @@ def _client_document(client: ClientStats) -> dict:
 
 
 def _channel_document(channel: ChannelStats) -> dict:
-    return {
+    doc = {
         "channel_name": channel.channel_name,
         "depth": channel.depth,
         "backend_depth": channel.backend_depth,
@@ -588,6 +593,11 @@ def _channel_document(channel: ChannelStats) -> dict:
         "paused": channel.paused,
         "e2e_processing_latency": _e2e_document(channel.e2e_processing_latency),
     }
+    if channel.max_attempts or channel.buried_count:
+        # pynsqd's dead letters, after nsqd's keys (clients of nsqd's shape ignore them)
+        doc["max_attempts"] = channel.max_attempts
+        doc["buried_count"] = channel.buried_count
+    return doc
 
 
 def _topic_document(topic: TopicStats) -> dict:

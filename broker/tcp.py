@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from diskqueue import DiskQueueError
+
 from .client import Client
 from .commands import ASYNC_HANDLERS, SYNC_HANDLERS
 from .protocol import Identify, ProtocolError, ServerConnection
@@ -160,6 +162,14 @@ class TCPServer:
             log.info("TCP: client(%s) error: %s %s", client.remote_address, err.code, err.description)
             if err.payload:  # an over-long line closes without a frame, as in nsqd
                 client.send_error(err)
+            return False
+        except DiskQueueError as exc:
+            # a disk write under a command failed: that client goes, the others stay
+            broker.disk_failed(exc)
+            log.error("TCP: client(%s) closed after a disk error", client.remote_address)
+            return False
+        except Exception:
+            log.exception("TCP: client(%s) closed after an internal error", client.remote_address)
             return False
         finally:
             if client.channel is not None:

@@ -5,6 +5,15 @@ disk queue (sticky, as in :mod:`broker.channel`, so order is kept). One pump
 task per topic moves every ready message to each channel (a copy per channel)
 and then waits once; it runs only while the topic has a channel and is not
 paused, so a topic with no channels keeps its messages for the first one.
+
+Durable mode (``--durable``, non-ephemeral topics): every published message is
+written to the disk queue (the memory deque stays empty) and the publisher's
+``OK`` waits for the topic's group commit (:mod:`broker.groupcommit`). The
+queue is read without auto-commit: the pump hands the records to each
+channel's queue as they are, and a commit task moves the topic's committed
+cursor over them only after every channel's copy is on stable storage (and
+the metadata naming those channels is written). A crash in between fans the
+same records out again: duplicates, never a loss.
 """
 
 from __future__ import annotations
@@ -15,8 +24,12 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from diskqueue import DiskQueueClosed, DiskQueueError
+
+from .ackfloor import COMMIT_INTERVAL
 from .channel import REFILL_BATCH, Channel
-from .message import Message, decode, encode
+from .groupcommit import GroupCommit
+from .message import Message, decode, encode, is_deferred_record
 from .protocol import is_ephemeral
 
 if TYPE_CHECKING:
@@ -34,16 +47,18 @@ class Topic:
     """A named topic; owned by the :class:`~broker.broker.Broker`.
 
     Owns its channels, its disk queue (None when ephemeral) and a nursery in
-    which its pump and its queues' sync loops run.
+    which its pump, its commit task (durable mode) and its channels' tasks run.
     """
 
     def __init__(self, broker: "Broker", name: str):
         self.broker = broker
         self.name = name
         self.ephemeral = is_ephemeral(name)
+        self.durable = broker.options.durable and not self.ephemeral
         self.mem_limit = broker.options.mem_queue_size
         self.memory: deque[Message] = deque()
-        self.backend = None if self.ephemeral else broker.open_backend(name)
+        self.backend = None if self.ephemeral else broker.open_backend(name, auto_commit=not self.durable)
+        self.group = GroupCommit(self.backend) if self.durable else None
         self.channels: dict[str, Channel] = {}
         self.paused = False
         self.exiting = False
@@ -55,11 +70,16 @@ class Topic:
         self._nursery: trio.Nursery | None = None
         self._cancel_scope = trio.CancelScope()
         self._pending_channels: list[Channel] = []
+        # durable mode: records fanned out and not yet committed
+        self._uncommitted = 0
+        self._epoch = 0
+        self._commit_stopped = False
+        self._fanned_out = trio.Event()
 
     # ---------------------------------------------------------------- lifecycle
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Run the pump and the sync loops of this topic's queues until closed."""
+        """Run the pump, the commit task and the sync loops of this topic's queues until closed."""
         with self._cancel_scope:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -69,6 +89,8 @@ class Topic:
                     nursery.start_soon(channel.run)
                 self._pending_channels.clear()
                 nursery.start_soon(self._pump)
+                if self.durable:
+                    nursery.start_soon(self._commit_loop)
                 task_status.started()
 
     def close(self) -> None:
@@ -77,6 +99,25 @@ class Topic:
         for channel in self.channels.values():
             channel.close()
         self._cancel_scope.cancel()
+
+    async def close_queues(self) -> None:
+        """Shutdown: close every channel's queues, then the topic's own.
+
+        Channels first: in durable mode the records the pump fanned out are
+        committed only once the channels' copies are synced.
+        """
+        for channel in self.channels.values():
+            await channel.close_queues()
+        if self.backend is None:
+            return
+        if self.durable and self._uncommitted and not self._commit_stopped:
+            self.backend.commit(self._uncommitted)
+            self._uncommitted = 0
+        elif not self.durable:
+            records = self.flush_records()
+            if records:
+                self.backend.put_many(records)
+        await self.backend.close()
 
     # ---------------------------------------------------------------- channels
 
@@ -104,9 +145,7 @@ class Topic:
         channel.close()
         for client in list(channel.clients):
             client.close_soon()
-        if channel.backend is not None:
-            channel.backend.delete()
-        self.broker.delete_deferred_store(channel)
+        channel.delete_queues()
         if not channel.ephemeral:
             self.broker.metadata_changed()
         if self.ephemeral and not self.channels and not self.exiting:
@@ -126,11 +165,12 @@ class Topic:
         """Accept published messages (all or nothing: the caller validated them).
 
         Raises the disk queue's error if a spill to disk fails; nothing of the
-        batch is then kept in memory either.
+        batch is then kept in memory either. In durable mode every message is
+        written to disk; the caller then awaits ``group.wait()`` before ``OK``.
         """
         backend = self.backend
         memory = self.memory
-        if backend is not None and backend.depth:
+        if backend is not None and (backend.depth or self.durable):
             backend.put_many([encode(m) for m in msgs])
         else:
             room = self.mem_limit - len(memory)
@@ -179,15 +219,20 @@ class Topic:
         return bool(self.channels) and not self.paused and not self.exiting
 
     async def _pump(self) -> None:
+        move = self._move_records if self.durable else self._move_messages
         while True:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
             while self._can_pump():
-                batch = self._take(PUMP_BATCH)
-                if not batch:
+                if not move():
                     break
-                self.fan_out(batch)
                 await trio.lowlevel.checkpoint()
+
+    def _move_messages(self) -> bool:
+        batch = self._take(PUMP_BATCH)
+        if batch:
+            self.fan_out(batch)
+        return bool(batch)
 
     def fan_out(self, batch: list[Message]) -> None:
         """Give every channel its copy of ``batch``; deferred messages wait in each channel."""
@@ -200,6 +245,72 @@ class Topic:
                 channel.put_many(ready if last else [m.copy() for m in ready])
             for msg in deferred:
                 channel.put_deferred(msg if last else msg.copy())
+
+    def _move_records(self) -> bool:
+        """Durable mode: hand a batch of records to every channel; True if there was one."""
+        backend = self.backend
+        if not backend.depth:
+            return False
+        records = backend.read_many(REFILL_BATCH)
+        if not records:
+            return False
+        self._uncommitted += len(records)
+        ready = [r for r in records if not is_deferred_record(r)]
+        deferred = [r for r in records if is_deferred_record(r)] if len(ready) != len(records) else []
+        for channel in list(self.channels.values()):
+            try:
+                if channel.durable:
+                    if ready:
+                        channel.put_records(ready)
+                else:
+                    msgs = self._decode(ready)
+                    if msgs:
+                        channel.put_many(msgs)
+                for msg in self._decode(deferred):
+                    channel.put_deferred(msg)
+            except DiskQueueError as exc:
+                # Commits cover the oldest records first, so from here on none can be
+                # made: the topic's records stay on disk and a restart fans them out again.
+                self.broker.disk_failed(exc)
+                if not self._commit_stopped:
+                    log.error("topic %s: a channel refused records; commits stop until a restart", self.name)
+                self._commit_stopped = True
+        self._fanned_out.set()
+        return True
+
+    def _decode(self, records: list[bytes]) -> list[Message]:
+        out = []
+        for record in records:
+            try:
+                out.append(decode(record))
+            except ValueError as exc:
+                log.error("topic %s: skipping unreadable record: %s", self.name, exc)
+        return out
+
+    async def _commit_loop(self) -> None:
+        """Durable mode: commit fanned-out records once every channel's copy is durable."""
+        while True:
+            await self._fanned_out.wait()
+            self._fanned_out = trio.Event()
+            n, epoch = self._uncommitted, self._epoch
+            if not n or self._commit_stopped:
+                continue
+            channels = [c for c in self.channels.values() if c.durable]
+            try:
+                await self.broker.wait_metadata_persisted()
+                for channel in channels:
+                    try:
+                        await channel.wait_durable()
+                    except DiskQueueClosed:
+                        pass  # deleted meanwhile: its copies are gone anyway
+            except DiskQueueError as exc:
+                self.broker.disk_failed(exc)
+                self._fanned_out.set()
+            else:
+                if epoch == self._epoch and not self._commit_stopped:
+                    self._uncommitted -= n
+                    self.backend.commit(n)
+            await trio.sleep(COMMIT_INTERVAL)
 
     # ---------------------------------------------------------------- admin
 
@@ -215,6 +326,9 @@ class Topic:
         self.memory.clear()
         if self.backend is not None:
             self.backend.empty()
+            self._uncommitted = 0
+            self._epoch += 1
+            self._commit_stopped = False
 
     def flush_records(self) -> list[bytes]:
         """The topic's memory queue as disk records, for shutdown."""

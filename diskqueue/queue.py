@@ -11,8 +11,8 @@ restart reading resumes there, so records handed out but not committed come back
 
 Which calls are async, and why:
 
-* ``put``/``put_many``/``read_many``/``commit``/``empty``/``delete``, the ``depth`` and
-  ``uncommitted`` attributes and ``statistics()`` are plain methods. They do no fsync:
+* ``put``/``put_many``/``read_many``/``peek_many``/``commit``/``empty``/``delete``, the
+  ``depth`` and ``uncommitted`` attributes and ``statistics()`` are plain methods. They do no fsync:
   writes are one ``pwrite`` per batch into the page cache, reads one ``pread`` per
   megabyte. That costs about as much as copying the bytes, so they run inline, and being
   synchronous keeps "put then enqueue" atomic for the owner. ``empty``/``delete`` unlink a
@@ -36,32 +36,37 @@ Which calls are async, and why:
 
 Sync policy (nsqd's): ``run()`` syncs once ``sync_every`` records have been written or
 read since the last sync, at least every ``sync_timeout`` seconds when there was any
-activity, promptly after a segment roll and after a segment has been read to its end, and
-``close()`` syncs. A segment roll happens inside ``put_many``, which cannot wait for an
-fsync; so the finished segment stays open, ``run()`` is woken, and the next sync fsyncs it
+activity, promptly after a segment roll and after a segment has been read to its end; and
+``close()`` syncs. These syncs always write the checkpoint.
+
+A segment roll happens inside ``put_many``, which cannot wait for an fsync: the finished
+segment stays open, ``run()`` is woken, and the next sync fsyncs it (and the directory)
 before writing a checkpoint that names anything after it. Consumed segments are removed
 (or renamed ``.bad`` when corrupt) only by a sync, after a checkpoint whose committed
 cursor is past them is durable: a crash never leaves the checkpoint pointing at a removed
-file. ``sync()`` is also the group commit: after many ``put_many`` calls one ``await
-sync()`` makes all of them durable.
+file.
+
+``sync()`` is the group commit: after many ``put_many`` calls one ``await sync()`` makes
+all of them durable. When only records were added since the last checkpoint it is a
+single data fsync: the checkpoint is a hint, and recovery keeps every complete,
+checksum-valid record written after it. ``sync(commits=False)`` is always just that, and
+leaves a moved committed cursor to the policy.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from array import array
 from bisect import bisect_right
-from collections import deque
-from itertools import accumulate, repeat
-from operator import add
 from typing import Iterable, Sequence
 
 import trio
 
 from .checkpoint import Checkpoint, Cursor, encode_checkpoint
+from .checksum import warn_if_slow
 from .errors import DiskQueueClosed, DiskQueueError, DiskQueueIOError, MessageSizeError
 from .format import HEADER_SIZE, RECORD_HEADER_SIZE, frame_records, meta_filename, segment_filename
+from .pending import Uncommitted
 from .reader import SegmentReader
 from .recovery import recover
 from .scan import list_segments, read_header
@@ -76,17 +81,9 @@ DEFAULT_MAX_MSG_SIZE = 1048576 + 26
 DEFAULT_SYNC_EVERY = 2500
 DEFAULT_SYNC_TIMEOUT = 2.0
 
-
-class _Handed:
-    """Records handed out from one segment by one ``read_many`` and not yet all committed."""
-
-    __slots__ = ("file", "ends", "done", "seq")
-
-    def __init__(self, file: int, ends: array, seq: int) -> None:
-        self.file = file
-        self.ends = ends  # ends[0] is where the first record starts, ends[i] where record i ends
-        self.done = 0
-        self.seq = seq  # sequence number of the first record
+# What a sync writes besides the data fsync: always a checkpoint (the policy, close), one
+# when the checkpoint's content changed (sync()), none (sync(commits=False)).
+_FULL, _AUTO, _RECORDS = 0, 1, 2
 
 
 class DiskQueue:
@@ -102,8 +99,7 @@ class DiskQueue:
     __slots__ = (
         "name", "data_path", "_max_bytes", "_min", "_max", "_sync_every", "_sync_timeout",
         "_auto", "_log", "_writer", "_segments", "_reader", "_r_file", "_r_pos", "_r_seq",
-        "_r_end", "_c_file", "_c_pos", "_c_seq", "_depth", "_uncommitted", "_pending",
-        "_crossed", "_bad", "_accounted", "_ops", "_dirty", "_records_lost", "_syncs",
+        "_r_end", "_c_file", "_c_pos", "_c_seq", "_depth", "_pending", "_bad", "_accounted", "_ops", "_dirty", "_meta_dirty", "_records_lost", "_syncs",
         "_last_sync_error", "_sync_lock", "_wakeup", "_guard", "_sync_active",
         "_deferred_close", "_closed", "_deleted", "_close_done", "_meta_path",
     )
@@ -140,6 +136,7 @@ class DiskQueue:
         self._log = logger if logger is not None else logging.getLogger("diskqueue")
         self._meta_path = os.path.join(self.data_path, meta_filename(name))
         os.makedirs(self.data_path, exist_ok=True)
+        warn_if_slow(self._log)
 
         found = recover(self.data_path, name, min_msg_size, max_msg_size)
         for note in found.notes:
@@ -163,13 +160,12 @@ class DiskQueue:
         self._reader: SegmentReader | None = None
         self._r_end: int | None = None
         self._depth = found.depth
-        self._uncommitted = 0
-        self._pending: deque[_Handed] = deque()
-        self._crossed: dict[int, tuple[int, int, int]] = {}
+        self._pending = Uncommitted()
         self._bad = found.bad
         self._accounted = found.accounted
         self._ops = 0
         self._dirty = bool(found.notes or found.problems)
+        self._meta_dirty = self._dirty  # checkpoint content other than the write cursor changed
         self._records_lost = found.lost
         self._syncs = 0
         self._last_sync_error: str | None = None
@@ -192,7 +188,7 @@ class DiskQueue:
     @property
     def uncommitted(self) -> int:
         """Records read (handed out) and not yet committed; always 0 with ``auto_commit``."""
-        return self._uncommitted
+        return self._pending.count
 
     @property
     def sync_needed(self) -> bool:
@@ -206,7 +202,7 @@ class DiskQueue:
         return DiskQueueStatistics(
             name=self.name,
             depth=self._depth,
-            uncommitted=self._uncommitted,
+            uncommitted=self._pending.count,
             segments=len(self._segments),
             read_cursor=(self._r_file, self._r_pos),
             commit_cursor=(self._c_file, self._c_pos),
@@ -249,7 +245,7 @@ class DiskQueue:
         if min(lengths) < self._min or max(lengths) > self._max:
             index = next(i for i, n in enumerate(lengths) if not self._min <= n <= self._max)
             raise MessageSizeError(lengths[index], self._min, self._max, index)
-        parts = frame_records(payloads)
+        parts = frame_records(payloads, lengths)
         total = sum(lengths) + RECORD_HEADER_SIZE * count
         if self._writer.pos + total <= self._max_bytes:
             self._write(b"".join(parts), count, 0)
@@ -343,7 +339,7 @@ class DiskQueue:
             if got:
                 n = len(got)
                 if not self._auto:
-                    self._hand_out(got)
+                    self._pending.hand_out(self._r_file, self._r_pos, self._r_seq, got)
                 self._r_pos = pos
                 self._r_seq += n
                 want -= n
@@ -365,14 +361,58 @@ class DiskQueue:
         self._dirty = True
         if self._auto:
             self._c_file, self._c_pos, self._c_seq = self._r_file, self._r_pos, self._r_seq
-        else:
-            self._uncommitted += n
+            self._meta_dirty = True
         if self._depth and self._r_file == w.number and self._r_pos >= w.pos:
             self._log.error("DISKQUEUE(%s): reader caught up with depth %d left; correcting to 0",
                             self.name, self._depth)
             self._depth = 0
         if self._ops >= self._sync_every:
             self._wakeup.set()
+        return out
+
+    def peek_many(self, max_records: int) -> list[bytes]:
+        """Up to ``max_records`` of the records ``read_many`` would hand out next, unchanged.
+
+        Nothing moves: no cursor, no depth, no sync counter; damaged data is not marked
+        (``read_many`` does that when it gets there): a peek stops at it in one segment and
+        goes on with the next, as reading will. Opens the later segments it looks into
+        and closes them before returning. Raises ``DiskQueueClosed``.
+        """
+        self._check_open()
+        w = self._writer
+        out: list[bytes] = []
+        later = [n for n in self._segments if n > self._r_file]
+        if w.number > self._r_file and w.number not in later:
+            later.append(w.number)
+        for number in [self._r_file, *later]:
+            want = max_records - len(out)
+            if want <= 0:
+                break
+            reading = number == self._r_file
+            start = self._r_pos if reading else HEADER_SIZE
+            if number == w.number:
+                if w.fd is None:
+                    break  # the write segment is not created yet
+                limit: int | None = w.pos
+            elif reading and self._r_end is not None:
+                limit = self._r_end
+            else:
+                limit = self._bad.get(number)
+            own = reading and self._reader is not None
+            try:
+                reader = self._reader if own else SegmentReader(self._segment_path(number), number)
+            except OSError:
+                continue
+            try:
+                # a fresh reader's size is current; the queue's own reader always has a limit
+                end = reader.size if limit is None else limit
+                got, _, _ = reader.read(start, want, end, self._min, self._max)
+            except OSError:
+                got = []
+            finally:
+                if not own:
+                    reader.close()
+            out.extend(got)
         return out
 
     def _open_reader(self) -> bool:
@@ -394,6 +434,7 @@ class DiskQueue:
         self._log.warning("DISKQUEUE(%s): segment %06d offset %d: %s; skipping to the next segment",
                           self.name, number, at, problem)
         self._bad[number] = at
+        self._meta_dirty = True
         if number == self._writer.number:
             self._roll()  # nothing more may be appended after damage: write into a new segment
         self._r_end = at
@@ -443,17 +484,12 @@ class DiskQueue:
             first = self._r_seq
         self._r_file, self._r_pos, self._r_seq = nxt, HEADER_SIZE, first
         self._r_end = None
-        if self._auto or not self._pending:
-            self._c_file, self._c_pos, self._c_seq = nxt, HEADER_SIZE, first
-            self._crossed.clear()
+        if self._pending:
+            self._pending.crossed(left, end, Cursor(nxt, HEADER_SIZE, first))
         else:
-            self._crossed[left] = (end, nxt, first)
-        self._dirty = True
+            self._c_file, self._c_pos, self._c_seq = nxt, HEADER_SIZE, first
+        self._dirty = self._meta_dirty = True
         self._wakeup.set()
-
-    def _hand_out(self, got: list[bytes]) -> None:
-        ends = array("q", accumulate(map(add, map(len, got), repeat(RECORD_HEADER_SIZE)), initial=self._r_pos))
-        self._pending.append(_Handed(self._r_file, ends, self._r_seq))
 
     # -- committing ----------------------------------------------------------------------
 
@@ -464,61 +500,53 @@ class DiskQueue:
         negative or more than ``uncommitted``, ``DiskQueueClosed``.
         """
         self._check_open()
+        pending = self._pending
         if n is None:
-            n = self._uncommitted
-        if n < 0 or n > self._uncommitted:
-            raise ValueError(f"cannot commit {n} record(s): {self._uncommitted} uncommitted")
+            n = pending.count
+        if n < 0 or n > pending.count:
+            raise ValueError(f"cannot commit {n} record(s): {pending.count} uncommitted")
         if not n:
             return
-        self._uncommitted -= n
-        pending = self._pending
-        while True:
-            handed = pending[0]
-            take = min(n, len(handed.ends) - 1 - handed.done)
-            handed.done += take
-            n -= take
-            if handed.done == len(handed.ends) - 1:
-                pending.popleft()
-            if not n:
-                break
-        c_file, c_pos, c_seq = handed.file, handed.ends[handed.done], handed.seq + handed.done
-        crossed = self._crossed
-        while True:
-            hop = crossed.get(c_file)
-            if hop is None or hop[0] != c_pos:
-                break
-            c_file, c_pos, c_seq = hop[1], HEADER_SIZE, hop[2]
+        c = pending.commit(n)
         if not pending:
-            c_file, c_pos, c_seq = self._r_file, self._r_pos, self._r_seq
-            crossed.clear()
-        if c_file != self._c_file:
-            for left in [k for k in crossed if k < c_file]:
-                del crossed[left]
-            self._wakeup.set()
-        self._c_file, self._c_pos, self._c_seq = c_file, c_pos, c_seq
-        self._dirty = True
+            c = Cursor(self._r_file, self._r_pos, self._r_seq)
+        if c.file != self._c_file:
+            self._wakeup.set()  # a segment may be removable now
+        self._c_file, self._c_pos, self._c_seq = c.file, c.pos, c.seq
+        self._dirty = self._meta_dirty = True
 
     # -- syncing -------------------------------------------------------------------------
 
-    async def sync(self) -> None:
-        """Make everything written and committed so far durable.
+    async def sync(self, *, commits: bool = True) -> None:
+        """Make everything written (and committed) so far durable: the group commit.
 
-        fsyncs the data, then replaces the checkpoint atomically (temp file, fsync, rename,
-        fsync the directory), then removes consumed segments; all in a worker thread. Raises
-        ``DiskQueueIOError`` when the OS refuses (nothing is lost: the next sync retries),
-        ``DiskQueueClosed``.
+        In a worker thread: fsync the data; then, when the committed cursor moved or a
+        segment was started, finished or consumed since the last checkpoint, replace the
+        checkpoint atomically (temp file, fsync, rename, fsync the directory) and remove
+        consumed segments. Records written since the checkpoint need no new checkpoint to be
+        durable: recovery keeps every complete, checksum-valid record after it.
+
+        With ``commits=False`` only the written records are made durable (one data fsync,
+        plus a directory fsync after a segment was created); the committed cursor is left
+        to ``run()``'s policy and ``close()``. After a crash, records committed since then
+        are delivered again, never lost. Raises ``DiskQueueIOError`` when the OS refuses
+        (nothing is lost: the next sync retries), ``DiskQueueClosed``.
         """
+        await self._sync(_AUTO if commits else _RECORDS)
+
+    async def _sync(self, mode: int) -> None:
         self._check_open()
         async with self._sync_lock:
             if self._closed:
                 return  # close() made the final sync (or raised its error) meanwhile
-            await self._sync_locked()
+            await self._sync_locked(mode)
 
-    async def _sync_locked(self) -> None:
-        if not self.sync_needed:
+    async def _sync_locked(self, mode: int = _FULL) -> None:
+        w = self._writer
+        if not (w.dirty or w.rolled or w.created) if mode == _RECORDS else not self.sync_needed:
             await trio.lowlevel.checkpoint()
             return
-        job = self._capture()
+        job = self._capture(mode)
         self._sync_active = True
         try:
             removed = await trio.to_thread.run_sync(job.run)
@@ -545,7 +573,7 @@ class DiskQueue:
         self._syncs += 1
         self._last_sync_error = None
 
-    def _capture(self) -> SyncJob:
+    def _capture(self, mode: int) -> SyncJob:
         """Everything one sync needs, taken at one instant on the Trio thread."""
         w = self._writer
         rolled = w.take_rolled()
@@ -554,20 +582,28 @@ class DiskQueue:
             fds.append(w.fd)
             w.dirty = False
         floor = self._c_file
-        checkpoint = Checkpoint(
-            commit=Cursor(self._c_file, self._c_pos, self._c_seq),
-            write=Cursor(w.number, w.pos, w.seq),
-            depth=self._depth + self._uncommitted,
-            bad=tuple(sorted((f, e) for f, e in self._bad.items() if f >= floor)),
-            accounted=tuple(sorted(f for f in self._accounted if f >= floor)),
-        )
-        removals = [(n, self._segment_path(n), n in self._bad) for n in self._segments if n < floor]
-        job = SyncJob(fds=fds, rolled=rolled, created=w.created, data=encode_checkpoint(checkpoint),
+        removals = []
+        if mode != _RECORDS:
+            removals = [(n, self._segment_path(n), n in self._bad) for n in self._segments if n < floor]
+        data = None
+        if mode == _FULL or (mode == _AUTO and (self._meta_dirty or rolled or w.created or removals)):
+            checkpoint = Checkpoint(
+                commit=Cursor(self._c_file, self._c_pos, self._c_seq),
+                write=Cursor(w.number, w.pos, w.seq),
+                depth=self._depth + self._pending.count,
+                bad=tuple(sorted((f, e) for f, e in self._bad.items() if f >= floor)),
+                accounted=tuple(sorted(f for f in self._accounted if f >= floor)),
+            )
+            data = encode_checkpoint(checkpoint)
+        job = SyncJob(fds=fds, rolled=rolled, created=w.created, data=data,
                       meta_path=self._meta_path, directory=self.data_path, removals=removals,
-                      guard=self._guard, ops=self._ops, log=self._log)
+                      guard=self._guard, ops=0, meta_dirty=self._meta_dirty, log=self._log)
         w.created = False
-        self._ops = 0
-        self._dirty = False
+        if data is not None:
+            self._meta_dirty = False
+        if not self._meta_dirty:  # otherwise the policy still owes a checkpoint of the commits
+            job.ops, self._ops = self._ops, 0
+            self._dirty = False
         return job
 
     def _sync_failed(self, job: SyncJob) -> None:
@@ -579,6 +615,7 @@ class DiskQueue:
             w.dirty = w.fd is not None
             self._ops += job.ops
             self._dirty = True
+            self._meta_dirty = self._meta_dirty or job.meta_dirty
         else:
             self._close_fds(fd for _, fd in job.rolled)
         job.rolled = []
@@ -600,7 +637,7 @@ class DiskQueue:
             if not self.sync_needed:
                 continue
             try:
-                await self.sync()
+                await self._sync(_FULL)
             except DiskQueueClosed:
                 return
             except DiskQueueError as exc:
@@ -631,12 +668,10 @@ class DiskQueue:
         self._c_file, self._c_pos, self._c_seq = number, HEADER_SIZE, seq
         self._r_end = None
         self._depth = 0
-        self._uncommitted = 0
         self._pending.clear()
-        self._crossed.clear()
         self._bad.clear()
         self._accounted.clear()
-        self._dirty = True
+        self._dirty = self._meta_dirty = True
         self._wakeup.set()
 
     def delete(self) -> None:
@@ -699,4 +734,4 @@ class DiskQueue:
         return os.path.join(self.data_path, segment_filename(self.name, number))
 
     def __repr__(self) -> str:
-        return f"<DiskQueue {self.name!r} depth={self._depth} uncommitted={self._uncommitted}>"
+        return f"<DiskQueue {self.name!r} depth={self._depth} uncommitted={self._pending.count}>"

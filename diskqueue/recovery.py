@@ -10,14 +10,20 @@
    checkpoint, from the start of the oldest segment: consumed records may come back, never
    unconsumed ones go missing) to the end. The depth is exactly the records found.
 4. Either way, walking the segments:
-   * records that are complete and checksum-valid are kept, checkpointed or not;
+   * records that are complete and checksum-valid are kept, checkpointed or not, and a
+     segment holding such records past the checkpoint is fsynced;
    * in the newest segment, an interrupted write (a record cut short by the end of the
      file, or a zero-filled rest) or anything invalid past the last checkpointed position is
-     cut off with ``ftruncate``, so new writes start on a record boundary;
+     cut off with ``ftruncate``: it is never read as data, and the file ends on a record
+     boundary (writing then continues in a new segment, see ``queue.py``);
    * anything else invalid marks the segment corrupt: reading stops at that offset, skips to
      the next segment, and the segment is renamed ``.bad`` once consumed. How many records
      were lost is the next segment's first sequence number minus the records counted;
    * a missing segment is skipped the same way, its records counted as lost.
+5. Damage inside data a trusted checkpoint vouches for is not looked for on open (that
+   would read the whole queue); the reader finds it when it gets there and handles it the
+   same way, and the depth drops by exactly the records lost, counted once even across
+   restarts (the checkpoint lists such segments).
 """
 
 from __future__ import annotations

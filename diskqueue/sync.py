@@ -36,14 +36,15 @@ class Guard:
 
 
 class SyncJob:
-    """Data fsyncs, then an atomic checkpoint, then removal of consumed segments."""
+    """Data fsyncs, then (when ``data`` is given) an atomic checkpoint and the removal of
+    consumed segments."""
 
     __slots__ = ("fds", "rolled", "created", "data", "meta_path", "directory", "removals",
-                 "epoch", "guard", "ops", "log")
+                 "epoch", "guard", "ops", "meta_dirty", "log")
 
-    def __init__(self, *, fds: list[int], rolled: list[tuple[int, int]], created: bool, data: bytes,
+    def __init__(self, *, fds: list[int], rolled: list[tuple[int, int]], created: bool, data: bytes | None,
                  meta_path: str, directory: str, removals: list[tuple[int, str, bool]],
-                 guard: Guard, ops: int, log: logging.Logger) -> None:
+                 guard: Guard, ops: int, meta_dirty: bool, log: logging.Logger) -> None:
         self.fds = fds
         self.rolled = rolled
         self.created = created
@@ -54,6 +55,7 @@ class SyncJob:
         self.guard = guard
         self.epoch = guard.epoch
         self.ops = ops
+        self.meta_dirty = meta_dirty
         self.log = log
 
     @property
@@ -67,6 +69,8 @@ class SyncJob:
             _datasync(fd)
         if self.created:
             fsync_directory(self.directory)  # new segments' names before a checkpoint naming them
+        if self.data is None:
+            return []
         tmp = write_temporary(self.meta_path, self.data)
         with self.guard.lock:
             if not self.current:

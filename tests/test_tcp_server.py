@@ -365,3 +365,51 @@ async def test_graceful_restart_keeps_ready_in_flight_and_deferred(start_daemon,
         assert late.body == b"deferred"
         assert trio.current_time() - start < 3
         assert d.broker.topics["untouched"].depth == 1
+
+
+async def test_failed_spill_on_req_keeps_the_message_and_the_client(start_daemon):
+    from diskqueue import DiskQueueError
+
+    async with start_daemon("--mem-queue-size=1") as d:
+        consumer = await subscriber(d, rdy=1)
+        await publish(d, "t", b"a", b"b")
+        first = await consumer.read_message()
+        assert first.body == b"a"
+        channel = d.broker.topics["t"].channels["c"]
+
+        real = channel.backend
+
+        class FullDisk:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def put_many(self, payloads):
+                raise DiskQueueError("failed to write to diskqueue: No space left on device")
+
+        channel.backend = FullDisk()
+        await consumer.send(encode_req(first.id, 0))
+        got = await consumer.read_message()
+        await consumer.send(encode_fin(got.id))
+        again = await consumer.read_message()
+        assert sorted([got.body, again.body]) == [b"a", b"b"]
+        assert d.broker.health_error == "failed to write to diskqueue: No space left on device"
+        await consumer.send(encode_fin(again.id))
+        await consumer.expect_silence(0.2)
+        channel.backend = real
+
+
+async def test_internal_error_closes_only_that_client(daemon, monkeypatch):
+    from broker import commands
+    from broker.protocol import Nop
+
+    def broken(broker, client, cmd):
+        raise RuntimeError("boom")
+
+    bystander = await subscriber(daemon, rdy=1)
+    victim = await connect(tcp(daemon))
+    monkeypatch.setitem(commands.SYNC_HANDLERS, Nop, broken)
+    await victim.send(encode_nop())
+    await victim.expect_closed()
+    monkeypatch.undo()
+    await publish(daemon, "t", b"still here")
+    assert (await bystander.read_message()).body == b"still here"

@@ -1,0 +1,104 @@
+"""A channel's dead letters: messages that used up their delivery attempts.
+
+nsqd re-delivers a message forever and leaves giving up to the client
+(nsqio/nsq#591, #974). A channel with a maximum number of attempts instead
+moves a message that would be delivered once more than that into its *buried*
+set (beanstalkd's word), where it waits untouched until an operator kicks it
+back to the ready queue (with its attempts reset, so it gets a fresh series
+of deliveries) or deletes it. The set survives restarts: it is mirrored in a
+:class:`~broker.parked.ParkedStore` named ``<topic>:<channel>#buried``
+(ephemeral channels keep theirs in memory only).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING
+
+from .parked import ParkedStore
+
+if TYPE_CHECKING:
+    from .message import Message
+
+__all__ = ["BuriedSet"]
+
+
+class BuriedSet:
+    """Buried messages of one channel, in the order they were buried; owned by the channel.
+
+    Every change goes to the store at once (a page-cache write); whoever owns
+    the store decides when retired records are committed (see
+    :meth:`Channel.commit_retired`).
+    """
+
+    __slots__ = ("messages", "store", "buried_count", "kicked_count", "deleted_count")
+
+    def __init__(self, store: ParkedStore | None):
+        self.messages: dict[bytes, Message] = {}
+        self.store = store
+        self.buried_count = 0  # messages buried since start (a counter for /stats)
+        self.kicked_count = 0
+        self.deleted_count = 0
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def restore(self) -> None:
+        """Load the set a previous run left (call once, after opening the store)."""
+        if self.store is None:
+            return
+        for msg in self.store.load():
+            self._insert(msg)
+
+    def bury(self, msgs: list["Message"]) -> None:
+        """Add ``msgs`` (taken out of the ready queue or in-flight).
+
+        Raises the store's ``DiskQueueError``; the messages are buried in
+        memory all the same (a restart will not know of them).
+        """
+        for msg in msgs:
+            msg.client = None
+            msg.due_ns = 0
+        try:
+            if self.store is not None:
+                self.store.add(msgs)
+        finally:
+            for msg in msgs:
+                self._insert(msg)
+            self.buried_count += len(msgs)
+        self._maybe_compact()
+
+    def _insert(self, msg: "Message") -> None:
+        old = self.messages.pop(msg.id, None)
+        if old is not None and self.store is not None:
+            # the same message buried twice (re-delivered after a crash): keep the newest
+            self.store.remove(old)
+        self.messages[msg.id] = msg
+
+    def peek(self, n: int) -> list["Message"]:
+        """The ``n`` oldest buried messages, unchanged."""
+        return list(itertools.islice(self.messages.values(), n))
+
+    def take(self, msg_id: bytes | None = None, n: int = 0) -> list["Message"]:
+        """Remove and return the message ``msg_id``, or else the ``n`` oldest (for a kick or delete)."""
+        if msg_id is not None:
+            msg = self.messages.pop(msg_id, None)
+            taken = [] if msg is None else [msg]
+        else:
+            taken = list(itertools.islice(self.messages.values(), n))
+            for msg in taken:
+                del self.messages[msg.id]
+        if taken and self.store is not None:
+            self.store.remove_many(taken)
+            self._maybe_compact()
+        return taken
+
+    def _maybe_compact(self) -> None:
+        if self.store is not None and self.store.wants_compaction():
+            self.store.compact(list(self.messages.values()))
+
+    def clear(self) -> None:
+        """Forget every buried message and its records."""
+        self.messages.clear()
+        if self.store is not None:
+            self.store.clear()

@@ -1,0 +1,94 @@
+"""A channel's commit ledger: when the retired records of its queues may be committed.
+
+A channel moves messages between its queues: REQ and timeouts append a new
+record to the ready queue, a deferral writes one to the deferred store, a
+burial to the buried store, a due message or a kick back to the ready queue.
+Each move retires the old record (marks its ticket done in that queue's
+:class:`~broker.ackfloor.AckFloor`) right after writing the new one, but the
+new record is only in the page cache. Committing the old one before the new
+one is on stable storage would lose the message in a power failure, so the
+ledger commits in steps:
+
+1. take how far each floor advanced, and the set of queues written with
+   replacements since the last step;
+2. sync those queues (group commits, shared with everyone else waiting);
+3. ``commit(n)`` each queue; its next sync writes the checkpoint.
+
+Steps run one at a time (a second could commit over records whose
+replacements the first is still waiting for) and at most every
+:data:`~broker.ackfloor.COMMIT_INTERVAL` seconds from the ledger's task.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import trio
+
+from diskqueue import DiskQueue, DiskQueueClosed, DiskQueueError
+
+from .ackfloor import COMMIT_INTERVAL, AckFloor
+from .groupcommit import GroupCommit
+
+__all__ = ["CommitLedger"]
+
+
+class CommitLedger:
+    """The commit steps for one channel's queues; owned by the channel, which runs :meth:`run`.
+
+    ``floors`` pairs each queue read without auto-commit with its ack floor;
+    ``on_error`` is told of a failed sync (the step is then retried).
+    """
+
+    __slots__ = ("_floors", "_unsynced", "_wanted", "_lock", "_on_error")
+
+    def __init__(self, floors: list[tuple[AckFloor, DiskQueue]], on_error: Callable[[Exception], None]):
+        self._floors = floors
+        self._unsynced: set[GroupCommit] = set()
+        self._wanted = trio.Event()
+        self._lock = trio.Lock()
+        self._on_error = on_error
+
+    def wake(self) -> None:
+        """Something was retired: schedule a step."""
+        self._wanted.set()
+
+    def replaced(self, group: GroupCommit) -> None:
+        """A record was written to ``group``'s queue in place of one being retired."""
+        self._unsynced.add(group)
+        self._wanted.set()
+
+    async def run(self) -> None:
+        """Commit steps as records are retired, until cancelled or the queues close."""
+        while True:
+            await self._wanted.wait()
+            self._wanted = trio.Event()
+            try:
+                await self.commit()
+            except DiskQueueClosed:
+                return
+            except DiskQueueError as exc:
+                self._on_error(exc)
+                self._wanted.set()
+            await trio.sleep(COMMIT_INTERVAL)
+
+    async def commit(self) -> None:
+        """One step: commit everything retired so far, once its replacements are durable.
+
+        Raises the queues' ``DiskQueueError`` (nothing is committed then).
+        """
+        async with self._lock:
+            taken = [(acks, acks.take(), acks.epoch, queue) for acks, queue in self._floors]
+            unsynced, self._unsynced = self._unsynced, set()
+            try:
+                for group in unsynced:
+                    await group.wait()
+            except BaseException:
+                for acks, n, epoch, _queue in taken:
+                    if acks.epoch == epoch:
+                        acks.untake(n)
+                self._unsynced |= unsynced
+                raise
+            for acks, n, epoch, queue in taken:
+                if n and acks.epoch == epoch:
+                    queue.commit(n)

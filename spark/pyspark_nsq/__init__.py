@@ -1,0 +1,23 @@
+"""Apache Spark connector for nsq (pynsqd or nsqd): the ``nsq`` Python data source.
+
+Importing this package is enough for Spark to find the source: Spark registers the
+``DefaultSource`` of every importable top-level ``pyspark_<name>`` module, so after
+installation ``spark.readStream.format("nsq")`` works without further setup. In a
+session where the package is not installed for Spark's Python workers, register it
+by hand::
+
+    from pyspark_nsq import NsqDataSource
+    spark.dataSource.register(NsqDataSource)
+"""
+
+__version__ = "0.1.0"
+
+from .connection import NsqError  # noqa: E402
+from .datasource import NsqDataSource  # noqa: E402
+from .options import OptionError  # noqa: E402
+from .schema import SOURCE_SCHEMA  # noqa: E402
+
+#: The class Spark's automatic discovery looks for.
+DefaultSource = NsqDataSource
+
+__all__ = ["NsqDataSource", "DefaultSource", "OptionError", "NsqError", "SOURCE_SCHEMA"]

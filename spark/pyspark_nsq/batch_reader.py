@@ -1,0 +1,137 @@
+"""The batch reader: drain what a channel holds now into a DataFrame.
+
+One Spark partition per (nsqd, topic). Each task subscribes, takes messages up to
+its RDY window, hands them to Spark as a record batch and FINs them once Spark has
+taken the batch, then takes the next window, until ``maxMessages`` are read or no
+message arrives for ``drainTimeoutMs``. Reading consumes: a DataFrame computed
+twice drains twice, so cache it when it is used more than once.
+"""
+
+from __future__ import annotations
+
+import time
+
+from broker.protocol import (
+    FRAME_TYPE_ERROR,
+    FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
+    decode_message,
+    encode_cls,
+    encode_fin,
+    encode_rdy,
+    encode_req,
+    encode_sub,
+)
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from .connection import CONNECT_TIMEOUT_S, Connection, NsqError
+from .options import MAX_RDY_COUNT, Address, BatchReadOptions
+from .schema import MessageColumns
+
+__all__ = ["NsqBatchReader", "DrainPartition"]
+
+
+class DrainPartition(InputPartition):
+    """Which topic to drain from which nsqd, and how many messages at most."""
+
+    def __init__(self, address: Address, topic: str, max_messages: int):
+        super().__init__(None)
+        self.address = address
+        self.topic = topic
+        self.max_messages = max_messages
+
+
+class NsqBatchReader(DataSourceReader):
+    """Reads ``options.topics`` through ``options.channel`` once, FIN'ing what it reads."""
+
+    def __init__(self, options: BatchReadOptions):
+        self._options = options
+
+    def partitions(self) -> list[DrainPartition]:
+        """One partition per nsqd and topic, sharing ``maxMessages`` between them."""
+        pairs = [(a, t) for a in self._options.nsqd for t in self._options.topics]
+        share, extra = divmod(self._options.max_messages, len(pairs))
+        return [
+            DrainPartition(address, topic, share + (1 if index < extra else 0))
+            for index, (address, topic) in enumerate(pairs)
+            if share or index < extra
+        ]
+
+    def read(self, partition: DrainPartition):
+        """Record batches of drained messages; each window is FIN'd after Spark takes it."""
+        options = self._options
+        conn = Connection.open(partition.address, {"msg_timeout": options.msg_timeout_ms})
+        try:
+            window = min(options.max_in_flight, partition.max_messages, MAX_RDY_COUNT)
+            max_rdy = conn.identity.get("max_rdy_count")
+            if isinstance(max_rdy, int) and max_rdy > 0:
+                window = min(window, max_rdy)
+            conn.send(encode_sub(partition.topic, options.channel))
+            conn.read_response(CONNECT_TIMEOUT_S)
+            remaining = partition.max_messages
+            idle_s = options.drain_timeout_ms / 1000
+            while remaining > 0:
+                count = min(window, remaining)
+                conn.send(encode_rdy(count))
+                columns = _receive(conn, partition, count, idle_s)
+                if not len(columns):
+                    break
+                yield columns.to_arrow()
+                conn.send(b"".join(encode_fin(m.encode("ascii")) for m in columns.ids))
+                remaining -= len(columns)
+                if len(columns) < count:
+                    break
+            _close(conn)
+        finally:
+            conn.close()
+
+
+def _receive(conn: Connection, partition: DrainPartition, count: int,
+             idle_s: float) -> MessageColumns:
+    """Up to ``count`` messages, stopping once none arrives for ``idle_s``."""
+    columns = MessageColumns()
+    nsqd = str(partition.address)
+    deadline = time.monotonic() + idle_s
+    while len(columns) < count:
+        frames = conn.read_frames(max(0.0, deadline - time.monotonic()))
+        if not frames:
+            break
+        for frame in frames:
+            if frame.frame_type == FRAME_TYPE_MESSAGE:
+                m = decode_message(frame.data)
+                columns.append(m.id, m.timestamp, m.attempts, m.body, partition.topic, nsqd)
+            elif frame.frame_type == FRAME_TYPE_ERROR:
+                error = NsqError.from_frame(conn.address, frame.data)
+                if error.fatal:
+                    raise error
+        deadline = time.monotonic() + idle_s
+    return columns
+
+
+def _close(conn: Connection) -> None:
+    """Stop deliveries, give back any late message, and close once nsqd has read it all.
+
+    Messages nsqd sent before it saw RDY 0 are REQ'd rather than left to time out.
+    Reading on until nsqd closes after our EOF keeps our last FINs from being lost
+    to a reset.
+    """
+    conn.send(encode_rdy(0) + encode_cls())
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    late = []
+    waiting = True
+    try:
+        while time.monotonic() < deadline:
+            for frame in conn.read_frames(max(0.0, deadline - time.monotonic())):
+                if frame.frame_type == FRAME_TYPE_MESSAGE:
+                    late.append(decode_message(frame.data).id)
+                elif frame.frame_type == FRAME_TYPE_RESPONSE and frame.data == b"CLOSE_WAIT":
+                    waiting = False
+            if not waiting:
+                break
+        if late:
+            conn.send(b"".join(encode_req(msg_id, 0) for msg_id in late))
+        conn.shutdown_write()
+        while time.monotonic() < deadline:
+            conn.read_frames(max(0.0, deadline - time.monotonic()))
+    except NsqError:
+        pass

@@ -1,0 +1,132 @@
+"""Every subscription of one streaming query: each topic on each nsqd.
+
+One connection may hold at most nsqd's ``--max-rdy-count`` (2500) messages in
+flight, so a larger ``maxInFlight`` is spread over several connections to the
+same nsqd; nsqd shares a channel's messages among them. A connection that dies is
+replaced, at most once per ``RECONNECT_INTERVAL_S``; the messages it held come
+back from nsqd when their msg_timeout expires.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from broker.protocol import MessageFrame
+
+from .connection import NsqError
+from .options import MAX_RDY_COUNT, SourceOptions
+from .subscriber import Subscriber
+
+__all__ = ["Consumer", "Delivery", "RECONNECT_INTERVAL_S"]
+
+#: Dead subscriptions are re-opened at most this often.
+RECONNECT_INTERVAL_S = 1.0
+
+#: A received message and the subscription that must FIN it.
+Delivery = tuple[Subscriber, MessageFrame]
+
+_log = logging.getLogger(__name__)
+
+
+class Consumer:
+    """The subscriptions of ``options``; owned by the thread that calls it.
+
+    ``open`` subscribes (raises :class:`NsqError` when no subscription succeeds),
+    ``close`` REQs every message still held and closes all connections.
+    """
+
+    __slots__ = ("_options", "_subscribers", "_per_connection", "_last_reconnect")
+
+    def __init__(self, options: SourceOptions):
+        self._options = options
+        connections = -(-options.max_in_flight // MAX_RDY_COUNT)
+        self._per_connection = -(-options.max_in_flight // connections)
+        self._subscribers = [
+            self._subscriber(address, topic)
+            for address in options.nsqd
+            for topic in options.topics
+            for _ in range(connections)
+        ]
+        self._last_reconnect = 0.0
+
+    def _subscriber(self, address, topic) -> Subscriber:
+        return Subscriber(address, topic, self._options.channel,
+                          max_in_flight=self._per_connection,
+                          msg_timeout_ms=self._options.msg_timeout_ms)
+
+    def open(self) -> None:
+        """Subscribe everywhere; failures other than total failure are retried later."""
+        errors = []
+        for subscriber in self._subscribers:
+            try:
+                subscriber.start()
+            except NsqError as exc:
+                subscriber.error = exc
+                errors.append(exc)
+        self._last_reconnect = time.monotonic()
+        if len(errors) == len(self._subscribers):
+            if len(errors) == 1:
+                raise errors[0]
+            raise NsqError(errors[0].address, errors[0].code, "cannot subscribe on any nsqd: "
+                           + "; ".join(f"{exc.address} {exc.description}" for exc in errors))
+        for exc in errors:
+            _log.warning("nsq source: %s; retrying in the background", exc)
+
+    @property
+    def window(self) -> int:
+        """Messages nsqd may have in flight to the live subscriptions."""
+        return sum(s.window for s in self._subscribers if s.error is None)
+
+    @property
+    def window_full(self) -> bool:
+        """True when nsqd sends nothing more until something is FIN'd."""
+        live = [s for s in self._subscribers if s.error is None]
+        return bool(live) and sum(s.held for s in live) >= sum(s.window for s in live)
+
+    def receive(self) -> list[Delivery]:
+        """Every message that arrived since the last call."""
+        received = []
+        for subscriber in self._subscribers:
+            inbox = subscriber.inbox
+            while inbox:
+                received.append((subscriber, inbox.popleft()))
+        return received
+
+    def replace_dead(self) -> list[Subscriber]:
+        """Re-open dead subscriptions (rate-limited); returns the ones given up.
+
+        Messages received from a returned subscription and not yet planned should
+        be dropped: nsqd delivers them again.
+        """
+        if time.monotonic() - self._last_reconnect < RECONNECT_INTERVAL_S:
+            return []
+        self._last_reconnect = time.monotonic()
+        dead = []
+        for index, old in enumerate(self._subscribers):
+            if old.error is None:
+                continue
+            dead.append(old)
+            old.close()
+            fresh = self._subscriber(old.address, old.topic)
+            try:
+                fresh.start()
+                _log.info("nsq source: resubscribed to %s on %s", old.topic, old.address)
+            except NsqError as exc:
+                fresh.error = exc
+            self._subscribers[index] = fresh
+        return dead
+
+    @staticmethod
+    def fin(deliveries: list[Delivery]) -> None:
+        """FIN ``deliveries``, one write per subscription."""
+        by_subscriber: dict[int, tuple[Subscriber, list[bytes]]] = {}
+        for subscriber, message in deliveries:
+            by_subscriber.setdefault(id(subscriber), (subscriber, []))[1].append(message.id)
+        for subscriber, ids in by_subscriber.values():
+            subscriber.fin(ids)
+
+    def close(self) -> None:
+        """Close every subscription, REQ'ing what each still holds; idempotent."""
+        for subscriber in self._subscribers:
+            subscriber.close()

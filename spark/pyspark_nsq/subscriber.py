@@ -1,0 +1,207 @@
+"""A consumer connection that keeps its messages in flight until told otherwise.
+
+The streaming source holds messages from the moment they arrive until Spark has
+committed the batch that contains them, which may be longer than nsqd's
+msg_timeout. A daemon thread per connection therefore reads frames as they come
+(answering heartbeats), queues messages in ``inbox`` and TOUCHes every message
+still held once half of the negotiated msg_timeout has passed since it arrived or
+was last touched. The owner FINs or REQs messages from its own thread.
+
+nsqd does not give back the in-flight messages of a connection that closes; they
+come back when their msg_timeout expires. ``close`` therefore stops delivery (RDY
+0, CLS) and REQs everything still held before closing, so a clean stop hands the
+messages to the next consumer at once; after a crash they return on timeout.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from typing import Iterable
+
+from broker.protocol import (
+    FRAME_TYPE_ERROR,
+    FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
+    MessageFrame,
+    decode_message,
+    encode_cls,
+    encode_fin,
+    encode_rdy,
+    encode_req,
+    encode_sub,
+    encode_touch,
+)
+
+from .connection import CONNECT_TIMEOUT_S, Connection, NsqError
+from .options import Address
+
+__all__ = ["Subscriber"]
+
+#: The reader thread wakes at least this often to send due TOUCHes.
+_TICK_S = 0.25
+#: How long ``close`` waits for nsqd's CLOSE_WAIT before REQ'ing anyway.
+_CLOSE_WAIT_S = 2.0
+
+_log = logging.getLogger(__name__)
+
+
+class Subscriber:
+    """One SUB to ``topic``/``channel`` on one nsqd, serviced by a daemon thread.
+
+    ``start`` connects and subscribes (raises :class:`NsqError`); the owner must
+    ``close`` it. Received messages appear in ``inbox`` (a deque the owner pops
+    from); each stays held, and touched, until ``fin`` or ``req`` names it.
+    """
+
+    __slots__ = (
+        "address", "topic", "channel", "inbox", "error",
+        "_identify", "_rdy", "_conn", "_thread", "_lock", "_held", "_touch_s",
+        "_closing", "_close_wait",
+    )
+
+    def __init__(self, address: Address, topic: str, channel: str, *, max_in_flight: int,
+                 msg_timeout_ms: int):
+        self.address = address
+        self.topic = topic
+        self.channel = channel
+        self.inbox: collections.deque[MessageFrame] = collections.deque()
+        #: Why the connection ended, when it ended unasked.
+        self.error: NsqError | None = None
+        self._identify = {"msg_timeout": msg_timeout_ms}
+        self._rdy = max_in_flight
+        self._conn: Connection | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        # msg id -> monotonic time of its next TOUCH; insertion order is due order
+        # because every entry is (re)inserted with the same interval.
+        self._held: dict[bytes, float] = {}
+        self._touch_s = msg_timeout_ms / 2000
+        self._closing = False
+        self._close_wait = threading.Event()
+
+    def start(self) -> None:
+        """Connect, IDENTIFY, SUB and open the RDY window; raises :class:`NsqError`."""
+        conn = Connection.open(self.address, self._identify)
+        try:
+            msg_timeout = conn.identity.get("msg_timeout")
+            if isinstance(msg_timeout, int) and msg_timeout > 0:
+                self._touch_s = msg_timeout / 2000
+            max_rdy = conn.identity.get("max_rdy_count")
+            if isinstance(max_rdy, int) and 0 < max_rdy < self._rdy:
+                self._rdy = max_rdy
+            conn.send(encode_sub(self.topic, self.channel))
+            conn.read_response(CONNECT_TIMEOUT_S)
+            conn.send(encode_rdy(self._rdy))
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        self._thread = threading.Thread(
+            target=self._run, name=f"nsq-sub-{self.address}-{self.topic}", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def window(self) -> int:
+        """The RDY count in effect: how many messages nsqd keeps in flight to us at most."""
+        return self._rdy
+
+    @property
+    def held(self) -> int:
+        """Messages received and neither FIN'd nor REQ'd."""
+        return len(self._held)
+
+    def fin(self, ids: Iterable[bytes]) -> None:
+        """FIN the messages ``ids``; a dead connection drops them silently (nsqd requeues)."""
+        self._finish(ids, encode_fin)
+
+    def req(self, ids: Iterable[bytes], delay_ms: int = 0) -> None:
+        """REQ the messages ``ids`` with ``delay_ms``; a dead connection drops them."""
+        self._finish(ids, lambda msg_id: encode_req(msg_id, delay_ms))
+
+    def _finish(self, ids: Iterable[bytes], encode) -> None:
+        with self._lock:
+            ids = [msg_id for msg_id in ids if self._held.pop(msg_id, None) is not None]
+        if ids and self._conn is not None and self.error is None:
+            try:
+                self._conn.send(b"".join(map(encode, ids)))
+            except NsqError as exc:
+                self._fail(exc)
+
+    def _fail(self, exc: NsqError) -> None:
+        if self.error is None and not self._closing:
+            self.error = exc
+            _log.warning("nsq subscription %s/%s on %s ended: %s",
+                         self.topic, self.channel, self.address, exc)
+        if self._conn is not None:
+            self._conn.close()
+
+    def _run(self) -> None:
+        conn = self._conn
+        try:
+            while not conn.closed:
+                for frame in conn.read_frames(_TICK_S):
+                    self._on_frame(frame)
+                self._touch_due()
+        except NsqError as exc:
+            self._fail(exc)
+        except Exception as exc:  # a bug must end the subscription visibly, not silently
+            self._fail(NsqError(self.address, "E_INTERNAL", repr(exc)))
+
+    def _on_frame(self, frame) -> None:
+        if frame.frame_type == FRAME_TYPE_MESSAGE:
+            message = decode_message(frame.data)
+            with self._lock:
+                self._held[message.id] = time.monotonic() + self._touch_s
+            self.inbox.append(message)
+        elif frame.frame_type == FRAME_TYPE_RESPONSE:
+            if frame.data == b"CLOSE_WAIT":
+                self._close_wait.set()
+        elif frame.frame_type == FRAME_TYPE_ERROR:
+            error = NsqError.from_frame(self.address, frame.data)
+            if error.fatal:
+                raise error
+            # E_FIN_FAILED etc.: the message timed out and went to another consumer.
+            _log.info("%s", error)
+
+    def _touch_due(self) -> None:
+        now = time.monotonic()
+        due = []
+        with self._lock:
+            for msg_id, deadline in self._held.items():
+                if deadline > now:
+                    break
+                due.append(msg_id)
+            for msg_id in due:
+                del self._held[msg_id]
+                self._held[msg_id] = now + self._touch_s
+        if due:
+            self._conn.send(b"".join(map(encode_touch, due)))
+
+    def close(self) -> None:
+        """Stop delivery, REQ every held message, close; idempotent."""
+        if self._closing or self._conn is None:
+            self._closing = True
+            return
+        self._closing = True
+        conn = self._conn
+        if self.error is None:
+            try:
+                conn.send(encode_rdy(0) + encode_cls())
+                # After CLOSE_WAIT nsqd sends no more messages, so the REQs below
+                # cover everything this connection ever got.
+                self._close_wait.wait(_CLOSE_WAIT_S)
+                with self._lock:
+                    ids, self._held = list(self._held), {}
+                if ids:
+                    conn.send(b"".join(encode_req(msg_id, 0) for msg_id in ids))
+            except NsqError:
+                pass
+            # The reader thread reads on until nsqd, having seen our EOF, closes.
+            conn.shutdown_write()
+            if self._thread is not None and self._thread is not threading.current_thread():
+                self._thread.join(_CLOSE_WAIT_S)
+        conn.close()
