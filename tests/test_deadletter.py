@@ -19,25 +19,10 @@ import trio
 
 from broker.protocol import encode_fin, encode_mpub, encode_rdy, encode_req, encode_sub
 from tests.test_http_support import request
-from tests.v2client import connect
+from tests.v2client import connect, subscriber
+from tests.v2client import publish_batch as publish
 
 MODES = pytest.mark.parametrize("flags", [(), ("--durable",)], ids=["default", "durable"])
-
-
-async def subscriber(daemon, topic="t", channel="c", rdy=None):
-    client = await connect(daemon.addresses.tcp)
-    await client.send(encode_sub(topic, channel))
-    await client.expect_response(b"OK")
-    if rdy is not None:
-        await client.send(encode_rdy(rdy))
-    return client
-
-
-async def publish(daemon, topic, *bodies):
-    client = await connect(daemon.addresses.tcp)
-    await client.send(encode_mpub(topic, list(bodies)))
-    await client.expect_response(b"OK")
-    await client.aclose()
 
 
 async def call(daemon, method, target):

@@ -16,36 +16,15 @@ from broker.protocol import (
     encode_fin,
     encode_mpub,
     encode_pub,
-    encode_rdy,
     encode_req,
-    encode_sub,
 )
-from tests.v2client import connect
+from tests.v2client import connect, publish, subscriber
 
 MODES = pytest.mark.parametrize("flags", [(), ("--durable",)], ids=["default", "durable"])
 
 
 def tcp(daemon):
     return daemon.addresses.tcp
-
-
-async def subscriber(daemon, topic="t", channel="c", rdy=None, **identify):
-    client = await connect(tcp(daemon))
-    if identify:
-        await client.identify(**identify)
-    await client.send(encode_sub(topic, channel))
-    await client.expect_response(b"OK")
-    if rdy is not None:
-        await client.send(encode_rdy(rdy))
-    return client
-
-
-async def publish(daemon, topic, *bodies):
-    client = await connect(tcp(daemon))
-    for body in bodies:
-        await client.send(encode_pub(topic, body))
-        await client.expect_response(b"OK")
-    await client.aclose()
 
 
 async def drain(client, quiet: float = 0.4) -> list:

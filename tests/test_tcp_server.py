@@ -20,32 +20,13 @@ from broker.protocol import (
     encode_sub,
     encode_touch,
 )
-from tests.v2client import connect
+from tests.v2client import connect, publish, subscriber
 
 HEX16 = re.compile(rb"^[0-9a-f]{16}$")
 
 
 def tcp(daemon):
     return daemon.addresses.tcp
-
-
-async def subscriber(daemon, topic="t", channel="c", rdy=None, **identify):
-    client = await connect(tcp(daemon))
-    if identify:
-        await client.identify(**identify)
-    await client.send(encode_sub(topic, channel))
-    await client.expect_response(b"OK")
-    if rdy is not None:
-        await client.send(encode_rdy(rdy))
-    return client
-
-
-async def publish(daemon, topic, *bodies):
-    client = await connect(tcp(daemon))
-    for body in bodies:
-        await client.send(encode_pub(topic, body))
-        await client.expect_response(b"OK")
-    await client.aclose()
 
 
 async def test_pub_then_sub_delivers_with_attempts_one(daemon):

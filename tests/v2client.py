@@ -15,9 +15,13 @@ from broker.protocol import (
     FrameDecoder,
     decode_message,
     encode_identify,
+    encode_mpub,
+    encode_pub,
+    encode_rdy,
+    encode_sub,
 )
 
-__all__ = ["V2Client", "connect"]
+__all__ = ["V2Client", "connect", "subscriber", "publish", "publish_batch"]
 
 
 class V2Client:
@@ -99,3 +103,32 @@ async def connect(address: tuple[str, int], *, magic: bool = True, timeout: floa
     if magic:
         await client.send(MAGIC_V2)
     return client
+
+
+async def subscriber(daemon, topic="t", channel="c", rdy=None, **identify) -> V2Client:
+    """A client of ``daemon`` subscribed to ``topic``/``channel`` (IDENTIFY first if given), RDY if given."""
+    client = await connect(daemon.addresses.tcp)
+    if identify:
+        await client.identify(**identify)
+    await client.send(encode_sub(topic, channel))
+    await client.expect_response(b"OK")
+    if rdy is not None:
+        await client.send(encode_rdy(rdy))
+    return client
+
+
+async def publish(daemon, topic, *bodies) -> None:
+    """PUB each body to ``daemon``, one at a time, waiting for every OK."""
+    client = await connect(daemon.addresses.tcp)
+    for body in bodies:
+        await client.send(encode_pub(topic, body))
+        await client.expect_response(b"OK")
+    await client.aclose()
+
+
+async def publish_batch(daemon, topic, *bodies) -> None:
+    """MPUB all bodies to ``daemon`` at once."""
+    client = await connect(daemon.addresses.tcp)
+    await client.send(encode_mpub(topic, list(bodies)))
+    await client.expect_response(b"OK")
+    await client.aclose()
