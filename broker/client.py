@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from typing import TYPE_CHECKING
 
@@ -72,6 +73,11 @@ class Client:
         self.last_read = trio.current_time()
         self.send_started: float | None = None
         self.closing = False
+        self.batching = False  # the reader is applying a chunk of commands
+        self._flush_pending = False
+        self._writer_waiting = False
+        sock = getattr(stream, "socket", None)
+        self._fd = sock.fileno() if sock is not None else -1
 
     # ---------------------------------------------------------------- IDENTIFY
 
@@ -168,6 +174,29 @@ class Client:
         self.wake_writer()
 
     def wake_writer(self) -> None:
+        """Have what is queued sent: now, or at the end of the chunk the reader is applying."""
+        if self.batching:
+            self._flush_pending = True
+        else:
+            self._out_event.set()
+
+    def end_batch(self) -> None:
+        """The reader applied a chunk: send what it queued (see the module docstring)."""
+        self.batching = False
+        if not self._flush_pending:
+            return
+        self._flush_pending = False
+        out = self._out
+        if out and self._writer_waiting and not self.closing and self._fd >= 0:
+            data = b"".join(out) if len(out) > 1 else out[0]
+            try:
+                sent = os.write(self._fd, data)
+            except OSError:  # would block, or broken: the writer's send_all deals with it
+                sent = 0
+            if sent == len(data):
+                out.clear()
+                return
+            out[:] = [memoryview(data)[sent:]]
         self._out_event.set()
 
     def ready_for_more(self) -> bool:
@@ -201,7 +230,9 @@ class Client:
         try:
             while True:
                 if not self._out and not self.closing:
+                    self._writer_waiting = True
                     await self._out_event.wait()
+                    self._writer_waiting = False
                     self._out_event = trio.Event()
                 if self._out:
                     data = b"".join(self._out) if len(self._out) > 1 else self._out[0]

@@ -5,7 +5,8 @@ parameters, names and sizes; handlers apply a command to the domain and queue
 the response. Handlers are plain functions except SUB and the publish
 commands, which are async because in durable mode their ``OK`` waits for the
 disk: the group fsync of a publish, and the metadata naming a new topic or
-channel.
+channel. They return the response and the connection queues it, so that it
+goes out with the rest of the chunk's output (see :mod:`broker.client`).
 Errors are raised as :class:`~broker.protocol.ProtocolError`.
 """
 
@@ -35,7 +36,7 @@ def auth(broker: "Broker", client: "Client", cmd: p.Auth) -> None:
     raise ProtocolError("E_AUTH_DISABLED", "AUTH disabled")
 
 
-async def sub(broker: "Broker", client: "Client", cmd: p.Sub) -> None:
+async def sub(broker: "Broker", client: "Client", cmd: p.Sub) -> bytes:
     if broker.exiting:
         raise ProtocolError("E_SUB_FAILED", "SUB failed exiting")
     topic = broker.get_topic(cmd.topic)
@@ -47,7 +48,7 @@ async def sub(broker: "Broker", client: "Client", cmd: p.Sub) -> None:
         # a channel a crash forgets would take its queue (and dead letters) with it
         # until someone subscribes again: answer once nsqd.dat names it
         await broker.wait_metadata_persisted()
-    client.send_response(b"OK")
+    return b"OK"
 
 
 def rdy(broker: "Broker", client: "Client", cmd: p.Rdy) -> None:
@@ -78,21 +79,21 @@ def nop(broker: "Broker", client: "Client", cmd: p.Nop) -> None:
     pass
 
 
-async def pub(broker: "Broker", client: "Client", cmd: p.Pub) -> None:
-    await _publish(broker, client, "PUB", cmd.topic, [cmd.body], 0)
+async def pub(broker: "Broker", client: "Client", cmd: p.Pub) -> bytes:
+    return await _publish(broker, client, "PUB", cmd.topic, [cmd.body], 0)
 
 
-async def mpub(broker: "Broker", client: "Client", cmd: p.Mpub) -> None:
-    await _publish(broker, client, "MPUB", cmd.topic, cmd.bodies, 0)
+async def mpub(broker: "Broker", client: "Client", cmd: p.Mpub) -> bytes:
+    return await _publish(broker, client, "MPUB", cmd.topic, cmd.bodies, 0)
 
 
-async def dpub(broker: "Broker", client: "Client", cmd: p.Dpub) -> None:
-    await _publish(broker, client, "DPUB", cmd.topic, [cmd.body], cmd.defer_ms)
+async def dpub(broker: "Broker", client: "Client", cmd: p.Dpub) -> bytes:
+    return await _publish(broker, client, "DPUB", cmd.topic, [cmd.body], cmd.defer_ms)
 
 
 async def _publish(broker: "Broker", client: "Client", verb: str, topic_name: str,
-                   bodies: list[bytes], defer_ms: int) -> None:
-    """Queue the bodies as one all-or-nothing batch, then answer ``OK``.
+                   bodies: list[bytes], defer_ms: int) -> bytes:
+    """Queue the bodies as one all-or-nothing batch; returns the ``OK`` to answer.
 
     Raises fatal ``E_<VERB>_FAILED <VERB> failed <reason>`` when the broker is
     exiting or the disk write fails (nothing of the batch is kept then).
@@ -112,7 +113,7 @@ async def _publish(broker: "Broker", client: "Client", verb: str, topic_name: st
     except Exception as exc:  # a failed disk write: the client must hear about it
         raise ProtocolError(code, f"{verb} failed {exc}") from exc
     client.pub_counts[topic_name] = client.pub_counts.get(topic_name, 0) + len(bodies)
-    client.send_response(b"OK")
+    return b"OK"
 
 
 SYNC_HANDLERS: dict[type, Callable[["Broker", "Client", object], None]] = {
@@ -126,7 +127,7 @@ SYNC_HANDLERS: dict[type, Callable[["Broker", "Client", object], None]] = {
     p.Nop: nop,
 }
 
-ASYNC_HANDLERS: dict[type, Callable[["Broker", "Client", object], Awaitable[None]]] = {
+ASYNC_HANDLERS: dict[type, Callable[["Broker", "Client", object], Awaitable[bytes]]] = {
     p.Sub: sub,
     p.Pub: pub,
     p.Mpub: mpub,

@@ -139,6 +139,7 @@ class TCPServer:
         sync_handlers = SYNC_HANDLERS
         async_handlers = ASYNC_HANDLERS
         conn.receive_data(data)
+        client.batching = True
         try:
             while True:
                 events = conn.next_events()
@@ -151,7 +152,11 @@ class TCPServer:
                         if handler is not None:
                             handler(broker, client, event)
                         else:
-                            await async_handlers[event_type](broker, client, event)
+                            # while the handler waits, other tasks' output is not held back
+                            client.batching = False
+                            response = await async_handlers[event_type](broker, client, event)
+                            client.batching = True
+                            client.send_response(response)
                     except ProtocolError as err:
                         if err.fatal:
                             raise
@@ -174,3 +179,4 @@ class TCPServer:
         finally:
             if client.channel is not None:
                 client.channel.dispatch()
+            client.end_batch()

@@ -187,7 +187,8 @@ class Topic:
                     memory.extend(msgs[:room])
         self.message_count += len(msgs)
         self.message_bytes += sum(len(m.body) for m in msgs)
-        self._wake()
+        if self.channels and not self.paused:  # else a new channel or unpause wakes the pump
+            self._wakeup.set()
 
     def _wake(self) -> None:
         self._wakeup.set()

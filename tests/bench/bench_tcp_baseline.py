@@ -1,0 +1,160 @@
+"""Benchmark: TCP publishing, pynsqd against the least a Trio V2 server can do.
+
+``bench writer`` publishes to two servers, alternately, ``--rounds`` times each
+(the best of each is compared, which discounts load from elsewhere on the machine):
+
+1. pynsqd (``python -m broker``) on a fresh data directory;
+2. the ceiling: a raw Trio server that reads each connection's bytes, finds the
+   ``PUB``/``MPUB``/``IDENTIFY`` commands in them and answers every one with an
+   ``OK`` frame (one ``send_all`` per chunk read), storing nothing.
+
+The ratio says how much of the ceiling pynsqd reaches; what is left is the cost
+of being a broker (parsing, validating, message ids, queues, counters).
+
+Usage (from the repository root)::
+
+    python tests/bench/bench_tcp_baseline.py                       # PUB and MPUB 200, 100 B, 3 x 3 s
+    python tests/bench/bench_tcp_baseline.py --size 1000 --runfor 5s --rounds 5 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+_LISTEN = re.compile(r"TCP: listening on (\S+):(\d+)")
+
+
+def serve_ceiling() -> None:
+    """Run the ceiling server on 127.0.0.1:0; prints its port like pynsqd's log line."""
+    import trio
+
+    ok = struct.pack(">ii", 6, 0) + b"OK"
+
+    async def handle(stream: trio.SocketStream) -> None:
+        buf = bytearray()
+        magic = False
+        while True:
+            try:
+                data = await stream.receive_some(256 * 1024)
+            except trio.BrokenResourceError:
+                return
+            if not data:
+                return
+            buf += data
+            if not magic:
+                if len(buf) < 4:
+                    continue
+                del buf[:4]
+                magic = True
+            answers = 0
+            pos = 0
+            while True:
+                end = buf.find(b"\n", pos)
+                if end < 0:
+                    break
+                verb = bytes(buf[pos:end].split(b" ", 1)[0])
+                if verb in (b"PUB", b"MPUB", b"IDENTIFY"):
+                    if len(buf) < end + 5:
+                        break
+                    (size,) = struct.unpack_from(">I", buf, end + 1)
+                    if len(buf) < end + 5 + size:
+                        break
+                    pos = end + 5 + size
+                    answers += 1
+                else:  # NOP and anything else: no answer
+                    pos = end + 1
+            del buf[:pos]
+            if answers:
+                await stream.send_all(ok * answers)
+
+    async def main() -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        print(f"TCP: listening on 127.0.0.1:{port}", flush=True)
+        await trio.serve_listeners(handle, listeners)
+
+    trio.run(main)
+
+
+def start(cmd: list[str]) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        match = _LISTEN.search(line)
+        if match:
+            return proc, f"{match.group(1)}:{match.group(2)}"
+    proc.kill()
+    raise RuntimeError(f"{cmd} did not start")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def writer(address: str, args: argparse.Namespace, batch: int) -> float:
+    cmd = [sys.executable, "-m", "broker", "bench", "writer", f"--nsqd-tcp-address={address}",
+           f"--runfor={args.runfor}", f"--size={args.size}", f"--connections={args.connections}",
+           "--progress=0", "--json", "--topic=bench"]
+    cmd += ["--mpub", f"--batch-size={batch}"] if batch > 1 else ["--batch-size=1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    return json.loads(out)["msgs_per_s"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--runfor", default="3s")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=2)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--serve-ceiling", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_ceiling:
+        serve_ceiling()
+        return 0
+    results = []
+    for label, batch in (("PUB", 1), ("MPUB 200", 200)):
+        best = {"pynsqd": 0.0, "ceiling": 0.0}
+        for _ in range(args.rounds):
+            with tempfile.TemporaryDirectory() as data:
+                for name, cmd in (
+                    ("pynsqd", [sys.executable, "-m", "broker", f"--data-path={data}",
+                                "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0"]),
+                    ("ceiling", [sys.executable, __file__, "--serve-ceiling"]),
+                ):
+                    proc, address = start(cmd)
+                    try:
+                        best[name] = max(best[name], writer(address, args, batch))
+                    finally:
+                        stop(proc)
+        results.append({"command": label, "size": args.size, "pynsqd_msgs_per_sec": round(best["pynsqd"]),
+                        "ceiling_msgs_per_sec": round(best["ceiling"]),
+                        "ratio": round(best["pynsqd"] / best["ceiling"], 2)})
+    if args.json:
+        print(json.dumps(results))
+    else:
+        print("| command | size | pynsqd msgs/s | raw Trio ceiling msgs/s | ratio |")
+        print("|---|---:|---:|---:|---:|")
+        for r in results:
+            print(f"| {r['command']} | {r['size']} B | {r['pynsqd_msgs_per_sec']:,} | "
+                  f"{r['ceiling_msgs_per_sec']:,} | {r['ratio']:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
