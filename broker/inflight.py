@@ -4,12 +4,14 @@ Deletion is lazy: an entry is live only while the message is still in the
 owner's index and still carries the key the entry was pushed with, so FIN,
 REQ and TOUCH never search the heap. A heap is rebuilt when dead entries
 outnumber live ones, which keeps its size proportional to the live messages.
+Keys pushed in order skip the heap's sift (see :class:`TimerHeap`).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+from collections import deque
 from typing import Callable
 
 from .message import Message
@@ -24,51 +26,84 @@ class TimerHeap:
 
     ``key_of(msg)`` returns the message's current key and ``is_live(msg)`` says
     whether the owner still holds it in this heap's state.
+
+    Keys mostly arrive in order (every delivery to clients with the same
+    ``msg_timeout`` has a later deadline than the one before), so entries whose
+    key is not below the last one pushed go to a sorted run, a deque (a sorted
+    sequence is already a min-heap), at the cost of an append; only the others
+    go to the binary heap. The smallest key is the smaller of the two heads.
     """
 
-    __slots__ = ("_heap", "_key_of", "_is_live")
+    __slots__ = ("_run", "_heap", "_key_of", "_is_live")
 
     def __init__(self, key_of: Callable[[Message], float], is_live: Callable[[Message], bool]):
+        self._run: deque[tuple[float, Message]] = deque()
         self._heap: list[tuple[float, int, Message]] = []
         self._key_of = key_of
         self._is_live = is_live
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._run) + len(self._heap)
 
     def push(self, key: float, msg: Message) -> None:
         """Add ``msg`` under ``key`` (the caller has already stored ``key`` on it)."""
-        heapq.heappush(self._heap, (key, next(_counter), msg))
+        run = self._run
+        if not run or key >= run[-1][0]:
+            run.append((key, msg))
+        else:
+            heapq.heappush(self._heap, (key, next(_counter), msg))
 
     def pop_due(self, now: float) -> list[Message]:
         """Remove and return every live message whose key is <= ``now``, earliest first."""
-        heap = self._heap
+        key_of, is_live = self._key_of, self._is_live
         due = []
-        while heap and heap[0][0] <= now:
-            key, _seq, msg = heapq.heappop(heap)
-            if self._is_live(msg) and self._key_of(msg) == key:
+        run = self._run
+        while run and run[0][0] <= now:
+            key, msg = run.popleft()
+            if is_live(msg) and key_of(msg) == key:
                 due.append(msg)
+        heap = self._heap
+        if heap and heap[0][0] <= now:
+            from_run = len(due)
+            while heap and heap[0][0] <= now:
+                key, _seq, msg = heapq.heappop(heap)
+                if is_live(msg) and key_of(msg) == key:
+                    due.append(msg)
+            if from_run and len(due) > from_run:
+                due.sort(key=key_of)
         return due
 
     def next_key(self) -> float | None:
-        """The smallest key in the heap (possibly of a dead entry), or None."""
-        return self._heap[0][0] if self._heap else None
+        """The smallest key held (possibly of a dead entry), or None."""
+        run, heap = self._run, self._heap
+        if run and heap:
+            return min(run[0][0], heap[0][0])
+        if run:
+            return run[0][0]
+        return heap[0][0] if heap else None
 
     def compact(self, live_count: int) -> None:
         """Drop dead entries when they are the majority."""
-        if len(self._heap) > 64 and len(self._heap) > 2 * live_count:
-            self._heap = [e for e in self._heap if self._is_live(e[2]) and self._key_of(e[2]) == e[0]]
+        total = len(self._run) + len(self._heap)
+        if total > 64 and total > 2 * live_count:
+            key_of, is_live = self._key_of, self._is_live
+            self._run = deque(e for e in self._run if is_live(e[1]) and key_of(e[1]) == e[0])
+            self._heap = [e for e in self._heap if is_live(e[2]) and key_of(e[2]) == e[0]]
             heapq.heapify(self._heap)
 
     def clear(self) -> None:
         """Forget every entry."""
+        self._run.clear()
         self._heap.clear()
 
     def live(self) -> list[Message]:
         """The live messages in key order (for persistence and inspection)."""
+        entries = [(key, msg) for key, msg in self._run]
+        entries.extend((key, msg) for key, _seq, msg in self._heap)
+        entries.sort(key=lambda e: e[0])
         seen = set()
         out = []
-        for key, _seq, msg in sorted(self._heap, key=lambda e: (e[0], e[1])):
+        for key, msg in entries:
             if id(msg) not in seen and self._is_live(msg) and self._key_of(msg) == key:
                 seen.add(id(msg))
                 out.append(msg)
