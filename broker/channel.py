@@ -480,6 +480,7 @@ class Channel:
         bury_after = self.bury_after
         durable = self.durable
         dead = None
+        sent = []
         for _ in range(n):
             msg = memory.popleft()
             if sample_rate and random.randrange(100) >= sample_rate:
@@ -501,8 +502,9 @@ class Channel:
             msg.deadline = deadline
             msg.delivered_at = now
             in_flight[msg.id] = msg
-            timers.push(deadline, msg)
+            sent.append(msg)
             client.send_message(msg)
+        timers.push_many(deadline, sent)
         if dead:
             self._bury(dead)
 
@@ -541,17 +543,38 @@ class Channel:
         client.in_flight_count -= 1
         return msg
 
-    def finish(self, client: "Client", msg_id: bytes) -> None:
-        """FIN: the message is done. Raises the non-fatal ``E_FIN_FAILED``."""
-        msg = self._pop_in_flight(client, msg_id, "FIN", "E_FIN_FAILED")
-        client.finish_count += 1
-        if self._acks is not None:
-            self._acks.done(msg.ticket)
-            self.ledger.wake()
-        latency = now_ns() - msg.timestamp
-        self.e2e.record(latency)
-        self.topic.e2e.record(latency)
-        self.fin_latency.observe_ns(latency)
+    def finish_many(self, client: "Client", msg_ids: list[bytes]) -> list[ProtocolError]:
+        """FIN: a run of consecutive FIN commands, with one clock read.
+
+        Returns the non-fatal ``E_FIN_FAILED`` errors of the ids that were not
+        in flight for ``client``, in order; the others are done.
+        """
+        in_flight = self.in_flight
+        acks = self._acks
+        errors = []
+        latencies = []
+        now = now_ns()
+        for msg_id in msg_ids:
+            msg = in_flight.get(msg_id)
+            if msg is None or msg.client is not client:
+                reason = b"ID not in flight" if msg is None else b"client does not own message"
+                errors.append(_failed("E_FIN_FAILED", "FIN", msg_id, reason))
+                continue
+            del in_flight[msg_id]
+            msg.client = None
+            if acks is not None:
+                acks.done(msg.ticket)
+            latencies.append(now - msg.timestamp)
+        if latencies:
+            done = len(latencies)
+            client.in_flight_count -= done
+            client.finish_count += done
+            if acks is not None:
+                self.ledger.wake()
+            self.e2e.record_many(latencies)
+            self.topic.e2e.record_many(latencies)
+            self.fin_latency.observe_many(latencies)
+        return errors
 
     def requeue(self, client: "Client", msg_id: bytes, delay_ms: int) -> None:
         """REQ: back to the queue now, or after ``delay_ms``. Raises ``E_REQ_FAILED``."""

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .broker import Broker
     from .client import Client
 
-__all__ = ["SYNC_HANDLERS", "ASYNC_HANDLERS"]
+__all__ = ["SYNC_HANDLERS", "ASYNC_HANDLERS", "fin_run"]
 
 
 def identify(broker: "Broker", client: "Client", cmd: p.Identify) -> None:
@@ -57,8 +57,15 @@ def rdy(broker: "Broker", client: "Client", cmd: p.Rdy) -> None:
         client.channel.dispatch()
 
 
-def fin(broker: "Broker", client: "Client", cmd: p.Fin) -> None:
-    client.channel.finish(client, cmd.msg_id)
+def fin_run(broker: "Broker", client: "Client", cmds: list[p.Fin]) -> None:
+    """Consecutive FINs, applied together (a consumer's chunk is mostly FINs).
+
+    Not in the tables: the connection hands each run of :class:`Fin` events
+    here. An id not in flight for this client gets the non-fatal
+    ``E_FIN_FAILED``, in order.
+    """
+    for err in client.channel.finish_many(client, [cmd.msg_id for cmd in cmds]):
+        client.send_error(err)
 
 
 def req(broker: "Broker", client: "Client", cmd: p.Req) -> None:
@@ -120,7 +127,6 @@ SYNC_HANDLERS: dict[type, Callable[["Broker", "Client", object], None]] = {
     p.Identify: identify,
     p.Auth: auth,
     p.Rdy: rdy,
-    p.Fin: fin,
     p.Req: req,
     p.Touch: touch,
     p.Cls: cls,

@@ -53,6 +53,15 @@ class TimerHeap:
         else:
             heapq.heappush(self._heap, (key, next(_counter), msg))
 
+    def push_many(self, key: float, msgs: list[Message]) -> None:
+        """Add ``msgs`` under one ``key`` (a delivery's batch)."""
+        run = self._run
+        if not run or key >= run[-1][0]:
+            run.extend([(key, msg) for msg in msgs])
+        else:
+            for msg in msgs:
+                heapq.heappush(self._heap, (key, next(_counter), msg))
+
     def pop_due(self, now: float) -> list[Message]:
         """Remove and return every live message whose key is <= ``now``, earliest first."""
         key_of, is_live = self._key_of, self._is_live

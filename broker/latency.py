@@ -48,6 +48,14 @@ class LatencyStream:
         self._current: _Reservoir | None = None
         self._previous: _Reservoir | None = None
 
+    def record_many(self, latencies_ns: list[int]) -> None:
+        """Add samples (one FIN run's)."""
+        if not self.percentiles:
+            self.count += len(latencies_ns)
+            return
+        for latency_ns in latencies_ns:
+            self.record(latency_ns)
+
     def record(self, latency_ns: int) -> None:
         """Add one sample."""
         self.count += 1

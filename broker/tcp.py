@@ -17,8 +17,8 @@ import trio
 from diskqueue import DiskQueueError
 
 from .client import Client
-from .commands import ASYNC_HANDLERS, SYNC_HANDLERS
-from .protocol import Identify, ProtocolError, ServerConnection
+from .commands import ASYNC_HANDLERS, SYNC_HANDLERS, fin_run
+from .protocol import Fin, Identify, ProtocolError, ServerConnection
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -145,8 +145,17 @@ class TCPServer:
                 events = conn.next_events()
                 if not events:
                     return True
-                for event in events:
+                i, count = 0, len(events)
+                while i < count:
+                    event = events[i]
                     event_type = type(event)
+                    i += 1
+                    if event_type is Fin:
+                        start = i - 1
+                        while i < count and type(events[i]) is Fin:
+                            i += 1
+                        fin_run(broker, client, events[start:i])
+                        continue
                     handler = sync_handlers.get(event_type)
                     try:
                         if handler is not None:

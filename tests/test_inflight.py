@@ -79,3 +79,26 @@ def test_random_keys_match_sorting():
     for t in range(0, 2200, 50):
         got += owner.pop(float(t))
     assert got == sorted(keys, key=lambda n: (keys[n], n))
+
+
+def test_push_many_in_and_out_of_order():
+    owner = Owner()
+    first = [owner.add(n, 5.0) for n in range(3)]
+    batch = []
+    for n in range(3, 6):
+        msg = Message(b"%016d" % n, b"body", 0)
+        msg.deadline = 2.0  # earlier than what is queued: goes to the heap
+        owner.index[msg.id] = msg
+        batch.append(msg)
+    owner.heap.push_many(2.0, batch)
+    later = []
+    for n in range(6, 8):
+        msg = Message(b"%016d" % n, b"body", 0)
+        msg.deadline = 7.0
+        owner.index[msg.id] = msg
+        later.append(msg)
+    owner.heap.push_many(7.0, later)
+    assert owner.heap.next_key() == 2.0
+    assert owner.pop(5.0) == [3, 4, 5, 0, 1, 2]
+    assert owner.pop(7.0) == [6, 7]
+    assert first[0].id not in owner.index

@@ -24,7 +24,7 @@ MIXIN_NAMES = [
 def example_snapshot() -> Snapshot:
     histogram = LatencyHistogram()
     for ms in (0.5, 3, 3, 40, 2000):
-        histogram.observe_ns(int(ms * 1_000_000))
+        histogram.observe_many([int(ms * 1_000_000)])
     e2e = E2eStats(5, ((0.99, 2_000_000_000.0), (0.95, 40_000_000.0)))
     ch = channel(clients=(client(),), e2e_processing_latency=e2e, fin_latency=histogram.snapshot())
     quiet = channel("quiet", paused=True, e2e_processing_latency=E2eStats(0, ((0.99, 0.0), (0.95, 0.0))))
@@ -115,9 +115,9 @@ def test_process_metrics_are_included(exposition):
 
 def test_histogram_buckets():
     histogram = LatencyHistogram()
-    histogram.observe_ns(-5)
-    histogram.observe_ns(1_000_000)  # exactly 1ms: in the 0.001 bucket (le)
-    histogram.observe_ns(10**13)  # beyond the last bound: +Inf only
+    histogram.observe_many([-5])
+    histogram.observe_many([1_000_000])  # exactly 1ms: in the 0.001 bucket (le)
+    histogram.observe_many([10**13])  # beyond the last bound: +Inf only
     snap = histogram.snapshot()
     assert snap.count == 3
     assert snap.buckets[0] == (0.001, 2)

@@ -408,3 +408,17 @@ async def test_output_larger_than_the_socket_takes_arrives_whole_and_in_order(da
     await trio.sleep(0.3)  # let the server's send side fill up before reading
     got = await consumer.read_messages(200)
     assert [m.body for m in got] == bodies
+
+
+async def test_a_run_of_fins_in_one_chunk_reports_each_bad_id_in_order(daemon):
+    await publish(daemon, "t", b"a", b"b")
+    consumer = await subscriber(daemon, rdy=2)
+    a, b = await consumer.read_messages(2)
+    await consumer.send(encode_fin(a.id) + encode_fin(b"0123456789abcdef") + encode_fin(b.id) + encode_fin(a.id))
+    await consumer.expect_error(b"E_FIN_FAILED FIN 0123456789abcdef failed ID not in flight", closed=False)
+    await consumer.expect_error(b"E_FIN_FAILED FIN " + a.id + b" failed ID not in flight", closed=False)
+    channel = daemon.broker.topics["t"].channels["c"]
+    assert (len(channel.in_flight), channel.depth) == (0, 0)
+    client = channel.clients[0]
+    assert (client.finish_count, client.in_flight_count) == (2, 0)
+    await consumer.expect_silence(0.2)
