@@ -503,7 +503,7 @@ class Channel:
             msg.delivered_at = now
             in_flight[msg.id] = msg
             sent.append(msg)
-            client.send_message(msg)
+        client.send_messages(sent)
         timers.push_many(deadline, sent)
         if dead:
             self._bury(dead)

@@ -155,13 +155,16 @@ class Client:
 
     # ---------------------------------------------------------------- output
 
-    def send_message(self, msg: "Message") -> None:
-        """Queue a message frame (buffered until the writer runs)."""
-        body = msg.body
-        self._out.append(message_frame_header(msg.timestamp, msg.attempts, msg.id, len(body)))
-        self._out.append(body)
-        self.in_flight_count += 1
-        self.message_count += 1
+    def send_messages(self, msgs: list["Message"]) -> None:
+        """Queue message frames (sent once the caller wakes the writer); they are now in flight."""
+        append = self._out.append
+        header = message_frame_header
+        for msg in msgs:
+            body = msg.body
+            append(header(msg.timestamp, msg.attempts, msg.id, len(body)))
+            append(body)
+        self.in_flight_count += len(msgs)
+        self.message_count += len(msgs)
 
     def send_response(self, data: bytes) -> None:
         """Queue a response frame and make the writer flush."""

@@ -28,39 +28,45 @@ class TimerHeap:
     whether the owner still holds it in this heap's state.
 
     Keys mostly arrive in order (every delivery to clients with the same
-    ``msg_timeout`` has a later deadline than the one before), so entries whose
-    key is not below the last one pushed go to a sorted run, a deque (a sorted
-    sequence is already a min-heap), at the cost of an append; only the others
-    go to the binary heap. The smallest key is the smaller of the two heads.
+    ``msg_timeout`` has a later deadline than the one before), so messages whose
+    key is not below the last one pushed go to a sorted run, a deque of
+    ``(key, [messages])`` groups (a sorted sequence is already a min-heap): a
+    delivery of many messages adds one group, or extends the last one when the
+    key is the same. Only the others go to the binary heap. The smallest key is
+    the smaller of the two heads.
     """
 
-    __slots__ = ("_run", "_heap", "_key_of", "_is_live")
+    __slots__ = ("_run", "_run_count", "_heap", "_key_of", "_is_live")
 
     def __init__(self, key_of: Callable[[Message], float], is_live: Callable[[Message], bool]):
-        self._run: deque[tuple[float, Message]] = deque()
+        self._run: deque[tuple[float, list[Message]]] = deque()
+        self._run_count = 0  # messages in the run's groups
         self._heap: list[tuple[float, int, Message]] = []
         self._key_of = key_of
         self._is_live = is_live
 
     def __len__(self) -> int:
-        return len(self._run) + len(self._heap)
+        return self._run_count + len(self._heap)
 
     def push(self, key: float, msg: Message) -> None:
         """Add ``msg`` under ``key`` (the caller has already stored ``key`` on it)."""
-        run = self._run
-        if not run or key >= run[-1][0]:
-            run.append((key, msg))
-        else:
-            heapq.heappush(self._heap, (key, next(_counter), msg))
+        self.push_many(key, [msg])
 
     def push_many(self, key: float, msgs: list[Message]) -> None:
-        """Add ``msgs`` under one ``key`` (a delivery's batch)."""
+        """Add ``msgs`` under one ``key`` (a delivery's batch; the list is kept)."""
+        if not msgs:
+            return
         run = self._run
-        if not run or key >= run[-1][0]:
-            run.extend([(key, msg) for msg in msgs])
+        if not run or key > run[-1][0]:
+            run.append((key, msgs))
+            self._run_count += len(msgs)
+        elif key == run[-1][0]:
+            run[-1][1].extend(msgs)
+            self._run_count += len(msgs)
         else:
+            heap = self._heap
             for msg in msgs:
-                heapq.heappush(self._heap, (key, next(_counter), msg))
+                heapq.heappush(heap, (key, next(_counter), msg))
 
     def pop_due(self, now: float) -> list[Message]:
         """Remove and return every live message whose key is <= ``now``, earliest first."""
@@ -68,9 +74,9 @@ class TimerHeap:
         due = []
         run = self._run
         while run and run[0][0] <= now:
-            key, msg = run.popleft()
-            if is_live(msg) and key_of(msg) == key:
-                due.append(msg)
+            key, group = run.popleft()
+            self._run_count -= len(group)
+            due.extend([msg for msg in group if is_live(msg) and key_of(msg) == key])
         heap = self._heap
         if heap and heap[0][0] <= now:
             from_run = len(due)
@@ -93,21 +99,29 @@ class TimerHeap:
 
     def compact(self, live_count: int) -> None:
         """Drop dead entries when they are the majority."""
-        total = len(self._run) + len(self._heap)
+        total = self._run_count + len(self._heap)
         if total > 64 and total > 2 * live_count:
             key_of, is_live = self._key_of, self._is_live
-            self._run = deque(e for e in self._run if is_live(e[1]) and key_of(e[1]) == e[0])
+            run = deque()
+            count = 0
+            for key, group in self._run:
+                group = [msg for msg in group if is_live(msg) and key_of(msg) == key]
+                if group:
+                    run.append((key, group))
+                    count += len(group)
+            self._run, self._run_count = run, count
             self._heap = [e for e in self._heap if is_live(e[2]) and key_of(e[2]) == e[0]]
             heapq.heapify(self._heap)
 
     def clear(self) -> None:
         """Forget every entry."""
         self._run.clear()
+        self._run_count = 0
         self._heap.clear()
 
     def live(self) -> list[Message]:
         """The live messages in key order (for persistence and inspection)."""
-        entries = [(key, msg) for key, msg in self._run]
+        entries = [(key, msg) for key, group in self._run for msg in group]
         entries.extend((key, msg) for key, _seq, msg in self._heap)
         entries.sort(key=lambda e: e[0])
         seen = set()
