@@ -92,8 +92,8 @@ def _check_topic(topic: str | None) -> None:
         raise ValueError(f"nsq data source: a row names an invalid topic '{topic}'")
 
 
-class NsqWriter(DataSourceArrowWriter):
-    """``df.write.format("nsq")``: publishes every row once per successful task attempt."""
+class _PartitionPublisher:
+    """What the batch and the streaming writer share: each task publishes its partition."""
 
     def __init__(self, options: SinkOptions, schema: StructType):
         check_sink_schema(schema, options.topic)
@@ -101,25 +101,20 @@ class NsqWriter(DataSourceArrowWriter):
         self._schema = schema
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PublishReceipt:
-        """Publish one partition's rows."""
+        """Publish one partition's rows (of the write, or of a micro-batch)."""
         return publish_batches(self._options, self._schema, iterator)
+
+
+class NsqWriter(_PartitionPublisher, DataSourceArrowWriter):
+    """``df.write.format("nsq")``: publishes every row once per successful task attempt."""
 
     def abort(self, messages) -> None:
         """Nothing to undo; rows of tasks that failed may already be published."""
         _log.warning("nsq write aborted; some rows may have been published already")
 
 
-class NsqStreamWriter(DataSourceStreamArrowWriter):
+class NsqStreamWriter(_PartitionPublisher, DataSourceStreamArrowWriter):
     """``df.writeStream.format("nsq")``: publishes each micro-batch, at least once."""
-
-    def __init__(self, options: SinkOptions, schema: StructType):
-        check_sink_schema(schema, options.topic)
-        self._options = options
-        self._schema = schema
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> PublishReceipt:
-        """Publish one partition of a micro-batch."""
-        return publish_batches(self._options, self._schema, iterator)
 
     def commit(self, messages, batchId: int) -> None:
         """Nothing to do: every message was acknowledged by nsqd before its task ended."""
