@@ -163,3 +163,15 @@ async def run_client(argv: list[str], command: str, config: dict, *, log_dir: Pa
     """Run a client script to completion and return its report."""
     async with start_client(argv, command, config, log_dir=log_dir) as client:
         return await client.result()
+
+
+async def publish_with(argv: list[str], broker, logs: Path, *ops: dict) -> list[dict]:
+    """Run a client's ``publish`` command with ``ops``; every one must get ``OK``."""
+    events = await run_client(argv, "publish", {"tcp": address(broker.tcp), "ops": list(ops)}, log_dir=logs)
+    assert [e["response"] for e in of_kind(events, "published")] == ["OK"] * len(ops)
+    return events
+
+
+def consume_config(broker, topic: str, channels=("ch",), **options) -> dict:
+    """The config of a client's ``consume`` command: ``topic`` through ``channels``."""
+    return {"tcp": address(broker.tcp), "topic": topic, "channels": list(channels), **options}

@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import trio
 
-from .harness import ANSQ, HEX16, address, assert_no_errors, of_kind, run_client, start_client
+from .harness import ANSQ, HEX16, assert_no_errors, consume_config, of_kind, publish_with, run_client, start_client
 
 
 async def publish(broker, logs, *ops) -> list[dict]:
-    events = await run_client(ANSQ, "publish", {"tcp": address(broker.tcp), "ops": list(ops)}, log_dir=logs)
-    assert [e["response"] for e in of_kind(events, "published")] == ["OK"] * len(ops)
-    return events
-
-
-def consume_config(broker, topic, channels=("ch",), **options) -> dict:
-    return {"tcp": address(broker.tcp), "topic": topic, "channels": list(channels), **options}
+    return await publish_with(ANSQ, broker, logs, *ops)
 
 
 async def test_writer_pub_mpub_dpub_then_reader_fin(broker, logs):

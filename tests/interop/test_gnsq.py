@@ -10,7 +10,9 @@ from .harness import (
     HEX16,
     address,
     assert_no_errors,
+    consume_config,
     of_kind,
+    publish_with,
     run_client,
     start_client,
     text,
@@ -18,18 +20,12 @@ from .harness import (
 
 
 async def publish(broker, logs, *ops) -> list[dict]:
-    events = await run_client(GNSQ, "publish", {"tcp": address(broker.tcp), "ops": list(ops)}, log_dir=logs)
-    assert [e["response"] for e in of_kind(events, "published")] == ["OK"] * len(ops)
-    return events
+    return await publish_with(GNSQ, broker, logs, *ops)
 
 
 async def http(broker, logs, *ops) -> list[dict]:
     events = await run_client(GNSQ, "http", {"http": address(broker.http), "ops": list(ops)}, log_dir=logs)
     return of_kind(events, "http")
-
-
-def consume_config(broker, topic, channels=("ch",), **options) -> dict:
-    return {"tcp": address(broker.tcp), "topic": topic, "channels": list(channels), **options}
 
 
 async def test_producer_publish_multipublish_defer_then_consumer_with_max_in_flight(broker, logs):

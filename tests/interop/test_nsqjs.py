@@ -8,19 +8,24 @@ from __future__ import annotations
 import pytest
 import trio
 
-from .harness import HEX16, NSQJS, address, assert_no_errors, nsqjs_missing, of_kind, run_client, start_client, text
+from .harness import (
+    HEX16,
+    NSQJS,
+    assert_no_errors,
+    consume_config,
+    nsqjs_missing,
+    of_kind,
+    publish_with,
+    run_client,
+    start_client,
+    text,
+)
 
 pytestmark = pytest.mark.skipif(nsqjs_missing() is not None, reason=str(nsqjs_missing()))
 
 
 async def publish(broker, logs, *ops) -> list[dict]:
-    events = await run_client(NSQJS, "publish", {"tcp": address(broker.tcp), "ops": list(ops)}, log_dir=logs)
-    assert [e["response"] for e in of_kind(events, "published")] == ["OK"] * len(ops)
-    return events
-
-
-def consume_config(broker, topic, channels=("ch",), **options) -> dict:
-    return {"tcp": address(broker.tcp), "topic": topic, "channels": list(channels), **options}
+    return await publish_with(NSQJS, broker, logs, *ops)
 
 
 async def test_writer_publish_mpub_defer_then_reader_receives_every_body(broker, logs):

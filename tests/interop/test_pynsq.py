@@ -7,9 +7,10 @@ import trio
 from .harness import (
     HEX16,
     PYNSQ,
-    address,
     assert_no_errors,
+    consume_config,
     of_kind,
+    publish_with,
     run_client,
     start_client,
     text,
@@ -19,13 +20,7 @@ BINARY = text(bytes(range(256)) + b"\n\r\x00end")
 
 
 async def publish(broker, logs, *ops) -> list[dict]:
-    events = await run_client(PYNSQ, "publish", {"tcp": address(broker.tcp), "ops": list(ops)}, log_dir=logs)
-    assert [e["response"] for e in of_kind(events, "published")] == ["OK"] * len(ops)
-    return events
-
-
-def consume_config(broker, topic, channels=("ch",), **options) -> dict:
-    return {"tcp": address(broker.tcp), "topic": topic, "channels": list(channels), **options}
+    return await publish_with(PYNSQ, broker, logs, *ops)
 
 
 async def test_writer_pub_mpub_dpub_then_reader_receives_every_body(broker, logs):
