@@ -57,14 +57,16 @@ def rdy(broker: "Broker", client: "Client", cmd: p.Rdy) -> None:
         client.channel.dispatch()
 
 
-def fin_run(broker: "Broker", client: "Client", cmds: list[p.Fin]) -> None:
-    """Consecutive FINs, applied together (a consumer's chunk is mostly FINs).
+def fin(broker: "Broker", client: "Client", cmd: p.Fin) -> None:
+    fin_run(broker, client, [cmd.msg_id])
 
-    Not in the tables: the connection hands each run of :class:`Fin` events
-    here. An id not in flight for this client gets the non-fatal
-    ``E_FIN_FAILED``, in order.
+
+def fin_run(broker: "Broker", client: "Client", msg_ids: list[bytes]) -> None:
+    """Consecutive FINs, applied together: the connection hands each :class:`~broker.protocol.FinRun` here.
+
+    An id not in flight for this client gets the non-fatal ``E_FIN_FAILED``, in order.
     """
-    for err in client.channel.finish_many(client, [cmd.msg_id for cmd in cmds]):
+    for err in client.channel.finish_many(client, msg_ids):
         client.send_error(err)
 
 
@@ -127,6 +129,7 @@ SYNC_HANDLERS: dict[type, Callable[["Broker", "Client", object], None]] = {
     p.Identify: identify,
     p.Auth: auth,
     p.Rdy: rdy,
+    p.Fin: fin,
     p.Req: req,
     p.Touch: touch,
     p.Cls: cls,

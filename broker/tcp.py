@@ -18,7 +18,7 @@ from diskqueue import DiskQueueError
 
 from .client import Client
 from .commands import ASYNC_HANDLERS, SYNC_HANDLERS, fin_run
-from .protocol import Fin, Identify, ProtocolError, ServerConnection
+from .protocol import FinRun, Identify, ProtocolError, ServerConnection
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -90,6 +90,7 @@ class TCPServer:
         self._client_numbers += 1
         client = Client(broker, stream, remote, self._client_numbers)
         conn = ServerConnection(broker.limits)
+        conn.fin_runs = True
         broker.clients.add(client)
         log.info("TCP: new client(%s)", remote)
         try:
@@ -145,16 +146,10 @@ class TCPServer:
                 events = conn.next_events()
                 if not events:
                     return True
-                i, count = 0, len(events)
-                while i < count:
-                    event = events[i]
+                for event in events:
                     event_type = type(event)
-                    i += 1
-                    if event_type is Fin:
-                        start = i - 1
-                        while i < count and type(events[i]) is Fin:
-                            i += 1
-                        fin_run(broker, client, events[start:i])
+                    if event_type is FinRun:
+                        fin_run(broker, client, event.msg_ids)
                         continue
                     handler = sync_handlers.get(event_type)
                     try:

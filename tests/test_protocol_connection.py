@@ -18,6 +18,7 @@ from broker.protocol import (
     Cls,
     Dpub,
     Fin,
+    FinRun,
     Identify,
     Limits,
     Mpub,
@@ -639,6 +640,20 @@ def test_many_fins_in_one_chunk_all_parsed():
     assert events[1999] == Fin(b"%016x" % 1999)
     conn.receive_data(b"456789abcdef\n")
     assert conn.next_events() == [Fin(ID)]
+
+
+def test_fin_runs_come_as_one_event_when_asked():
+    conn = ServerConnection()
+    conn.state = SUBSCRIBED
+    conn.fin_runs = True
+    ids = [b"%016x" % i for i in range(5)]
+    conn.receive_data(MAGIC_V2 + b"".join(b"FIN " + i + b"\n" for i in ids[:3])
+                      + b"FIN " + ids[3] + b"\r\nNOP\nFIN " + ids[4] + b"\nFIN 0123")
+    assert conn.next_events() == [FinRun(ids[:3]), Fin(ids[3]), Nop(), FinRun([ids[4]])]
+    conn.receive_data(b"456789abcdef\nFIN short\n")
+    assert conn.next_events() == [FinRun([ID])]
+    with pytest.raises(ProtocolError, match="E_INVALID"):
+        conn.next_events()
 
 
 def test_large_mpub_in_random_chunks():

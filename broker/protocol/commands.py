@@ -17,7 +17,7 @@ from .frames import MSG_ID_LENGTH
 from .names import is_valid_name
 
 __all__ = [
-    "Identify", "Auth", "Sub", "Pub", "Mpub", "Dpub", "Rdy", "Fin", "Req", "Touch", "Cls", "Nop", "Command",
+    "Identify", "Auth", "Sub", "Pub", "Mpub", "Dpub", "Rdy", "Fin", "FinRun", "Req", "Touch", "Cls", "Nop", "Command",
     "encode_identify", "encode_auth", "encode_sub", "encode_pub", "encode_mpub", "encode_dpub",
     "encode_rdy", "encode_fin", "encode_req", "encode_touch", "encode_cls", "encode_nop",
 ]
@@ -91,6 +91,13 @@ class Fin:
 
 
 @dataclass(frozen=True, slots=True)
+class FinRun:
+    """Consecutive well-formed FIN lines, in order (only with ``ServerConnection.fin_runs``)."""
+
+    msg_ids: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
 class Req:
     """REQ of a message; ``timeout_ms`` already clamped to [0, max_req_timeout_ms]."""
 
@@ -115,7 +122,7 @@ class Nop:
     """NOP: no response."""
 
 
-Command = Union[Identify, Auth, Sub, Pub, Mpub, Dpub, Rdy, Fin, Req, Touch, Cls, Nop]
+Command = Union[Identify, Auth, Sub, Pub, Mpub, Dpub, Rdy, Fin, FinRun, Req, Touch, Cls, Nop]
 
 _SIZE = struct.Struct(">I")
 _SIZE_AND_COUNT = struct.Struct(">II")

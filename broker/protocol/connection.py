@@ -27,7 +27,7 @@ from functools import lru_cache, partial
 
 from .base10 import ms_to_duration_ns, parse_base10, to_int64
 from .bodies import AUTH_BODY, DPUB_BODY, IDENTIFY_BODY, PUB_BODY, MpubBody, SizedBody
-from .commands import Auth, Cls, Dpub, Fin, Identify, Nop, Pub, Rdy, Req, Sub, Touch
+from .commands import Auth, Cls, Dpub, Fin, FinRun, Identify, Nop, Pub, Rdy, Req, Sub, Touch
 from .errors import ProtocolError
 from .frames import MAGIC_V2, MSG_ID_LENGTH
 from .identify import decode_identify
@@ -82,7 +82,9 @@ class ServerConnection:
     after it, CLOSING after CLS. The owner sets ``heartbeats_enabled`` to False
     after an IDENTIFY with ``heartbeat_interval`` -1 (SUB then fails), and
     ``tls_required`` to True while ``--tls-required`` applies and the
-    connection has not upgraded to TLS.
+    connection has not upgraded to TLS. With ``fin_runs`` set, consecutive
+    well-formed FIN lines come as one :class:`FinRun` instead of one
+    :class:`Fin` each (a consumer's chunk is mostly FINs).
 
     Every error is a :class:`ProtocolError` carrying nsqd's payload; all the
     parser raises are fatal. The parser holds at most one command line
@@ -90,7 +92,7 @@ class ServerConnection:
     """
 
     __slots__ = (
-        "limits", "state", "heartbeats_enabled", "tls_required",
+        "limits", "state", "heartbeats_enabled", "tls_required", "fin_runs",
         "_buf", "_whole", "_searched", "_magic_seen", "_body", "_error", "_eof",
     )
 
@@ -99,6 +101,7 @@ class ServerConnection:
         self.state = State.INIT
         self.heartbeats_enabled = True
         self.tls_required = False
+        self.fin_runs = False
         # Received bytes not parsed yet. A chunk that arrives when nothing is
         # pending is kept as is (_whole) and parsed in place without a copy;
         # anything else accumulates in _buf, where appending is amortised O(1)
@@ -195,6 +198,7 @@ class ServerConnection:
         handlers = _HANDLERS
         fin_run = _FIN_RUN.match
         fin_fast = self.state in _FIN_STATES and not self.tls_required
+        fin_runs = self.fin_runs
         line_open = False
         try:
             while True:
@@ -214,10 +218,14 @@ class ServerConnection:
                     run = fin_run(data, pos)
                     if run is not None:
                         stop = run.end()
-                        for start in range(pos + 4, stop, _FIN_LINE):
-                            event = _new(Fin)
-                            _set_fin_id(event, data[start:start + MSG_ID_LENGTH])
-                            append(event)
+                        if fin_runs:
+                            append(FinRun([data[start:start + MSG_ID_LENGTH]
+                                           for start in range(pos + 4, stop, _FIN_LINE)]))
+                        else:
+                            for start in range(pos + 4, stop, _FIN_LINE):
+                                event = _new(Fin)
+                                _set_fin_id(event, data[start:start + MSG_ID_LENGTH])
+                                append(event)
                         pos = stop
                         continue
                 nl = find(b"\n", pos, pos + cap)
