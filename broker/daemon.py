@@ -9,6 +9,7 @@ metadata. A second signal during shutdown exits at once.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -24,6 +25,9 @@ from .tcp import TCPServer
 __all__ = ["Daemon", "Addresses", "run", "open_listeners", "format_sockaddr"]
 
 log = logging.getLogger("pynsqd")
+
+#: Allocations between two runs of the cyclic garbage collector's youngest generation.
+GC_THRESHOLD = 50_000
 
 #: Seconds connections get to flush and close at shutdown.
 SHUTDOWN_GRACE = 5.0
@@ -143,6 +147,12 @@ def _root_causes(exc: BaseException) -> list[BaseException]:
 
 def run(options: Options) -> int:
     """Run the daemon until a signal stops it; the exit status for the CLI."""
+    # Messages hold no reference cycles (reference counting frees them), yet every
+    # one is an allocation that counts towards the cyclic collector's next run. At
+    # CPython's default (a collection per 700 allocations) a busy broker collects
+    # thousands of times a second; a collection per 50,000 allocations keeps cycles
+    # (exceptions, tasks) collected at a fraction of the cost.
+    gc.set_threshold(GC_THRESHOLD, 20, 20)
     try:
         trio.run(_main, options)
     except (OSError, ValueError, RuntimeError, ExceptionGroup) as exc:
