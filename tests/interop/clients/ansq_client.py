@@ -22,8 +22,7 @@ from ansq import ConnectionOptions
 
 from behaviour import HOLD, REQUEUE, Behaviour
 from report import body_bytes, emit, emit_message, read_command_line
-
-EXIT_TIMEOUT = 3
+from tally import Tally, finish_when_enough
 
 
 async def publish(config: dict) -> int:
@@ -46,20 +45,6 @@ async def publish(config: dict) -> int:
     await writer.close()
     emit("done")
     return 0
-
-
-class Tally:
-    """Counts FINs across readers; sets ``enough`` once ``expect`` were sent."""
-
-    def __init__(self, expect: int):
-        self.expect = expect
-        self.finished = 0
-        self.enough = asyncio.Event()
-
-    def on_finish(self) -> None:
-        self.finished += 1
-        if self.finished >= self.expect:
-            self.enough.set()
 
 
 async def read(index: int, reader, behaviour: Behaviour, tally: Tally, held: list) -> None:
@@ -96,18 +81,14 @@ async def consume(config: dict) -> int:
         emit("subscribed", reader=index, channel=channel)
         readers.append(reader)
     tasks = [asyncio.create_task(read(i, r, behaviour, tally, held)) for i, r in enumerate(readers)]
-    try:
-        await asyncio.wait_for(tally.enough.wait(), config.get("deadline", 20))
-    except asyncio.TimeoutError:
-        emit("timeout", finished=tally.finished)
-        return EXIT_TIMEOUT
-    await asyncio.sleep(config.get("linger", 0))
-    for task in tasks:
-        task.cancel()
-    for reader in readers:
-        await reader.close()
-    emit("done", finished=tally.finished)
-    return 0
+
+    async def close() -> None:
+        for task in tasks:
+            task.cancel()
+        for reader in readers:
+            await reader.close()
+
+    return await finish_when_enough(tally, config, close)
 
 
 def main(argv: list[str]) -> int:

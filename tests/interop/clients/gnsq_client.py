@@ -28,9 +28,7 @@ from gevent.event import Event
 from gnsq.errors import NSQRequeueMessage
 
 from behaviour import HOLD, REQUEUE, Behaviour
-from report import body_bytes, body_text, emit, emit_message, read_command_line
-
-EXIT_TIMEOUT = 3
+from report import EXIT_TIMEOUT, body_bytes, body_text, emit, emit_message, read_command_line
 
 
 def publish(config: dict) -> int:

@@ -27,8 +27,8 @@ import nsq
 
 from behaviour import HOLD, REQUEUE, Behaviour
 from report import body_bytes, emit, emit_message, read_command_line
+from tally import Tally, finish_when_enough
 
-EXIT_TIMEOUT = 3
 # After the last delivery of a burst, how long a batching handler waits for more before it
 # answers what it holds.
 BATCH_IDLE_S = 0.05
@@ -65,20 +65,6 @@ async def _send(writer: nsq.Writer, op: dict) -> str:
     if isinstance(data, bytes):
         return data.decode("latin-1")
     return f"error: {data!r}"
-
-
-class Tally:
-    """Counts FINs across readers; sets ``enough`` once ``expect`` were sent."""
-
-    def __init__(self, expect: int):
-        self.expect = expect
-        self.finished = 0
-        self.enough = asyncio.Event()
-
-    def on_finish(self, message, **kwargs) -> None:
-        self.finished += 1
-        if self.finished >= self.expect:
-            self.enough.set()
 
 
 class RecordingReader(nsq.Reader):
@@ -208,16 +194,12 @@ async def consume(config: dict) -> int:
         )
         for index, channel in enumerate(config["channels"])
     ]
-    try:
-        await asyncio.wait_for(tally.enough.wait(), config.get("deadline", 20))
-    except asyncio.TimeoutError:
-        emit("timeout", finished=tally.finished)
-        return EXIT_TIMEOUT
-    await asyncio.sleep(config.get("linger", 0))
-    for reader in readers:
-        reader.close()
-    emit("done", finished=tally.finished)
-    return 0
+
+    async def close() -> None:
+        for reader in readers:
+            reader.close()
+
+    return await finish_when_enough(tally, config, close)
 
 
 def main(argv: list[str]) -> int:

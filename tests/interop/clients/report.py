@@ -10,7 +10,10 @@ import json
 import sys
 import time
 
-__all__ = ["body_bytes", "body_text", "emit", "emit_message", "read_command_line"]
+__all__ = ["EXIT_TIMEOUT", "body_bytes", "body_text", "emit", "emit_message", "read_command_line"]
+
+#: Exit status of a script whose deadline passed before it saw what it expected.
+EXIT_TIMEOUT = 3
 
 
 def body_bytes(text: str) -> bytes:
