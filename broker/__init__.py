@@ -12,12 +12,12 @@ import importlib
 __all__ = ["Broker", "Daemon", "Addresses", "Options", "parse_args", "Message"]
 
 _EXPORTS = {
-    "Broker": "broker.broker",
+    "Broker": "broker.core.broker",
     "Daemon": "broker.daemon",
     "Addresses": "broker.daemon",
-    "Options": "broker.options",
-    "parse_args": "broker.options",
-    "Message": "broker.message",
+    "Options": "broker.config.options",
+    "parse_args": "broker.config.options",
+    "Message": "broker.core.message",
 }
 
 

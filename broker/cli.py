@@ -1,6 +1,6 @@
 """The ``pynsqd`` command: nsqd's command line, or ``pynsqd bench`` for the benchmark client.
 
-``pynsqd [flags]`` parses nsqd's flags and ``--config`` file (:mod:`broker.options`), sends
+``pynsqd [flags]`` parses nsqd's flags and ``--config`` file (:mod:`broker.config.options`), sends
 the ``pynsqd`` loggers to stderr in nsqd's format, and runs the broker until SIGTERM or
 SIGINT. Exit status: 0 after a normal shutdown (and for ``--help``/``--version``), 1 when
 the options are unusable.
@@ -12,8 +12,8 @@ import logging
 import sys
 from typing import Sequence
 
-from .log import NsqdFormatter, configure_logging
-from .options import InfoRequest, OptionsError, parse_args
+from broker.config.log import NsqdFormatter, configure_logging
+from broker.config.options import InfoRequest, OptionsError, parse_args
 
 __all__ = ["main"]
 

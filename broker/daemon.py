@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import trio
 
-from .broker import Broker
-from .options import Options
-from .tcp import TCPServer
+from broker.core.broker import Broker
+from broker.config.options import Options
+from broker.server.tcp import TCPServer
 
 __all__ = ["Daemon", "Addresses", "run", "open_listeners", "format_sockaddr"]
 
@@ -95,7 +95,7 @@ class Daemon:
             log.info("TCP: listening on %s", _describe(tcp_address))
             http_address = None
             if opts.http_address:
-                from .http_api import HTTPServer
+                from broker.http.api import HTTPServer
 
                 self.http = HTTPServer(self.broker, self)
                 http_listeners = await open_listeners(opts.http_address)

@@ -25,7 +25,7 @@ def broker_args(data_path: Path, *extra: str) -> list[str]:
 async def running_daemon(data_path: Path, *extra: str):
     """An in-process daemon; shut down gracefully on exit."""
     from broker.daemon import Daemon
-    from broker.options import parse_args
+    from broker.config.options import parse_args
 
     daemon = Daemon(parse_args(broker_args(data_path, *extra)))
     async with trio.open_nursery() as nursery:
@@ -60,7 +60,7 @@ class BrokerProcess:
     def __init__(self, data_path: Path, *extra: str, log_path: Path | None = None):
         self.data_path = data_path
         self.extra = extra
-        self.log_path = log_path or data_path.parent / "broker.log"
+        self.log_path = log_path or data_path.parent / "broker.config.log"
         self.proc: subprocess.Popen | None = None
         self.tcp: tuple[str, int] | None = None
         self.http: tuple[str, int] | None = None

@@ -6,11 +6,11 @@ import random
 
 import trio
 
-from broker.ackfloor import AckFloor
-from broker.groupcommit import GroupCommit
-from broker.ledger import CommitLedger
-from broker.message import Message
-from broker.parked import ParkedStore
+from broker.core.durability.ackfloor import AckFloor
+from broker.core.durability.groupcommit import GroupCommit
+from broker.core.durability.ledger import CommitLedger
+from broker.core.message import Message
+from broker.core.durability.parked import ParkedStore
 from diskqueue import DiskQueue
 
 

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from broker.guid import MAX_NODE_ID, GuidFactory
+from broker.core.guid import MAX_NODE_ID, GuidFactory
 
 
 def test_ids_are_sixteen_hex_characters_carrying_the_node_id():

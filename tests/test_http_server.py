@@ -6,7 +6,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from broker.http_server import MAX_DRAIN_BYTES, BodyReadError, H11Server, Request, RequestBody, Response
+from broker.http.server import MAX_DRAIN_BYTES, BodyReadError, H11Server, Request, RequestBody, Response
 from tests.test_http_support import HTTPClient, raw_exchange
 
 

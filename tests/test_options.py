@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.duration import format_duration, parse_duration, to_ns, to_seconds
-from broker.options import (
+from broker.gocompat import format_duration, parse_duration, to_ns, to_seconds
+from broker.config.options import (
     CONFIG_NAMES,
     NSQD_COMPAT_VERSION,
     TLS_NOT_REQUIRED,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from broker.stats import (
+from broker.observe.stats import (
     NO_E2E,
     ChannelStats,
     ClientStats,

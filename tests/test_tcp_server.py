@@ -380,7 +380,7 @@ async def test_failed_spill_on_req_keeps_the_message_and_the_client(start_daemon
 
 
 async def test_internal_error_closes_only_that_client(daemon, monkeypatch):
-    from broker import commands
+    from broker.server import commands
     from broker.protocol import Nop
 
     def broken(broker, client, cmd):

@@ -4,7 +4,7 @@ Two servers are measured with the same load, alternately, ``--rounds`` times eac
 (the best of each is compared, which discounts load from elsewhere on the machine):
 
 1. pynsqd (``python -m broker``) on a fresh data directory, publishing every request;
-2. the ceiling: the same HTTP stack (Trio + h11, :class:`broker.http_server.H11Server`)
+2. the ceiling: the same HTTP stack (Trio + h11, :class:`broker.http.server.H11Server`)
    with a handler that answers nsqd's ``200 OK`` without doing anything.
 
 The load comes from a separate process: ``--connections`` threads, each sending
@@ -48,7 +48,7 @@ def serve_trivial() -> None:
     sys.path.insert(0, str(ROOT))
     import trio
 
-    from broker.http_server import H11Server, RequestBody, Request, Response
+    from broker.http.server import H11Server, RequestBody, Request, Response
 
     ok = Response(200, b"OK", ((b"X-Nsq-Content-Type", b"nsq; version=1.0"),))
 

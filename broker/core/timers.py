@@ -14,7 +14,7 @@ import itertools
 from collections import deque
 from typing import Callable
 
-from .message import Message
+from broker.core.message import Message
 
 __all__ = ["TimerHeap"]
 

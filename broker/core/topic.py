@@ -1,14 +1,14 @@
 """A topic: the publish side of the broker, fanning every message out to its channels.
 
 Published messages enter a bounded memory deque that spills into the topic's
-disk queue (sticky, as in :mod:`broker.channel`, so order is kept). One pump
+disk queue (sticky, as in :mod:`broker.core.channel`, so order is kept). One pump
 task per topic moves every ready message to each channel (a copy per channel)
 and then waits once; it runs only while the topic has a channel and is not
 paused, so a topic with no channels keeps its messages for the first one.
 
 Durable mode (``--durable``, non-ephemeral topics): every published message is
 written to the disk queue (the memory deque stays empty) and the publisher's
-``OK`` waits for the topic's group commit (:mod:`broker.groupcommit`). The
+``OK`` waits for the topic's group commit (:mod:`broker.core.durability.groupcommit`). The
 queue is read without auto-commit: the pump hands the records to each
 channel's queue as they are, and a commit task moves the topic's committed
 cursor over them only after every channel's copy is on stable storage (and
@@ -26,14 +26,14 @@ import trio
 
 from diskqueue import DiskQueueClosed, DiskQueueError
 
-from .ackfloor import COMMIT_INTERVAL
-from .channel import REFILL_BATCH, Channel
-from .groupcommit import GroupCommit
-from .message import Message, decode, encode, is_deferred_record
-from .protocol import is_ephemeral
+from broker.core.durability.ackfloor import COMMIT_INTERVAL
+from broker.core.channel import REFILL_BATCH, Channel
+from broker.core.durability.groupcommit import GroupCommit
+from broker.core.message import Message, decode, encode, is_deferred_record
+from broker.protocol import is_ephemeral
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from broker.core.broker import Broker
 
 __all__ = ["Topic"]
 
@@ -44,7 +44,7 @@ PUMP_BATCH = 4096
 
 
 class Topic:
-    """A named topic; owned by the :class:`~broker.broker.Broker`.
+    """A named topic; owned by the :class:`~broker.core.broker.Broker`.
 
     Owns its channels, its disk queue (None when ephemeral) and a nursery in
     which its pump, its commit task (durable mode) and its channels' tasks run.

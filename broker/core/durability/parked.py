@@ -7,9 +7,9 @@ one message at a time, so the disk side is an append-only log read back in
 full on open:
 
 * adding a message appends its record (nsqd's layout with the versioned
-  due-time prefix of :mod:`broker.message`) and at once reads it back, so that
+  due-time prefix of :mod:`broker.core.message`) and at once reads it back, so that
   every record of the queue is always *handed out* and owns a ticket of an
-  :class:`~broker.ackfloor.AckFloor`;
+  :class:`~broker.core.durability.ackfloor.AckFloor`;
 * removing a message marks its ticket done; the owner's commit step later
   moves the queue's committed cursor over the done prefix, and the queue's
   sync removes segments below it;
@@ -33,9 +33,9 @@ from typing import Iterable
 
 from diskqueue import DiskQueue, DiskQueueError
 
-from .ackfloor import AckFloor
-from .groupcommit import GroupCommit
-from .message import Message, decode, encode
+from broker.core.durability.ackfloor import AckFloor
+from broker.core.durability.groupcommit import GroupCommit
+from broker.core.message import Message, decode, encode
 
 __all__ = ["ParkedStore"]
 

@@ -35,8 +35,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from .duration import format_duration, parse_duration, to_ns, to_seconds
-from .log import LOG_LEVELS, log_level_number
+from broker.gocompat import format_duration, parse_duration, to_ns, to_seconds
+from broker.config.log import LOG_LEVELS, log_level_number
 
 __all__ = [
     "__version__",

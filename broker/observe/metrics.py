@@ -25,7 +25,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 from prometheus_client.exposition import generate_latest
 from prometheus_client.utils import floatToGoString
 
-from .stats import ChannelStats, ClientStats, HistogramStats, Snapshot, TopicStats
+from broker.observe.stats import ChannelStats, ClientStats, HistogramStats, Snapshot, TopicStats
 
 __all__ = [
     "CONTENT_TYPE",

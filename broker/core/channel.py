@@ -15,19 +15,19 @@ the message as in flight is one synchronous step, so no lock is needed.
 
 Dead letters: with a maximum number of attempts (``--max-attempts`` or the
 channel's own setting) a message that would be delivered once more than that
-is moved to the channel's buried set (:mod:`broker.deadletter`) instead.
+is moved to the channel's buried set (:mod:`broker.core.deadletter`) instead.
 
 Durable mode (``--durable``) keeps every message of a non-ephemeral channel on
 disk until it is finished:
 
 * every ready message is a record of the channel's disk queue, which is read
   without auto-commit; the memory deque only holds records read ahead, each
-  with a ticket of the channel's :class:`~broker.ackfloor.AckFloor`;
+  with a ticket of the channel's :class:`~broker.core.durability.ackfloor.AckFloor`;
 * a record is *retired* (its ticket done) when its message is finished, or
   after its replacement was written: REQ and timeouts append a new record,
   deferral and burial move it to the channel's deferred or buried store (both
-  :class:`~broker.parked.ParkedStore`);
-* the channel's :class:`~broker.ledger.CommitLedger` waits until every
+  :class:`~broker.core.durability.parked.ParkedStore`);
+* the channel's :class:`~broker.core.durability.ledger.CommitLedger` waits until every
   replacement is on stable storage, then moves each queue's committed cursor
   over its retired prefix. A crash therefore re-delivers everything not
   finished (and what was finished after the last checkpoint: duplicates), and
@@ -54,19 +54,19 @@ import trio
 
 from diskqueue import DiskQueueError
 
-from .ackfloor import AckFloor
-from .deadletter import BuriedSet
-from .groupcommit import GroupCommit
-from .inflight import TimerHeap
-from .ledger import CommitLedger
-from .message import Message, decode, encode, now_ns
-from .metrics import LatencyHistogram
-from .parked import ParkedStore
-from .protocol import ProtocolError, is_ephemeral
+from broker.core.durability.ackfloor import AckFloor
+from broker.core.deadletter import BuriedSet
+from broker.core.durability.groupcommit import GroupCommit
+from broker.core.timers import TimerHeap
+from broker.core.durability.ledger import CommitLedger
+from broker.core.message import Message, decode, encode, now_ns
+from broker.observe.metrics import LatencyHistogram
+from broker.core.durability.parked import ParkedStore
+from broker.protocol import ProtocolError, is_ephemeral
 
 if TYPE_CHECKING:
-    from .client import Client
-    from .topic import Topic
+    from broker.server.connection import Client
+    from broker.core.topic import Topic
 
 __all__ = ["Channel"]
 
@@ -88,7 +88,7 @@ def _failed(code: str, verb: str, msg_id: bytes, reason: bytes) -> ProtocolError
 
 
 class Channel:
-    """A named channel of a topic; owned by its :class:`~broker.topic.Topic`.
+    """A named channel of a topic; owned by its :class:`~broker.core.topic.Topic`.
 
     Owns its disk queue (None when ephemeral), in durable mode its deferred
     store, its buried set and store, its in-flight and deferred heaps, and the

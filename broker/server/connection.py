@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .protocol import HEARTBEAT_FRAME, ProtocolError, State, encode_error, encode_response, message_frame_header
+from broker.protocol import HEARTBEAT_FRAME, ProtocolError, State, encode_error, encode_response, message_frame_header
 
 if TYPE_CHECKING:
-    from .broker import Broker
-    from .channel import Channel
-    from .message import Message
+    from broker.core.broker import Broker
+    from broker.core.channel import Channel
+    from broker.core.message import Message
 
 __all__ = ["Client", "IDENTIFY_INT_FIELDS"]
 
@@ -37,7 +37,7 @@ _IDENTIFY_BOOL_FIELDS = ("feature_negotiation", "tls_v1", "snappy", "deflate")
 
 
 class Client:
-    """State of one TCP client; owned by its connection handler in :mod:`broker.tcp`."""
+    """State of one TCP client; owned by its connection handler in :mod:`broker.server.tcp`."""
 
     def __init__(self, broker: "Broker", stream: trio.abc.Stream, remote_address: str, client_number: int):
         opts = broker.options

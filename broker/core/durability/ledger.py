@@ -4,7 +4,7 @@ A channel moves messages between its queues: REQ and timeouts append a new
 record to the ready queue, a deferral writes one to the deferred store, a
 burial to the buried store, a due message or a kick back to the ready queue.
 Each move retires the old record (marks its ticket done in that queue's
-:class:`~broker.ackfloor.AckFloor`) right after writing the new one, but the
+:class:`~broker.core.durability.ackfloor.AckFloor`) right after writing the new one, but the
 new record is only in the page cache. Committing the old one before the new
 one is on stable storage would lose the message in a power failure, so the
 ledger commits in steps:
@@ -16,7 +16,7 @@ ledger commits in steps:
 
 Steps run one at a time (a second could commit over records whose
 replacements the first is still waiting for) and at most every
-:data:`~broker.ackfloor.COMMIT_INTERVAL` seconds from the ledger's task.
+:data:`~broker.core.durability.ackfloor.COMMIT_INTERVAL` seconds from the ledger's task.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import trio
 
 from diskqueue import DiskQueue, DiskQueueClosed, DiskQueueError
 
-from .ackfloor import COMMIT_INTERVAL, AckFloor
-from .groupcommit import GroupCommit
+from broker.core.durability.ackfloor import COMMIT_INTERVAL, AckFloor
+from broker.core.durability.groupcommit import GroupCommit
 
 __all__ = ["CommitLedger"]
 

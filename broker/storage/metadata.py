@@ -18,7 +18,7 @@ import logging
 import os
 from pathlib import Path
 
-from .protocol import is_valid_name
+from broker.protocol import is_valid_name
 
 __all__ = ["METADATA_FILE", "load", "save", "dump"]
 

@@ -24,23 +24,23 @@ import trio
 
 from diskqueue import DiskQueue, DiskQueueError
 
-from . import metadata
-from .guid import GuidFactory
-from .latency import LatencyStream
-from .message import RECORD_OVERHEAD, Message
-from .options import NSQD_COMPAT_VERSION, Options
-from .protocol import Limits
-from .topic import Topic
+from broker.storage import metadata
+from broker.core.guid import GuidFactory
+from broker.core.latency import LatencyStream
+from broker.core.message import RECORD_OVERHEAD, Message
+from broker.config.options import NSQD_COMPAT_VERSION, Options
+from broker.protocol import Limits
+from broker.core.topic import Topic
 
 if TYPE_CHECKING:
-    from .channel import Channel
-    from .client import Client
+    from broker.core.channel import Channel
+    from broker.server.connection import Client
 
 __all__ = ["Broker", "DataPathLocked"]
 
 log = logging.getLogger("pynsqd.broker")
 
-#: Room for the deferred-record prefix (see :mod:`broker.message`).
+#: Room for the deferred-record prefix (see :mod:`broker.core.message`).
 _DEFERRED_PREFIX = 10
 
 

@@ -6,7 +6,7 @@ the response. Handlers are plain functions except SUB and the publish
 commands, which are async because in durable mode their ``OK`` waits for the
 disk: the group fsync of a publish, and the metadata naming a new topic or
 channel. They return the response and the connection queues it, so that it
-goes out with the rest of the chunk's output (see :mod:`broker.client`).
+goes out with the rest of the chunk's output (see :mod:`broker.server.connection`).
 Errors are raised as :class:`~broker.protocol.ProtocolError`.
 """
 
@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from . import protocol as p
-from .message import Message, now_ns
-from .protocol import ProtocolError
+from broker import protocol as p
+from broker.core.message import Message, now_ns
+from broker.protocol import ProtocolError
 
 if TYPE_CHECKING:
-    from .broker import Broker
-    from .client import Client
+    from broker.core.broker import Broker
+    from broker.server.connection import Client
 
 __all__ = ["SYNC_HANDLERS", "ASYNC_HANDLERS", "fin_run"]
 

@@ -49,20 +49,20 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import trio
 
-from .duration import format_duration, to_ns
-from .http_server import BodyReadError, H11Server, Request, RequestBody, Response
-from .log import LOG_LEVELS, set_log_level
-from .message import Message, now_ns
-from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from .metrics import MetricsExporter
-from .options import NSQD_COMPAT_VERSION, TLS_REQUIRED, get_config_value
-from .protocol import is_valid_name
-from .stats import GC_PAUSES, go_json, health_text, render_json, render_text, snapshot
+from broker.gocompat import format_duration, to_ns
+from broker.http.server import BodyReadError, H11Server, Request, RequestBody, Response
+from broker.config.log import LOG_LEVELS, set_log_level
+from broker.core.message import Message, now_ns
+from broker.observe.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from broker.observe.metrics import MetricsExporter
+from broker.config.options import NSQD_COMPAT_VERSION, TLS_REQUIRED, get_config_value
+from broker.protocol import is_valid_name
+from broker.observe.stats import GC_PAUSES, go_json, health_text, render_json, render_text, snapshot
 
 if TYPE_CHECKING:
-    from .broker import Broker
-    from .channel import Channel
-    from .topic import Topic
+    from broker.core.broker import Broker
+    from broker.core.channel import Channel
+    from broker.core.topic import Topic
 
 __all__ = ["HTTPServer", "APIError", "parse_query"]
 

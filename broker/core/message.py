@@ -43,7 +43,7 @@ class Message:
     ``delivered_at`` describe the current in-flight delivery, if any; deadlines
     are Trio clock times. ``ticket`` identifies the disk record the message was
     read from while that record is not yet committed (see
-    :mod:`broker.ackfloor`), or is -1.
+    :mod:`broker.core.durability.ackfloor`), or is -1.
     """
 
     __slots__ = (

@@ -16,12 +16,12 @@ import trio
 
 from diskqueue import DiskQueueError
 
-from .client import Client
-from .commands import ASYNC_HANDLERS, SYNC_HANDLERS, fin_run
-from .protocol import FinRun, Identify, ProtocolError, ServerConnection
+from broker.server.connection import Client
+from broker.server.commands import ASYNC_HANDLERS, SYNC_HANDLERS, fin_run
+from broker.protocol import FinRun, Identify, ProtocolError, ServerConnection
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from broker.core.broker import Broker
 
 __all__ = ["TCPServer"]
 

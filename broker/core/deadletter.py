@@ -6,7 +6,7 @@ moves a message that would be delivered once more than that into its *buried*
 set (beanstalkd's word), where it waits untouched until an operator kicks it
 back to the ready queue (with its attempts reset, so it gets a fresh series
 of deliveries) or deletes it. The set survives restarts: it is mirrored in a
-:class:`~broker.parked.ParkedStore` named ``<topic>:<channel>#buried``
+:class:`~broker.core.durability.parked.ParkedStore` named ``<topic>:<channel>#buried``
 (ephemeral channels keep theirs in memory only).
 """
 
@@ -15,10 +15,10 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING
 
-from .parked import ParkedStore
+from broker.core.durability.parked import ParkedStore
 
 if TYPE_CHECKING:
-    from .message import Message
+    from broker.core.message import Message
 
 __all__ = ["BuriedSet"]
 

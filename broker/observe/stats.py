@@ -1,7 +1,7 @@
 """One snapshot of the broker's topics, channels and clients, and its two ``/stats`` renderings.
 
 :func:`snapshot` walks the domain once and returns frozen dataclasses; the JSON and text
-renderers below (``GET /stats``) and :mod:`broker.metrics` (``GET /metrics``) only read
+renderers below (``GET /stats``) and :mod:`broker.observe.metrics` (``GET /metrics``) only read
 those, so the numbers they show always agree.
 
 The shapes are nsqd 1.3.0's (``nsqd/stats.go``, ``nsqd/http.go``), down to its quirks:
@@ -37,14 +37,14 @@ from decimal import Decimal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
-from .duration import SECOND, format_duration
-from .options import NSQD_COMPAT_VERSION
+from broker.gocompat import SECOND, format_duration
+from broker.config.options import NSQD_COMPAT_VERSION
 
 if TYPE_CHECKING:
-    from .broker import Broker
-    from .channel import Channel
-    from .client import Client
-    from .topic import Topic
+    from broker.core.broker import Broker
+    from broker.core.channel import Channel
+    from broker.server.connection import Client
+    from broker.core.topic import Topic
 
 __all__ = [
     "E2eStats",
