@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from broker.config.log import NsqdFormatter, configure_logging
 from broker.config.options import InfoRequest, OptionsError, parse_args

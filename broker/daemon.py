@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import trio
 
-from broker.core.broker import Broker
 from broker.config.options import Options
+from broker.core.broker import Broker
 from broker.server.tcp import TCPServer
 
 __all__ = ["Daemon", "Addresses", "run", "open_listeners", "format_sockaddr"]

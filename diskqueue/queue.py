@@ -58,7 +58,7 @@ from __future__ import annotations
 import logging
 import os
 from bisect import bisect_right
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import trio
 

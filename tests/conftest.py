@@ -24,8 +24,8 @@ def broker_args(data_path: Path, *extra: str) -> list[str]:
 @asynccontextmanager
 async def running_daemon(data_path: Path, *extra: str):
     """An in-process daemon; shut down gracefully on exit."""
-    from broker.daemon import Daemon
     from broker.config.options import parse_args
+    from broker.daemon import Daemon
 
     daemon = Daemon(parse_args(broker_args(data_path, *extra)))
     async with trio.open_nursery() as nursery:
@@ -65,7 +65,7 @@ class BrokerProcess:
         self.tcp: tuple[str, int] | None = None
         self.http: tuple[str, int] | None = None
 
-    def start(self, timeout: float = 20.0) -> "BrokerProcess":
+    def start(self, timeout: float = 20.0) -> BrokerProcess:
         self.data_path.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         start_offset = log.tell()

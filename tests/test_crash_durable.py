@@ -26,6 +26,7 @@ import trio
 from broker.protocol import (
     FRAME_TYPE_MESSAGE,
     FRAME_TYPE_RESPONSE,
+    decode_message,
     encode_dpub,
     encode_fin,
     encode_mpub,
@@ -33,7 +34,6 @@ from broker.protocol import (
     encode_rdy,
     encode_req,
     encode_sub,
-    decode_message,
 )
 from tests.test_http_support import request
 from tests.v2client import connect

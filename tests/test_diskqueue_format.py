@@ -8,11 +8,11 @@ import zlib
 import pytest
 
 from diskqueue import FormatVersionError
-from diskqueue.checksum import crc32c, software_crc32c
 from diskqueue.checkpoint import Checkpoint, Cursor, decode_checkpoint, encode_checkpoint
+from diskqueue.checksum import crc32c, software_crc32c
 from diskqueue.format import (
-    HEADER_SIZE,
     EMPTY_PAYLOAD_CRC,
+    HEADER_SIZE,
     SegmentHeader,
     decode_header,
     decode_records,

@@ -9,8 +9,8 @@ import trio
 from broker.core.durability.ackfloor import AckFloor
 from broker.core.durability.groupcommit import GroupCommit
 from broker.core.durability.ledger import CommitLedger
-from broker.core.message import Message
 from broker.core.durability.parked import ParkedStore
+from broker.core.message import Message
 from diskqueue import DiskQueue
 
 

@@ -43,7 +43,7 @@ class HTTPClient:
         self.stream: trio.SocketStream | None = None
         self.conn: h11.Connection | None = None
 
-    async def connect(self) -> "HTTPClient":
+    async def connect(self) -> HTTPClient:
         self.stream = await trio.open_tcp_stream(*self.address)
         self.conn = h11.Connection(h11.CLIENT)
         return self
@@ -53,7 +53,7 @@ class HTTPClient:
             await self.stream.aclose()
             self.stream = None
 
-    async def __aenter__(self) -> "HTTPClient":
+    async def __aenter__(self) -> HTTPClient:
         return await self.connect()
 
     async def __aexit__(self, *exc) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from broker.core.timers import TimerHeap
 from broker.core.message import Message
+from broker.core.timers import TimerHeap
 
 
 class Owner:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from broker.gocompat import format_duration, parse_duration, to_ns, to_seconds
 from broker.config.options import (
     CONFIG_NAMES,
     NSQD_COMPAT_VERSION,
@@ -29,6 +28,7 @@ from broker.config.options import (
     help_text,
     parse_args,
 )
+from broker.gocompat import format_duration, parse_duration, to_ns, to_seconds
 
 REPO = Path(__file__).resolve().parent.parent
 MS = 1_000_000

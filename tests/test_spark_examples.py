@@ -17,7 +17,7 @@ import subprocess
 import sys
 import urllib.request
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -63,7 +63,7 @@ def expected_counts(events: list[dict]) -> dict[tuple[str, str], tuple[int, floa
     for event in events:
         start = millis(event["time"]) // (WINDOW_S * 1000) * WINDOW_S * 1000
         if start + WINDOW_S * 1000 <= watermark:
-            start_text = datetime.fromtimestamp(start / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+            start_text = datetime.fromtimestamp(start / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
             entry = counts[(start_text, event["kind"])]
             entry[0] += 1
             entry[1] += event["amount"]

@@ -1,6 +1,7 @@
 """Option parsing of the nsq data source, without Spark."""
 
 import pytest
+from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
 
 from pyspark_nsq.options import (
     Address,
@@ -11,7 +12,6 @@ from pyspark_nsq.options import (
     check_read_options,
 )
 from pyspark_nsq.schema import check_sink_schema
-from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
 
 SOURCE = {"nsqd": "127.0.0.1:4150", "topic": "events", "channel": "spark"}
 

@@ -380,8 +380,8 @@ async def test_failed_spill_on_req_keeps_the_message_and_the_client(start_daemon
 
 
 async def test_internal_error_closes_only_that_client(daemon, monkeypatch):
-    from broker.server import commands
     from broker.protocol import Nop
+    from broker.server import commands
 
     def broken(broker, client, cmd):
         raise RuntimeError("boom")

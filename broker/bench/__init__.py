@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import resource
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from .arguments import ChannelsConfig, ReaderConfig, WriterConfig, parse_args
 from .channels import run_channels

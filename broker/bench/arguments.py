@@ -135,7 +135,7 @@ def parse_deadline(text: str) -> float:
         pass
     when = datetime.datetime.fromisoformat(text)
     if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.timezone.utc)
+        when = when.replace(tzinfo=datetime.UTC)
     return when.timestamp()
 
 

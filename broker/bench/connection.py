@@ -49,7 +49,7 @@ class BenchConnection:
         self._frames: list = []
 
     @classmethod
-    def open(cls, host: str, port: int, client_id: str, identify: dict) -> "BenchConnection":
+    def open(cls, host: str, port: int, client_id: str, identify: dict) -> BenchConnection:
         """Connect, send the magic and IDENTIFY, and wait for its answer.
 
         Raises OSError when the server cannot be reached, ServerError when it refuses.

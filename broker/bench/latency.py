@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 __all__ = ["LatencySamples", "LatencySummary", "percentile", "summarize", "merge"]
 

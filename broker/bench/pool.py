@@ -16,8 +16,9 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
 from .latency import LatencySamples
 

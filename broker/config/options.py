@@ -32,11 +32,12 @@ import re
 import socket
 import tomllib
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
-from broker.gocompat import format_duration, parse_duration, to_ns, to_seconds
 from broker.config.log import LOG_LEVELS, log_level_number
+from broker.gocompat import format_duration, parse_duration, to_ns, to_seconds
 
 __all__ = [
     "__version__",

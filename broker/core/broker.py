@@ -22,15 +22,14 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from diskqueue import DiskQueue, DiskQueueError
-
-from broker.storage import metadata
+from broker.config.options import NSQD_COMPAT_VERSION, Options
 from broker.core.guid import GuidFactory
 from broker.core.latency import LatencyStream
 from broker.core.message import RECORD_OVERHEAD, Message
-from broker.config.options import NSQD_COMPAT_VERSION, Options
-from broker.protocol import Limits
 from broker.core.topic import Topic
+from broker.protocol import Limits
+from broker.storage import metadata
+from diskqueue import DiskQueue, DiskQueueError
 
 if TYPE_CHECKING:
     from broker.core.channel import Channel
@@ -202,7 +201,7 @@ class Broker:
         )
 
     @staticmethod
-    def store_name(channel: "Channel", kind: str) -> str:
+    def store_name(channel: Channel, kind: str) -> str:
         """The disk queue name of a channel's ``deferred`` or ``buried`` store.
 
         '#' can only appear in a name as '#ephemeral', and ephemeral channels
@@ -210,13 +209,13 @@ class Broker:
         """
         return f"{channel.topic.name}:{channel.name}#{kind}"
 
-    async def save_deferred(self, channel: "Channel", records: list[bytes]) -> None:
+    async def save_deferred(self, channel: Channel, records: list[bytes]) -> None:
         """Shutdown without ``--durable``: write a channel's deferred messages for the next start."""
         store = self.open_backend(self.store_name(channel, "deferred"))
         store.put_many(records)
         await store.close()
 
-    def restore_deferred(self, channel: "Channel") -> None:
+    def restore_deferred(self, channel: Channel) -> None:
         """Load deferred messages a previous run wrote at shutdown, then drop the store."""
         name = self.store_name(channel, "deferred")
         if not any(self.data_path.glob(f"{name}.diskqueue.*")):
@@ -232,7 +231,7 @@ class Broker:
         store.delete()
         log.info("channel %s:%s: restored %d deferred messages", channel.topic.name, channel.name, len(records))
 
-    def delete_deferred_store(self, channel: "Channel") -> None:
+    def delete_deferred_store(self, channel: Channel) -> None:
         """Remove a deleted channel's leftover deferred store, if any."""
         name = self.store_name(channel, "deferred")
         for path in self.data_path.glob(f"{name}.diskqueue.*"):
@@ -313,7 +312,7 @@ class Broker:
 
     # ---------------------------------------------------------------- IDENTIFY
 
-    def identify_response(self, client: "Client") -> bytes:
+    def identify_response(self, client: Client) -> bytes:
         """The feature-negotiation JSON, in nsqd's key order."""
         opts = self.options
         return json.dumps({

@@ -52,21 +52,20 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from broker.core.deadletter import BuriedSet
+from broker.core.durability.ackfloor import AckFloor
+from broker.core.durability.groupcommit import GroupCommit
+from broker.core.durability.ledger import CommitLedger
+from broker.core.durability.parked import ParkedStore
+from broker.core.message import Message, decode, encode, now_ns
+from broker.core.timers import TimerHeap
+from broker.observe.metrics import LatencyHistogram
+from broker.protocol import ProtocolError, is_ephemeral
 from diskqueue import DiskQueueError
 
-from broker.core.durability.ackfloor import AckFloor
-from broker.core.deadletter import BuriedSet
-from broker.core.durability.groupcommit import GroupCommit
-from broker.core.timers import TimerHeap
-from broker.core.durability.ledger import CommitLedger
-from broker.core.message import Message, decode, encode, now_ns
-from broker.observe.metrics import LatencyHistogram
-from broker.core.durability.parked import ParkedStore
-from broker.protocol import ProtocolError, is_ephemeral
-
 if TYPE_CHECKING:
-    from broker.server.connection import Client
     from broker.core.topic import Topic
+    from broker.server.connection import Client
 
 __all__ = ["Channel"]
 
@@ -95,7 +94,7 @@ class Channel:
     list of subscribed clients.
     """
 
-    def __init__(self, topic: "Topic", name: str):
+    def __init__(self, topic: Topic, name: str):
         self.topic = topic
         self.name = name
         self.ephemeral = is_ephemeral(name)
@@ -471,7 +470,7 @@ class Channel:
         for client in touched:
             client.wake_writer()
 
-    def _deliver(self, client: "Client", n: int, now: float) -> None:
+    def _deliver(self, client: Client, n: int, now: float) -> None:
         memory = self.memory
         in_flight = self.in_flight
         timers = self._in_flight_timers
@@ -527,7 +526,7 @@ class Channel:
 
     # ---------------------------------------------------------------- client commands
 
-    def _owned(self, client: "Client", msg_id: bytes, verb: str, code: str) -> Message:
+    def _owned(self, client: Client, msg_id: bytes, verb: str, code: str) -> Message:
         """The in-flight message ``msg_id`` of ``client``, or nsqd's non-fatal error."""
         msg = self.in_flight.get(msg_id)
         if msg is None:
@@ -536,14 +535,14 @@ class Channel:
             raise _failed(code, verb, msg_id, b"client does not own message")
         return msg
 
-    def _pop_in_flight(self, client: "Client", msg_id: bytes, verb: str, code: str) -> Message:
+    def _pop_in_flight(self, client: Client, msg_id: bytes, verb: str, code: str) -> Message:
         msg = self._owned(client, msg_id, verb, code)
         del self.in_flight[msg_id]
         msg.client = None
         client.in_flight_count -= 1
         return msg
 
-    def finish_many(self, client: "Client", msg_ids: list[bytes]) -> list[ProtocolError]:
+    def finish_many(self, client: Client, msg_ids: list[bytes]) -> list[ProtocolError]:
         """FIN: a run of consecutive FIN commands, with one clock read.
 
         Returns the non-fatal ``E_FIN_FAILED`` errors of the ids that were not
@@ -576,7 +575,7 @@ class Channel:
             self.fin_latency.observe_many(latencies)
         return errors
 
-    def requeue(self, client: "Client", msg_id: bytes, delay_ms: int) -> None:
+    def requeue(self, client: Client, msg_id: bytes, delay_ms: int) -> None:
         """REQ: back to the queue now, or after ``delay_ms``. Raises ``E_REQ_FAILED``."""
         if self.exiting:
             raise _failed("E_REQ_FAILED", "REQ", msg_id, b"exiting")
@@ -591,7 +590,7 @@ class Channel:
         else:
             self._enqueue([msg])
 
-    def _requeue_durable(self, client: "Client", msg_id: bytes, delay_ms: int) -> None:
+    def _requeue_durable(self, client: Client, msg_id: bytes, delay_ms: int) -> None:
         msg = self._owned(client, msg_id, "REQ", "E_REQ_FAILED")
         # the replacement record is written first; if that fails the message stays in flight
         if delay_ms > 0:
@@ -609,7 +608,7 @@ class Channel:
         client.requeue_count += 1
         self.requeue_count += 1
 
-    def touch(self, client: "Client", msg_id: bytes) -> None:
+    def touch(self, client: Client, msg_id: bytes) -> None:
         """TOUCH: restart the timeout, never past delivery + max-msg-timeout."""
         msg = self._owned(client, msg_id, "TOUCH", "E_TOUCH_FAILED")
         now = trio.current_time()
@@ -620,7 +619,7 @@ class Channel:
 
     # ---------------------------------------------------------------- subscribers
 
-    def add_client(self, client: "Client") -> None:
+    def add_client(self, client: Client) -> None:
         """Subscribe ``client``. Raises fatal ``E_SUB_FAILED`` past --max-channel-consumers."""
         limit = self.options.max_channel_consumers
         if self.exiting:
@@ -632,7 +631,7 @@ class Channel:
             )
         self.clients.append(client)
 
-    def remove_client(self, client: "Client") -> None:
+    def remove_client(self, client: Client) -> None:
         """Unsubscribe; its in-flight messages time out as in nsqd. An ephemeral
         channel goes away with its last client."""
         try:

@@ -50,7 +50,7 @@ class BuriedSet:
         for msg in self.store.load():
             self._insert(msg)
 
-    def bury(self, msgs: list["Message"]) -> None:
+    def bury(self, msgs: list[Message]) -> None:
         """Add ``msgs`` (taken out of the ready queue or in-flight).
 
         Raises the store's ``DiskQueueError``; the messages are buried in
@@ -68,18 +68,18 @@ class BuriedSet:
             self.buried_count += len(msgs)
         self._maybe_compact()
 
-    def _insert(self, msg: "Message") -> None:
+    def _insert(self, msg: Message) -> None:
         old = self.messages.pop(msg.id, None)
         if old is not None and self.store is not None:
             # the same message buried twice (re-delivered after a crash): keep the newest
             self.store.remove(old)
         self.messages[msg.id] = msg
 
-    def peek(self, n: int) -> list["Message"]:
+    def peek(self, n: int) -> list[Message]:
         """The ``n`` oldest buried messages, unchanged."""
         return list(itertools.islice(self.messages.values(), n))
 
-    def take(self, msg_id: bytes | None = None, n: int = 0) -> list["Message"]:
+    def take(self, msg_id: bytes | None = None, n: int = 0) -> list[Message]:
         """Remove and return the message ``msg_id``, or else the ``n`` oldest (for a kick or delete)."""
         if msg_id is not None:
             msg = self.messages.pop(msg_id, None)

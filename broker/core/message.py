@@ -69,7 +69,7 @@ class Message:
         self.delivered_at = 0.0
         self.ticket = -1
 
-    def copy(self) -> "Message":
+    def copy(self) -> Message:
         """A fresh copy for another channel: same id, body, timestamp, attempts and due time."""
         return Message(self.id, self.body, self.timestamp, self.attempts, self.due_ns)
 

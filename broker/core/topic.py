@@ -24,13 +24,12 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from diskqueue import DiskQueueClosed, DiskQueueError
-
-from broker.core.durability.ackfloor import COMMIT_INTERVAL
 from broker.core.channel import REFILL_BATCH, Channel
+from broker.core.durability.ackfloor import COMMIT_INTERVAL
 from broker.core.durability.groupcommit import GroupCommit
 from broker.core.message import Message, decode, encode, is_deferred_record
 from broker.protocol import is_ephemeral
+from diskqueue import DiskQueueClosed, DiskQueueError
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
@@ -50,7 +49,7 @@ class Topic:
     which its pump, its commit task (durable mode) and its channels' tasks run.
     """
 
-    def __init__(self, broker: "Broker", name: str):
+    def __init__(self, broker: Broker, name: str):
         self.broker = broker
         self.name = name
         self.ephemeral = is_ephemeral(name)

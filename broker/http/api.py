@@ -45,19 +45,20 @@ import socket
 import struct
 import time
 import urllib.parse
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import trio
 
+from broker.config.log import LOG_LEVELS, set_log_level
+from broker.config.options import NSQD_COMPAT_VERSION, TLS_REQUIRED, get_config_value
+from broker.core.message import Message, now_ns
 from broker.gocompat import format_duration, to_ns
 from broker.http.server import BodyReadError, H11Server, Request, RequestBody, Response
-from broker.config.log import LOG_LEVELS, set_log_level
-from broker.core.message import Message, now_ns
 from broker.observe.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from broker.observe.metrics import MetricsExporter
-from broker.config.options import NSQD_COMPAT_VERSION, TLS_REQUIRED, get_config_value
-from broker.protocol import is_valid_name
 from broker.observe.stats import GC_PAUSES, go_json, health_text, render_json, render_text, snapshot
+from broker.protocol import is_valid_name
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
@@ -311,7 +312,7 @@ class HTTPServer:
     :meth:`stop_listening` and :meth:`close_connections`.
     """
 
-    def __init__(self, broker: "Broker", daemon: Any = None):
+    def __init__(self, broker: Broker, daemon: Any = None):
         self.broker = broker
         self.daemon = daemon  # the owner; the routes only need the broker
         self.metrics = MetricsExporter()
@@ -406,7 +407,7 @@ class HTTPServer:
             log.error("failed to parse request params - %s", exc)
             raise APIError(400, "INVALID_REQUEST") from None
 
-    def _new_topic(self, params: dict[str, list[str]]) -> "Topic":
+    def _new_topic(self, params: dict[str, list[str]]) -> Topic:
         """nsqd's ``getTopicFromQuery``: the named topic, created if new."""
         name = _first(params, "topic")
         if name is None:
@@ -415,7 +416,7 @@ class HTTPServer:
             raise APIError(400, "INVALID_TOPIC")
         return self.broker.get_topic(name)
 
-    def _existing_topic(self, params: dict[str, list[str]]) -> tuple["Topic", str]:
+    def _existing_topic(self, params: dict[str, list[str]]) -> tuple[Topic, str]:
         """nsqd's ``getExistingTopicFromQuery``: validated names, the topic must exist."""
         topic_name = _first(params, "topic")
         if topic_name is None:
@@ -439,7 +440,7 @@ class HTTPServer:
             log.error("failed to persist metadata - %s", exc)
             self.broker.metadata_changed()
 
-    async def _put(self, topic: "Topic", bodies: list[bytes], defer_ns: int = 0) -> Response:
+    async def _put(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0) -> Response:
         """Queue ``bodies`` as the TCP publish commands do; 503 EXITING if that fails."""
         broker = self.broker
         if broker.exiting:
@@ -678,7 +679,7 @@ class HTTPServer:
 
     # ---------------------------------------------------------------- pynsqd's own endpoints
 
-    def _existing_channel(self, request: Request) -> tuple["Channel", dict[str, list[str]]]:
+    def _existing_channel(self, request: Request) -> tuple[Channel, dict[str, list[str]]]:
         params = self._params(request)
         topic, channel_name = self._existing_topic(params)
         channel = topic.channels.get(channel_name)
@@ -733,7 +734,7 @@ class HTTPServer:
         await self._persist_buried(channel)
         return _v1({"deleted": deleted})
 
-    async def _persist_buried(self, channel: "Channel") -> None:
+    async def _persist_buried(self, channel: Channel) -> None:
         try:
             await channel.persist_buried()
         except Exception as exc:

@@ -18,7 +18,7 @@ Every family is documented in the README's "Metrics" section.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric, UnknownMetricFamily

@@ -33,18 +33,19 @@ import resource
 import sys
 import time
 from collections import deque
-from decimal import Decimal
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
 
-from broker.gocompat import SECOND, format_duration
 from broker.config.options import NSQD_COMPAT_VERSION
+from broker.gocompat import SECOND, format_duration
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
     from broker.core.channel import Channel
-    from broker.server.connection import Client
     from broker.core.topic import Topic
+    from broker.server.connection import Client
 
 __all__ = [
     "E2eStats",
@@ -306,7 +307,7 @@ def memory_stats(pauses: GcPauses = GC_PAUSES) -> MemoryStats:
 # --------------------------------------------------------------------------- walking the domain
 
 
-def health_text(broker: "Broker") -> str:
+def health_text(broker: Broker) -> str:
     """``OK``, or ``NOK - <error>`` after a failed disk write (nsqd's ``GetHealth``)."""
     error = broker.health_error
     return "OK" if error is None else f"NOK - {error}"
@@ -321,12 +322,12 @@ def _e2e_from(stream: Any) -> E2eStats:
     return E2eStats(int(result["count"]), percentiles)
 
 
-def _histogram_from(channel: "Channel") -> HistogramStats | None:
+def _histogram_from(channel: Channel) -> HistogramStats | None:
     histogram = getattr(channel, "fin_latency", None)
     return None if histogram is None else histogram.snapshot()
 
 
-def _client_stats(client: "Client", topic_filter: str) -> ClientStats:
+def _client_stats(client: Client, topic_filter: str) -> ClientStats:
     pub_counts: tuple[tuple[str, int], ...] = ()
     for name, count in client.pub_counts.items():
         if topic_filter and name != topic_filter:
@@ -362,7 +363,7 @@ def _client_stats(client: "Client", topic_filter: str) -> ClientStats:
     )
 
 
-def _channel_stats(channel: "Channel", include_clients: bool, topic_filter: str) -> ChannelStats:
+def _channel_stats(channel: Channel, include_clients: bool, topic_filter: str) -> ChannelStats:
     clients = None
     if include_clients:
         clients = tuple(_client_stats(client, topic_filter) for client in channel.clients)
@@ -385,7 +386,7 @@ def _channel_stats(channel: "Channel", include_clients: bool, topic_filter: str)
     )
 
 
-def _topic_stats(topic: "Topic", channels: tuple[ChannelStats, ...]) -> TopicStats:
+def _topic_stats(topic: Topic, channels: tuple[ChannelStats, ...]) -> TopicStats:
     # nsqd aggregates the topic's latency from its channels' streams: none without channels.
     e2e = _e2e_from(topic.e2e) if topic.channels else NO_E2E
     return TopicStats(
@@ -401,7 +402,7 @@ def _topic_stats(topic: "Topic", channels: tuple[ChannelStats, ...]) -> TopicSta
 
 
 def snapshot(
-    broker: "Broker",
+    broker: Broker,
     topic: str | None = None,
     channel: str | None = None,
     include_clients: bool = True,

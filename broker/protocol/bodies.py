@@ -18,8 +18,8 @@ Every reader has the same small interface, used by :class:`ServerConnection`:
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .commands import Mpub
 from .errors import ProtocolError

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Union
+from typing import Union
 
 from .frames import MSG_ID_LENGTH
 from .names import is_valid_name

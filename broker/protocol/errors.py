@@ -26,7 +26,7 @@ class ProtocolError(Exception):
 
     def __init__(self, code: str, description: str = "", *, fatal: bool = True, payload: bytes | None = None):
         if payload is None:
-            payload = f"{code} {description}".encode("utf-8")
+            payload = f"{code} {description}".encode()
         super().__init__(code, description)
         self.code = code
         self.description = description
@@ -34,7 +34,7 @@ class ProtocolError(Exception):
         self.payload = payload
 
     @classmethod
-    def with_raw_description(cls, code: str, description: bytes, *, fatal: bool = True) -> "ProtocolError":
+    def with_raw_description(cls, code: str, description: bytes, *, fatal: bool = True) -> ProtocolError:
         """An error whose description holds client bytes that must reach the wire unchanged."""
         return cls(
             code,

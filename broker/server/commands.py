@@ -12,7 +12,8 @@ Errors are raised as :class:`~broker.protocol.ProtocolError`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from broker import protocol as p
 from broker.core.message import Message, now_ns
@@ -25,18 +26,18 @@ if TYPE_CHECKING:
 __all__ = ["SYNC_HANDLERS", "ASYNC_HANDLERS", "fin_run"]
 
 
-def identify(broker: "Broker", client: "Client", cmd: p.Identify) -> None:
+def identify(broker: Broker, client: Client, cmd: p.Identify) -> None:
     data = cmd.data
     if not isinstance(data, dict):
         raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
     client.send_response(client.identify(data))
 
 
-def auth(broker: "Broker", client: "Client", cmd: p.Auth) -> None:
+def auth(broker: Broker, client: Client, cmd: p.Auth) -> None:
     raise ProtocolError("E_AUTH_DISABLED", "AUTH disabled")
 
 
-async def sub(broker: "Broker", client: "Client", cmd: p.Sub) -> bytes:
+async def sub(broker: Broker, client: Client, cmd: p.Sub) -> bytes:
     if broker.exiting:
         raise ProtocolError("E_SUB_FAILED", "SUB failed exiting")
     topic = broker.get_topic(cmd.topic)
@@ -51,17 +52,17 @@ async def sub(broker: "Broker", client: "Client", cmd: p.Sub) -> bytes:
     return b"OK"
 
 
-def rdy(broker: "Broker", client: "Client", cmd: p.Rdy) -> None:
+def rdy(broker: Broker, client: Client, cmd: p.Rdy) -> None:
     client.rdy = cmd.count
     if client.channel is not None:
         client.channel.dispatch()
 
 
-def fin(broker: "Broker", client: "Client", cmd: p.Fin) -> None:
+def fin(broker: Broker, client: Client, cmd: p.Fin) -> None:
     fin_run(broker, client, [cmd.msg_id])
 
 
-def fin_run(broker: "Broker", client: "Client", msg_ids: list[bytes]) -> None:
+def fin_run(broker: Broker, client: Client, msg_ids: list[bytes]) -> None:
     """Consecutive FINs, applied together: the connection hands each :class:`~broker.protocol.FinRun` here.
 
     An id not in flight for this client gets the non-fatal ``E_FIN_FAILED``, in order.
@@ -70,37 +71,37 @@ def fin_run(broker: "Broker", client: "Client", msg_ids: list[bytes]) -> None:
         client.send_error(err)
 
 
-def req(broker: "Broker", client: "Client", cmd: p.Req) -> None:
+def req(broker: Broker, client: Client, cmd: p.Req) -> None:
     client.channel.requeue(client, cmd.msg_id, cmd.timeout_ms)
 
 
-def touch(broker: "Broker", client: "Client", cmd: p.Touch) -> None:
+def touch(broker: Broker, client: Client, cmd: p.Touch) -> None:
     client.channel.touch(client, cmd.msg_id)
 
 
-def cls(broker: "Broker", client: "Client", cmd: p.Cls) -> None:
+def cls(broker: Broker, client: Client, cmd: p.Cls) -> None:
     client.rdy = 0
     client.state = p.State.CLOSING
     client.send_response(b"CLOSE_WAIT")
 
 
-def nop(broker: "Broker", client: "Client", cmd: p.Nop) -> None:
+def nop(broker: Broker, client: Client, cmd: p.Nop) -> None:
     pass
 
 
-async def pub(broker: "Broker", client: "Client", cmd: p.Pub) -> bytes:
+async def pub(broker: Broker, client: Client, cmd: p.Pub) -> bytes:
     return await _publish(broker, client, "PUB", cmd.topic, [cmd.body], 0)
 
 
-async def mpub(broker: "Broker", client: "Client", cmd: p.Mpub) -> bytes:
+async def mpub(broker: Broker, client: Client, cmd: p.Mpub) -> bytes:
     return await _publish(broker, client, "MPUB", cmd.topic, cmd.bodies, 0)
 
 
-async def dpub(broker: "Broker", client: "Client", cmd: p.Dpub) -> bytes:
+async def dpub(broker: Broker, client: Client, cmd: p.Dpub) -> bytes:
     return await _publish(broker, client, "DPUB", cmd.topic, [cmd.body], cmd.defer_ms)
 
 
-async def _publish(broker: "Broker", client: "Client", verb: str, topic_name: str,
+async def _publish(broker: Broker, client: Client, verb: str, topic_name: str,
                    bodies: list[bytes], defer_ms: int) -> bytes:
     """Queue the bodies as one all-or-nothing batch; returns the ``OK`` to answer.
 
@@ -125,7 +126,7 @@ async def _publish(broker: "Broker", client: "Client", verb: str, topic_name: st
     return b"OK"
 
 
-SYNC_HANDLERS: dict[type, Callable[["Broker", "Client", object], None]] = {
+SYNC_HANDLERS: dict[type, Callable[[Broker, Client, object], None]] = {
     p.Identify: identify,
     p.Auth: auth,
     p.Rdy: rdy,
@@ -136,7 +137,7 @@ SYNC_HANDLERS: dict[type, Callable[["Broker", "Client", object], None]] = {
     p.Nop: nop,
 }
 
-ASYNC_HANDLERS: dict[type, Callable[["Broker", "Client", object], Awaitable[bytes]]] = {
+ASYNC_HANDLERS: dict[type, Callable[[Broker, Client, object], Awaitable[bytes]]] = {
     p.Sub: sub,
     p.Pub: pub,
     p.Mpub: mpub,

@@ -39,7 +39,7 @@ _IDENTIFY_BOOL_FIELDS = ("feature_negotiation", "tls_v1", "snappy", "deflate")
 class Client:
     """State of one TCP client; owned by its connection handler in :mod:`broker.server.tcp`."""
 
-    def __init__(self, broker: "Broker", stream: trio.abc.Stream, remote_address: str, client_number: int):
+    def __init__(self, broker: Broker, stream: trio.abc.Stream, remote_address: str, client_number: int):
         opts = broker.options
         self.broker = broker
         self.options = opts
@@ -155,7 +155,7 @@ class Client:
 
     # ---------------------------------------------------------------- output
 
-    def send_messages(self, msgs: list["Message"]) -> None:
+    def send_messages(self, msgs: list[Message]) -> None:
         """Queue message frames (sent once the caller wakes the writer); they are now in flight."""
         append = self._out.append
         header = message_frame_header

@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from diskqueue import DiskQueueError
-
-from broker.server.connection import Client
-from broker.server.commands import ASYNC_HANDLERS, SYNC_HANDLERS, fin_run
 from broker.protocol import FinRun, Identify, ProtocolError, ServerConnection
+from broker.server.commands import ASYNC_HANDLERS, SYNC_HANDLERS, fin_run
+from broker.server.connection import Client
+from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
@@ -38,7 +37,7 @@ def _format_address(sockaddr) -> str:
 class TCPServer:
     """Accepts V2 connections for a :class:`Broker`; owns their tasks."""
 
-    def __init__(self, broker: "Broker"):
+    def __init__(self, broker: Broker):
         self.broker = broker
         self._listener_scope = trio.CancelScope()
         self._connections: trio.Nursery | None = None

@@ -14,7 +14,7 @@ import json
 import random
 import time
 import urllib.request
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 KINDS = ("click", "view", "purchase")
 
@@ -55,7 +55,7 @@ def main(argv=None) -> None:
     total = 0
     for _ in range(args.seconds):
         started = time.monotonic()
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         publish(args.http, args.topic, [event(rng, now, args.late) for _ in range(args.rate)])
         total += args.rate
         time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))

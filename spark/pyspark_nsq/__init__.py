@@ -12,10 +12,10 @@ by hand::
 
 __version__ = "0.1.0"
 
-from .connection import NsqError  # noqa: E402
-from .datasource import NsqDataSource  # noqa: E402
-from .options import OptionError  # noqa: E402
-from .schema import SOURCE_SCHEMA  # noqa: E402
+from .connection import NsqError
+from .datasource import NsqDataSource
+from .options import OptionError
+from .schema import SOURCE_SCHEMA
 
 #: The class Spark's automatic discovery looks for.
 DefaultSource = NsqDataSource

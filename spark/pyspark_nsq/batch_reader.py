@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import time
 
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
 from broker.protocol import (
     FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,
@@ -22,7 +24,6 @@ from broker.protocol import (
     encode_req,
     encode_sub,
 )
-from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .connection import CONNECT_TIMEOUT_S, Connection, NsqError
 from .options import MAX_RDY_COUNT, Address, BatchReadOptions

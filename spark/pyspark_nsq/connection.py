@@ -56,7 +56,7 @@ class NsqError(Exception):
         super().__init__(f"nsqd {address}: {code} {description}".rstrip())
 
     @classmethod
-    def from_frame(cls, address: Address, data: bytes) -> "NsqError":
+    def from_frame(cls, address: Address, data: bytes) -> NsqError:
         """Build the error an error frame's payload describes."""
         code, _, description = data.decode("utf-8", "replace").partition(" ")
         return cls(address, code, description)
@@ -89,7 +89,7 @@ class Connection:
         self._closed = False
 
     @classmethod
-    def open(cls, address: Address, identify: dict[str, Any]) -> "Connection":
+    def open(cls, address: Address, identify: dict[str, Any]) -> Connection:
         """Connect to ``address`` and IDENTIFY with ``identify``.
 
         ``identity`` holds nsqd's feature-negotiation answer afterwards (empty when

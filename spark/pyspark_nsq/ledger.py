@@ -21,7 +21,8 @@ first call after a restart), numbering continues from there.
 from __future__ import annotations
 
 import collections
-from typing import Callable, Generic, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Generic, TypeVar
 
 __all__ = ["Ledger"]
 

@@ -10,8 +10,8 @@ set of options, and an unknown, missing or malformed one raises
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from broker.protocol import is_valid_name
 
@@ -174,7 +174,7 @@ class SourceOptions:
     drain_timeout_ms: int = DEFAULT_DRAIN_TIMEOUT_MS
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         """Validate ``options``; raises :class:`OptionError`."""
         v = _parse(options, "streaming source", (
             "nsqd", "topic", "channel", "maxMessagesPerTrigger", "msgTimeoutMs", "maxInFlight",
@@ -196,7 +196,7 @@ class BatchReadOptions:
     drain_timeout_ms: int = DEFAULT_DRAIN_TIMEOUT_MS
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "BatchReadOptions":
+    def parse(cls, options: Mapping[str, str]) -> BatchReadOptions:
         """Validate ``options``; raises :class:`OptionError`."""
         v = _parse(options, "batch reader", (
             "nsqd", "topic", "channel", "maxMessages", "msgTimeoutMs", "maxInFlight",
@@ -218,7 +218,7 @@ class SinkOptions:
     defer_ms: int = 0
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         """Validate ``options``; raises :class:`OptionError`."""
         v = _parse(options, "writer", ("nsqd", "topic", "batchSize", "defer"),
                    optional=("topic",), ignored=_SPARK_SINK_KEYS)

@@ -10,7 +10,7 @@ so a resend can only duplicate what an unanswered MPUB already delivered.
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from broker.protocol import encode_dpub, encode_mpub
 

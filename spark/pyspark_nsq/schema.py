@@ -6,7 +6,7 @@ of messages costs a handful of Arrow calls rather than per-value conversions.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import pyarrow as pa
 from pyspark.sql.types import (

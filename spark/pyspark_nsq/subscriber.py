@@ -19,7 +19,7 @@ import collections
 import logging
 import threading
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from broker.protocol import (
     FRAME_TYPE_ERROR,

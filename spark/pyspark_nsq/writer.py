@@ -10,12 +10,11 @@ abort therefore have nothing to undo.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from broker.protocol import is_valid_name
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -23,6 +22,8 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
+
+from broker.protocol import is_valid_name
 
 from .options import SinkOptions
 from .publisher import Publisher

@@ -43,7 +43,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from diskqueue import DiskQueue  # noqa: E402
+from diskqueue import DiskQueue
 
 BATCH = 200
 FRAME = struct.Struct(">II")

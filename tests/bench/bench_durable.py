@@ -71,7 +71,7 @@ class Broker:
         self.proc: subprocess.Popen | None = None
         self.log = data_path.parent / f"{data_path.name}.log"
 
-    def __enter__(self) -> "Broker":
+    def __enter__(self) -> Broker:
         self.data_path.mkdir(parents=True)
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(

@@ -48,7 +48,7 @@ def serve_trivial() -> None:
     sys.path.insert(0, str(ROOT))
     import trio
 
-    from broker.http.server import H11Server, RequestBody, Request, Response
+    from broker.http.server import H11Server, Request, RequestBody, Response
 
     ok = Response(200, b"OK", ((b"X-Nsq-Content-Type", b"nsq; version=1.0"),))
 

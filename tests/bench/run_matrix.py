@@ -201,7 +201,7 @@ class Outcome:
         return max(self.busy_s - self.broker_cpu_s - self.harness_cpu_s, 0.0)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Outcome":
+    def from_dict(cls, d: dict) -> Outcome:
         """The inverse of as_dict (for ``--render``)."""
         broker = d["broker"]
         runs = [r for r in (d["writer"], d["reader"]) if r]

@@ -21,14 +21,13 @@ replacements the first is still waiting for) and at most every
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import trio
 
-from diskqueue import DiskQueue, DiskQueueClosed, DiskQueueError
-
 from broker.core.durability.ackfloor import COMMIT_INTERVAL, AckFloor
 from broker.core.durability.groupcommit import GroupCommit
+from diskqueue import DiskQueue, DiskQueueClosed, DiskQueueError
 
 __all__ = ["CommitLedger"]
 

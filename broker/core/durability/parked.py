@@ -29,13 +29,12 @@ behind the removed records; after a crash a removed message may come back
 from __future__ import annotations
 
 import logging
-from typing import Iterable
-
-from diskqueue import DiskQueue, DiskQueueError
+from collections.abc import Iterable
 
 from broker.core.durability.ackfloor import AckFloor
 from broker.core.durability.groupcommit import GroupCommit
 from broker.core.message import Message, decode, encode
+from diskqueue import DiskQueue, DiskQueueError
 
 __all__ = ["ParkedStore"]
 

@@ -19,7 +19,6 @@ import sys
 
 import ansq
 from ansq import ConnectionOptions
-
 from behaviour import HOLD, REQUEUE, Behaviour
 from report import body_bytes, emit, emit_message, read_command_line
 from tally import Tally, finish_when_enough

@@ -31,7 +31,7 @@ class Behaviour:
     touch_every_ms: int = 0
 
     @classmethod
-    def from_config(cls, config: dict) -> "Behaviour":
+    def from_config(cls, config: dict) -> Behaviour:
         return cls(**{key: int(config[key]) for key in cls.__slots__ if key in config})
 
     def action(self, attempts: int) -> str:

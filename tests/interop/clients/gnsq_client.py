@@ -24,10 +24,9 @@ import sys
 
 import gevent
 import gnsq
+from behaviour import HOLD, REQUEUE, Behaviour
 from gevent.event import Event
 from gnsq.errors import NSQRequeueMessage
-
-from behaviour import HOLD, REQUEUE, Behaviour
 from report import EXIT_TIMEOUT, body_bytes, body_text, emit, emit_message, read_command_line
 
 

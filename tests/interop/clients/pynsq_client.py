@@ -24,7 +24,6 @@ import logging
 import sys
 
 import nsq
-
 from behaviour import HOLD, REQUEUE, Behaviour
 from report import body_bytes, emit, emit_message, read_command_line
 from tally import Tally, finish_when_enough

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from report import EXIT_TIMEOUT, emit
 
@@ -29,7 +29,7 @@ async def finish_when_enough(tally: Tally, config: dict, close: Callable[[], Awa
     """Wait for ``expect`` FINs (``deadline`` s), linger, close; the script's exit status."""
     try:
         await asyncio.wait_for(tally.enough.wait(), config.get("deadline", 20))
-    except asyncio.TimeoutError:
+    except TimeoutError:
         emit("timeout", finished=tally.finished)
         return EXIT_TIMEOUT
     await asyncio.sleep(config.get("linger", 0))
