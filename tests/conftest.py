@@ -60,7 +60,7 @@ class BrokerProcess:
     def __init__(self, data_path: Path, *extra: str, log_path: Path | None = None):
         self.data_path = data_path
         self.extra = extra
-        self.log_path = log_path or data_path.parent / "broker.config.log"
+        self.log_path = log_path or data_path.parent / "broker.log"
         self.proc: subprocess.Popen | None = None
         self.tcp: tuple[str, int] | None = None
         self.http: tuple[str, int] | None = None

@@ -371,7 +371,7 @@ def test_writer_loop_counts_oks_not_heartbeats():
 @pytest.fixture
 def broker_address(tmp_path):
     """A broker process on 127.0.0.1:0 with a fresh data path; stopped by pid afterwards."""
-    log_path = tmp_path / "broker.config.log"
+    log_path = tmp_path / "broker.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "broker", "--data-path", str(tmp_path), "--tcp-address", "127.0.0.1:0",

@@ -204,7 +204,7 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory(prefix="bench_spark_") as tmp:
         workdir = Path(tmp)
         broker, address = start_broker(shlex.split(args.broker_cmd), workdir / "data",
-                                       workdir / "broker.config.log")
+                                       workdir / "broker.log")
         try:
             spark = (SparkSession.builder.master("local[2]").appName("bench_spark")
                      .config("spark.ui.enabled", "false")

@@ -358,7 +358,7 @@ def run_scenario(s: Scenario, opts: argparse.Namespace, work: Path) -> Outcome:
     if opts.profile == "cprofile":
         cprofile_out = opts.profile_dir / (re.sub(r"[^A-Za-z0-9]+", "_", s.name) + ".prof")
         command = [sys.executable, "-m", "cProfile", "-o", str(cprofile_out), "-m", "broker"]
-    broker = BrokerProcess(command, data, extra, data / "broker.config.log")
+    broker = BrokerProcess(command, data, extra, data / "broker.log")
     runfor = f"--runfor={opts.runfor}s"
     conns = opts.connections
     profiler = None
@@ -409,7 +409,7 @@ def run_scenario(s: Scenario, opts: argparse.Namespace, work: Path) -> Outcome:
 def run_memory(opts: argparse.Namespace, work: Path) -> dict:
     """Publish a backlog of ``--memory-count`` 100 B messages into a channel nobody reads; report RSS."""
     data = Path(tempfile.mkdtemp(prefix="memory-", dir=work))
-    broker = BrokerProcess(list(opts.command), data, [], data / "broker.config.log")
+    broker = BrokerProcess(list(opts.command), data, [], data / "broker.log")
     address = broker.start()
     try:
         create_channel(address, TOPIC, CHANNEL)
