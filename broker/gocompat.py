@@ -1,5 +1,7 @@
-"""Go ``time.Duration`` syntax: parsing and printing, as nsqd's flags and config files use it.
+"""What Go does that Python does differently, in one place: int64 bounds and wrap-around,
+``strconv`` integer parsing, and ``time.Duration`` syntax.
 
+Durations: 
 nsqd reads durations with Go's ``time.ParseDuration`` (``250ms``, ``2s``, ``1m30s``, ``1.5h``,
 ``300us``, ``0``) and prints them with ``Duration.String`` (``250ms``, ``2s``, ``1m0s``,
 ``1h0m0s``) in ``--help``. JSON renderings (``/config``, ``/info``) are integer nanoseconds.
@@ -9,7 +11,13 @@ nanoseconds in between so that printing is exact.
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
+    "INT64_MIN",
+    "INT64_MAX",
+    "wrap_int64",
+    "parse_int64",
     "NANOSECOND",
     "MICROSECOND",
     "MILLISECOND",
@@ -22,6 +30,29 @@ __all__ = [
     "to_seconds",
 ]
 
+#: Go's int64 range.
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+
+
+def wrap_int64(value: int) -> int:
+    """``value`` reduced as Go's int64 arithmetic wraps on overflow (two's complement)."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value > INT64_MAX else value
+
+
+def parse_int64(text: str) -> int:
+    """``strconv.ParseInt(text, 10, 64)``; ``ValueError`` if ``text`` is not a base-10 int64."""
+    if not _DECIMAL.fullmatch(text):
+        raise ValueError(text)
+    value = int(text)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(text)
+    return value
+
+
 NANOSECOND = 1
 MICROSECOND = 1_000
 MILLISECOND = 1_000_000
@@ -30,7 +61,7 @@ MINUTE = 60 * SECOND
 HOUR = 60 * MINUTE
 
 # Go's time.Duration is an int64 of nanoseconds; anything larger is an "invalid duration".
-_MAX_NS = (1 << 63) - 1
+_MAX_NS = INT64_MAX
 
 _UNITS = {
     "ns": NANOSECOND,

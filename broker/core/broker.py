@@ -13,7 +13,6 @@ they are on disk already: only the committed cursors move), close the queues
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
 import time
@@ -25,7 +24,7 @@ import trio
 from broker.config.options import NSQD_COMPAT_VERSION, Options
 from broker.core.guid import GuidFactory
 from broker.core.latency import LatencyStream
-from broker.core.message import RECORD_OVERHEAD, Message
+from broker.core.message import RECORD_OVERHEAD, Message, now_ns
 from broker.core.topic import Topic
 from broker.protocol import Limits
 from broker.storage import metadata
@@ -157,6 +156,17 @@ class Broker:
         log.info("TOPIC(%s): deleted", name)
         if not topic.ephemeral:
             self.metadata_changed()
+
+    async def publish_bodies(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0) -> None:
+        """Publish ``bodies`` to ``topic`` as one batch of new messages (PUB, MPUB, DPUB, ``/pub``, ``/mpub``).
+
+        Each gets a fresh id and the current wall-clock timestamp; ``defer_ns``
+        > 0 makes them deferred by that long. Raises as :meth:`publish`.
+        """
+        timestamp = now_ns()
+        due = timestamp + defer_ns if defer_ns else 0
+        ids = self.guid.next_ids(len(bodies))
+        await self.publish(topic, [Message(msg_id, body, timestamp, 0, due) for msg_id, body in zip(ids, bodies)])
 
     async def publish(self, topic: Topic, msgs: list[Message]) -> None:
         """Queue ``msgs`` on ``topic`` as one batch.
@@ -309,25 +319,3 @@ class Broker:
             for topic in list(self.topics.values()):
                 for channel in list(topic.channels.values()):
                     channel.process_timers()
-
-    # ---------------------------------------------------------------- IDENTIFY
-
-    def identify_response(self, client: Client) -> bytes:
-        """The feature-negotiation JSON, in nsqd's key order."""
-        opts = self.options
-        return json.dumps({
-            "max_rdy_count": opts.max_rdy_count,
-            "version": NSQD_COMPAT_VERSION,
-            "max_msg_timeout": int(opts.max_msg_timeout * 1000),
-            "msg_timeout": int(client.msg_timeout * 1000),
-            "tls_v1": False,
-            "deflate": False,
-            "deflate_level": min(6, opts.max_deflate_level),
-            "max_deflate_level": opts.max_deflate_level,
-            "snappy": False,
-            "sample_rate": client.sample_rate,
-            "auth_required": False,
-            "output_buffer_size": client.output_buffer_size,
-            "output_buffer_timeout": int(client.output_buffer_timeout * 1000),
-        }, separators=(",", ":")).encode()
-

@@ -57,9 +57,9 @@ from broker.core.durability.ackfloor import AckFloor
 from broker.core.durability.groupcommit import GroupCommit
 from broker.core.durability.ledger import CommitLedger
 from broker.core.durability.parked import ParkedStore
+from broker.core.latency import LatencyHistogram
 from broker.core.message import Message, decode, encode, now_ns
 from broker.core.timers import TimerHeap
-from broker.observe.metrics import LatencyHistogram
 from broker.protocol import ProtocolError, is_ephemeral
 from diskqueue import DiskQueueError
 

@@ -9,10 +9,12 @@ only the count is kept, which costs one integer add per FIN.
 from __future__ import annotations
 
 import random
+from bisect import bisect_left
+from dataclasses import dataclass
 
 import trio
 
-__all__ = ["LatencyStream"]
+__all__ = ["LATENCY_BUCKETS", "HistogramStats", "LatencyHistogram", "LatencyStream"]
 
 #: Samples kept per half window (reservoir sampling beyond this).
 RESERVOIR_SIZE = 4096
@@ -83,3 +85,57 @@ class LatencyStream:
             value = samples[min(len(samples) - 1, int(q * len(samples)))] if samples else 0
             result.append({"quantile": q, "value": value})
         return {"count": self.count, "percentiles": result}
+
+
+#: Upper bounds (seconds) of the publish-to-FIN histogram buckets: milliseconds for
+#: healthy consumers up to an hour for messages that waited in a backlog.
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+)
+_BOUNDS_NS = tuple(round(bound * 1e9) for bound in LATENCY_BUCKETS)
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramStats:
+    """Cumulative bucket counts of a latency histogram: ``buckets`` is ``((upper_seconds, n), ...)``."""
+
+    buckets: tuple[tuple[float, int], ...]
+    count: int
+    sum_seconds: float
+
+
+class LatencyHistogram:
+    """Publish-to-FIN latencies of one channel in fixed buckets; one per channel, owned by it.
+
+    :meth:`observe_many` is called for every run of FINs: one bisect and an add per message.
+    """
+
+    __slots__ = ("_counts", "_sum_ns")
+
+    def __init__(self) -> None:
+        self._counts = [0] * (len(_BOUNDS_NS) + 1)
+        self._sum_ns = 0
+
+    def observe_many(self, latencies_ns: list[int]) -> None:
+        """Record latencies in nanoseconds (negative ones count as 0)."""
+        counts = self._counts
+        bounds = _BOUNDS_NS
+        total = 0
+        for latency_ns in latencies_ns:
+            if latency_ns > 0:
+                counts[bisect_left(bounds, latency_ns)] += 1
+                total += latency_ns
+            else:
+                counts[0] += 1
+        self._sum_ns += total
+
+    def snapshot(self) -> HistogramStats:
+        """Cumulative counts per bucket (``+Inf`` is :attr:`HistogramStats.count`)."""
+        running = 0
+        buckets = []
+        for bound, count in zip(LATENCY_BUCKETS, self._counts):
+            running += count
+            buckets.append((bound, running))
+        total = running + self._counts[-1]
+        return HistogramStats(tuple(buckets), total, self._sum_ns / 1e9)

@@ -52,8 +52,8 @@ import trio
 
 from broker.config.log import LOG_LEVELS, set_log_level
 from broker.config.options import NSQD_COMPAT_VERSION, TLS_REQUIRED, get_config_value
-from broker.core.message import Message, now_ns
-from broker.gocompat import format_duration, to_ns
+from broker.core.message import Message
+from broker.gocompat import format_duration, parse_int64, to_ns, wrap_int64
 from broker.http.server import BodyReadError, H11Server, Request, RequestBody, Response
 from broker.observe.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from broker.observe.metrics import MetricsExporter
@@ -77,8 +77,6 @@ _V1_HEADERS = (_NSQ_HEADER,)
 #: nsqd's ``boolParams``: any other value leaves the default.
 _BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
 
-_INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
 _MS = 1_000_000
 
 
@@ -136,22 +134,6 @@ def parse_query(raw: str) -> dict[str, list[str]]:
 def _first(params: dict[str, list[str]], key: str) -> str | None:
     found = params.get(key)
     return found[0] if found else None
-
-
-def _go_parse_int64(text: str) -> int:
-    """``strconv.ParseInt(text, 10, 64)``; ``ValueError`` if it is not a base-10 int64."""
-    if not re.fullmatch(r"[+-]?[0-9]+", text):
-        raise ValueError(text)
-    value = int(text)
-    if not _INT64_MIN <= value <= _INT64_MAX:
-        raise ValueError(text)
-    return value
-
-
-def _wrap_int64(value: int) -> int:
-    # Go's time.Duration multiplication overflows silently; so does this.
-    value &= (1 << 64) - 1
-    return value - (1 << 64) if value > _INT64_MAX else value
 
 
 # --------------------------------------------------------------------------- responses
@@ -447,12 +429,8 @@ class HTTPServer:
             raise APIError(503, "EXITING")
         if not bodies:
             return _OK
-        timestamp = now_ns()
-        due = timestamp + defer_ns if defer_ns else 0
-        ids = broker.guid.next_ids(len(bodies))
-        msgs = [Message(msg_id, body, timestamp, 0, due) for msg_id, body in zip(ids, bodies)]
         try:
-            await broker.publish(topic, msgs)
+            await broker.publish_bodies(topic, bodies, defer_ns)
         except Exception as exc:  # nsqd answers every PutMessage failure this way
             log.error("HTTP: publish to %s failed: %s", topic.name, exc)
             raise APIError(503, "EXITING") from None
@@ -500,7 +478,7 @@ class HTTPServer:
         defer = params.get("defer")
         if defer is not None:
             try:
-                defer_ns = _wrap_int64(_go_parse_int64(defer[0]) * _MS)
+                defer_ns = wrap_int64(parse_int64(defer[0]) * _MS)
             except ValueError:
                 raise APIError(400, "INVALID_DEFER") from None
             if defer_ns < 0 or defer_ns > to_ns(opts.max_req_timeout):

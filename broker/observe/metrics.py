@@ -17,7 +17,6 @@ Every family is documented in the README's "Metrics" section.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
@@ -25,7 +24,8 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 from prometheus_client.exposition import generate_latest
 from prometheus_client.utils import floatToGoString
 
-from broker.observe.stats import ChannelStats, ClientStats, HistogramStats, Snapshot, TopicStats
+from broker.core.latency import LATENCY_BUCKETS, LatencyHistogram
+from broker.observe.stats import ChannelStats, ClientStats, Snapshot, TopicStats
 
 __all__ = [
     "CONTENT_TYPE",
@@ -38,51 +38,6 @@ __all__ = [
 
 #: The text exposition format every Prometheus version parses.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-#: Upper bounds (seconds) of the publish-to-FIN histogram buckets: milliseconds for
-#: healthy consumers up to an hour for messages that waited in a backlog.
-LATENCY_BUCKETS: tuple[float, ...] = (
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
-)
-_BOUNDS_NS = tuple(round(bound * 1e9) for bound in LATENCY_BUCKETS)
-
-
-class LatencyHistogram:
-    """Publish-to-FIN latencies of one channel in fixed buckets; one per channel, owned by it.
-
-    :meth:`observe_many` is called for every run of FINs: one bisect and an add per message.
-    """
-
-    __slots__ = ("_counts", "_sum_ns")
-
-    def __init__(self) -> None:
-        self._counts = [0] * (len(_BOUNDS_NS) + 1)
-        self._sum_ns = 0
-
-    def observe_many(self, latencies_ns: list[int]) -> None:
-        """Record latencies in nanoseconds (negative ones count as 0)."""
-        counts = self._counts
-        bounds = _BOUNDS_NS
-        total = 0
-        for latency_ns in latencies_ns:
-            if latency_ns > 0:
-                counts[bisect_left(bounds, latency_ns)] += 1
-                total += latency_ns
-            else:
-                counts[0] += 1
-        self._sum_ns += total
-
-    def snapshot(self) -> HistogramStats:
-        """Cumulative counts per bucket (``+Inf`` is :attr:`HistogramStats.count`)."""
-        running = 0
-        buckets = []
-        for bound, count in zip(LATENCY_BUCKETS, self._counts):
-            running += count
-            buckets.append((bound, running))
-        total = running + self._counts[-1]
-        return HistogramStats(tuple(buckets), total, self._sum_ns / 1e9)
-
 
 def percentile_suffix(quantile: float) -> str:
     """How nsqd's statsd names a percentile: ``0.99`` -> ``"99"`` (``%.0f`` of q*100)."""

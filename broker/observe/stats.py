@@ -39,6 +39,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from broker.config.options import NSQD_COMPAT_VERSION
+from broker.core.latency import HistogramStats
 from broker.gocompat import SECOND, format_duration
 
 if TYPE_CHECKING:
@@ -85,15 +86,6 @@ class E2eStats:
 
 
 NO_E2E = E2eStats(0, None)
-
-
-@dataclass(frozen=True, slots=True)
-class HistogramStats:
-    """Cumulative bucket counts of a latency histogram: ``buckets`` is ``((upper_seconds, n), ...)``."""
-
-    buckets: tuple[tuple[float, int], ...]
-    count: int
-    sum_seconds: float
 
 
 @dataclass(frozen=True, slots=True)

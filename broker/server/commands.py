@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from broker import protocol as p
-from broker.core.message import Message, now_ns
 from broker.protocol import ProtocolError
 
 if TYPE_CHECKING:
@@ -112,12 +111,7 @@ async def _publish(broker: Broker, client: Client, verb: str, topic_name: str,
     if broker.exiting:
         raise ProtocolError(code, f"{verb} failed exiting")
     try:
-        topic = broker.get_topic(topic_name)
-        timestamp = now_ns()
-        due = timestamp + defer_ms * 1_000_000 if defer_ms else 0
-        ids = broker.guid.next_ids(len(bodies))
-        msgs = [Message(msg_id, body, timestamp, 0, due) for msg_id, body in zip(ids, bodies)]
-        await broker.publish(topic, msgs)
+        await broker.publish_bodies(broker.get_topic(topic_name), bodies, defer_ms * 1_000_000)
     except ProtocolError:
         raise
     except Exception as exc:  # a failed disk write: the client must hear about it

@@ -9,6 +9,7 @@ one whose socket does not drain within one interval, as nsqd does.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from broker.config.options import NSQD_COMPAT_VERSION
 from broker.protocol import HEARTBEAT_FRAME, ProtocolError, State, encode_error, encode_response, message_frame_header
 
 if TYPE_CHECKING:
@@ -151,7 +153,26 @@ class Client:
         self.wake_timers()
         if not self.feature_negotiation:
             return b"OK"
-        return self.broker.identify_response(self)
+        return self.identify_response()
+
+    def identify_response(self) -> bytes:
+        """The feature-negotiation JSON, in nsqd's key order."""
+        opts = self.options
+        return json.dumps({
+            "max_rdy_count": opts.max_rdy_count,
+            "version": NSQD_COMPAT_VERSION,
+            "max_msg_timeout": int(opts.max_msg_timeout * 1000),
+            "msg_timeout": int(self.msg_timeout * 1000),
+            "tls_v1": False,
+            "deflate": False,
+            "deflate_level": min(6, opts.max_deflate_level),
+            "max_deflate_level": opts.max_deflate_level,
+            "snappy": False,
+            "sample_rate": self.sample_rate,
+            "auth_required": False,
+            "output_buffer_size": self.output_buffer_size,
+            "output_buffer_timeout": int(self.output_buffer_timeout * 1000),
+        }, separators=(",", ":")).encode()
 
     # ---------------------------------------------------------------- output
 
