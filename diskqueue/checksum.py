@@ -43,7 +43,7 @@ try:
 
     ACCELERATED = True
 except ImportError:  # pragma: no cover - exercised only where the package is missing
-    crc32c = software_crc32c
+    crc32c = software_crc32c  # type: ignore[assignment]  # same call shape as the package's
     ACCELERATED = False
 
 

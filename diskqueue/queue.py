@@ -323,8 +323,9 @@ class DiskQueue:
             else:
                 if self._r_end is None and not self._open_reader():
                     continue
-                limit = self._r_end
-                assert limit is not None
+                end = self._r_end
+                assert end is not None  # _open_reader sets it for a finished segment
+                limit = end
                 if self._r_pos >= limit:
                     self._cross()
                     continue
@@ -400,7 +401,8 @@ class DiskQueue:
                 limit = self._bad.get(number)
             own = reading and self._reader is not None
             try:
-                reader = self._reader if own else SegmentReader(self._segment_path(number), number)
+                reader = self._reader if own and self._reader is not None else SegmentReader(
+                    self._segment_path(number), number)
             except OSError:
                 continue
             try:

@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO
 
@@ -133,7 +133,7 @@ def _context():
 
 
 def run_pool(
-    factories: list[Callable[[], Any]],
+    factories: Sequence[Callable[[], Any]],
     *,
     label: str,
     runfor: float | None,

@@ -58,7 +58,7 @@ class NsqBatchReader(DataSourceReader):
             if share or index < extra
         ]
 
-    def read(self, partition: DrainPartition):
+    def read(self, partition: DrainPartition):  # type: ignore[override]  # Spark passes our own partitions back
         """Record batches of drained messages; each window is FIN'd after Spark takes it."""
         options = self._options
         conn = Connection.open(partition.address, {"msg_timeout": options.msg_timeout_ms})

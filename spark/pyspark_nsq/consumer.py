@@ -69,9 +69,9 @@ class Consumer:
             if len(errors) == 1:
                 raise errors[0]
             raise NsqError(errors[0].address, errors[0].code, "cannot subscribe on any nsqd: "
-                           + "; ".join(f"{exc.address} {exc.description}" for exc in errors))
-        for exc in errors:
-            _log.warning("nsq source: %s; retrying in the background", exc)
+                           + "; ".join(f"{err.address} {err.description}" for err in errors))
+        for err in errors:
+            _log.warning("nsq source: %s; retrying in the background", err)
 
     @property
     def window(self) -> int:

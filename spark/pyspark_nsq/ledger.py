@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Iterable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = ["Ledger"]
 
@@ -81,7 +81,7 @@ class Ledger(Generic[T]):
                 self._planned.append((end, self._pending.popleft()))
                 end += 1
         else:
-            waiting = collections.deque()
+            waiting: collections.deque[Any] = collections.deque()
             while self._pending and (room is None or room > 0):
                 item = self._pending.popleft()
                 if eligible(item):
@@ -115,7 +115,8 @@ class Ledger(Generic[T]):
         For messages of a connection that died: nsqd delivers them again, so
         planning them too would only duplicate them.
         """
-        kept, dropped = collections.deque(), []
+        kept: collections.deque[Any] = collections.deque()
+        dropped: list[Any] = []
         for item in self._pending:
             (dropped if predicate(item) else kept).append(item)
         self._pending = kept

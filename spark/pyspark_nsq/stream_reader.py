@@ -73,7 +73,7 @@ class NsqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._options
 
     def __setstate__(self, options):
-        self.__init__(options)
+        self.__init__(options)  # type: ignore[misc]  # rebuild the driver-side state from the options
 
     # -- driver side ---------------------------------------------------------
 
@@ -107,7 +107,7 @@ class NsqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"offset": self._plan_available_now(begin, max_rows)}
 
     def _await_refill(self, max_rows: int | None) -> None:
-        room = self._consumer.window - self._ledger.planned
+        room = self._open().window - self._ledger.planned
         target = room if max_rows is None else min(room, max_rows)
         deadline = time.monotonic() + _REFILL_WAIT_S
         while self._ledger.pending < target and time.monotonic() < deadline:
@@ -165,16 +165,17 @@ class NsqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _collect(self) -> int:
         """Move arrived messages into the ledger; drop those of dead connections."""
-        received = self._consumer.receive()
+        consumer = self._open()
+        received = consumer.receive()
         self._ledger.receive(received)
-        dead = self._consumer.replace_dead()
+        dead = consumer.replace_dead()
         if dead:
             self._ledger.discard(lambda delivery: delivery[0] in dead)
         return len(received)
 
     # -- executor side -------------------------------------------------------
 
-    def read(self, partition: MessagePartition):
+    def read(self, partition: MessagePartition):  # type: ignore[override]  # Spark passes our own partitions back
         """The partition's messages as one Arrow record batch."""
         if len(partition.columns):
             yield partition.columns.to_arrow()

@@ -141,6 +141,7 @@ class Subscriber:
 
     def _run(self) -> None:
         conn = self._conn
+        assert conn is not None  # started only after start() connected
         try:
             while not conn.closed:
                 for frame in conn.read_frames(_TICK_S):
@@ -179,7 +180,9 @@ class Subscriber:
                 del self._held[msg_id]
                 self._held[msg_id] = now + self._touch_s
         if due:
-            self._conn.send(b"".join(map(encode_touch, due)))
+            conn = self._conn
+            assert conn is not None  # called from _run, which holds the connection
+            conn.send(b"".join(map(encode_touch, due)))
 
     def close(self) -> None:
         """Stop delivery, REQ every held message, close; idempotent."""

@@ -63,12 +63,12 @@ def publish_batches(options: SinkOptions, schema: StructType,
                 bodies = pc.cast(bodies, pa.binary())
             bodies = bodies.to_pylist()
             if topic_index is None:
-                buffers.setdefault(options.topic, []).extend(bodies)
+                buffers.setdefault(_check_topic(options.topic), []).extend(bodies)
             else:
-                for topic, body in zip(batch.column(topic_index).to_pylist(), bodies):
-                    topic = topic or options.topic
-                    if topic not in checked:
-                        _check_topic(topic)
+                for value, body in zip(batch.column(topic_index).to_pylist(), bodies):
+                    topic = value or options.topic
+                    if topic is None or topic not in checked:
+                        topic = _check_topic(topic)
                         checked.add(topic)
                     buffers.setdefault(topic, []).append(body)
             for topic, pending in buffers.items():
@@ -84,13 +84,15 @@ def publish_batches(options: SinkOptions, schema: StructType,
     return PublishReceipt(partition, publisher.published)
 
 
-def _check_topic(topic: str | None) -> None:
+def _check_topic(topic: str | None) -> str:
+    """``topic`` if it is a valid topic name; ``ValueError`` otherwise."""
     if topic is None:
         raise ValueError(
             "nsq data source: a row has a null 'topic' and no 'topic' option gives a default"
         )
     if not is_valid_name(topic):
         raise ValueError(f"nsq data source: a row names an invalid topic '{topic}'")
+    return topic
 
 
 class _PartitionPublisher:
