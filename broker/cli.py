@@ -1,6 +1,6 @@
 """The ``pynsqd`` command: nsqd's command line, or ``pynsqd bench`` for the benchmark client.
 
-``pynsqd [flags]`` parses nsqd's flags and ``--config`` file (:mod:`broker.config.options`), sends
+``pynsqd [flags]`` parses nsqd's flags and ``--config`` file (:mod:`broker.config`), sends
 the ``pynsqd`` loggers to stderr in nsqd's format, and runs the broker until SIGTERM or
 SIGINT. Exit status: 0 after a normal shutdown (and for ``--help``/``--version``), 1 when
 the options are unusable.
@@ -12,8 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from broker.config.log import NsqdFormatter, configure_logging
-from broker.config.options import InfoRequest, OptionsError, parse_args
+from broker.config import InfoRequest, NsqdFormatter, OptionsError, configure_logging, parse_args
 
 __all__ = ["main"]
 
@@ -36,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "bench":
-        from .bench import main as bench_main
+        from broker.bench import main as bench_main
 
         return bench_main(args[1:])
     # Warnings while reading the config file (unknown keys) use nsqd's format too.
@@ -51,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_OPTIONS
     configure_logging(options.log_level, options.log_prefix)
 
-    from .daemon import run
+    from broker.daemon import run
 
     status = run(options)
     return status if isinstance(status, int) else EXIT_OK

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.observe.metrics import LATENCY_BUCKETS, LatencyHistogram, MetricsExporter, percentile_suffix
-from broker.observe.stats import E2eStats, Snapshot
+from broker.core.latency import LATENCY_BUCKETS, LatencyHistogram
+from broker.observe import E2eStats, MetricsExporter, Snapshot, percentile_suffix
 from tests.test_stats import MEMORY, START, channel, client, topic
 
 #: Every series the Grafana NSQ mixin's dashboards and alerts query (with 0.99 configured).

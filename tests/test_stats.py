@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from broker.observe.stats import (
+from broker.gocompat import go_json
+from broker.gocompat import json_float as go_float
+from broker.observe import (
     NO_E2E,
     ChannelStats,
     ClientStats,
@@ -15,8 +17,6 @@ from broker.observe.stats import (
     MemoryStats,
     Snapshot,
     TopicStats,
-    go_float,
-    go_json,
     memory_stats,
     render_json,
     render_text,

@@ -55,9 +55,8 @@ from broker.config.options import NSQD_COMPAT_VERSION, TLS_REQUIRED, get_config_
 from broker.core.message import Message
 from broker.gocompat import format_duration, parse_int64, to_ns, wrap_int64
 from broker.http.server import BodyReadError, H11Server, Request, RequestBody, Response
-from broker.observe.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from broker.observe.metrics import MetricsExporter
-from broker.observe.stats import GC_PAUSES, go_json, health_text, render_json, render_text, snapshot
+from broker.observe import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from broker.observe import GC_PAUSES, MetricsExporter, go_json, health_text, render_json, render_text, snapshot
 from broker.protocol import is_valid_name
 
 if TYPE_CHECKING:

@@ -9,11 +9,12 @@ here reproduce those wraps so that out-of-range input gets nsqd's answer.
 
 from __future__ import annotations
 
+from broker.gocompat import MILLISECOND, wrap_int64, wrap_uint64
+
 __all__ = ["parse_base10", "to_int64", "ms_to_duration_ns"]
 
-_U64_MASK = (1 << 64) - 1
-_I64_SIGN = 1 << 63
-_NS_PER_MS = 1_000_000
+#: Reinterpret a ``uint64`` bit pattern as Go's ``int64`` (what ``int64(count)`` does in RDY).
+to_int64 = wrap_int64
 
 
 def parse_base10(token: bytes) -> int | None:
@@ -26,15 +27,9 @@ def parse_base10(token: bytes) -> int | None:
         return 0
     if not token.isdigit():  # bytes.isdigit() is ASCII-only
         return None
-    return int(token[-64:]) & _U64_MASK
-
-
-def to_int64(value: int) -> int:
-    """Reinterpret a ``uint64`` bit pattern as Go's ``int64``."""
-    value &= _U64_MASK
-    return value - (1 << 64) if value & _I64_SIGN else value
+    return wrap_uint64(int(token[-64:]))
 
 
 def ms_to_duration_ns(ms: int) -> int:
     """``time.Duration(ms) * time.Millisecond`` with Go's int64 wrap-around."""
-    return to_int64(ms * _NS_PER_MS)
+    return wrap_int64(ms * MILLISECOND)

@@ -12,7 +12,6 @@ import json
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Union
 
 from .frames import MSG_ID_LENGTH
 from .names import is_valid_name
@@ -123,7 +122,7 @@ class Nop:
     """NOP: no response."""
 
 
-Command = Union[Identify, Auth, Sub, Pub, Mpub, Dpub, Rdy, Fin, FinRun, Req, Touch, Cls, Nop]
+Command = Identify | Auth | Sub | Pub | Mpub | Dpub | Rdy | Fin | FinRun | Req | Touch | Cls | Nop
 
 _SIZE = struct.Struct(">I")
 _SIZE_AND_COUNT = struct.Struct(">II")

@@ -21,14 +21,20 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
+
+from broker.gocompat import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
 __all__ = ["decode_identify", "IDENTIFY_FIELDS"]
 
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (INT64_MIN, INT64_MAX)
+_INT32 = (INT32_MIN, INT32_MAX)
+
+#: A field's Go type: ``str``, ``bool``, or an integer type as its (min, max) range.
+_FieldKind = type[str] | type[bool] | tuple[int, int]
 
 #: nsqd 1.3.0 ``identifyDataV2``: JSON name -> Go type.
-IDENTIFY_FIELDS: dict[str, object] = {
+IDENTIFY_FIELDS: dict[str, _FieldKind] = {
     "client_id": str,
     "hostname": str,
     "heartbeat_interval": _INT64,
@@ -47,11 +53,11 @@ IDENTIFY_FIELDS: dict[str, object] = {
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-class _Pairs(list):
+class _Pairs(list[tuple[str, Any]]):
     """An object's members in wire order (a plain list would be confused with a JSON array)."""
 
 
-def _reject_constant(name: str):
+def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
@@ -75,7 +81,7 @@ def _fold(key: str) -> str | None:
     return key.lower() if key.isascii() else None
 
 
-def decode_identify(body: bytes) -> dict:
+def decode_identify(body: bytes) -> dict[str, Any]:
     """The fields an IDENTIFY body sets; raises ValueError where Go's decoder fails."""
     text = body.decode("utf-8", "surrogateescape")
     try:
@@ -86,9 +92,11 @@ def decode_identify(body: bytes) -> dict:
         return {}
     if type(value) is not _Pairs:
         raise ValueError("IDENTIFY body is not a JSON object")
-    data: dict = {}
+    data: dict[str, Any] = {}
     for key, item in value:
         name = key if key in IDENTIFY_FIELDS else _fold(key)
+        if name is None:
+            continue
         kind = IDENTIFY_FIELDS.get(name)
         if kind is None or item is None:
             continue
@@ -100,7 +108,7 @@ def decode_identify(body: bytes) -> dict:
             if type(item) is not bool:
                 raise ValueError(f"{name} must be a boolean")
             data[name] = item
-        else:
+        elif isinstance(kind, tuple):
             low, high = kind
             if type(item) is not int or not low <= item <= high:
                 raise ValueError(f"{name} must be an integer in range")

@@ -9,7 +9,7 @@ Series are named the way existing NSQ dashboards and alerts query them:
 * ``lovoo/nsq_exporter``'s and Telegraf's channel and client names (``nsq_channel_*``,
   ``nsq_client_*``, ``nsq_topic_channel_count``) where they do not collide;
 * a histogram of publish-to-FIN time per channel,
-  ``nsq_topic_channel_e2e_processing_latency_seconds``, fed by :class:`LatencyHistogram`;
+  ``nsq_topic_channel_e2e_processing_latency_seconds``, fed by each channel's :class:`~broker.core.latency.LatencyHistogram`;
 * prometheus-client's process, platform and Python GC collectors.
 
 Every family is documented in the README's "Metrics" section.
@@ -17,20 +17,17 @@ Every family is documented in the README's "Metrics" section.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric, UnknownMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.utils import floatToGoString
 
-from broker.core.latency import LATENCY_BUCKETS, LatencyHistogram
 from broker.observe.stats import ChannelStats, ClientStats, Snapshot, TopicStats
 
 __all__ = [
     "CONTENT_TYPE",
-    "LATENCY_BUCKETS",
-    "LatencyHistogram",
     "MetricsExporter",
     "families",
     "percentile_suffix",
@@ -38,6 +35,7 @@ __all__ = [
 
 #: The text exposition format every Prometheus version parses.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
 
 def percentile_suffix(quantile: float) -> str:
     """How nsqd's statsd names a percentile: ``0.99`` -> ``"99"`` (``%.0f`` of q*100)."""
@@ -144,29 +142,9 @@ def families(snap: Snapshot) -> list[Metric]:
     topic_count.add_metric([], len(topics))
     out += [healthy, topic_count]
 
-    for name, doc, get in _TOPIC_GAUGES:
-        family = _gauge(name, doc, ("topic",))
-        for t in topics:
-            family.add_metric([t.topic_name], get(t))
-        out.append(family)
-    for name, doc, get in _TOPIC_COUNTERS:
-        family = _untyped(name, doc, ("topic",))
-        for t in topics:
-            family.add_metric([t.topic_name], get(t))
-        out.append(family)
-
+    out += _topic_families(topics)
     channels = [(t, c) for t in topics for c in t.channels]
-    for name, doc, get in _CHANNEL_GAUGES:
-        family = _gauge(name, doc, ("topic", "channel"))
-        for t, c in channels:
-            family.add_metric([t.topic_name, c.channel_name], get(c))
-        out.append(family)
-    for name, doc, get in _CHANNEL_COUNTERS:
-        family = _untyped(name, doc, ("topic", "channel"))
-        for t, c in channels:
-            family.add_metric([t.topic_name, c.channel_name], get(c))
-        out.append(family)
-
+    out += _channel_families(channels)
     out += _latency_families(snap.percentiles, topics, channels)
 
     histogram = HistogramMetricFamily(
@@ -188,23 +166,54 @@ def families(snap: Snapshot) -> list[Metric]:
         for client in c.clients or ():
             labels = [t.topic_name, c.channel_name, _flag(client.deflate), _flag(client.snappy), _flag(client.tls),
                       client.client_id, client.hostname, client.version, client.remote_address]
-            for family, (_, _, get) in zip(client_families, _CLIENT_GAUGES):
-                family.add_metric(labels, get(client))
+            for client_family, (_, _, get_client) in zip(client_families, _CLIENT_GAUGES):
+                client_family.add_metric(labels, get_client(client))
     out += client_families
 
     memory = snap.memory
     if memory is not None:
         for key, doc in _MEMORY_GAUGES:
-            family = _gauge(f"nsq_mem_{key}", doc, ())
-            family.add_metric([], getattr(memory, key))
-            out.append(family)
+            memory_family = _gauge(f"nsq_mem_{key}", doc, ())
+            memory_family.add_metric([], getattr(memory, key))
+            out.append(memory_family)
         runs = _untyped("nsq_mem_gc_runs", "Garbage collections run since start, all generations (counter).", ())
         runs.add_metric([], memory.gc_total_runs)
         out.append(runs)
     return out
 
 
-def _latency_families(percentiles: tuple[float, ...], topics, channels) -> list[Metric]:
+def _topic_families(topics: Sequence[TopicStats]) -> list[Metric]:
+    out: list[Metric] = []
+    for name, doc, get in _TOPIC_GAUGES:
+        gauge = _gauge(name, doc, ("topic",))
+        for t in topics:
+            gauge.add_metric([t.topic_name], get(t))
+        out.append(gauge)
+    for name, doc, get in _TOPIC_COUNTERS:
+        counter = _untyped(name, doc, ("topic",))
+        for t in topics:
+            counter.add_metric([t.topic_name], get(t))
+        out.append(counter)
+    return out
+
+
+def _channel_families(channels: Sequence[tuple[TopicStats, ChannelStats]]) -> list[Metric]:
+    out: list[Metric] = []
+    for name, doc, get in _CHANNEL_GAUGES:
+        gauge = _gauge(name, doc, ("topic", "channel"))
+        for t, c in channels:
+            gauge.add_metric([t.topic_name, c.channel_name], get(c))
+        out.append(gauge)
+    for name, doc, get in _CHANNEL_COUNTERS:
+        counter = _untyped(name, doc, ("topic", "channel"))
+        for t, c in channels:
+            counter.add_metric([t.topic_name, c.channel_name], get(c))
+        out.append(counter)
+    return out
+
+
+def _latency_families(percentiles: tuple[float, ...], topics: Sequence[TopicStats],
+                      channels: Sequence[tuple[TopicStats, ChannelStats]]) -> list[Metric]:
     """``*_e2e_processing_latency_<p>`` per configured percentile (ns), plus lovoo's 99/95 names."""
     out: list[Metric] = []
     seen: set[str] = set()
@@ -240,12 +249,12 @@ def _latency_families(percentiles: tuple[float, ...], topics, channels) -> list[
                 if lovoo_channel is not None:
                     lovoo_channel.add_metric([t.topic_name, c.channel_name], value)
         out += [topic_family, channel_family]
-        if lovoo is not None:
+        if lovoo_topic is not None and lovoo_channel is not None:
             out += [lovoo_topic, lovoo_channel]
     return out
 
 
-def _quantile_value(percentiles, quantile: float) -> float | None:
+def _quantile_value(percentiles: tuple[tuple[float, float], ...] | None, quantile: float) -> float | None:
     for q, value in percentiles or ():
         if q == quantile:
             return value

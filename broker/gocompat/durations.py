@@ -1,7 +1,5 @@
-"""What Go does that Python does differently, in one place: int64 bounds and wrap-around,
-``strconv`` integer parsing, and ``time.Duration`` syntax.
+"""Go's ``time.Duration`` syntax: ``time.ParseDuration`` and ``Duration.String``.
 
-Durations: 
 nsqd reads durations with Go's ``time.ParseDuration`` (``250ms``, ``2s``, ``1m30s``, ``1.5h``,
 ``300us``, ``0``) and prints them with ``Duration.String`` (``250ms``, ``2s``, ``1m0s``,
 ``1h0m0s``) in ``--help``. JSON renderings (``/config``, ``/info``) are integer nanoseconds.
@@ -11,13 +9,10 @@ nanoseconds in between so that printing is exact.
 
 from __future__ import annotations
 
-import re
+from broker.gocompat.ints import INT64_MAX
+from broker.gocompat.strconv import go_quote_str
 
 __all__ = [
-    "INT64_MIN",
-    "INT64_MAX",
-    "wrap_int64",
-    "parse_int64",
     "NANOSECOND",
     "MICROSECOND",
     "MILLISECOND",
@@ -29,29 +24,6 @@ __all__ = [
     "to_ns",
     "to_seconds",
 ]
-
-#: Go's int64 range.
-INT64_MIN = -(1 << 63)
-INT64_MAX = (1 << 63) - 1
-
-_DECIMAL = re.compile(r"[+-]?[0-9]+")
-
-
-def wrap_int64(value: int) -> int:
-    """``value`` reduced as Go's int64 arithmetic wraps on overflow (two's complement)."""
-    value &= (1 << 64) - 1
-    return value - (1 << 64) if value > INT64_MAX else value
-
-
-def parse_int64(text: str) -> int:
-    """``strconv.ParseInt(text, 10, 64)``; ``ValueError`` if ``text`` is not a base-10 int64."""
-    if not _DECIMAL.fullmatch(text):
-        raise ValueError(text)
-    value = int(text)
-    if not INT64_MIN <= value <= INT64_MAX:
-        raise ValueError(text)
-    return value
-
 
 NANOSECOND = 1
 MICROSECOND = 1_000
@@ -77,11 +49,6 @@ _UNITS = {
 _DIGITS = "0123456789"
 
 
-def _quote(text: str) -> str:
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
-
-
 def parse_duration(text: str) -> int:
     """Parse a Go duration string into integer nanoseconds.
 
@@ -100,11 +67,11 @@ def parse_duration(text: str) -> int:
     if rest == "0":
         return 0
     if not rest:
-        raise ValueError(f"time: invalid duration {_quote(original)}")
+        raise ValueError(f"time: invalid duration {go_quote_str(original)}")
     total = 0
     while rest:
         if rest[0] != "." and rest[0] not in _DIGITS:
-            raise ValueError(f"time: invalid duration {_quote(original)}")
+            raise ValueError(f"time: invalid duration {go_quote_str(original)}")
         i = 0
         while i < len(rest) and rest[i] in _DIGITS:
             i += 1
@@ -120,25 +87,25 @@ def parse_duration(text: str) -> int:
             rest = rest[i:]
         if not whole and not fraction:
             # no digits on either side of the dot, e.g. "." or ".s"
-            raise ValueError(f"time: invalid duration {_quote(original)}")
+            raise ValueError(f"time: invalid duration {go_quote_str(original)}")
         i = 0
         while i < len(rest) and rest[i] != "." and rest[i] not in _DIGITS:
             i += 1
         if i == 0:
-            raise ValueError(f"time: missing unit in duration {_quote(original)}")
+            raise ValueError(f"time: missing unit in duration {go_quote_str(original)}")
         unit_name = rest[:i]
         rest = rest[i:]
         unit = _UNITS.get(unit_name)
         if unit is None:
             raise ValueError(
-                f"time: unknown unit {_quote(unit_name)} in duration {_quote(original)}"
+                f"time: unknown unit {go_quote_str(unit_name)} in duration {go_quote_str(original)}"
             )
         value = int(whole or "0") * unit
         if fraction:
             value += int(fraction) * unit // 10 ** len(fraction)
         total += value
         if total > _MAX_NS:
-            raise ValueError(f"time: invalid duration {_quote(original)}")
+            raise ValueError(f"time: invalid duration {go_quote_str(original)}")
     return -total if negative else total
 
 

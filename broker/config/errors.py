@@ -1,0 +1,21 @@
+"""What reading the options raises: an unusable option, or a request for help or the version."""
+
+from __future__ import annotations
+
+__all__ = ["OptionsError", "InfoRequest"]
+
+
+class OptionsError(ValueError):
+    """A flag, config file value or combination of options that cannot be used.
+
+    The message names the flag (``--node-id must be [0,1024)``) or config key
+    (``failed parsing tls_required maybe - ...``), in nsqd's wording where nsqd has one.
+    """
+
+
+class InfoRequest(Exception):
+    """``--help`` or ``--version`` was given: print :attr:`text` to stdout and exit 0."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text

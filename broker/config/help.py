@@ -1,0 +1,28 @@
+"""``--help``: every flag with nsqd's help text and pynsqd's default, as Go's ``flag`` prints it."""
+
+from __future__ import annotations
+
+from broker.config.flag_table import FLAGS
+from broker.config.schema import Options
+
+__all__ = ["help_text"]
+
+
+def help_text() -> str:
+    """``--help`` output: every flag with nsqd's help text and pynsqd's default, Go style."""
+    defaults = Options()
+    lines = ["Usage of pynsqd:"]
+    for flag in FLAGS:
+        head = f"  -{flag.name}"
+        if flag.kind.type_name:
+            head = f"{head} {flag.kind.type_name}"
+        usage = flag.usage
+        if flag.attr is not None:
+            shown = flag.kind.help_default(getattr(defaults, flag.attr))
+            if shown is not None:
+                usage = f"{usage} (default {shown})"
+        lines.append(head)
+        lines.append(f"    \t{usage}")
+    lines.append("")
+    lines.append("pynsqd bench [flags] runs the benchmark client instead; see pynsqd bench -help.")
+    return "\n".join(lines)

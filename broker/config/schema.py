@@ -1,0 +1,328 @@
+"""The :class:`Options` dataclass: nsqd 1.3.0's options and pynsqd's own, as one declarative table.
+
+Each field declares its default, its flag (:func:`~broker.config.flag.option`: the value kind,
+nsqd's help text, the config file key, a bound), so the command line, the config file,
+``--help`` and ``GET /config/:opt`` all read the same table (:mod:`broker.config.flag_table`).
+
+Where pynsqd's defaults differ from nsqd's on purpose: the listeners bind ``127.0.0.1`` rather
+than every interface (pass ``--tcp-address=0.0.0.0:4150`` and ``--http-address=0.0.0.0:4151``
+to serve other hosts). ``data_path`` ``""`` means the current directory, as in nsqd.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import zlib
+from dataclasses import dataclass
+
+from broker.config.flag import option
+from broker.config.kinds import (
+    BOOL,
+    DURATION,
+    FLOATS,
+    INT,
+    LOG_LEVEL,
+    STRING,
+    STRINGS,
+    TLS_MIN_VERSION,
+    TLS_REQUIRED_KIND,
+)
+from broker.config.tls import TLS_NOT_REQUIRED, TLS_REQUIRED
+from broker.config.validation import validate
+
+__all__ = ["Options", "default_node_id"]
+
+
+def _hostname() -> str:
+    return socket.gethostname()
+
+
+def default_node_id(hostname: str | None = None) -> int:
+    """nsqd's default ``--node-id``: crc32 (IEEE) of the md5 digest of the hostname, mod 1024."""
+    name = _hostname() if hostname is None else hostname
+    return zlib.crc32(hashlib.md5(name.encode()).digest()) % 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Every nsqd 1.3.0 option plus pynsqd's own, validated and immutable.
+
+    Field names are nsqd's config-file names (``mem_queue_size``), except ``node_id``
+    (config key ``id``). Durations are float seconds, sizes and counts ints, lists tuples.
+    Fields with no flag (``client_timeout``, ``queue_scan_interval``, ...) are nsqd's
+    internal options with nsqd's values. Construction validates and raises
+    :class:`OptionsError`; ``dataclasses.replace`` does the same, which is how a running
+    broker derives changed options (``PUT /config/log_level``).
+    """
+
+    # basic options
+    node_id: int = option(
+        0, INT, "node-id",
+        "unique part for message IDs, (int) in range [0,1024) (default is hash of hostname)",
+        cfg="id", factory=default_node_id,
+    )
+    log_level: str = option(
+        "info", LOG_LEVEL, "log-level",
+        "set log verbosity: debug, info, warn, error, or fatal",
+    )
+    log_prefix: str = option("[nsqd] ", STRING, "log-prefix", "log message prefix")
+
+    tcp_address: str = option(
+        "127.0.0.1:4150", STRING, "tcp-address",
+        "<addr>:<port> (for TCP/IP) or <path> (for unix socket) to listen on for TCP clients",
+    )
+    http_address: str = option(
+        "127.0.0.1:4151", STRING, "http-address",
+        "<addr>:<port> (for TCP/IP) or <path> (for unix socket) to listen on for HTTP clients",
+    )
+    https_address: str = option(
+        "127.0.0.1:4152", STRING, "https-address",
+        "<addr>:<port> to listen on for HTTPS clients",
+    )
+    broadcast_address: str = option(
+        "", STRING, "broadcast-address",
+        "address that will be registered with lookupd (defaults to the OS hostname)",
+        factory=_hostname,
+    )
+    broadcast_tcp_port: int = option(
+        0, INT, "broadcast-tcp-port",
+        "TCP port that will be registered with lookupd (defaults to the TCP port that this nsqd "
+        "is listening on)",
+        bound=">=0",
+    )
+    broadcast_http_port: int = option(
+        0, INT, "broadcast-http-port",
+        "HTTP port that will be registered with lookupd (defaults to the HTTP port that this "
+        "nsqd is listening on)",
+        bound=">=0",
+    )
+    nsqlookupd_tcp_addresses: tuple[str, ...] = option(
+        (), STRINGS, "lookupd-tcp-address",
+        "lookupd TCP address (may be given multiple times)",
+        cfg="nsqlookupd_tcp_addresses",
+    )
+    auth_http_addresses: tuple[str, ...] = option(
+        (), STRINGS, "auth-http-address",
+        "<addr>:<port> or a full url to query auth server (may be given multiple times)",
+        cfg="auth_http_addresses",
+    )
+    http_client_connect_timeout: float = option(
+        2.0, DURATION, "http-client-connect-timeout",
+        "timeout for HTTP connect",
+        bound=">=0",
+    )
+    http_client_request_timeout: float = option(
+        5.0, DURATION, "http-client-request-timeout",
+        "timeout for HTTP request",
+        bound=">=0",
+    )
+
+    # diskqueue options
+    data_path: str = option("", STRING, "data-path", "path to store disk-backed messages")
+    mem_queue_size: int = option(
+        10000, INT, "mem-queue-size",
+        "number of messages to keep in memory (per topic/channel)",
+        bound=">=0",
+    )
+    max_bytes_per_file: int = option(
+        104857600, INT, "max-bytes-per-file",
+        "number of bytes per diskqueue file before rolling",
+        bound=">0",
+    )
+    sync_every: int = option(
+        2500, INT, "sync-every",
+        "number of messages per diskqueue fsync",
+        bound=">0",
+    )
+    sync_timeout: float = option(
+        2.0, DURATION, "sync-timeout",
+        "duration of time per diskqueue fsync",
+        bound=">0",
+    )
+
+    queue_scan_interval: float = 0.1
+    queue_scan_refresh_interval: float = 5.0
+    queue_scan_selection_count: int = option(
+        20, INT, "queue-scan-selection-count",
+        "number of channels to check per cycle (every 100ms) for in-flight and deferred timeouts",
+        bound=">0",
+    )
+    queue_scan_worker_pool_max: int = option(
+        4, INT, "queue-scan-worker-pool-max",
+        "max concurrency for checking in-flight and deferred message timeouts",
+        bound=">0",
+    )
+    queue_scan_dirty_percent: float = 0.25
+
+    # msg and command options
+    msg_timeout: float = option(
+        60.0, DURATION, "msg-timeout",
+        "default duration to wait before auto-requeing a message",
+        bound=">0",
+    )
+    max_msg_timeout: float = option(
+        900.0, DURATION, "max-msg-timeout",
+        "maximum duration before a message will timeout",
+        bound=">0",
+    )
+    max_msg_size: int = option(
+        1048576, INT, "max-msg-size",
+        "maximum size of a single message in bytes",
+        bound=">0",
+    )
+    max_body_size: int = option(
+        5242880, INT, "max-body-size",
+        "maximum size of a single command body",
+        bound=">0",
+    )
+    max_req_timeout: float = option(
+        3600.0, DURATION, "max-req-timeout",
+        "maximum requeuing timeout for a message",
+        bound=">=0",
+    )
+    client_timeout: float = 60.0
+
+    # client overridable configuration options
+    max_heartbeat_interval: float = option(
+        60.0, DURATION, "max-heartbeat-interval",
+        "maximum client configurable duration of time between client heartbeats",
+        bound=">0",
+    )
+    max_rdy_count: int = option(
+        2500, INT, "max-rdy-count",
+        "maximum RDY count for a client",
+        bound=">0",
+    )
+    max_output_buffer_size: int = option(
+        65536, INT, "max-output-buffer-size",
+        "maximum client configurable size (in bytes) for a client output buffer",
+        bound=">0",
+    )
+    max_output_buffer_timeout: float = option(
+        30.0, DURATION, "max-output-buffer-timeout",
+        "maximum client configurable duration of time between flushing to a client",
+        bound=">=0",
+    )
+    min_output_buffer_timeout: float = option(
+        0.025, DURATION, "min-output-buffer-timeout",
+        "minimum client configurable duration of time between flushing to a client",
+        bound=">=0",
+    )
+    output_buffer_timeout: float = option(
+        0.25, DURATION, "output-buffer-timeout",
+        "default duration of time between flushing data to clients",
+        bound=">=0",
+    )
+    max_channel_consumers: int = option(
+        0, INT, "max-channel-consumers",
+        "maximum channel consumer connection count per nsqd instance (default 0, i.e., unlimited)",
+        bound=">=0",
+    )
+
+    # statsd integration
+    statsd_address: str = option(
+        "", STRING, "statsd-address",
+        "UDP <addr>:<port> of a statsd daemon for pushing stats",
+    )
+    statsd_prefix: str = option(
+        "nsq.%s", STRING, "statsd-prefix",
+        "prefix used for keys sent to statsd (%s for host replacement)",
+    )
+    statsd_interval: float = option(
+        60.0, DURATION, "statsd-interval",
+        "duration between pushing to statsd",
+        bound=">0",
+    )
+    statsd_mem_stats: bool = option(
+        True, BOOL, "statsd-mem-stats",
+        "toggle sending memory and GC stats to statsd",
+    )
+    statsd_udp_packet_size: int = option(
+        508, INT, "statsd-udp-packet-size",
+        "the size in bytes of statsd UDP packets",
+        bound=">0",
+    )
+    statsd_exclude_ephemeral: bool = option(
+        False, BOOL, "statsd-exclude-ephemeral",
+        "Skip ephemeral topics and channels when sending stats to statsd",
+    )
+
+    # e2e message latency
+    e2e_processing_latency_window_time: float = option(
+        600.0, DURATION, "e2e-processing-latency-window-time",
+        "calculate end to end latency quantiles for this duration of time (ie: 60s would only "
+        "show quantile calculations from the past 60 seconds)",
+        bound=">0",
+    )
+    e2e_processing_latency_percentiles: tuple[float, ...] = option(
+        (), FLOATS, "e2e-processing-latency-percentile",
+        "message processing time percentiles (as float (0, 1.0]) to track (can be specified "
+        "multiple times or comma separated '1.0,0.99,0.95', default none)",
+        cfg="e2e_processing_latency_percentiles",
+    )
+
+    # TLS config
+    tls_cert: str = option("", STRING, "tls-cert", "path to certificate file")
+    tls_key: str = option("", STRING, "tls-key", "path to key file")
+    tls_client_auth_policy: str = option(
+        "", STRING, "tls-client-auth-policy",
+        "client certificate auth policy ('require' or 'require-verify')",
+    )
+    tls_root_ca_file: str = option(
+        "", STRING, "tls-root-ca-file",
+        "path to certificate authority file",
+    )
+    tls_required: int = option(
+        TLS_NOT_REQUIRED, TLS_REQUIRED_KIND, "tls-required",
+        "require TLS for client connections (true, false, tcp-https)",
+    )
+    tls_min_version: str = option(
+        "tls1.0", TLS_MIN_VERSION, "tls-min-version",
+        "minimum SSL/TLS version acceptable ('ssl3.0', 'tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')",
+    )
+
+    # compression
+    deflate: bool = option(
+        True, BOOL, "deflate",
+        "enable deflate feature negotiation (client compression)",
+    )
+    max_deflate_level: int = option(
+        6, INT, "max-deflate-level",
+        "max deflate compression level a client can negotiate (> values == > nsqd CPU usage)",
+    )
+    snappy: bool = option(
+        True, BOOL, "snappy",
+        "enable snappy feature negotiation (client compression)",
+    )
+
+    # pynsqd's own
+    durable: bool = option(
+        False, BOOL, "durable",
+        "acknowledge a publish only after it is fsynced, and keep delivered messages on disk "
+        "until they are finished (a crash re-delivers instead of losing)",
+    )
+    max_attempts: int = option(
+        0, INT, "max-attempts",
+        "default number of delivery attempts after which a channel moves a message to its "
+        "dead-letter set (0 = never)",
+        bound=">=0",
+    )
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # the dataclass is frozen; normalise in place once
+        for name in ("nsqlookupd_tcp_addresses", "auth_http_addresses"):
+            set_(self, name, tuple(getattr(self, name)))
+        set_(self, "e2e_processing_latency_percentiles",
+             tuple(float(v) for v in self.e2e_processing_latency_percentiles))
+        set_(self, "log_level", str(self.log_level).lower())
+        set_(self, "tls_min_version", str(self.tls_min_version).lower())
+        if self.tls_client_auth_policy and self.tls_required == TLS_NOT_REQUIRED:
+            # nsqd: asking for client certificates implies TLS is required
+            set_(self, "tls_required", TLS_REQUIRED)
+        validate(self)
+
+    def data_dir(self) -> str:
+        """The directory for data files: ``data_path``, or the current directory if empty."""
+        return self.data_path or os.getcwd()

@@ -1,0 +1,105 @@
+"""Go's ``encoding/json`` output: ``json.Marshal`` of maps, slices, strings and numbers.
+
+Go writes no spaces, escapes ``<``, ``>``, ``&``, U+2028 and U+2029, replaces invalid UTF-8
+with U+FFFD, and prints a float64 in the shortest fixed notation between 1e-6 and 1e21
+(``1``, ``0.99``) and in exponent notation outside (``1e-7``, ``1e+21``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal
+from typing import Any
+
+__all__ = ["go_json", "json_float"]
+
+_PLAIN = re.compile(r'[ !#-%\'-;=?-\[\]-~]*\Z')
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t",
+            "<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def _string(text: str) -> str:
+    if _PLAIN.match(text):
+        return f'"{text}"'
+    out = ['"']
+    for ch in text:
+        escaped = _ESCAPES.get(ch)
+        if escaped is not None:
+            out.append(escaped)
+        elif ch < " ":
+            out.append("\\u%04x" % ord(ch))
+        elif "\ud800" <= ch <= "\udfff":
+            # a lone surrogate stands for invalid UTF-8, which Go replaces
+            out.append("\ufffd")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def json_float(value: float) -> str:
+    """A float64 as Go's ``encoding/json`` writes it (``1``, ``0.99``, ``1e-7``, ``1e+21``).
+
+    Raises ``ValueError`` for NaN and the infinities, which JSON cannot hold.
+    """
+    if not math.isfinite(value):
+        raise ValueError(f"json: unsupported value: {value!r}")
+    if value == 0:
+        return "0"
+    text = repr(float(value))
+    if 1e-6 <= abs(value) < 1e21:
+        # Go: the shortest digits in fixed notation
+        if "e" in text:
+            text = format(Decimal(text), "f")
+        return text[:-2] if text.endswith(".0") else text
+    # Go: exponent notation with at least two exponent digits, "e-07" shortened to "e-7"
+    if len(text) >= 4 and text[-4] == "e" and text[-3] == "-" and text[-2] == "0":
+        text = text[:-2] + text[-1]
+    return text
+
+
+def _encode(value: Any, out: list[str]) -> None:
+    if value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, int):
+        out.append(str(int(value)))
+    elif isinstance(value, float):
+        out.append(json_float(value))
+    elif isinstance(value, str):
+        out.append(_string(value))
+    elif isinstance(value, dict):
+        out.append("{")
+        first = True
+        for key, item in value.items():
+            if not first:
+                out.append(",")
+            first = False
+            out.append(_string(key))
+            out.append(":")
+            _encode(item, out)
+        out.append("}")
+    elif isinstance(value, (list, tuple)):
+        out.append("[")
+        for index, item in enumerate(value):
+            if index:
+                out.append(",")
+            _encode(item, out)
+        out.append("]")
+    else:
+        raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+def go_json(value: Any) -> bytes:
+    """``value`` as Go's ``json.Marshal`` would write it; dicts keep their key order.
+
+    Raises ``TypeError`` for a value that is not None, bool, int, float, str, dict, list or
+    tuple, and ``ValueError`` for a float JSON cannot hold.
+    """
+    out: list[str] = []
+    _encode(value, out)
+    return "".join(out).encode("utf-8")
