@@ -16,28 +16,37 @@ import shutil
 import subprocess
 import sys
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import trio
+
+from tests.support.paths import REPO
 
 __all__ = [
     "ANSQ",
     "GNSQ",
     "HEX16",
+    "LIBRARIES",
     "NSQJS",
     "PYNSQ",
     "ClientFailed",
     "ClientProcess",
+    "Library",
     "address",
     "assert_no_errors",
+    "consume_config",
+    "libraries",
     "nsqjs_missing",
     "of_kind",
+    "publish_with",
     "run_client",
     "start_client",
     "text",
 ]
 
-INTEROP_DIR = Path(__file__).parent
+INTEROP_DIR = Path(__file__).resolve().parents[1] / "system" / "interop"
 CLIENTS_DIR = INTEROP_DIR / "clients"
 JS_DIR = INTEROP_DIR / "js"
 HEX16 = re.compile(r"^[0-9a-f]{16}$")
@@ -55,7 +64,7 @@ def nsqjs_missing() -> str | None:
     if shutil.which("node") is None:
         return "node is not installed"
     if not (JS_DIR / "node_modules" / "nsqjs").is_dir():
-        return f"nsqjs is not installed (npm ci --prefix {JS_DIR.relative_to(INTEROP_DIR.parent.parent)})"
+        return f"nsqjs is not installed (npm ci --prefix {JS_DIR.relative_to(REPO)})"
     return None
 
 
@@ -175,3 +184,35 @@ async def publish_with(argv: list[str], broker, logs: Path, *ops: dict) -> list[
 def consume_config(broker, topic: str, channels=("ch",), **options) -> dict:
     """The config of a client's ``consume`` command: ``topic`` through ``channels``."""
     return {"tcp": address(broker.tcp), "topic": topic, "channels": list(channels), **options}
+
+
+@dataclass(frozen=True)
+class Library:
+    """One client library as the shared scenarios drive it."""
+
+    name: str
+    argv: list[str]
+    #: The consume option that makes the library give up on a message after N attempts (None: it has none).
+    max_attempts_option: str | None = None
+    #: Why its tests cannot run on this machine (None: they can).
+    missing: str | None = None
+
+
+LIBRARIES = {
+    "pynsq": Library("pynsq", PYNSQ, max_attempts_option="max_tries"),
+    "gnsq": Library("gnsq", GNSQ, max_attempts_option="max_tries"),
+    "ansq": Library("ansq", ANSQ),
+    "nsqjs": Library("nsqjs", NSQJS, max_attempts_option="max_attempts", missing=nsqjs_missing()),
+}
+
+
+def libraries(*names: str) -> pytest.MarkDecorator:
+    """Parametrize a test over the named client libraries (all of them when none are named)."""
+    chosen = [LIBRARIES[name] for name in names or LIBRARIES]
+    return pytest.mark.parametrize(
+        "library",
+        [
+            pytest.param(lib, id=lib.name, marks=pytest.mark.skipif(lib.missing is not None, reason=str(lib.missing)))
+            for lib in chosen
+        ],
+    )

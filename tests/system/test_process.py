@@ -17,7 +17,7 @@ from broker.protocol import (
     encode_rdy,
     encode_sub,
 )
-from tests.v2client import connect
+from tests.support.v2client import connect
 
 
 async def _subscribe(address, topic="t", channel="c", rdy=100, **identify):

@@ -1,7 +1,8 @@
 """Tests of the benchmark tool itself: flags, percentile maths, output, the timed loops.
 
 The loops are exercised against a scripted V2 peer on 127.0.0.1:0 (frames cut
-into odd pieces, heartbeats in between) and, briefly, against a real broker.
+into odd pieces, heartbeats in between); ``tests/system/test_bench_runs.py`` runs
+the tool briefly against a real broker.
 """
 
 from __future__ import annotations
@@ -11,11 +12,9 @@ import json
 import re
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -35,8 +34,8 @@ from broker.bench.reader import ConsumerPlan, ReaderWorker
 from broker.bench.report import build_result
 from broker.bench.writer import WriterWorker, split_quotas
 from broker.protocol import encode_message_frame, encode_response
+from tests.support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
 PEER_TIMEOUT = 10.0
 
 # -- flags --------------------------------------------------------------------
@@ -365,68 +364,11 @@ def test_writer_loop_counts_oks_not_heartbeats():
     assert (b"NOP", None) in commands
 
 
-# -- a short real run against the broker --------------------------------------
-
-
-@pytest.fixture
-def broker_address(tmp_path):
-    """A broker process on 127.0.0.1:0 with a fresh data path; stopped by pid afterwards."""
-    log_path = tmp_path / "broker.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "broker", "--data-path", str(tmp_path), "--tcp-address", "127.0.0.1:0",
-             "--http-address", "127.0.0.1:0"],
-            stdout=log, stderr=log, cwd=ROOT)
-    try:
-        limit = time.monotonic() + 30
-        while True:
-            m = re.search(rb"TCP: listening on ([\d.]+):(\d+)", log_path.read_bytes())
-            if m:
-                break
-            if proc.poll() is not None or time.monotonic() > limit:
-                pytest.fail(f"broker did not start: {log_path.read_text(errors='replace')}")
-            time.sleep(0.05)
-        yield f"{m.group(1).decode()}:{m.group(2).decode()}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def test_writer_then_reader_against_the_broker(broker_address, capsys):
-    common = [f"--nsqd-tcp-address={broker_address}", "--json", "--progress=0", "--topic=bench_test"]
-    assert main(["writer", *common, "--runfor=1s", "--size=100", "--batch-size=50", "--connections=2"]) == 0
-    written = json.loads(capsys.readouterr().out)
-    assert written["tool"] == "writer"
-    assert written["messages"] > 0 and written["messages"] % 50 == 0
-    assert written["body_bytes"] == 100 * written["messages"]
-
-    assert main(["reader", *common, f"--count={written['messages']}", "--runfor=20s", "--connections=2"]) == 0
-    read = json.loads(capsys.readouterr().out)
-    assert read["messages"] == written["messages"]
-    assert read["body_bytes"] == written["body_bytes"]
-    assert read["latency_ms"]["count"] == read["messages"]
-    assert read["latency_ms"]["p50_ms"] > 0
-    assert read["error_count"] == 0 and read["closed_by_server"] == 0
-
-
-def test_channels_against_the_broker(broker_address, capsys):
-    assert main(["channels", f"--nsqd-tcp-address={broker_address}", "--num=5", "--runfor=0.5s", "--json",
-                 "--progress=0", "--topic=bench_channels_test"]) == 0
-    result = json.loads(capsys.readouterr().out)
-    assert result["subscribe_ms"]["count"] == 5
-    assert result["closed_by_server"] == 0
-    assert result["duration_s"] >= 0.5
-
-
 # -- the matrix runner's profile summary ---------------------------------------
 
 
 def test_matrix_runner_summarizes_collapsed_stacks(monkeypatch):
-    spec = importlib.util.spec_from_file_location("run_matrix", ROOT / "tests" / "bench" / "run_matrix.py")
+    spec = importlib.util.spec_from_file_location("run_matrix", REPO / "tests" / "bench" / "run_matrix.py")
     run_matrix = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "run_matrix", run_matrix)  # dataclasses look their module up
     spec.loader.exec_module(run_matrix)

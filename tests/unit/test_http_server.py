@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from broker.http.server import MAX_DRAIN_BYTES, BodyReadError, H11Server, Request, RequestBody, Response
-from tests.test_http_support import HTTPClient, raw_exchange
+from tests.support.http_client import HTTPClient, raw_exchange
 
 
 class Recorder:

@@ -35,8 +35,8 @@ from broker.protocol import (
     encode_req,
     encode_sub,
 )
-from tests.test_http_support import request
-from tests.v2client import connect
+from tests.support.http_client import request
+from tests.support.v2client import connect
 
 SEED = 20240611
 ROUNDS = 10
@@ -139,7 +139,7 @@ async def _round(proc, ledger: Ledger, rng: random.Random, kill_after: float) ->
     """Publish and consume (FIN, REQ) with several clients, then SIGKILL the broker."""
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        for i in range(CONSUMERS):
+        for _ in range(CONSUMERS):
             nursery.start_soon(_consumer, proc.tcp, ledger, random.Random(rng.random()), stop, True)
         for i in range(PUBLISHERS):
             name = f"i{ledger.incarnation}p{i}"
@@ -211,7 +211,7 @@ async def test_kill_9_keeps_deferred_due_times(broker_process, tmp_path):
             await producer.expect_response(b"OK")
             ledger.acked.add(body)
         proc.kill()
-        for attempt in range(2):  # crash once more while they are still waiting
+        for _ in range(2):  # crash once more while they are still waiting
             proc = broker_process("--durable", data_path=data)
             await trio.sleep(0.2)
             proc.kill()

@@ -11,17 +11,16 @@ import shutil
 import socket
 import subprocess
 import urllib.parse
-from pathlib import Path
 
 import pytest
 import trio
 
 from broker.protocol import encode_fin, encode_rdy, encode_sub
-from tests.test_http_support import request
-from tests.test_metrics import MIXIN_NAMES
-from tests.v2client import connect
+from tests.support.http_client import request
+from tests.support.paths import DEPLOY
+from tests.support.snapshots import MIXIN_NAMES
+from tests.support.v2client import connect
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
 

@@ -18,25 +18,24 @@ import sys
 import urllib.request
 from collections import defaultdict
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 import trio
 
 from broker.protocol import encode_fin, encode_rdy, encode_sub
-from tests.v2client import connect
+from tests.support.paths import REPO
+from tests.support.v2client import connect
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "spark" / "examples"
+EXAMPLES = REPO / "spark" / "examples"
 WINDOW_S, WATERMARK_S = 2, 1
 RATE, SECONDS = 50, 8
 
 
 def example_env() -> dict[str, str]:
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "spark"), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), str(REPO / "spark"), env.get("PYTHONPATH")]))
     return env
 
 

@@ -8,15 +8,14 @@ import subprocess
 import sys
 import time
 import types
-from pathlib import Path
 
 import pytest
 
 from broker import cli
 from broker.config.log import LOGGER_NAME, NsqdFormatter, configure_logging, log_level_number, set_log_level
 from broker.config.options import VERSION_TEXT, Options, help_text
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 LINE = r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6}"
 
 

@@ -31,14 +31,14 @@ from broker.protocol import (
     encode_sub,
 )
 from pyspark_nsq import SOURCE_SCHEMA, NsqDataSource
-from tests.conftest import BrokerProcess
-from tests.v2client import connect
+from tests.support.paths import REPO
+from tests.support.processes import BrokerProcess
+from tests.support.v2client import connect
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parent.parent
 #: What the Python workers Spark starts need on their path to import the connector.
-WORKER_PATH = os.pathsep.join([str(ROOT), str(ROOT / "spark")])
+WORKER_PATH = os.pathsep.join([str(REPO), str(REPO / "spark")])
 #: Upper bound for anything a test waits for (Spark's first batch alone takes seconds).
 DEADLINE_S = 120
 

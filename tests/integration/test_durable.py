@@ -18,7 +18,8 @@ from broker.protocol import (
     encode_pub,
     encode_req,
 )
-from tests.v2client import connect, publish, subscriber
+from tests.support.v2client import connect, publish, subscriber
+from tests.support.waiting import wait_for
 
 MODES = pytest.mark.parametrize("flags", [(), ("--durable",)], ids=["default", "durable"])
 
@@ -37,12 +38,6 @@ async def drain(client, quiet: float = 0.4) -> list:
             await client.send(encode_fin(msg.id))
             continue
         return got
-
-
-async def wait_for(predicate, timeout: float = 5.0) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.02)
 
 
 # ---------------------------------------------------------------- group commit

@@ -2,25 +2,23 @@
 
 The HTTP endpoints themselves (shapes, errors) are covered in ``test_http_inspect.py``;
 these tests follow messages through the broker: buried after the limit with a
-raw client and with pynsq's Reader (which requeues a message its handler
-fails), kept across graceful restarts in both modes, and the per-channel
-setting kept in ``nsqd.dat``.
+raw client (pynsq's Reader is in ``tests/system/interop/test_pynsq.py``), kept
+across graceful restarts in both modes, and the per-channel setting kept in
+``nsqd.dat``.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import trio
 
-from broker.protocol import encode_fin, encode_mpub, encode_rdy, encode_req, encode_sub
-from tests.test_http_support import request
-from tests.v2client import connect, subscriber
-from tests.v2client import publish_batch as publish
+from broker.protocol import encode_fin, encode_rdy, encode_req, encode_sub
+from tests.support.http_client import request
+from tests.support.v2client import connect, subscriber
+from tests.support.v2client import publish_batch as publish
+from tests.support.waiting import wait_for
 
 MODES = pytest.mark.parametrize("flags", [(), ("--durable",)], ids=["default", "durable"])
 
@@ -33,12 +31,6 @@ async def buried(daemon, topic="t", channel="c") -> list[dict]:
     reply = await call(daemon, "GET", f"/channel/peek?topic={topic}&channel={channel}&state=buried&n=1000")
     assert reply.status == 200, reply
     return reply.json()["messages"]
-
-
-async def wait_for(predicate, timeout: float = 5.0) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.02)
 
 
 async def requeue_until_silent(consumer, quiet: float = 0.4) -> dict[bytes, list[int]]:
@@ -150,45 +142,6 @@ async def test_many_buried_and_kicked_messages_keep_the_store_small(start_daemon
     async with start_daemon("--max-attempts=1", "--durable") as d:
         assert await buried(d) == []
         assert d.broker.topics["t"].channels["c"].depth == 0
-
-
-_PYNSQ_READER = textwrap.dedent("""
-    import json, sys
-    import nsq
-    import tornado.ioloop
-
-    seen = {}
-
-    def handler(message):
-        seen.setdefault(message.body.decode(), []).append(message.attempts)
-        return False  # failed: pynsq sends REQ
-
-    reader = nsq.Reader(topic="t", channel="c", message_handler=handler,
-                        nsqd_tcp_addresses=[sys.argv[1]], max_in_flight=10,
-                        max_tries=0, requeue_delay=0, max_backoff_duration=0.2)
-    loop = tornado.ioloop.IOLoop.current()
-    loop.call_later(float(sys.argv[2]), loop.stop)
-    loop.start()
-    print(json.dumps(seen))
-""")
-
-
-async def test_pynsq_reader_that_keeps_failing_gets_its_messages_buried(broker_process):
-    proc = broker_process("--max-attempts=4")
-    async with await trio.open_tcp_stream(*proc.tcp) as stream:
-        await stream.send_all(b"  V2" + encode_mpub("t", [b"p0", b"p1", b"p2"]))
-        assert b"OK" in await stream.receive_some(1024)
-    address = f"{proc.tcp[0]}:{proc.tcp[1]}"
-    result = await trio.to_thread.run_sync(lambda: subprocess.run(
-        [sys.executable, "-c", _PYNSQ_READER, address, "4"], capture_output=True, timeout=60, text=True))
-    assert result.returncode == 0, result.stderr
-    seen = json.loads(result.stdout)
-    assert seen == {"p0": [1, 2, 3, 4], "p1": [1, 2, 3, 4], "p2": [1, 2, 3, 4]}, seen
-    reply = await request(proc.http, "GET", "/channel/peek?topic=t&channel=c&state=buried")
-    doc = reply.json()
-    assert doc["count"] == 3
-    assert sorted((m["body"], m["attempts"]) for m in doc["messages"]) == [("p0", 4), ("p1", 4), ("p2", 4)]
-    proc.terminate()
 
 
 async def test_buried_counts_appear_in_stats_and_metrics(start_daemon):

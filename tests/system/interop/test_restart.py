@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import trio
 
-from .harness import GNSQ, PYNSQ, address, assert_no_errors, of_kind, run_client
+from tests.support.interop import GNSQ, PYNSQ, address, assert_no_errors, of_kind, run_client
 
 
 async def test_published_messages_survive_sigterm_and_restart(broker_process, logs):

@@ -20,7 +20,7 @@ from broker.protocol import (
     encode_sub,
     encode_touch,
 )
-from tests.v2client import connect, publish, subscriber
+from tests.support.v2client import connect, publish, subscriber
 
 HEX16 = re.compile(rb"^[0-9a-f]{16}$")
 

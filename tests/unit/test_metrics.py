@@ -7,18 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.observe.metrics import LATENCY_BUCKETS, LatencyHistogram, MetricsExporter, percentile_suffix
 from broker.observe.stats import E2eStats, Snapshot
-from tests.test_stats import MEMORY, START, channel, client, topic
-
-#: Every series the Grafana NSQ mixin's dashboards and alerts query (with 0.99 configured).
-MIXIN_NAMES = [
-    "nsq_topic_message_count", "nsq_topic_message_bytes", "nsq_topic_depth", "nsq_topic_backend_depth",
-    "nsq_topic_e2e_processing_latency_99", "nsq_topic_channel_clients", "nsq_topic_channel_depth",
-    "nsq_topic_channel_backend_depth", "nsq_topic_channel_in_flight_count", "nsq_topic_channel_requeue_count",
-    "nsq_topic_channel_timeout_count", "nsq_topic_channel_deferred_count", "nsq_topic_channel_message_count",
-    "nsq_topic_channel_e2e_processing_latency_99", "nsq_mem_heap_in_use_bytes", "nsq_mem_heap_idle_bytes",
-    "nsq_mem_heap_released_bytes", "nsq_mem_heap_objects", "nsq_mem_next_gc_bytes", "nsq_mem_gc_pause_usec_100",
-    "nsq_mem_gc_pause_usec_99", "nsq_mem_gc_pause_usec_95",
-]
+from tests.support.snapshots import MEMORY, MIXIN_NAMES, START, channel, client, topic
 
 
 def example_snapshot() -> Snapshot:

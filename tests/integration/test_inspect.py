@@ -10,11 +10,11 @@ unread records on disk.
 from __future__ import annotations
 
 import pytest
-import trio
 
 from broker.protocol import encode_dpub, encode_fin, encode_mpub, encode_rdy, encode_req, encode_sub
-from tests.test_http_support import request
-from tests.v2client import connect
+from tests.support.http_client import request
+from tests.support.v2client import connect
+from tests.support.waiting import wait_for
 
 MODES = pytest.mark.parametrize("flags", [(), ("--durable",)], ids=["default", "durable"])
 
@@ -23,12 +23,6 @@ async def peek(d, state: str, n: int = 100) -> dict:
     reply = await request(d.addresses.http, "GET", f"/channel/peek?topic=t&channel=c&state={state}&n={n}")
     assert reply.status == 200, reply
     return reply.json()
-
-
-async def wait_for(predicate, timeout: float = 5.0) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.02)
 
 
 def summary(channel) -> tuple:

@@ -7,12 +7,12 @@ import json
 import time
 
 import pytest
-import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.protocol import encode_dpub, encode_fin, encode_pub, encode_rdy, encode_req, encode_sub
-from tests.test_http_support import request
-from tests.v2client import connect
+from tests.support.http_client import request
+from tests.support.v2client import connect
+from tests.support.waiting import wait_for
 
 PERCENTILES = "--e2e-processing-latency-percentile=0.99,0.95"
 
@@ -23,12 +23,6 @@ async def get_json(d, target: str) -> dict:
     assert reply.headers["content-type"] == "application/json; charset=utf-8"
     assert reply.headers["x-nsq-content-type"] == "nsq; version=1.0"
     return json.loads(reply.body)
-
-
-async def wait_for(predicate, timeout: float = 5.0) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.01)
 
 
 async def traffic(d):

@@ -6,11 +6,11 @@ import base64
 import json
 
 import pytest
-import trio
 
 from broker.protocol import encode_fin, encode_rdy, encode_req, encode_sub
-from tests.test_http_support import request
-from tests.v2client import connect
+from tests.support.http_client import request
+from tests.support.v2client import connect
+from tests.support.waiting import wait_for
 
 
 async def call(d, method, target, body=None):
@@ -22,12 +22,6 @@ async def peek(d, query: str) -> dict:
     assert reply.status == 200, reply
     assert reply.headers["content-type"] == "application/json; charset=utf-8"
     return reply.json()
-
-
-async def wait_for(predicate, timeout: float = 5.0) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.01)
 
 
 async def test_peek_ready_and_deferred(daemon):

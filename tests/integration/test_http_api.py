@@ -14,8 +14,8 @@ import pytest
 import trio
 
 from broker.protocol import encode_fin, encode_rdy, encode_sub
-from tests.test_http_support import HTTPClient, raw_exchange, request
-from tests.v2client import connect
+from tests.support.http_client import HTTPClient, raw_exchange, request
+from tests.support.v2client import connect
 
 NSQ_HEADER = "nsq; version=1.0"
 JSON_TYPE = "application/json; charset=utf-8"

@@ -16,6 +16,7 @@ import trio
 from diskqueue import DiskQueue, DiskQueueIOError, FormatVersionError, check
 from diskqueue.__main__ import main as check_main
 from diskqueue.format import HEADER_SIZE, meta_filename, segment_filename
+from tests.support.paths import REPO
 
 NAME = "topic"
 RECORD = 28  # 20-byte payloads + 8-byte frame
@@ -292,7 +293,7 @@ def test_check_command_line(tmp_path: Path) -> None:
 
     trio.run(make)
     result = subprocess.run([sys.executable, "-m", "diskqueue", str(tmp_path), NAME],
-                            capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=60)
+                            capture_output=True, text=True, cwd=REPO, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "queue 'topic'" in result.stdout and ": OK" in result.stdout
 

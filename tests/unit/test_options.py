@@ -29,8 +29,8 @@ from broker.config.options import (
     parse_args,
 )
 from broker.gocompat import format_duration, parse_duration, to_ns, to_seconds
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 MS = 1_000_000
 S = 1_000_000_000
 
