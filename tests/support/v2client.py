@@ -14,6 +14,7 @@ from broker.protocol import (
     Frame,
     FrameDecoder,
     decode_message,
+    encode_fin,
     encode_identify,
     encode_mpub,
     encode_pub,
@@ -21,7 +22,11 @@ from broker.protocol import (
     encode_sub,
 )
 
-__all__ = ["V2Client", "connect", "subscriber", "publish", "publish_batch"]
+__all__ = ["BARRIER_ID", "V2Client", "connect", "subscriber", "publish", "publish_batch"]
+
+#: The message ID a barrier FINs: a well-formed ID that no message ever has.
+BARRIER_ID = b"0000000000000000"
+_BARRIER_ANSWER = b"E_FIN_FAILED FIN " + BARRIER_ID + b" failed ID not in flight"
 
 
 class V2Client:
@@ -87,11 +92,27 @@ class V2Client:
         assert frame.frame_type == FRAME_TYPE_RESPONSE, frame
         return None if frame.data == b"OK" else json.loads(frame.data)
 
-    async def expect_silence(self, seconds: float) -> None:
-        """Nothing but heartbeats arrives for ``seconds``."""
-        with trio.move_on_after(seconds):
+    async def sync(self) -> list:
+        """The messages that arrive before the server has handled everything sent so far.
+
+        The barrier is a FIN of :data:`BARRIER_ID`: the server handles a connection's commands
+        in order and answers it with nsqd's non-fatal ``E_FIN_FAILED``, so once that answer is
+        read, every earlier command has been handled and every message it released was sent.
+        FIN is valid once subscribed and while closing.
+        """
+        await self.send(encode_fin(BARRIER_ID))
+        messages = []
+        while True:
             frame = await self.read_frame()
-            raise AssertionError(f"unexpected frame {frame}")
+            if (frame.frame_type, frame.data) == (FRAME_TYPE_ERROR, _BARRIER_ANSWER):
+                return messages
+            assert frame.frame_type == FRAME_TYPE_MESSAGE, frame
+            messages.append(decode_message(frame.data))
+
+    async def expect_quiet(self) -> None:
+        """No message arrives before the server has handled everything sent so far (see :meth:`sync`)."""
+        messages = await self.sync()
+        assert not messages, f"unexpected messages {messages}"
 
     async def aclose(self) -> None:
         await self.stream.aclose()
