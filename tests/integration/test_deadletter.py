@@ -33,16 +33,24 @@ async def buried(daemon, topic="t", channel="c") -> list[dict]:
     return reply.json()["messages"]
 
 
-async def requeue_until_silent(consumer, quiet: float = 0.4) -> dict[bytes, list[int]]:
-    """REQ every delivery at once; the attempts each body was delivered with."""
+async def requeue_until_buried(daemon, consumer, topic="t", channel="c") -> dict[bytes, list[int]]:
+    """REQ every delivery at once until the channel holds nothing but buried messages.
+
+    Starts once the topic has handed everything published to its channels. Returns the
+    attempts each body was delivered with.
+    """
+    t = daemon.broker.topics[topic]
+    ch = t.channels[channel]
+    await wait_for(lambda: t.depth == 0)
     seen: dict[bytes, list[int]] = {}
-    while True:
-        with trio.move_on_after(quiet):
-            msg = await consumer.read_message()
-            seen.setdefault(msg.body, []).append(msg.attempts)
-            await consumer.send(encode_req(msg.id, 0))
-            continue
-        return seen
+    with trio.fail_after(20):
+        while True:
+            arrived = await consumer.sync()
+            for msg in arrived:
+                seen.setdefault(msg.body, []).append(msg.attempts)
+                await consumer.send(encode_req(msg.id, 0))
+            if not arrived and not ch.in_flight and ch.depth == 0 and not ch.deferred:
+                return seen
 
 
 @MODES
@@ -50,9 +58,9 @@ async def test_message_is_buried_instead_of_a_delivery_past_max_attempts(start_d
     async with start_daemon("--max-attempts=3", *flags) as d:
         consumer = await subscriber(d, rdy=10)
         await publish(d, "t", b"poison", b"other")
-        seen = await requeue_until_silent(consumer)
-        assert seen == {b"poison": [1, 2, 3], b"other": [1, 2, 3]}
+        seen = await requeue_until_buried(d, consumer)
         channel = d.broker.topics["t"].channels["c"]
+        assert seen == {b"poison": [1, 2, 3], b"other": [1, 2, 3]}
         assert len(channel.buried) == 2 and channel.depth == 0 and not channel.in_flight
         docs = await buried(d)
         assert sorted((m["body"], m["attempts"]) for m in docs) == [("other", 3), ("poison", 3)]
@@ -88,7 +96,7 @@ async def test_buried_messages_survive_a_graceful_restart_and_can_be_kicked(star
     async with start_daemon("--max-attempts=1", *flags) as d:
         consumer = await subscriber(d, rdy=10)
         await publish(d, "t", b"a", b"b", b"c")
-        await requeue_until_silent(consumer, quiet=0.3)
+        await requeue_until_buried(d, consumer)
         assert len(d.broker.topics["t"].channels["c"].buried) == 3
     async with start_daemon("--max-attempts=1", *flags) as d:
         docs = await buried(d)
@@ -101,7 +109,9 @@ async def test_buried_messages_survive_a_graceful_restart_and_can_be_kicked(star
         msg = await consumer.read_message()
         assert (msg.body.decode(), msg.attempts) == (docs[0]["body"], 1)  # a fresh series of attempts
         await consumer.send(encode_fin(msg.id))
-        await consumer.expect_silence(0.2)
+        await consumer.expect_quiet()
+        channel = d.broker.topics["t"].channels["c"]
+        assert (channel.depth, len(channel.in_flight), len(channel.buried)) == (0, 0, 1)
     async with start_daemon("--max-attempts=1", *flags) as d:
         # the kick and the delete were kept: one buried message is left
         assert [m["body"] for m in await buried(d)] == [docs[2]["body"]]
@@ -120,7 +130,7 @@ async def test_channel_max_attempts_is_kept_in_the_metadata(start_daemon, tmp_pa
         assert channel.max_attempts == 2
         consumer = await subscriber(d, rdy=1)
         await publish(d, "t", b"twice")
-        assert await requeue_until_silent(consumer) == {b"twice": [1, 2]}
+        assert await requeue_until_buried(d, consumer) == {b"twice": [1, 2]}
         assert len(channel.buried) == 1
         # back to the flag's value (0: never); the setting leaves the metadata
         await call(d, "POST", "/channel/max_attempts?topic=t&channel=c&value=default")
@@ -134,7 +144,7 @@ async def test_many_buried_and_kicked_messages_keep_the_store_small(start_daemon
         consumer = await subscriber(d, rdy=2500)
         for round_number in range(3):
             await publish(d, "t", *[b"r%d-%d" % (round_number, i) for i in range(2500)])
-            await requeue_until_silent(consumer, quiet=0.5)
+            await requeue_until_buried(d, consumer)
             channel = d.broker.topics["t"].channels["c"]
             assert len(channel.buried) == 2500
             reply = await call(d, "POST", "/channel/delete_buried?topic=t&channel=c")
@@ -149,7 +159,7 @@ async def test_buried_counts_appear_in_stats_and_metrics(start_daemon):
         consumer = await subscriber(d, rdy=10)
         await subscriber(d, channel="other")
         await publish(d, "t", b"x", b"y")
-        await requeue_until_silent(consumer, quiet=0.3)
+        await requeue_until_buried(d, consumer)
         doc = (await call(d, "GET", "/stats?format=json&topic=t")).json()
         channels = {c["channel_name"]: c for c in doc["topics"][0]["channels"]}
         assert (channels["c"]["buried_count"], channels["c"]["max_attempts"]) == (2, 1)

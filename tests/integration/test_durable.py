@@ -28,16 +28,17 @@ def tcp(daemon):
     return daemon.addresses.tcp
 
 
-async def drain(client, quiet: float = 0.4) -> list:
-    """Every message that arrives until ``quiet`` seconds pass without one; each is FIN'd."""
+async def drain(client, channel) -> list:
+    """Every message ``channel`` delivers to ``client``, each FIN'd, until it holds none."""
     got = []
-    while True:
-        with trio.move_on_after(quiet):
-            msg = await client.read_message()
-            got.append(msg)
-            await client.send(encode_fin(msg.id))
-            continue
-        return got
+    with trio.fail_after(10):
+        while True:
+            arrived = await client.sync()
+            for msg in arrived:
+                await client.send(encode_fin(msg.id))
+            got += arrived
+            if not arrived and not channel.in_flight and channel.depth == 0 and not channel.deferred:
+                return got
 
 
 # ---------------------------------------------------------------- group commit
@@ -101,11 +102,11 @@ async def test_durable_graceful_restart_delivers_each_live_message_once(start_da
         for msg in got[:3]:  # finished: never again
             await consumer.send(encode_fin(msg.id))
         await consumer.send(encode_req(got[3].id, 0))  # requeued: once more
-        # got[4], got[5] stay in flight; the rest stay unread
-        await trio.sleep(0.3)
+        # got[4], got[5] stay in flight; the rest stay unread (or in flight, unread)
+        await consumer.sync()
     async with start_daemon("--durable") as d:
         consumer = await subscriber(d, rdy=50)
-        again = await drain(consumer)
+        again = await drain(consumer, d.broker.topics["t"].channels["c"])
     finished = {m.body for m in got[:3]}
     seen = [m.body for m in again]
     assert sorted(seen) == sorted(set(bodies) - finished), seen
@@ -155,7 +156,9 @@ async def test_durable_channel_empty_drops_everything(start_daemon):
         assert channel.depth == 0 and not channel.in_flight
     async with start_daemon("--durable") as d:
         consumer = await subscriber(d, rdy=10)
-        await consumer.expect_silence(0.3)
+        await consumer.expect_quiet()
+        channel = d.broker.topics["t"].channels["c"]
+        assert (channel.depth, len(channel.in_flight), len(channel.deferred)) == (0, 0, 0)
 
 
 # ---------------------------------------------------------------- due times across restarts
@@ -172,7 +175,6 @@ async def test_dpub_keeps_its_due_time_across_a_graceful_restart(start_daemon, f
         published = trio.current_time()
     async with start_daemon(*flags) as d:
         consumer = await subscriber(d, rdy=1)
-        await consumer.expect_silence(max(0.0, 1.7 - (trio.current_time() - published)))
         msg = await consumer.read_message()
         assert msg.body == b"later"
         assert trio.current_time() - published >= 1.9
@@ -189,7 +191,6 @@ async def test_req_delay_keeps_its_due_time_across_a_graceful_restart(start_daem
         requeued = trio.current_time()
     async with start_daemon(*flags) as d:
         consumer = await subscriber(d, rdy=1)
-        await consumer.expect_silence(max(0.0, 1.7 - (trio.current_time() - requeued)))
         msg = await consumer.read_message()
         assert (msg.body, msg.attempts) == (b"retry-me", 2)
         assert trio.current_time() - requeued >= 1.9
@@ -203,6 +204,6 @@ async def test_deferred_on_a_topic_without_channels_keeps_its_due_time(start_dae
         published = trio.current_time()
     async with start_daemon("--durable") as d:
         consumer = await subscriber(d, rdy=1)
-        await consumer.expect_silence(max(0.0, 1.2 - (trio.current_time() - published)))
         msg = await consumer.read_message()
         assert msg.body == b"waiting-at-topic"
+        assert trio.current_time() - published >= 1.2

@@ -16,6 +16,7 @@ import trio
 from broker.protocol import encode_fin, encode_rdy, encode_sub
 from tests.support.http_client import HTTPClient, raw_exchange, request
 from tests.support.v2client import connect
+from tests.support.waiting import wait_for
 
 NSQ_HEADER = "nsq; version=1.0"
 JSON_TYPE = "application/json; charset=utf-8"
@@ -163,9 +164,7 @@ async def test_pub_defer_puts_the_message_in_the_deferred_set(daemon):
     reply = await call(daemon, "POST", "/pub?topic=t&defer=1000", b"later")
     assert (reply.status, reply.body) == (200, b"OK")
     channel = daemon.broker.topics["t"].channels["c"]
-    with trio.fail_after(5):
-        while len(channel.deferred) != 1:
-            await trio.sleep(0.01)
+    await wait_for(lambda: len(channel.deferred) == 1)
     assert channel.depth == 0
     assert (await call(daemon, "POST", "/pub?topic=t&defer=0", b"now")).status == 200
     assert (await call(daemon, "POST", "/pub?topic=t&defer=3600000", b"max")).status == 200
@@ -327,9 +326,7 @@ async def test_channel_lifecycle(daemon, tmp_path):
     assert_empty_ok(await call(daemon, "POST", "/channel/unpause?topic=t&channel=c"))
     assert not channel.paused
     await call(daemon, "POST", "/mpub?topic=t", b"a\nb\nc")
-    with trio.fail_after(5):
-        while channel.depth != 3:
-            await trio.sleep(0.01)
+    await wait_for(lambda: channel.depth == 3)
     assert_empty_ok(await call(daemon, "POST", "/channel/empty?topic=t&channel=c"))
     assert channel.depth == 0
     assert_empty_ok(await call(daemon, "POST", "/channel/delete?topic=t&channel=c"))

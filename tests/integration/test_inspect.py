@@ -74,7 +74,8 @@ async def test_peeking_every_state_changes_nothing(start_daemon, flags):
         await consumer.send(encode_rdy(10))
         rest = [await consumer.read_message() for _ in range(5)]
         assert [(m.body, m.attempts) for m in rest] == [(b"r%d" % i, 1) for i in range(5)]
-        await consumer.expect_silence(0.2)
+        await consumer.expect_quiet()
+        assert (channel.depth, len(channel.in_flight)) == (0, 5)
 
 
 @MODES

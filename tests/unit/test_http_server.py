@@ -5,9 +5,11 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 import trio
+from trio.testing import wait_all_tasks_blocked
 
 from broker.http.server import MAX_DRAIN_BYTES, BodyReadError, H11Server, Request, RequestBody, Response
 from tests.support.http_client import HTTPClient, raw_exchange
+from tests.support.waiting import wait_for
 
 
 class Recorder:
@@ -17,9 +19,11 @@ class Recorder:
         self.limit = limit
         self.requests: list[tuple[Request, bytes | str]] = []
         self.release: trio.Event | None = None
+        self.waiting = 0  # requests held until ``release`` is set
 
     async def __call__(self, request: Request, body: RequestBody) -> Response:
         if self.release is not None:
+            self.waiting += 1
             await self.release.wait()
         data: bytes | str = b""
         if self.limit is not None:
@@ -121,9 +125,7 @@ async def test_truncated_body_is_a_read_error():
         stream = await trio.open_tcp_stream(*address)
         await stream.send_all(b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 50\r\n\r\nonly this")
         await stream.send_eof()
-        with trio.fail_after(5):
-            while not handler.requests:
-                await trio.sleep(0.01)
+        await wait_for(lambda: handler.requests)
         await stream.aclose()
     assert handler.requests[0][1].startswith("error: ")
 
@@ -169,14 +171,12 @@ async def test_close_connections_closes_idle_ones_and_finishes_busy_ones():
             replies.append(await busy.get("/slow"))
 
         nursery.start_soon(slow_request)
-        with trio.fail_after(5):
-            while not server._connections or len(server._connections) < 2:
-                await trio.sleep(0.01)
-            await trio.sleep(0.05)
+        await wait_for(lambda: handler.waiting == 1 and len(server._connections) == 2)
         server.stop_listening()
 
         async def release_later():
-            await trio.sleep(0.1)
+            # once close_connections is waiting for the busy one to finish
+            await wait_all_tasks_blocked()
             handler.release.set()
 
         nursery.start_soon(release_later)
@@ -199,9 +199,7 @@ async def test_close_connections_cancels_after_the_grace_period():
         await nursery.start(server.serve, listeners)
         stream = await trio.open_tcp_stream(*address)
         await stream.send_all(b"GET /hang HTTP/1.1\r\nHost: h\r\n\r\n")
-        with trio.fail_after(5):
-            while not server._connections:
-                await trio.sleep(0.01)
+        await wait_for(lambda: server._connections)
         server.stop_listening()
         with trio.fail_after(5):
             await server.close_connections(0.1)
