@@ -37,6 +37,7 @@ from broker.protocol import (
 )
 from tests.support.http_client import request
 from tests.support.v2client import connect
+from tests.support.waiting import wait_for
 
 SEED = 20240611
 ROUNDS = 10
@@ -144,20 +145,30 @@ async def _round(proc, ledger: Ledger, rng: random.Random, kill_after: float) ->
         for i in range(PUBLISHERS):
             name = f"i{ledger.incarnation}p{i}"
             nursery.start_soon(_publisher, proc.tcp, ledger, name, random.Random(rng.random()), stop)
+        # The crash comes at a random moment of the traffic: that is what is tested.
         await trio.sleep(kill_after)
         proc.kill()
         stop.set()
 
 
+def _channel_is_empty(doc: dict) -> bool:
+    """The ``crash``/``c`` channel of a ``/stats`` answer holds nothing: nothing more can be delivered."""
+    (channel,) = doc["topics"][0]["channels"]
+    return (channel["depth"], channel["in_flight_count"], channel["deferred_count"]) == (0, 0, 0)
+
+
 async def _drain(proc, ledger: Ledger, want: set[bytes], timeout: float) -> None:
-    """Consume (and FIN) until every body of ``want`` is finished, then a little longer for duplicates."""
+    """Consume (and FIN) until every body of ``want`` is finished and the channel holds nothing more.
+
+    Stops after ``timeout`` seconds at the latest, so that what is missing is reported.
+    """
     stop = trio.Event()
 
     async def watch() -> None:
         with trio.move_on_after(timeout):
-            while not want <= ledger.finished:
-                await trio.sleep(0.05)
-        await trio.sleep(0.5)
+            await wait_for(lambda: want <= ledger.finished, timeout=timeout, poll=0.05)
+            # duplicates, if any, are delivered before the channel is empty
+            await _wait_http(proc, "/stats?format=json&topic=crash&channel=c", _channel_is_empty, timeout=timeout)
         stop.set()
 
     async with trio.open_nursery() as nursery:
@@ -211,9 +222,10 @@ async def test_kill_9_keeps_deferred_due_times(broker_process, tmp_path):
             await producer.expect_response(b"OK")
             ledger.acked.add(body)
         proc.kill()
-        for _ in range(2):  # crash once more while they are still waiting
+        for _ in range(2):  # crash once more while they are still waiting, once they are loaded
             proc = broker_process("--durable", data_path=data)
-            await trio.sleep(0.2)
+            await _wait_http(proc, "/stats?format=json&topic=crash&channel=c",
+                             lambda doc: doc["topics"][0]["channels"][0]["deferred_count"] == 40)
             proc.kill()
         proc = broker_process("--durable", data_path=data)
         await _drain(proc, ledger, set(ledger.acked), timeout=15)
