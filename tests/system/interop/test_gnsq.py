@@ -1,5 +1,6 @@
-"""gnsq 1.0.2 (``gnsq.Producer`` / ``gnsq.Consumer`` on gevent, ``gnsq.NsqdHTTPClient``) works
-against the broker unchanged. gevent runs only inside the client processes."""
+"""What only gnsq 1.0.2 does: its nsqd HTTP client (``gnsq.NsqdHTTPClient``), in a client process.
+
+The scenarios gnsq shares with the other libraries are in ``test_clients.py``."""
 
 from __future__ import annotations
 
@@ -11,14 +12,9 @@ from tests.support.interop import (
     assert_no_errors,
     consume_config,
     of_kind,
-    publish_with,
     run_client,
     text,
 )
-
-
-async def publish(broker, logs, *ops) -> list[dict]:
-    return await publish_with(GNSQ, broker, logs, *ops)
 
 
 async def http(broker, logs, *ops) -> list[dict]:

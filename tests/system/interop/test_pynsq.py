@@ -1,4 +1,9 @@
-"""pynsq 0.9.1 (``nsq.Writer`` / ``nsq.Reader`` on Tornado) works against the broker unchanged."""
+"""What only pynsq 0.9.1 (``nsq.Writer`` / ``nsq.Reader`` on Tornado) is tested doing against the broker.
+
+Batches held up to max_in_flight, timeouts and TOUCH, two readers on one channel, and a Reader whose
+messages are buried after ``--max-attempts``. The scenarios pynsq shares with the other libraries
+are in ``test_clients.py``.
+"""
 
 from __future__ import annotations
 
@@ -18,10 +23,7 @@ from tests.support.interop import (
     of_kind,
     publish_with,
     run_client,
-    text,
 )
-
-BINARY = text(bytes(range(256)) + b"\n\r\x00end")
 
 
 async def publish(broker, logs, *ops) -> list[dict]:
