@@ -176,7 +176,7 @@ def main(argv=None) -> int:
         try:
             servers[PYNSQD] = start_server(broker_cmd, tmp_path / "pynsqd.log")
             servers[CEILING] = start_server([sys.executable, __file__, "--trivial-server"], tmp_path / "ceiling.log")
-            for name, (_, address) in servers.items():  # warm-up
+            for _name, (_, address) in servers.items():  # warm-up
                 run_load(address, args.connections, min(1.0, args.duration), args.size)
             # alternate the two, so that load from elsewhere on the machine hits both alike
             for _ in range(args.rounds):

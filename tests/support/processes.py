@@ -1,0 +1,75 @@
+"""A real ``pynsqd`` process (``python -m broker``) on ephemeral ports, read from its log."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["BrokerProcess", "broker_args"]
+
+_LISTEN = re.compile(r"(TCP|HTTP): listening on (\S+)")
+
+
+def broker_args(data_path: Path, *extra: str) -> list[str]:
+    """Command-line flags for a broker on 127.0.0.1:0 (TCP and HTTP) with ``data_path``."""
+    return [f"--data-path={data_path}", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *extra]
+
+
+class BrokerProcess:
+    """A real ``pynsqd`` process (``python -m broker``); ports parsed from its log."""
+
+    def __init__(self, data_path: Path, *extra: str, log_path: Path | None = None):
+        self.data_path = data_path
+        self.extra = extra
+        self.log_path = log_path or data_path.parent / "broker.log"
+        self.proc: subprocess.Popen | None = None
+        self.tcp: tuple[str, int] | None = None
+        self.http: tuple[str, int] | None = None
+
+    def start(self, timeout: float = 20.0) -> BrokerProcess:
+        """Start it and return once both listeners are logged; raises if it exits first."""
+        self.data_path.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        start_offset = log.tell()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "broker", *broker_args(self.data_path, *self.extra)],
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log_path.read_bytes()[start_offset:].decode("utf-8", "replace")
+            found = dict((kind, addr) for kind, addr in _LISTEN.findall(text))
+            if "TCP" in found and "HTTP" in found:
+                self.tcp = _split(found["TCP"])
+                self.http = _split(found["HTTP"])
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{text}")
+            # The log file is the only signal a separate process gives; poll it.
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"broker did not start within {timeout}s:\n{text}")
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait: the graceful path."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL: the crash path."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def _split(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]"), int(port)

@@ -1,0 +1,155 @@
+"""A minimal Trio V2 client for tests: raw bytes out, decoded frames back."""
+
+from __future__ import annotations
+
+import json
+
+import trio
+
+from broker.protocol import (
+    FRAME_TYPE_ERROR,
+    FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
+    MAGIC_V2,
+    Frame,
+    FrameDecoder,
+    decode_message,
+    encode_fin,
+    encode_identify,
+    encode_mpub,
+    encode_pub,
+    encode_rdy,
+    encode_sub,
+)
+
+__all__ = ["BARRIER_ID", "V2Client", "connect", "subscriber", "publish", "publish_batch"]
+
+#: The message ID a barrier FINs: a well-formed ID that no message ever has.
+BARRIER_ID = b"0000000000000000"
+_BARRIER_ANSWER = b"E_FIN_FAILED FIN " + BARRIER_ID + b" failed ID not in flight"
+
+
+class V2Client:
+    """One connection to a broker; every read is bounded by ``timeout`` seconds."""
+
+    def __init__(self, stream: trio.SocketStream, timeout: float = 5.0):
+        self.stream = stream
+        self.timeout = timeout
+        self.decoder = FrameDecoder()
+        self._frames: list[Frame] = []
+
+    async def send(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def read_frame(self, *, skip_heartbeats: bool = True) -> Frame:
+        """The next frame; raises EOFError if the server closed the connection."""
+        with trio.fail_after(self.timeout):
+            while True:
+                while self._frames:
+                    frame = self._frames.pop(0)
+                    if skip_heartbeats and frame.frame_type == FRAME_TYPE_RESPONSE and frame.data == b"_heartbeat_":
+                        continue
+                    return frame
+                data = await self.stream.receive_some(65536)
+                if not data:
+                    raise EOFError("connection closed by server")
+                self._frames.extend(self.decoder.feed(data))
+
+    async def expect_response(self, data: bytes = b"OK") -> None:
+        frame = await self.read_frame()
+        assert (frame.frame_type, frame.data) == (FRAME_TYPE_RESPONSE, data), frame
+
+    async def expect_error(self, payload: bytes, *, closed: bool = True) -> None:
+        """The next frame is this exact error; with ``closed`` the server then hangs up."""
+        frame = await self.read_frame()
+        assert (frame.frame_type, frame.data) == (FRAME_TYPE_ERROR, payload), frame
+        if closed:
+            await self.expect_closed()
+
+    async def expect_closed(self) -> None:
+        with trio.fail_after(self.timeout):
+            while True:
+                try:
+                    data = await self.stream.receive_some(65536)
+                except trio.BrokenResourceError:
+                    return
+                if not data:
+                    return
+                frames = self.decoder.feed(data)
+                assert all(f.data == b"_heartbeat_" for f in frames), frames
+
+    async def read_message(self):
+        frame = await self.read_frame()
+        assert frame.frame_type == FRAME_TYPE_MESSAGE, frame
+        return decode_message(frame.data)
+
+    async def read_messages(self, n: int) -> list:
+        return [await self.read_message() for _ in range(n)]
+
+    async def identify(self, **params) -> dict | None:
+        await self.send(encode_identify(params))
+        frame = await self.read_frame()
+        assert frame.frame_type == FRAME_TYPE_RESPONSE, frame
+        return None if frame.data == b"OK" else json.loads(frame.data)
+
+    async def sync(self) -> list:
+        """The messages that arrive before the server has handled everything sent so far.
+
+        The barrier is a FIN of :data:`BARRIER_ID`: the server handles a connection's commands
+        in order and answers it with nsqd's non-fatal ``E_FIN_FAILED``, so once that answer is
+        read, every earlier command has been handled and every message it released was sent.
+        FIN is valid once subscribed and while closing.
+        """
+        await self.send(encode_fin(BARRIER_ID))
+        messages = []
+        while True:
+            frame = await self.read_frame()
+            if (frame.frame_type, frame.data) == (FRAME_TYPE_ERROR, _BARRIER_ANSWER):
+                return messages
+            assert frame.frame_type == FRAME_TYPE_MESSAGE, frame
+            messages.append(decode_message(frame.data))
+
+    async def expect_quiet(self) -> None:
+        """No message arrives before the server has handled everything sent so far (see :meth:`sync`)."""
+        messages = await self.sync()
+        assert not messages, f"unexpected messages {messages}"
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+async def connect(address: tuple[str, int], *, magic: bool = True, timeout: float = 5.0) -> V2Client:
+    stream = await trio.open_tcp_stream(*address)
+    client = V2Client(stream, timeout)
+    if magic:
+        await client.send(MAGIC_V2)
+    return client
+
+
+async def subscriber(daemon, topic="t", channel="c", rdy=None, **identify) -> V2Client:
+    """A client of ``daemon`` subscribed to ``topic``/``channel`` (IDENTIFY first if given), RDY if given."""
+    client = await connect(daemon.addresses.tcp)
+    if identify:
+        await client.identify(**identify)
+    await client.send(encode_sub(topic, channel))
+    await client.expect_response(b"OK")
+    if rdy is not None:
+        await client.send(encode_rdy(rdy))
+    return client
+
+
+async def publish(daemon, topic, *bodies) -> None:
+    """PUB each body to ``daemon``, one at a time, waiting for every OK."""
+    client = await connect(daemon.addresses.tcp)
+    for body in bodies:
+        await client.send(encode_pub(topic, body))
+        await client.expect_response(b"OK")
+    await client.aclose()
+
+
+async def publish_batch(daemon, topic, *bodies) -> None:
+    """MPUB all bodies to ``daemon`` at once."""
+    client = await connect(daemon.addresses.tcp)
+    await client.send(encode_mpub(topic, list(bodies)))
+    await client.expect_response(b"OK")
+    await client.aclose()

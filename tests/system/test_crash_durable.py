@@ -1,0 +1,300 @@
+"""Crash tests: a real ``pynsqd --durable`` process killed with SIGKILL at random moments.
+
+Several publishers (PUB, MPUB, DPUB) and consumers (FIN, REQ, REQ with a delay)
+work against the broker while it is killed and restarted, round after round;
+then a last run drains the channel. The contract checked:
+
+* every message that got ``OK`` is finished by a consumer eventually: a crash
+  re-delivers, it never loses (duplicates are allowed, and reported);
+* a deferred message (DPUB) is never delivered before its due time, in any
+  incarnation of the broker;
+* a REQ with a delay keeps its due time across a crash once the broker has
+  applied it (a separate test: in the random one a crash may leave two copies
+  of a message, and a client cannot tell which copy it was given).
+
+The random choices are seeded, so a failing run can be replayed.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import time
+
+import trio
+
+from broker.protocol import (
+    FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
+    decode_message,
+    encode_dpub,
+    encode_fin,
+    encode_mpub,
+    encode_pub,
+    encode_rdy,
+    encode_req,
+    encode_sub,
+)
+from tests.support.http_client import request
+from tests.support.v2client import connect
+from tests.support.waiting import wait_for
+
+SEED = 20240611
+ROUNDS = 10
+#: Checkpoints far more often than the defaults (2 s / 2500 operations), so that
+#: committed cursors reach the disk inside every round and the kills land between
+#: commits, syncs and checkpoints rather than always before the first one.
+FLAGS = ("--durable", "--msg-timeout=3s", "--sync-timeout=100ms", "--sync-every=200")
+PUBLISHERS = 4
+CONSUMERS = 2
+#: Slack for comparing the test's wall clock with due times (same machine, same clock).
+CLOCK_SLACK_NS = 20_000_000
+
+_DISCONNECTED = (EOFError, trio.BrokenResourceError, trio.ClosedResourceError, OSError, trio.TooSlowError)
+
+
+class Ledger:
+    """What the test knows: messages acknowledged, finished, seen, and their due times."""
+
+    def __init__(self) -> None:
+        self.acked: set[bytes] = set()
+        self.due: dict[bytes, int] = {}  # body -> earliest allowed delivery (wall ns)
+        self.finished: set[bytes] = set()
+        self.deliveries: collections.Counter[bytes] = collections.Counter()
+        self.early: list[str] = []
+        self.incarnation = 0
+
+    def delivered(self, body: bytes) -> None:
+        now = time.time_ns()
+        self.deliveries[body] += 1
+        due = self.due.get(body)
+        if due is not None and now < due - CLOCK_SLACK_NS:
+            self.early.append(f"DPUB {body!r} delivered {(due - now) / 1e6:.0f} ms early")
+
+
+async def _publisher(address, ledger: Ledger, name: str, rng: random.Random, stop: trio.Event) -> None:
+    try:
+        client = await connect(address, timeout=10)
+    except OSError:
+        return
+    seq = 0
+    try:
+        while not stop.is_set():
+            kind = rng.random()
+            if kind < 0.15:
+                defer_ms = rng.randrange(100, 1500)
+                body = f"{name}-{seq}-d{defer_ms}".encode()
+                seq += 1
+                ledger.due[body] = time.time_ns() + defer_ms * 1_000_000
+                await client.send(encode_dpub("crash", defer_ms, body))
+                bodies = [body]
+            elif kind < 0.5:
+                bodies = [f"{name}-{seq + i}".encode() for i in range(rng.randrange(2, 20))]
+                seq += len(bodies)
+                await client.send(encode_mpub("crash", bodies))
+            else:
+                bodies = [f"{name}-{seq}".encode()]
+                seq += 1
+                await client.send(encode_pub("crash", bodies[0]))
+            await client.expect_response(b"OK")
+            ledger.acked.update(bodies)
+    except _DISCONNECTED:
+        return
+    except AssertionError:  # an error frame instead of OK: not acknowledged, nothing promised
+        return
+    finally:
+        with trio.CancelScope(shield=True):
+            await client.aclose()
+
+
+async def _consumer(address, ledger: Ledger, rng: random.Random, stop: trio.Event, requeue: bool) -> None:
+    try:
+        client = await connect(address, timeout=10)
+        await client.send(encode_sub("crash", "c"))
+        await client.expect_response(b"OK")
+        await client.send(encode_rdy(200))
+    except (*_DISCONNECTED, AssertionError):
+        return
+    try:
+        while not stop.is_set():
+            frame = await client.read_frame()
+            if frame.frame_type != FRAME_TYPE_MESSAGE:
+                assert frame.frame_type == FRAME_TYPE_RESPONSE, frame
+                continue
+            msg = decode_message(frame.data)
+            ledger.delivered(msg.body)
+            roll = rng.random()
+            if requeue and roll < 0.1:
+                await client.send(encode_req(msg.id, rng.choice((0, rng.randrange(50, 800)))))
+            else:
+                await client.send(encode_fin(msg.id))
+                ledger.finished.add(msg.body)
+    except _DISCONNECTED:
+        return
+    finally:
+        with trio.CancelScope(shield=True):
+            await client.aclose()
+
+
+async def _round(proc, ledger: Ledger, rng: random.Random, kill_after: float) -> None:
+    """Publish and consume (FIN, REQ) with several clients, then SIGKILL the broker."""
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        for _ in range(CONSUMERS):
+            nursery.start_soon(_consumer, proc.tcp, ledger, random.Random(rng.random()), stop, True)
+        for i in range(PUBLISHERS):
+            name = f"i{ledger.incarnation}p{i}"
+            nursery.start_soon(_publisher, proc.tcp, ledger, name, random.Random(rng.random()), stop)
+        # The crash comes at a random moment of the traffic: that is what is tested.
+        await trio.sleep(kill_after)
+        proc.kill()
+        stop.set()
+
+
+def _channel_is_empty(doc: dict) -> bool:
+    """The ``crash``/``c`` channel of a ``/stats`` answer holds nothing: nothing more can be delivered."""
+    (channel,) = doc["topics"][0]["channels"]
+    return (channel["depth"], channel["in_flight_count"], channel["deferred_count"]) == (0, 0, 0)
+
+
+async def _drain(proc, ledger: Ledger, want: set[bytes], timeout: float) -> None:
+    """Consume (and FIN) until every body of ``want`` is finished and the channel holds nothing more.
+
+    Stops after ``timeout`` seconds at the latest, so that what is missing is reported.
+    """
+    stop = trio.Event()
+
+    async def watch() -> None:
+        with trio.move_on_after(timeout):
+            await wait_for(lambda: want <= ledger.finished, timeout=timeout, poll=0.05)
+            # duplicates, if any, are delivered before the channel is empty
+            await _wait_http(proc, "/stats?format=json&topic=crash&channel=c", _channel_is_empty, timeout=timeout)
+        stop.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        nursery.start_soon(_consumer, proc.tcp, ledger, random.Random(0), stop, False)
+        await stop.wait()
+        nursery.cancel_scope.cancel()
+
+
+def _report(ledger: Ledger, label: str) -> str:
+    dups = sum(n - 1 for n in ledger.deliveries.values() if n > 1)
+    return (f"{label}: {len(ledger.acked)} acknowledged, {len(ledger.deliveries)} delivered, "
+            f"{dups} duplicate deliveries, {sum(1 for n in ledger.deliveries.values() if n > 1)} messages duplicated")
+
+
+async def test_kill_9_never_loses_an_acknowledged_message(broker_process, tmp_path):
+    rng = random.Random(SEED)
+    ledger = Ledger()
+    data = tmp_path / "data"
+    with trio.fail_after(90):
+        for round_number in range(ROUNDS):
+            ledger.incarnation = round_number
+            proc = broker_process(*FLAGS, data_path=data)
+            await _round(proc, ledger, rng, rng.uniform(0.3, 1.5))
+        ledger.incarnation = ROUNDS
+        proc = broker_process(*FLAGS, data_path=data)
+        await _drain(proc, ledger, set(ledger.acked), timeout=20)
+        proc.terminate()
+    missing = ledger.acked - ledger.finished
+    print(_report(ledger, f"SIGKILL x{ROUNDS}"))
+    assert len(ledger.acked) > 500, "the test published too little to mean anything"
+    assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
+    assert not ledger.early, ledger.early[:5]
+
+
+async def test_kill_9_keeps_deferred_due_times(broker_process, tmp_path):
+    """DPUB'd messages killed before their due time come back after a restart, not before it."""
+    data = tmp_path / "data"
+    ledger = Ledger()
+    with trio.fail_after(60):
+        proc = broker_process("--durable", data_path=data)
+        consumer = await connect(proc.tcp)
+        await consumer.send(encode_sub("crash", "c"))
+        await consumer.expect_response(b"OK")
+        producer = await connect(proc.tcp)
+        for i in range(40):
+            defer_ms = 1500 + 50 * i
+            body = f"deferred-{i}".encode()
+            ledger.due[body] = time.time_ns() + defer_ms * 1_000_000
+            await producer.send(encode_dpub("crash", defer_ms, body))
+            await producer.expect_response(b"OK")
+            ledger.acked.add(body)
+        proc.kill()
+        for _ in range(2):  # crash once more while they are still waiting, once they are loaded
+            proc = broker_process("--durable", data_path=data)
+            await _wait_http(proc, "/stats?format=json&topic=crash&channel=c",
+                             lambda doc: doc["topics"][0]["channels"][0]["deferred_count"] == 40)
+            proc.kill()
+        proc = broker_process("--durable", data_path=data)
+        await _drain(proc, ledger, set(ledger.acked), timeout=15)
+        proc.terminate()
+    assert ledger.acked <= ledger.finished
+    assert not ledger.early, ledger.early[:5]
+
+
+async def test_kill_9_keeps_the_delay_of_a_requeue(broker_process, tmp_path):
+    """Messages REQ'd with a delay, killed while waiting, come back after the delay, not before."""
+    data = tmp_path / "data"
+    ledger = Ledger()
+    with trio.fail_after(60):
+        proc = broker_process("--durable", data_path=data)
+        producer = await connect(proc.tcp)
+        bodies = [f"req-{i}".encode() for i in range(20)]
+        await producer.send(encode_mpub("crash", bodies))
+        await producer.expect_response(b"OK")
+        consumer = await connect(proc.tcp)
+        await consumer.send(encode_sub("crash", "c"))
+        await consumer.expect_response(b"OK")
+        await consumer.send(encode_rdy(20))
+        for msg in await consumer.read_messages(20):
+            delay_ms = 1500 + 50 * int(msg.body.split(b"-")[1])
+            ledger.due[msg.body] = time.time_ns() + delay_ms * 1_000_000
+            await consumer.send(encode_req(msg.id, delay_ms))
+        # applied once the broker counts them all as deferred
+        await _wait_http(proc, "/stats?format=json&topic=crash&channel=c",
+                         lambda doc: doc["topics"][0]["channels"][0]["deferred_count"] == 20)
+        proc.kill()
+        ledger.acked.update(bodies)
+        proc = broker_process("--durable", data_path=data)
+        await _drain(proc, ledger, set(bodies), timeout=15)
+        proc.terminate()
+    assert ledger.acked <= ledger.finished
+    assert not ledger.early, ledger.early[:5]
+
+
+async def test_kill_9_keeps_buried_messages(broker_process, tmp_path):
+    data = tmp_path / "data"
+    with trio.fail_after(60):
+        proc = broker_process("--durable", "--max-attempts=1", data_path=data)
+        producer = await connect(proc.tcp)
+        await producer.send(encode_mpub("crash", [b"a", b"b", b"c"]))
+        await producer.expect_response(b"OK")
+        consumer = await connect(proc.tcp)
+        await consumer.send(encode_sub("crash", "c"))
+        await consumer.expect_response(b"OK")
+        await consumer.send(encode_rdy(10))
+        msgs = await consumer.read_messages(3)
+        for msg in msgs:
+            await consumer.send(encode_req(msg.id, 0))
+        await _wait_http(proc, "/channel/peek?topic=crash&channel=c&state=buried",
+                         lambda doc: doc["count"] == 3)
+        proc.kill()
+        proc = broker_process("--durable", "--max-attempts=1", data_path=data)
+        doc = await _wait_http(proc, "/channel/peek?topic=crash&channel=c&state=buried", lambda doc: True)
+        assert sorted(m["body"] for m in doc["messages"]) == ["a", "b", "c"]
+        assert all(m["attempts"] == 1 for m in doc["messages"])
+        proc.terminate()
+
+
+async def _wait_http(proc, path: str, done, timeout: float = 5.0) -> dict:
+    """GET ``path`` until the JSON answer satisfies ``done``."""
+    with trio.fail_after(timeout):
+        while True:
+            reply = await request(proc.http, "GET", path)
+            if reply.status == 200:
+                doc = reply.json()
+                if done(doc):
+                    return doc
+            await trio.sleep(0.05)

@@ -1,0 +1,161 @@
+"""A real Prometheus server scrapes a real pynsqd process on loopback; the dashboard
+series are then read back through Prometheus's HTTP API.
+
+Needs the ``prometheus`` binary (Debian package ``prometheus``; CI installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import urllib.parse
+
+import pytest
+import trio
+
+from broker.protocol import encode_fin, encode_rdy, encode_sub
+from tests.support.http_client import request
+from tests.support.paths import DEPLOY
+from tests.support.snapshots import MIXIN_NAMES
+from tests.support.v2client import connect
+
+PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(PROMETHEUS is None, reason="the prometheus binary is not installed"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def query(address, expr: str) -> list[dict]:
+    reply = await request(address, "GET", "/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+    assert reply.status == 200, reply
+    document = json.loads(reply.body)
+    assert document["status"] == "success", document
+    return document["data"]["result"]
+
+
+async def generate_traffic(broker) -> None:
+    """HTTP publishes to two topics, a TCP consumer that finishes everything on one channel."""
+    for i in range(20):
+        reply = await request(broker.http, "POST", "/pub?topic=orders", b"order %d" % i)
+        assert reply.status == 200
+    assert (await request(broker.http, "POST", "/mpub?topic=audit", b"a\nb\nc")).status == 200
+    assert (await request(broker.http, "POST", "/channel/create?topic=audit&channel=archive")).status == 200
+    consumer = await connect(broker.tcp)
+    await consumer.send(encode_sub("orders", "billing"))
+    await consumer.expect_response(b"OK")
+    await consumer.send(encode_rdy(20))
+    for msg in await consumer.read_messages(20):
+        await consumer.send(encode_fin(msg.id))
+    await consumer.aclose()
+
+
+async def test_prometheus_scrapes_the_dashboard_series(broker_process, tmp_path):
+    broker = broker_process("--e2e-processing-latency-percentile=0.99,0.95")
+    await generate_traffic(broker)
+
+    shutil.copy(DEPLOY / "alerts.yml", tmp_path / "alerts.yml")
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "rule_files:\n  - alerts.yml\n"
+        "scrape_configs:\n  - job_name: pynsqd\n    metrics_path: /metrics\n"
+        f"    static_configs:\n      - targets: ['127.0.0.1:{broker.http[1]}']\n"
+    )
+    port = free_port()
+    address = ("127.0.0.1", port)
+    log = open(tmp_path / "prometheus.log", "wb")
+    proc = subprocess.Popen(
+        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+    )
+    try:
+        with trio.fail_after(60):
+            while True:
+                if proc.poll() is not None:
+                    raise AssertionError((tmp_path / "prometheus.log").read_text())
+                try:
+                    result = await query(address, 'up{job="pynsqd"}')
+                    if result and result[0]["value"][1] == "1":
+                        found = await query(address, "nsq_topic_channel_message_count")
+                        if found:
+                            break
+                except OSError:
+                    pass
+                await trio.sleep(0.2)
+
+        for name in MIXIN_NAMES:
+            assert await query(address, name), f"{name} was not scraped"
+
+        def by_labels(result):
+            return {tuple(sorted((k, v) for k, v in r["metric"].items() if k in ("topic", "channel"))):
+                    float(r["value"][1]) for r in result}
+
+        assert by_labels(await query(address, "nsq_topic_message_count")) == {
+            (("topic", "audit"),): 3.0, (("topic", "orders"),): 20.0}
+        assert by_labels(await query(address, "nsq_topic_message_bytes")) == {
+            (("topic", "audit"),): 3.0, (("topic", "orders"),): sum(len(b"order %d" % i) for i in range(20))}
+        billing = (("channel", "billing"), ("topic", "orders"))
+        archive = (("channel", "archive"), ("topic", "audit"))
+        assert by_labels(await query(address, "nsq_topic_channel_message_count"))[billing] == 20.0
+        assert by_labels(await query(address, "nsq_topic_channel_depth"))[archive] == 3.0
+        assert by_labels(await query(address, "nsq_topic_channel_in_flight_count"))[billing] == 0.0
+        assert by_labels(await query(address, "nsq_topic_channel_e2e_processing_latency_99"))[billing] > 0
+        counts = await query(address, "nsq_topic_channel_e2e_processing_latency_seconds_count")
+        assert by_labels(counts)[billing] == 20.0
+        p99 = await query(address, "histogram_quantile(0.99, nsq_topic_channel_e2e_processing_latency_seconds_bucket)")
+        assert 0 < by_labels(p99)[billing] <= 60
+        # the alert expressions and the dashboards' aggregations evaluate
+        assert await query(address, "sum by (topic)(nsq_topic_depth)")
+        assert await query(address, "sum by (topic)(nsq_topic_channel_backend_depth)")
+        assert await query(address, "rate(nsq_topic_message_count[1m])") is not None
+        reply = await request(address, "GET", "/api/v1/label/job/values?match[]=nsq_topic_message_count")
+        assert json.loads(reply.body)["data"] == ["pynsqd"]
+        reply = await request(address, "GET", "/api/v1/rules")
+        groups = json.loads(reply.body)["data"]["groups"]
+        assert {rule["name"] for rule in groups[0]["rules"]} >= {"NsqTopicDepthIncreasing",
+                                                                 "NsqChannelDepthIncreasing", "NsqUnhealthy"}
+        assert all(rule["health"] != "err" for rule in groups[0]["rules"])
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed")
+def test_deploy_files_are_valid():
+    for args in (["check", "config", str(DEPLOY / "prometheus.yml")], ["check", "rules", str(DEPLOY / "alerts.yml")]):
+        result = subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_grafana_dashboard_queries_exposed_series():
+    dashboard = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    assert exprs
+    names = set(MIXIN_NAMES) | {"nsq_topic_channel_e2e_processing_latency_seconds_bucket", "nsq_server_healthy",
+                                "up", "process_resident_memory_bytes", "process_cpu_seconds_total"}
+    for expr in exprs:
+        used = {token for token in _identifiers(expr) if token.startswith(("nsq_", "process_"))}
+        assert used <= names, (expr, used - names)
+
+
+def _identifiers(expr: str) -> set[str]:
+    import re
+
+    return set(re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr))

@@ -1,0 +1,134 @@
+"""The README's example pipeline, run as a user runs it: three scripts against a real pynsqd.
+
+``publish_events.py`` posts JSON events over HTTP, ``windowed_counts.py`` (a Spark
+Structured Streaming query, nsq in and nsq out) counts them per event-time window,
+and ``show_topic.py`` prints the counts with Spark's batch reader. An extra
+channel on the source topic sees every event, so the test computes the counts the
+pipeline must publish and compares them with what ``show_topic.py`` prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections import defaultdict
+from datetime import UTC, datetime
+
+import pytest
+import trio
+
+from broker.protocol import encode_fin, encode_rdy, encode_sub
+from tests.support.paths import REPO
+from tests.support.v2client import connect
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+EXAMPLES = REPO / "spark" / "examples"
+WINDOW_S, WATERMARK_S = 2, 1
+RATE, SECONDS = 50, 8
+
+
+def example_env() -> dict[str, str]:
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), str(REPO / "spark"), env.get("PYTHONPATH")]))
+    return env
+
+
+def post(http: tuple[str, int], path: str) -> None:
+    request = urllib.request.Request(f"http://{http[0]}:{http[1]}{path}", data=b"", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+
+
+def topic_message_count(http: tuple[str, int], topic: str) -> int:
+    url = f"http://{http[0]}:{http[1]}/stats?format=json&topic={topic}"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        topics = json.load(response)["topics"] or []
+    return sum(t["message_count"] for t in topics)
+
+
+def expected_counts(events: list[dict]) -> dict[tuple[str, str], tuple[int, float]]:
+    """(window start, kind) -> (events, amount) for the windows the watermark has closed."""
+    def millis(text: str) -> int:
+        return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+    watermark = max(millis(e["time"]) for e in events) - WATERMARK_S * 1000
+    counts: dict[tuple[str, str], list] = defaultdict(lambda: [0, 0.0])
+    for event in events:
+        start = millis(event["time"]) // (WINDOW_S * 1000) * WINDOW_S * 1000
+        if start + WINDOW_S * 1000 <= watermark:
+            start_text = datetime.fromtimestamp(start / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+            entry = counts[(start_text, event["kind"])]
+            entry[0] += 1
+            entry[1] += event["amount"]
+    return {key: (n, amount) for key, (n, amount) in counts.items()}
+
+
+async def drain(tcp: tuple[str, int], topic: str, channel: str, n: int) -> list[bytes]:
+    client = await connect(tcp, timeout=30)
+    await client.send(encode_sub(topic, channel))
+    await client.expect_response(b"OK")
+    await client.send(encode_rdy(n))
+    bodies = []
+    for msg in await client.read_messages(n):
+        bodies.append(msg.body)
+        await client.send(encode_fin(msg.id))
+    await client.aclose()
+    return bodies
+
+
+async def test_readme_pipeline_publishes_the_right_window_counts(broker_process, tmp_path):
+    broker = broker_process()
+    http = f"{broker.http[0]}:{broker.http[1]}"
+    nsqd = f"{broker.tcp[0]}:{broker.tcp[1]}"
+    post(broker.http, "/topic/create?topic=events")
+    post(broker.http, "/channel/create?topic=events&channel=audit")
+    post(broker.http, "/channel/create?topic=events&channel=windowed_counts")  # the query's, before it starts
+    env = example_env()
+    log = open(tmp_path / "windowed_counts.log", "wb")
+    query = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "windowed_counts.py"), "--nsqd", nsqd,
+         "--checkpoint", str(tmp_path / "checkpoint"), "--window", f"{WINDOW_S} seconds",
+         "--watermark", f"{WATERMARK_S} second", "--trigger", "1 second"],
+        env=env, stdout=log, stderr=log, cwd=tmp_path,
+    )
+    try:
+        published = await trio.run_process(
+            [sys.executable, str(EXAMPLES / "publish_events.py"), "--http", http, "--rate", str(RATE),
+             "--seconds", str(SECONDS), "--late", "0.5", "--seed", "7"],
+            env=env, capture_stdout=True,
+        )
+        assert published.stdout.decode().strip() == f"published {RATE * SECONDS} events to events"
+        events = [json.loads(body) for body in await drain(broker.tcp, "events", "audit", RATE * SECONDS)]
+        expected = expected_counts(events)
+        assert len(expected) >= 3 * (SECONDS // WINDOW_S - 2)  # several windows, every kind
+
+        with trio.fail_after(180):
+            while topic_message_count(broker.http, "event_counts") < len(expected):
+                assert query.poll() is None, (tmp_path / "windowed_counts.log").read_text(errors="replace")
+                await trio.sleep(1)
+    finally:
+        query.send_signal(signal.SIGINT)  # the script stops its query on Ctrl-C
+        try:
+            query.wait(60)
+        except subprocess.TimeoutExpired:
+            query.kill()
+            query.wait()
+        log.close()
+
+    shown = await trio.run_process(
+        [sys.executable, str(EXAMPLES / "show_topic.py"), "--nsqd", nsqd, "--topic", "event_counts"],
+        env=env, capture_stdout=True, capture_stderr=True, cwd=tmp_path,
+    )
+    rows = [json.loads(m) for m in re.findall(rb'\{"start".*?\}', shown.stdout)]
+    got = {(r["start"], r["kind"]): (r["events"], r["amount"]) for r in rows}
+    assert len(rows) == len(got), "a window was published twice"
+    assert set(got) == set(expected)
+    for key, (n, amount) in expected.items():
+        assert got[key][0] == n, key
+        assert got[key][1] == pytest.approx(amount, abs=0.011), key
