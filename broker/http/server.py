@@ -110,7 +110,7 @@ class _Connection:
 
     __slots__ = ("stream", "h11", "remote", "idle_scope")
 
-    def __init__(self, stream: trio.abc.Stream, remote: str, max_header_bytes: int):
+    def __init__(self, stream: trio.SocketStream, remote: str, max_header_bytes: int):
         self.stream = stream
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header_bytes)
         self.remote = remote
@@ -371,7 +371,7 @@ class H11Server(ConnectionServer):
         headers.append((b"Date", self._date.value()))
         headers.append((b"Content-Length", str(len(body)).encode()))
         status = response.status
-        events = [h11.Response(status_code=status, headers=headers, reason=_REASONS.get(status, b""))]
+        events: list[h11.Event] = [h11.Response(status_code=status, headers=headers, reason=_REASONS.get(status, b""))]
         if body and not head_only:
             events.append(h11.Data(data=body))
         events.append(h11.EndOfMessage())

@@ -68,7 +68,7 @@ class Client:
         self.requeue_count = 0
         self.timeout_count = 0
         self.pub_counts: dict[str, int] = {}
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []
         self._out_event = trio.Event()
         self._closed = trio.Event()
         self._timer_scope: trio.CancelScope | None = None

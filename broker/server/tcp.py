@@ -66,7 +66,7 @@ class TCPServer(ConnectionServer):
                 nursery.start_soon(writer)
                 nursery.start_soon(client.run_timers, read_scope, nursery.cancel_scope)
                 with read_scope:
-                    await self._read_loop(client, conn)
+                    await self._read_loop(client, conn, stream)
                 if read_scope.cancelled_caught:
                     # the read deadline passed: a command cut off in its body
                     # gets nsqd's "failed to read" error before the close
@@ -78,9 +78,8 @@ class TCPServer(ConnectionServer):
                 client.channel.remove_client(client)
             log.info("TCP: client(%s) closed", remote)
 
-    async def _read_loop(self, client: Client, conn: ServerConnection) -> None:
+    async def _read_loop(self, client: Client, conn: ServerConnection, stream: trio.SocketStream) -> None:
         """Read, parse and apply commands until EOF, a fatal error or close."""
-        stream = client.stream
         while not client.closing:
             try:
                 data = await stream.receive_some(RECEIVE_SIZE)
