@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from broker import protocol as p
+from broker.gocompat import MILLISECOND
 from broker.protocol import ProtocolError
 
 if TYPE_CHECKING:
@@ -31,10 +32,7 @@ AsyncHandler = Callable[["Broker", "Client", Any], Awaitable[bytes]]
 
 
 def identify(broker: Broker, client: Client, cmd: p.Identify) -> None:
-    data = cmd.data
-    if not isinstance(data, dict):
-        raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
-    client.send_response(client.identify(data))
+    client.send_response(client.identify(cmd.data))
 
 
 def auth(broker: Broker, client: Client, cmd: p.Auth) -> None:
@@ -122,7 +120,7 @@ async def _publish(broker: Broker, client: Client, verb: str, topic_name: str,
     if broker.exiting:
         raise ProtocolError(code, f"{verb} failed exiting")
     try:
-        await broker.publish_bodies(broker.get_topic(topic_name), bodies, defer_ms * 1_000_000)
+        await broker.publish_bodies(broker.get_topic(topic_name), bodies, defer_ms * MILLISECOND)
     except ProtocolError:
         raise
     except Exception as exc:  # a failed disk write: the client must hear about it

@@ -26,17 +26,9 @@ if TYPE_CHECKING:
     from broker.core.channel import Channel
     from broker.core.message import Message
 
-__all__ = ["Client", "IDENTIFY_INT_FIELDS"]
+__all__ = ["Client"]
 
 log = logging.getLogger("pynsqd.client")
-
-#: IDENTIFY keys that must be JSON integers, and the string/bool keys.
-IDENTIFY_INT_FIELDS = ("heartbeat_interval", "output_buffer_size", "output_buffer_timeout", "sample_rate",
-                       "msg_timeout", "deflate_level")
-_IDENTIFY_STR_FIELDS = ("client_id", "hostname", "user_agent", "short_id", "long_id",
-                        "topology_region", "topology_zone")
-_IDENTIFY_BOOL_FIELDS = ("feature_negotiation", "tls_v1", "snappy", "deflate")
-
 
 class Client:
     """State of one TCP client; owned by its connection handler in :mod:`broker.server.tcp`."""
@@ -86,21 +78,10 @@ class Client:
     def identify(self, data: dict) -> bytes:
         """Apply an IDENTIFY body; returns the response payload.
 
-        Raises fatal ``E_BAD_BODY`` errors with nsqd's wording for wrongly typed
-        or out-of-range fields. Unknown keys are ignored.
+        ``data`` comes from the parser with nsqd's field types already checked
+        (:class:`~broker.protocol.Identify`); raises fatal ``E_BAD_BODY`` errors with
+        nsqd's wording for out-of-range values.
         """
-        for key in IDENTIFY_INT_FIELDS:
-            value = data.get(key)
-            if value is not None and (type(value) is not int):
-                raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
-        for key in _IDENTIFY_STR_FIELDS:
-            value = data.get(key)
-            if value is not None and not isinstance(value, str):
-                raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
-        for key in _IDENTIFY_BOOL_FIELDS:
-            value = data.get(key)
-            if value is not None and not isinstance(value, bool):
-                raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
         opts = self.options
         self.client_id = data.get("client_id") or ""
         self.hostname = data.get("hostname") or ""
