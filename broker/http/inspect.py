@@ -110,21 +110,25 @@ class InspectEndpoints:
 
     async def kick(self, request: Request, body: RequestBody, param: str) -> Response:
         """``POST /channel/kick``: buried messages back to ready (``id``, or the ``n`` oldest, or all)."""
-        params = request_params(request)
-        channel = existing_channel(self.broker, params)
-        msg_id, n = _buried_selection(params)
-        kicked = channel.kick(msg_id, len(channel.buried) if n < 0 else n)
-        await self._persist_buried(channel)
-        return v1({"kicked": kicked})
+        return await self._on_buried(request, "kicked", lambda channel, msg_id, n: channel.kick(msg_id, n))
 
     async def delete_buried(self, request: Request, body: RequestBody, param: str) -> Response:
         """``POST /channel/delete_buried``: drop buried messages (``id``, or the ``n`` oldest, or all)."""
+        return await self._on_buried(request, "deleted", lambda channel, msg_id, n: channel.delete_buried(msg_id, n))
+
+    async def _on_buried(self, request: Request, key: str,
+                         action: Callable[[Channel, bytes | None, int], int]) -> Response:
+        """Apply ``action`` to the buried messages the query selects and save them; ``{key: count}``."""
         params = request_params(request)
         channel = existing_channel(self.broker, params)
         msg_id, n = _buried_selection(params)
-        deleted = channel.delete_buried(msg_id, len(channel.buried) if n < 0 else n)
-        await self._persist_buried(channel)
-        return v1({"deleted": deleted})
+        done = action(channel, msg_id, len(channel.buried) if n < 0 else n)
+        try:
+            await channel.persist_buried()
+        except Exception as exc:
+            log.error("failed to persist buried messages of %s:%s - %s", channel.topic.name, channel.name, exc)
+            raise APIError(500, "INTERNAL_ERROR") from None
+        return v1({key: done})
 
     async def max_attempts(self, request: Request, body: RequestBody, param: str) -> Response:
         """``POST /channel/max_attempts?value=N``: this channel's attempts limit (``default``: the flag's)."""
@@ -142,11 +146,3 @@ class InspectEndpoints:
             channel.set_max_attempts(limit)
         await persist_metadata(self.broker)  # at once, like pause: a crash must not undo it
         return v1({"max_attempts": channel.max_attempts})
-
-    @staticmethod
-    async def _persist_buried(channel: Channel) -> None:
-        try:
-            await channel.persist_buried()
-        except Exception as exc:
-            log.error("failed to persist buried messages of %s:%s - %s", channel.topic.name, channel.name, exc)
-            raise APIError(500, "INTERNAL_ERROR") from None

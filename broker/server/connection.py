@@ -30,6 +30,27 @@ __all__ = ["Client"]
 
 log = logging.getLogger("pynsqd.client")
 
+#: nsqd's output buffer size until IDENTIFY sets one, and the least IDENTIFY may set.
+DEFAULT_OUTPUT_BUFFER_SIZE = 16 * 1024
+MIN_OUTPUT_BUFFER_SIZE = 64
+
+def _identify_seconds(data: dict, key: str, low: float, high: float, what: str, *,
+                      can_disable: bool = True) -> float | None:
+    """An IDENTIFY duration (milliseconds) in seconds, checked against ``low``..``high`` seconds.
+
+    None when absent or 0 (keep the default); 0.0 for -1 (turned off) where
+    ``can_disable``; otherwise a fatal ``E_BAD_BODY`` naming ``what``.
+    """
+    value = data.get(key) or 0
+    if value == 0:
+        return None
+    if value == -1 and can_disable:
+        return 0.0
+    if low * 1000 <= value <= high * 1000:
+        return value / 1000
+    raise ProtocolError("E_BAD_BODY", f"IDENTIFY {what} ({value}) is invalid")
+
+
 class Client:
     """State of one TCP client; owned by its connection handler in :mod:`broker.server.tcp`."""
 
@@ -45,7 +66,7 @@ class Client:
         self.hostname = host
         self.user_agent = ""
         self.heartbeat_interval = opts.client_timeout / 2
-        self.output_buffer_size = 16 * 1024
+        self.output_buffer_size = DEFAULT_OUTPUT_BUFFER_SIZE
         self.output_buffer_timeout = opts.output_buffer_timeout
         self.msg_timeout = opts.msg_timeout
         self.sample_rate = 0
@@ -87,32 +108,22 @@ class Client:
         self.hostname = data.get("hostname") or ""
         self.user_agent = data.get("user_agent") or ""
 
-        heartbeat = data.get("heartbeat_interval") or 0
-        if heartbeat == -1:
-            self.heartbeat_interval = 0.0
-        elif heartbeat == 0:
-            pass
-        elif 1000 <= heartbeat <= opts.max_heartbeat_interval * 1000:
-            self.heartbeat_interval = heartbeat / 1000
-        else:
-            raise ProtocolError("E_BAD_BODY", f"IDENTIFY heartbeat interval ({heartbeat}) is invalid")
+        heartbeat = _identify_seconds(data, "heartbeat_interval", 1.0, opts.max_heartbeat_interval,
+                                      "heartbeat interval")
+        if heartbeat is not None:
+            self.heartbeat_interval = heartbeat
 
+        timeout = _identify_seconds(data, "output_buffer_timeout", opts.min_output_buffer_timeout,
+                                    opts.max_output_buffer_timeout, "output buffer timeout")
+        if timeout is not None:
+            self.output_buffer_timeout = timeout
         size = data.get("output_buffer_size") or 0
-        timeout = data.get("output_buffer_timeout") or 0
-        if timeout == -1:
-            self.output_buffer_timeout = 0.0
-        elif timeout == 0:
-            pass
-        elif opts.min_output_buffer_timeout * 1000 <= timeout <= opts.max_output_buffer_timeout * 1000:
-            self.output_buffer_timeout = timeout / 1000
-        else:
-            raise ProtocolError("E_BAD_BODY", f"IDENTIFY output buffer timeout ({timeout}) is invalid")
         if size == -1:
             self.output_buffer_size = 1
             self.output_buffer_timeout = 0.0
         elif size == 0:
             pass
-        elif 64 <= size <= opts.max_output_buffer_size:
+        elif MIN_OUTPUT_BUFFER_SIZE <= size <= opts.max_output_buffer_size:
             self.output_buffer_size = size
         else:
             raise ProtocolError("E_BAD_BODY", f"IDENTIFY output buffer size ({size}) is invalid")
@@ -122,13 +133,10 @@ class Client:
             raise ProtocolError("E_BAD_BODY", f"IDENTIFY sample rate ({sample_rate}) is invalid")
         self.sample_rate = sample_rate
 
-        msg_timeout = data.get("msg_timeout") or 0
-        if msg_timeout == 0:
-            pass
-        elif 1000 <= msg_timeout <= opts.max_msg_timeout * 1000:
-            self.msg_timeout = msg_timeout / 1000
-        else:
-            raise ProtocolError("E_BAD_BODY", f"IDENTIFY msg timeout ({msg_timeout}) is invalid")
+        msg_timeout = _identify_seconds(data, "msg_timeout", 1.0, opts.max_msg_timeout, "msg timeout",
+                                        can_disable=False)
+        if msg_timeout is not None:
+            self.msg_timeout = msg_timeout
 
         self.feature_negotiation = bool(data.get("feature_negotiation"))
         self.wake_timers()
