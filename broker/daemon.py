@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import signal
-import socket
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 
 from broker.config.options import Options
 from broker.core.broker import Broker
+from broker.server.net import Addresses, bound_address, describe_address, open_listeners
 from broker.server.tcp import TCPServer
 
-__all__ = ["Daemon", "Addresses", "run", "open_listeners", "format_sockaddr"]
+if TYPE_CHECKING:
+    from broker.http.api import HTTPServer
+
+__all__ = ["Daemon", "Addresses", "run"]
 
 log = logging.getLogger("pynsqd")
 
@@ -33,43 +35,6 @@ GC_THRESHOLD = 50_000
 SHUTDOWN_GRACE = 5.0
 
 
-@dataclass(frozen=True, slots=True)
-class Addresses:
-    """Where a started daemon listens: ``(host, port)`` pairs or unix socket paths."""
-
-    tcp: tuple[str, int] | str | None
-    http: tuple[str, int] | str | None
-
-
-async def open_listeners(address: str) -> list[trio.SocketListener]:
-    """Listeners for an nsqd-style address: ``host:port``, ``:port``, ``[v6]:port`` or a unix socket path."""
-    if "/" in address:
-        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        if os.path.exists(address):
-            os.unlink(address)
-        await sock.bind(address)
-        sock.listen(socket.SOMAXCONN)
-        return [trio.SocketListener(sock)]
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"invalid listen address {address!r}: want host:port")
-    host = host.strip("[]") or None
-    return await trio.open_tcp_listeners(int(port), host=host)
-
-
-def format_sockaddr(listener: trio.SocketListener) -> tuple[str, int] | str:
-    """The bound address of a listener, as (host, port) or a path."""
-    name = listener.socket.getsockname()
-    return name if isinstance(name, str) else (name[0], name[1])
-
-
-def _describe(address: tuple[str, int] | str) -> str:
-    if isinstance(address, str):
-        return address
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 class Daemon:
     """A broker plus its listeners. Owns every task it starts in :meth:`run`."""
 
@@ -77,7 +42,7 @@ class Daemon:
         self.options = options
         self.broker = Broker(options)
         self.tcp = TCPServer(self.broker)
-        self.http = None
+        self.http: HTTPServer | None = None
         self._stop = trio.Event()
 
     def request_shutdown(self) -> None:
@@ -90,20 +55,18 @@ class Daemon:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.broker.run)
             tcp_listeners = await open_listeners(opts.tcp_address)
-            tcp_address = format_sockaddr(tcp_listeners[0])
+            tcp_address = bound_address(tcp_listeners[0])
             await nursery.start(self.tcp.serve, tcp_listeners)
-            log.info("TCP: listening on %s", _describe(tcp_address))
+            log.info("TCP: listening on %s", describe_address(tcp_address))
             http_address = None
             if opts.http_address:
                 from broker.http.api import HTTPServer
 
-                self.http = HTTPServer(self.broker, self)
                 http_listeners = await open_listeners(opts.http_address)
-                http_address = format_sockaddr(http_listeners[0])
+                http_address = bound_address(http_listeners[0])
+                self.http = HTTPServer(self.broker, Addresses(tcp_address, http_address))
                 await nursery.start(self.http.serve, http_listeners)
-                log.info("HTTP: listening on %s", _describe(http_address))
-            self.broker.tcp_address = tcp_address
-            self.broker.http_address = http_address
+                log.info("HTTP: listening on %s", describe_address(http_address))
             task_status.started(Addresses(tcp_address, http_address))
 
             await self._stop.wait()

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import h11
 import trio
 
+from broker.server.net import ConnectionServer, peer_address
+
 __all__ = [
     "MAX_HEADER_BYTES",
     "MAX_DRAIN_BYTES",
@@ -108,7 +110,7 @@ class _Connection:
 
     __slots__ = ("stream", "h11", "remote", "idle_scope")
 
-    def __init__(self, stream: trio.abc.Stream, remote: str, max_header_bytes: int):
+    def __init__(self, stream: trio.SocketStream, remote: str, max_header_bytes: int):
         self.stream = stream
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header_bytes)
         self.remote = remote
@@ -246,73 +248,33 @@ async def _linger(stream: trio.SocketStream) -> None:
             pass
 
 
-class H11Server:
+class H11Server(ConnectionServer):
     """Serves HTTP/1.1 on listeners with ``handler``; owns the connection tasks.
 
     :meth:`serve` runs until :meth:`stop_listening` and :meth:`close_connections` are
-    done. Requests on one connection are handled one after another.
+    done. Requests on one connection are handled one after another; at shutdown idle
+    connections close at once and busy ones after their response.
     """
 
     def __init__(self, handler: Handler, *, max_header_bytes: int = MAX_HEADER_BYTES):
+        super().__init__("HTTP", log)
         self.handler = handler
         self.max_header_bytes = max_header_bytes
-        self._listener_scope = trio.CancelScope()
-        self._connections_nursery: trio.Nursery | None = None
         self._connections: set[_Connection] = set()
         self._closing = False
-        self._drained = trio.Event()
         self._date = _DateHeader()
 
-    # ---------------------------------------------------------------- lifecycle
-
-    async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Accept and serve connections; reports started once every listener accepts."""
-        async with trio.open_nursery() as connections:
-            self._connections_nursery = connections
-            with self._listener_scope:
-                async with trio.open_nursery() as accept:
-                    for listener in listeners:
-                        accept.start_soon(self._accept_loop, listener)
-                    task_status.started()
-            for listener in listeners:
-                await listener.aclose()
-
-    def stop_listening(self) -> None:
-        """Stop accepting connections (the first step of shutdown)."""
-        self._listener_scope.cancel()
-
-    async def close_connections(self, grace: float) -> None:
-        """Close idle connections now, busy ones after their response; cancel what is
-        left after ``grace`` seconds."""
+    def ask_to_close(self) -> None:
+        """Close idle connections now, busy ones after their response."""
         self._closing = True
         for conn in list(self._connections):
             if conn.idle_scope is not None:
                 conn.idle_scope.cancel()
-        if self._connections:
-            with trio.move_on_after(grace):
-                await self._drained.wait()
-        if self._connections_nursery is not None:
-            self._connections_nursery.cancel_scope.cancel()
 
-    async def _accept_loop(self, listener: trio.SocketListener) -> None:
-        while True:
-            try:
-                stream = await listener.accept()
-            except OSError as exc:  # e.g. EMFILE: wait and keep serving the others
-                log.error("HTTP: accept failed: %s", exc)
-                await trio.sleep(0.1)
-                continue
-            self._connections_nursery.start_soon(self._serve_connection, stream)
-
-    # ---------------------------------------------------------------- one connection
-
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+    async def handle_connection(self, stream: trio.SocketStream) -> None:
+        """Answer the requests of one connection until either side ends it."""
         try:
-            peer = stream.socket.getpeername()
-            if isinstance(peer, str):
-                remote = peer
-            else:
-                remote = f"[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"{peer[0]}:{peer[1]}"
+            remote = peer_address(stream)
         except OSError:
             remote = ""
         conn = _Connection(stream, remote, self.max_header_bytes)
@@ -333,10 +295,6 @@ class H11Server:
             if conn.h11.their_state in (h11.SEND_BODY, h11.ERROR):
                 await _linger(stream)
             self._connections.discard(conn)
-            if self._closing and not self._connections:
-                self._drained.set()
-            with trio.CancelScope(shield=True):
-                await stream.aclose()
 
     async def _next_request(self, conn: _Connection) -> h11.Request | None:
         """The next request's head, or None when the peer is gone or we are closing."""
@@ -413,7 +371,7 @@ class H11Server:
         headers.append((b"Date", self._date.value()))
         headers.append((b"Content-Length", str(len(body)).encode()))
         status = response.status
-        events = [h11.Response(status_code=status, headers=headers, reason=_REASONS.get(status, b""))]
+        events: list[h11.Event] = [h11.Response(status_code=status, headers=headers, reason=_REASONS.get(status, b""))]
         if body and not head_only:
             events.append(h11.Data(data=body))
         events.append(h11.EndOfMessage())

@@ -13,23 +13,26 @@ Errors are raised as :class:`~broker.protocol.ProtocolError`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker import protocol as p
+from broker.gocompat import MILLISECOND
 from broker.protocol import ProtocolError
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
     from broker.server.connection import Client
 
-__all__ = ["SYNC_HANDLERS", "ASYNC_HANDLERS", "fin_run"]
+__all__ = ["SYNC_HANDLERS", "ASYNC_HANDLERS", "SyncHandler", "AsyncHandler", "fin_run"]
+
+#: A command applied at once; the command argument is the event type the handler is registered for.
+SyncHandler = Callable[["Broker", "Client", Any], None]
+#: A command whose answer may wait (for the disk); returns the response to queue.
+AsyncHandler = Callable[["Broker", "Client", Any], Awaitable[bytes]]
 
 
 def identify(broker: Broker, client: Client, cmd: p.Identify) -> None:
-    data = cmd.data
-    if not isinstance(data, dict):
-        raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
-    client.send_response(client.identify(data))
+    client.send_response(client.identify(cmd.data))
 
 
 def auth(broker: Broker, client: Client, cmd: p.Auth) -> None:
@@ -66,16 +69,22 @@ def fin_run(broker: Broker, client: Client, msg_ids: list[bytes]) -> None:
 
     An id not in flight for this client gets the non-fatal ``E_FIN_FAILED``, in order.
     """
-    for err in client.channel.finish_many(client, msg_ids):
+    channel = client.channel
+    assert channel is not None  # the parser admits FIN only after SUB
+    for err in channel.finish_many(client, msg_ids):
         client.send_error(err)
 
 
 def req(broker: Broker, client: Client, cmd: p.Req) -> None:
-    client.channel.requeue(client, cmd.msg_id, cmd.timeout_ms)
+    channel = client.channel
+    assert channel is not None  # the parser admits REQ only after SUB
+    channel.requeue(client, cmd.msg_id, cmd.timeout_ms)
 
 
 def touch(broker: Broker, client: Client, cmd: p.Touch) -> None:
-    client.channel.touch(client, cmd.msg_id)
+    channel = client.channel
+    assert channel is not None  # the parser admits TOUCH only after SUB
+    channel.touch(client, cmd.msg_id)
 
 
 def cls(broker: Broker, client: Client, cmd: p.Cls) -> None:
@@ -111,7 +120,7 @@ async def _publish(broker: Broker, client: Client, verb: str, topic_name: str,
     if broker.exiting:
         raise ProtocolError(code, f"{verb} failed exiting")
     try:
-        await broker.publish_bodies(broker.get_topic(topic_name), bodies, defer_ms * 1_000_000)
+        await broker.publish_bodies(broker.get_topic(topic_name), bodies, defer_ms * MILLISECOND)
     except ProtocolError:
         raise
     except Exception as exc:  # a failed disk write: the client must hear about it
@@ -120,7 +129,7 @@ async def _publish(broker: Broker, client: Client, verb: str, topic_name: str,
     return b"OK"
 
 
-SYNC_HANDLERS: dict[type, Callable[[Broker, Client, object], None]] = {
+SYNC_HANDLERS: dict[type, SyncHandler] = {
     p.Identify: identify,
     p.Auth: auth,
     p.Rdy: rdy,
@@ -131,7 +140,7 @@ SYNC_HANDLERS: dict[type, Callable[[Broker, Client, object], None]] = {
     p.Nop: nop,
 }
 
-ASYNC_HANDLERS: dict[type, Callable[[Broker, Client, object], Awaitable[bytes]]] = {
+ASYNC_HANDLERS: dict[type, AsyncHandler] = {
     p.Sub: sub,
     p.Pub: pub,
     p.Mpub: mpub,

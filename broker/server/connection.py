@@ -26,16 +26,29 @@ if TYPE_CHECKING:
     from broker.core.channel import Channel
     from broker.core.message import Message
 
-__all__ = ["Client", "IDENTIFY_INT_FIELDS"]
+__all__ = ["Client"]
 
 log = logging.getLogger("pynsqd.client")
 
-#: IDENTIFY keys that must be JSON integers, and the string/bool keys.
-IDENTIFY_INT_FIELDS = ("heartbeat_interval", "output_buffer_size", "output_buffer_timeout", "sample_rate",
-                       "msg_timeout", "deflate_level")
-_IDENTIFY_STR_FIELDS = ("client_id", "hostname", "user_agent", "short_id", "long_id",
-                        "topology_region", "topology_zone")
-_IDENTIFY_BOOL_FIELDS = ("feature_negotiation", "tls_v1", "snappy", "deflate")
+#: nsqd's output buffer size until IDENTIFY sets one, and the least IDENTIFY may set.
+DEFAULT_OUTPUT_BUFFER_SIZE = 16 * 1024
+MIN_OUTPUT_BUFFER_SIZE = 64
+
+def _identify_seconds(data: dict, key: str, low: float, high: float, what: str, *,
+                      can_disable: bool = True) -> float | None:
+    """An IDENTIFY duration (milliseconds) in seconds, checked against ``low``..``high`` seconds.
+
+    None when absent or 0 (keep the default); 0.0 for -1 (turned off) where
+    ``can_disable``; otherwise a fatal ``E_BAD_BODY`` naming ``what``.
+    """
+    value = data.get(key) or 0
+    if value == 0:
+        return None
+    if value == -1 and can_disable:
+        return 0.0
+    if low * 1000 <= value <= high * 1000:
+        return value / 1000
+    raise ProtocolError("E_BAD_BODY", f"IDENTIFY {what} ({value}) is invalid")
 
 
 class Client:
@@ -53,7 +66,7 @@ class Client:
         self.hostname = host
         self.user_agent = ""
         self.heartbeat_interval = opts.client_timeout / 2
-        self.output_buffer_size = 16 * 1024
+        self.output_buffer_size = DEFAULT_OUTPUT_BUFFER_SIZE
         self.output_buffer_timeout = opts.output_buffer_timeout
         self.msg_timeout = opts.msg_timeout
         self.sample_rate = 0
@@ -68,7 +81,7 @@ class Client:
         self.requeue_count = 0
         self.timeout_count = 0
         self.pub_counts: dict[str, int] = {}
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []
         self._out_event = trio.Event()
         self._closed = trio.Event()
         self._timer_scope: trio.CancelScope | None = None
@@ -86,52 +99,31 @@ class Client:
     def identify(self, data: dict) -> bytes:
         """Apply an IDENTIFY body; returns the response payload.
 
-        Raises fatal ``E_BAD_BODY`` errors with nsqd's wording for wrongly typed
-        or out-of-range fields. Unknown keys are ignored.
+        ``data`` comes from the parser with nsqd's field types already checked
+        (:class:`~broker.protocol.Identify`); raises fatal ``E_BAD_BODY`` errors with
+        nsqd's wording for out-of-range values.
         """
-        for key in IDENTIFY_INT_FIELDS:
-            value = data.get(key)
-            if value is not None and (type(value) is not int):
-                raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
-        for key in _IDENTIFY_STR_FIELDS:
-            value = data.get(key)
-            if value is not None and not isinstance(value, str):
-                raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
-        for key in _IDENTIFY_BOOL_FIELDS:
-            value = data.get(key)
-            if value is not None and not isinstance(value, bool):
-                raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
         opts = self.options
         self.client_id = data.get("client_id") or ""
         self.hostname = data.get("hostname") or ""
         self.user_agent = data.get("user_agent") or ""
 
-        heartbeat = data.get("heartbeat_interval") or 0
-        if heartbeat == -1:
-            self.heartbeat_interval = 0.0
-        elif heartbeat == 0:
-            pass
-        elif 1000 <= heartbeat <= opts.max_heartbeat_interval * 1000:
-            self.heartbeat_interval = heartbeat / 1000
-        else:
-            raise ProtocolError("E_BAD_BODY", f"IDENTIFY heartbeat interval ({heartbeat}) is invalid")
+        heartbeat = _identify_seconds(data, "heartbeat_interval", 1.0, opts.max_heartbeat_interval,
+                                      "heartbeat interval")
+        if heartbeat is not None:
+            self.heartbeat_interval = heartbeat
 
+        timeout = _identify_seconds(data, "output_buffer_timeout", opts.min_output_buffer_timeout,
+                                    opts.max_output_buffer_timeout, "output buffer timeout")
+        if timeout is not None:
+            self.output_buffer_timeout = timeout
         size = data.get("output_buffer_size") or 0
-        timeout = data.get("output_buffer_timeout") or 0
-        if timeout == -1:
-            self.output_buffer_timeout = 0.0
-        elif timeout == 0:
-            pass
-        elif opts.min_output_buffer_timeout * 1000 <= timeout <= opts.max_output_buffer_timeout * 1000:
-            self.output_buffer_timeout = timeout / 1000
-        else:
-            raise ProtocolError("E_BAD_BODY", f"IDENTIFY output buffer timeout ({timeout}) is invalid")
         if size == -1:
             self.output_buffer_size = 1
             self.output_buffer_timeout = 0.0
         elif size == 0:
             pass
-        elif 64 <= size <= opts.max_output_buffer_size:
+        elif MIN_OUTPUT_BUFFER_SIZE <= size <= opts.max_output_buffer_size:
             self.output_buffer_size = size
         else:
             raise ProtocolError("E_BAD_BODY", f"IDENTIFY output buffer size ({size}) is invalid")
@@ -141,13 +133,10 @@ class Client:
             raise ProtocolError("E_BAD_BODY", f"IDENTIFY sample rate ({sample_rate}) is invalid")
         self.sample_rate = sample_rate
 
-        msg_timeout = data.get("msg_timeout") or 0
-        if msg_timeout == 0:
-            pass
-        elif 1000 <= msg_timeout <= opts.max_msg_timeout * 1000:
-            self.msg_timeout = msg_timeout / 1000
-        else:
-            raise ProtocolError("E_BAD_BODY", f"IDENTIFY msg timeout ({msg_timeout}) is invalid")
+        msg_timeout = _identify_seconds(data, "msg_timeout", 1.0, opts.max_msg_timeout, "msg timeout",
+                                        can_disable=False)
+        if msg_timeout is not None:
+            self.msg_timeout = msg_timeout
 
         self.feature_negotiation = bool(data.get("feature_negotiation"))
         self.wake_timers()

@@ -17,6 +17,7 @@ import trio
 from broker.protocol import FinRun, Identify, ProtocolError, ServerConnection
 from broker.server.commands import ASYNC_HANDLERS, SYNC_HANDLERS, fin_run
 from broker.server.connection import Client
+from broker.server.net import ConnectionServer, peer_address
 from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
@@ -29,62 +30,25 @@ log = logging.getLogger("pynsqd.tcp")
 RECEIVE_SIZE = 256 * 1024
 
 
-def _format_address(sockaddr) -> str:
-    host, port = sockaddr[0], sockaddr[1]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-class TCPServer:
+class TCPServer(ConnectionServer):
     """Accepts V2 connections for a :class:`Broker`; owns their tasks."""
 
     def __init__(self, broker: Broker):
+        super().__init__("TCP", log)
         self.broker = broker
-        self._listener_scope = trio.CancelScope()
-        self._connections: trio.Nursery | None = None
         self._client_numbers = 0
 
-    async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Serve until :meth:`stop_listening` and :meth:`close_connections` are done."""
-        async with trio.open_nursery() as connections:
-            self._connections = connections
-            with self._listener_scope:
-                async with trio.open_nursery() as accept:
-                    for listener in listeners:
-                        accept.start_soon(self._accept_loop, listener)
-                    task_status.started()
-            for listener in listeners:
-                await listener.aclose()
-
-    def stop_listening(self) -> None:
-        """Stop accepting connections (the first step of shutdown)."""
-        self._listener_scope.cancel()
-
-    async def close_connections(self, grace: float) -> None:
-        """Ask every client to flush and close; cancel what is left after ``grace`` seconds."""
+    def ask_to_close(self) -> None:
+        """Ask every client to flush what is queued and close."""
         for client in list(self.broker.clients):
             client.close_soon()
-        with trio.move_on_after(grace):
-            while self.broker.clients:
-                await trio.sleep(0.01)
-        if self._connections is not None:
-            self._connections.cancel_scope.cancel()
 
-    async def _accept_loop(self, listener: trio.SocketListener) -> None:
-        while True:
-            try:
-                stream = await listener.accept()
-            except OSError as exc:  # e.g. EMFILE: wait and keep serving the others
-                log.error("TCP: accept failed: %s", exc)
-                await trio.sleep(0.1)
-                continue
-            self._connections.start_soon(self._handle, stream)
-
-    async def _handle(self, stream: trio.SocketStream) -> None:
+    async def handle_connection(self, stream: trio.SocketStream) -> None:
+        """Run one client's reader, writer and timers until the connection ends."""
         broker = self.broker
         try:
-            remote = _format_address(stream.socket.getpeername())
+            remote = peer_address(stream)
         except OSError:
-            await stream.aclose()
             return
         self._client_numbers += 1
         client = Client(broker, stream, remote, self._client_numbers)
@@ -102,7 +66,7 @@ class TCPServer:
                 nursery.start_soon(writer)
                 nursery.start_soon(client.run_timers, read_scope, nursery.cancel_scope)
                 with read_scope:
-                    await self._read_loop(client, conn)
+                    await self._read_loop(client, conn, stream)
                 if read_scope.cancelled_caught:
                     # the read deadline passed: a command cut off in its body
                     # gets nsqd's "failed to read" error before the close
@@ -112,13 +76,10 @@ class TCPServer:
             broker.clients.discard(client)
             if client.channel is not None:
                 client.channel.remove_client(client)
-            with trio.CancelScope(shield=True):
-                await stream.aclose()
             log.info("TCP: client(%s) closed", remote)
 
-    async def _read_loop(self, client: Client, conn: ServerConnection) -> None:
+    async def _read_loop(self, client: Client, conn: ServerConnection, stream: trio.SocketStream) -> None:
         """Read, parse and apply commands until EOF, a fatal error or close."""
-        stream = client.stream
         while not client.closing:
             try:
                 data = await stream.receive_some(RECEIVE_SIZE)

@@ -1,0 +1,154 @@
+"""nsqd's publishing endpoints: ``POST /pub`` and ``POST /mpub``.
+
+Bodies are read with limits: a ``Content-Length`` above ``--max-msg-size``
+(``/pub``) or ``--max-body-size`` (``/mpub``) is refused with 413 before any of
+the body is read. Messages are queued by :meth:`Broker.publish_bodies`, as the
+TCP ``PUB``/``MPUB``/``DPUB`` commands queue them.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import TYPE_CHECKING
+
+from broker.gocompat import MILLISECOND, parse_int64, to_ns, wrap_int64
+from broker.http.query import first, parse_bool, request_params
+from broker.http.responses import OK, APIError
+from broker.http.router import Endpoint
+from broker.http.server import BodyReadError, Request, RequestBody, Response
+from broker.http.targets import new_topic
+from broker.protocol import Mpub, ProtocolError
+from broker.protocol.bodies import MpubBody
+
+if TYPE_CHECKING:
+    from broker.core.broker import Broker
+    from broker.core.topic import Topic
+
+__all__ = ["PublishEndpoints", "read_text_mpub", "read_binary_mpub"]
+
+log = logging.getLogger("pynsqd.http")
+
+_LENGTH = struct.Struct(">i")
+
+
+class PublishEndpoints:
+    """``/pub`` and ``/mpub`` for one broker."""
+
+    def __init__(self, broker: Broker):
+        self.broker = broker
+
+    def routes(self) -> dict[tuple[str, str], Endpoint]:
+        """This group's entries for the :class:`~broker.http.router.Router`."""
+        return {("POST", "/pub"): self.pub, ("POST", "/mpub"): self.mpub}
+
+    async def pub(self, request: Request, body: RequestBody, param: str) -> Response:
+        """``POST /pub?topic=&defer=``: the body is one message."""
+        opts = self.broker.options
+        max_size = opts.max_msg_size
+        if request.content_length is not None and request.content_length > max_size:
+            raise APIError(413, "MSG_TOO_BIG")
+        try:
+            data = await body.read(max_size + 1)
+        except BodyReadError:
+            raise APIError(500, "INTERNAL_ERROR") from None
+        if len(data) > max_size:
+            raise APIError(413, "MSG_TOO_BIG")
+        if not data:
+            raise APIError(400, "MSG_EMPTY")
+        params = request_params(request)
+        topic = new_topic(self.broker, params)
+        defer_ns = 0
+        defer = first(params, "defer")
+        if defer is not None:
+            try:
+                defer_ns = wrap_int64(parse_int64(defer) * MILLISECOND)
+            except ValueError:
+                raise APIError(400, "INVALID_DEFER") from None
+            if defer_ns < 0 or defer_ns > to_ns(opts.max_req_timeout):
+                raise APIError(400, "INVALID_DEFER")
+        return await self._put(topic, [data], defer_ns)
+
+    async def mpub(self, request: Request, body: RequestBody, param: str) -> Response:
+        """``POST /mpub?topic=&binary=``: one message per line, or the binary ``MPUB`` body."""
+        opts = self.broker.options
+        max_body = opts.max_body_size
+        if request.content_length is not None and request.content_length > max_body:
+            raise APIError(413, "BODY_TOO_BIG")
+        params = request_params(request)
+        topic = new_topic(self.broker, params)
+        binary = False
+        values = params.get("binary")
+        if values is not None:
+            given = parse_bool(values[0])
+            if given is None:
+                log.warning("deprecated value '%s' used for /mpub binary param", values[0])
+            binary = True if given is None else given
+        try:
+            data = await body.read(max_body + 1)
+        except BodyReadError:
+            raise APIError(500, "INTERNAL_ERROR") from None
+        if binary:
+            if len(data) > max_body:
+                raise APIError(413, "BODY_TOO_BIG")
+            bodies = read_binary_mpub(data, opts.max_msg_size, max_body)
+        else:
+            bodies = read_text_mpub(data, opts.max_msg_size, max_body)
+        return await self._put(topic, bodies)
+
+    async def _put(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0) -> Response:
+        """Queue ``bodies`` as one batch; 503 EXITING if that fails, as nsqd answers every failed put."""
+        broker = self.broker
+        if broker.exiting:
+            raise APIError(503, "EXITING")
+        if not bodies:
+            return OK
+        try:
+            await broker.publish_bodies(topic, bodies, defer_ns)
+        except Exception as exc:
+            log.error("HTTP: publish to %s failed: %s", topic.name, exc)
+            raise APIError(503, "EXITING") from None
+        return OK
+
+
+def read_text_mpub(data: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
+    """nsqd's text ``/mpub``: one message per line, empty lines skipped.
+
+    ``data`` is at most ``max_body_size + 1`` bytes; reaching that many is
+    ``BODY_TOO_BIG``, unless an earlier line already was ``MSG_TOO_BIG`` (nsqd checks
+    line by line, in order).
+    """
+    blocks = data.split(b"\n")
+    if len(data) > max_body_size:
+        # The block holding the last byte is where nsqd notices the size; the lines
+        # before it are checked first.
+        last = len(blocks) - 2 if data.endswith(b"\n") else len(blocks) - 1
+        for block in blocks[:last]:
+            if len(block) > max_msg_size:
+                raise APIError(413, "MSG_TOO_BIG")
+        raise APIError(413, "BODY_TOO_BIG")
+    bodies = [block for block in blocks if block]
+    for block in bodies:
+        if len(block) > max_msg_size:
+            raise APIError(413, "MSG_TOO_BIG")
+    return bodies
+
+
+def read_binary_mpub(data: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
+    """nsqd's binary ``/mpub``: the TCP ``MPUB`` body from its message count on.
+
+    The TCP command's parser reads it, so the checks are the same; its errors
+    become 413 with the TCP code less ``E_`` (``BAD_BODY`` for the count,
+    ``BAD_MESSAGE`` for a message). Bytes after the last message are ignored, as
+    nsqd never reads them.
+    """
+    reader = MpubBody("", max_msg_size, max_body_size)
+    try:
+        # the HTTP body lacks the TCP body's size field: announce the size it has
+        reader.advance(_LENGTH.pack(len(data)), 0, _LENGTH.size)
+        _, event = reader.advance(data, 0, len(data))
+        if not isinstance(event, Mpub):
+            raise reader.eof_error()
+    except ProtocolError as err:
+        raise APIError(413, err.code.removeprefix("E_")) from None
+    return event.bodies

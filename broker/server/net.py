@@ -1,0 +1,152 @@
+"""Sockets shared by the TCP and HTTP servers: listen addresses, address text, the accept loop.
+
+:func:`open_listeners` turns an nsqd-style listen address into bound listeners;
+:class:`ConnectionServer` accepts on them and runs one task per connection in a
+nursery it owns, with the shutdown steps both servers follow: stop listening,
+ask every connection to close, cancel what is left after a grace period.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+__all__ = [
+    "Address",
+    "Addresses",
+    "ConnectionServer",
+    "open_listeners",
+    "bound_address",
+    "describe_address",
+    "peer_address",
+]
+
+#: A bound address: ``(host, port)``, or the path of a unix socket.
+Address = tuple[str, int] | str
+
+#: Seconds to wait after a failed accept (e.g. EMFILE) before accepting again.
+ACCEPT_RETRY_DELAY = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Addresses:
+    """Where a started daemon listens: ``(host, port)`` pairs or unix socket paths."""
+
+    tcp: Address | None
+    http: Address | None
+
+
+async def open_listeners(address: str) -> list[trio.SocketListener]:
+    """Listeners for an nsqd-style address: ``host:port``, ``:port``, ``[v6]:port`` or a unix socket path.
+
+    Raises ``ValueError`` for an address of neither form and ``OSError`` when binding fails.
+    The caller owns the listeners (a :class:`ConnectionServer` closes those it serves).
+    """
+    if "/" in address:
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if os.path.exists(address):
+            os.unlink(address)
+        await sock.bind(address)
+        sock.listen(socket.SOMAXCONN)
+        return [trio.SocketListener(sock)]
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"invalid listen address {address!r}: want host:port")
+    return await trio.open_tcp_listeners(int(port), host=host.strip("[]") or None)
+
+
+def bound_address(listener: trio.SocketListener) -> Address:
+    """The bound address of a listener, as ``(host, port)`` or a path."""
+    name = listener.socket.getsockname()
+    return name if isinstance(name, str) else (name[0], name[1])
+
+
+def describe_address(address: Any) -> str:
+    """``host:port`` (``[v6]:port``) for a socket address; a unix socket's path as it is."""
+    if isinstance(address, str):
+        return address
+    host, port = address[0], address[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def peer_address(stream: trio.SocketStream) -> str:
+    """The remote end of a connection as text; raises ``OSError`` if the peer is already gone."""
+    return describe_address(stream.socket.getpeername())
+
+
+class ConnectionServer:
+    """Accepts connections on listeners and serves each in its own task.
+
+    Subclasses implement :meth:`handle_connection` and :meth:`ask_to_close`.
+    The owner runs :meth:`serve` in its nursery, then at shutdown calls
+    :meth:`stop_listening` and :meth:`close_connections`; :meth:`serve`
+    returns once both are done.
+    """
+
+    def __init__(self, kind: str, logger: logging.Logger) -> None:
+        self.kind = kind  # names the server in log lines: "TCP", "HTTP"
+        self.log = logger
+        self._listener_scope = trio.CancelScope()
+        self._nursery: trio.Nursery | None = None
+        self._active = 0
+        self._all_closed: trio.Event | None = None
+
+    async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Accept on every listener; reports started once all of them accept."""
+        async with trio.open_nursery() as connections:
+            self._nursery = connections
+            with self._listener_scope:
+                async with trio.open_nursery() as accept:
+                    for listener in listeners:
+                        accept.start_soon(self._accept_loop, listener, connections)
+                    task_status.started()
+            for listener in listeners:
+                await listener.aclose()
+
+    def stop_listening(self) -> None:
+        """Stop accepting connections (the first step of shutdown)."""
+        self._listener_scope.cancel()
+
+    async def close_connections(self, grace: float) -> None:
+        """Ask every connection to close; cancel those still open after ``grace`` seconds."""
+        self.ask_to_close()
+        if self._active:
+            self._all_closed = trio.Event()
+            with trio.move_on_after(grace):
+                await self._all_closed.wait()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    def ask_to_close(self) -> None:
+        """Make every connection finish what it is doing and close."""
+        raise NotImplementedError
+
+    async def handle_connection(self, stream: trio.SocketStream) -> None:
+        """Serve one accepted connection until it ends; the stream is closed by the caller."""
+        raise NotImplementedError
+
+    async def _accept_loop(self, listener: trio.SocketListener, connections: trio.Nursery) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:  # e.g. EMFILE: wait and keep serving the others
+                self.log.error("%s: accept failed: %s", self.kind, exc)
+                await trio.sleep(ACCEPT_RETRY_DELAY)
+                continue
+            connections.start_soon(self._run_connection, stream)
+
+    async def _run_connection(self, stream: trio.SocketStream) -> None:
+        self._active += 1
+        try:
+            await self.handle_connection(stream)
+        finally:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            self._active -= 1
+            if not self._active and self._all_closed is not None:
+                self._all_closed.set()
