@@ -15,12 +15,17 @@ import os
 import signal
 import socket
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 
 from broker.config.options import Options
 from broker.core.broker import Broker
 from broker.server.tcp import TCPServer
+from broker.storage.datadir import DataDirectory
+
+if TYPE_CHECKING:
+    from broker.http.api import HTTPServer
 
 __all__ = ["Daemon", "Addresses", "run", "open_listeners", "format_sockaddr"]
 
@@ -53,8 +58,7 @@ async def open_listeners(address: str) -> list[trio.SocketListener]:
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
         raise ValueError(f"invalid listen address {address!r}: want host:port")
-    host = host.strip("[]") or None
-    return await trio.open_tcp_listeners(int(port), host=host)
+    return await trio.open_tcp_listeners(int(port), host=host.strip("[]") or None)
 
 
 def format_sockaddr(listener: trio.SocketListener) -> tuple[str, int] | str:
@@ -75,9 +79,9 @@ class Daemon:
 
     def __init__(self, options: Options):
         self.options = options
-        self.broker = Broker(options)
+        self.broker = Broker(options, DataDirectory(options))
         self.tcp = TCPServer(self.broker)
-        self.http = None
+        self.http: HTTPServer | None = None
         self._stop = trio.Event()
 
     def request_shutdown(self) -> None:

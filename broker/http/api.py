@@ -678,7 +678,7 @@ class HTTPServer:
         count_of, peek_method = peek
         messages = getattr(channel, peek_method)(n)
         return _v1({
-            "topic": channel.topic.name,
+            "topic": channel.topic_name,
             "channel": channel.name,
             "state": state,
             "count": count_of(channel),
@@ -716,7 +716,7 @@ class HTTPServer:
         try:
             await channel.persist_buried()
         except Exception as exc:
-            log.error("failed to persist buried messages of %s:%s - %s", channel.topic.name, channel.name, exc)
+            log.error("failed to persist buried messages of %s:%s - %s", channel.topic_name, channel.name, exc)
             raise APIError(500, "INTERNAL_ERROR") from None
 
     async def _channel_max_attempts(self, request: Request, body: RequestBody, param: str) -> Response:
