@@ -1,35 +1,29 @@
 """A channel: one consumer group's copy of a topic's messages.
 
 Ready messages wait in a :class:`~broker.core.spill.SpillQueue` (memory, then
-disk) and are delivered in the order they arrived (requeues and timeouts go
-to the tail). Messages in flight and deferred ones are indexed by id, with a
-:class:`~broker.core.timers.TimerHeap` each for their Trio-clock deadlines.
+disk) and go out in the order they arrived (requeues and timeouts go to the
+tail); in-flight and deferred messages are indexed by id and ordered by their
+Trio-clock deadlines in a :class:`~broker.core.timers.TimerHeap` each.
 
 Delivery is synchronous: whenever something changes that could let a message
 move (a put, RDY, FIN, a new subscriber, unpause, a timeout) the owner calls
 :meth:`Channel.dispatch`, which hands every ready message that fits into the
 subscribers' RDY windows (``in_flight < rdy``), round robin, and queues the
-frames in each subscriber's output buffer. Popping from the queue and
-recording the message as in flight is one synchronous step, so no lock is needed.
-
-Dead letters: with a maximum number of attempts (``--max-attempts`` or the
-channel's own setting) a message that would be delivered once more than that
-is moved to the channel's buried set (:mod:`broker.core.deadletter`) instead.
+frames in their output buffers. Popping from the queue and recording the
+message as in flight is one synchronous step, so no lock is needed. A message
+that would be delivered more than ``--max-attempts`` (or the channel's own
+setting) times is buried instead (:mod:`broker.core.deadletter`).
 
 Where messages are kept is the channel's *retention*, chosen once at
-construction: memory only for an ephemeral channel
-(:class:`~broker.core.retention.Retention`), memory spilling to disk
-(:class:`~broker.core.retention.SpillRetention`), or every message on disk
-until finished with ``--durable``
-(:class:`~broker.core.durability.retention.DurableRetention`). The channel
-tells its retention where messages go (ready again, deferred, retired); the
-retention decides what that costs on disk.
+construction (:mod:`broker.core.retention`): memory only (ephemeral), memory
+spilling to disk, or on disk until finished (``--durable``). The channel says
+where a message goes (ready again, deferred, retired); the retention does it.
 """
 
 from __future__ import annotations
 
 import heapq
-import logging
+import operator
 import random
 from collections.abc import Callable
 
@@ -43,15 +37,11 @@ from broker.core.message import Message, now_ns
 from broker.core.retention import Retention, SpillRetention
 from broker.core.timers import TimerHeap
 from broker.protocol import ProtocolError, is_ephemeral
-from diskqueue import DiskQueue, DiskQueueError
+from diskqueue import DiskQueue
 
 __all__ = ["Channel"]
 
-log = logging.getLogger("pynsqd.channel")
-
-def _deadline_of(msg: Message) -> float:
-    return msg.deadline
-
+_DEADLINE = operator.attrgetter("deadline")
 
 def _failed(code: str, verb: str, msg_id: bytes, reason: bytes) -> ProtocolError:
     """nsqd's non-fatal ``E_<VERB>_FAILED <VERB> <id> failed <reason>``, id bytes as sent."""
@@ -61,8 +51,9 @@ def _failed(code: str, verb: str, msg_id: bytes, reason: bytes) -> ProtocolError
 class Channel:
     """A named channel of a topic; owned by its :class:`~broker.core.topic.Topic`.
 
-    Owns its retention (queues and stores), its buried set, its in-flight and
-    deferred messages and the list of subscribers. ``topic_e2e`` is the
+    Owns its retention (queues and stores, the buried set), its in-flight and
+    deferred messages (``in_flight_timers`` and ``deferred_timers`` order them
+    by deadline) and the list of subscribers. ``topic_e2e`` is the
     topic's latency stream (a FIN counts there too); ``on_empty`` is called
     when an ephemeral channel loses its last subscriber.
     """
@@ -77,8 +68,8 @@ class Channel:
         self._host = host
         self.in_flight: dict[bytes, Message] = {}
         self.deferred: dict[bytes, Message] = {}
-        self._in_flight_timers = TimerHeap(_deadline_of, lambda m: self.in_flight.get(m.id) is m)
-        self._deferred_timers = TimerHeap(_deadline_of, lambda m: self.deferred.get(m.id) is m)
+        self.in_flight_timers = TimerHeap(_DEADLINE, lambda m: self.in_flight.get(m.id) is m)
+        self.deferred_timers = TimerHeap(_DEADLINE, lambda m: self.deferred.get(m.id) is m)
         self.clients: list[Subscriber] = []
         self._rr = 0
         self.paused = False
@@ -86,8 +77,7 @@ class Channel:
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
-        self.e2e = LatencyStream(tuple(options.e2e_processing_latency_percentiles),
-                                 options.e2e_processing_latency_window_time)
+        self.e2e = host.latency_stream()
         self._topic_e2e = topic_e2e
         self.fin_latency = LatencyHistogram()
         self.max_attempts: int | None = None  # this channel's own setting; None follows --max-attempts
@@ -191,7 +181,7 @@ class Channel:
         msg.deadline = trio.current_time() + max(0, due_ns - now_ns()) / 1e9
         msg.client = None
         self.deferred[msg.id] = msg
-        self._deferred_timers.push(msg.deadline, msg)
+        self.deferred_timers.push(msg.deadline, msg)
 
     # ---------------------------------------------------------------- delivery
 
@@ -254,23 +244,11 @@ class Channel:
             in_flight[msg.id] = msg
             sent.append(msg)
         client.send_messages(sent)
-        self._in_flight_timers.push_many(deadline, sent)
+        self.in_flight_timers.push_many(deadline, sent)
         if skipped:
             self.retention.retire(skipped)
         if dead:
-            self._bury(dead)
-
-    def _bury(self, msgs: list[Message]) -> None:
-        """Move messages that used up their attempts to the buried set."""
-        old = [m.ticket for m in msgs]
-        try:
-            self.buried.bury(msgs)
-        except DiskQueueError as exc:
-            # kept in memory all the same; in durable mode their records stay unretired
-            self._host.disk_failed(exc)
-            return
-        log.info("channel %s: buried %d message(s) after %d attempts", self.where, len(msgs), self.bury_after)
-        self.retention.buried_replaced(old)
+            self.retention.bury(dead)
 
     # ---------------------------------------------------------------- client commands
 
@@ -346,7 +324,7 @@ class Channel:
         deadline = min(now + client.msg_timeout, msg.delivered_at + self.options.max_msg_timeout)
         if deadline != msg.deadline:
             msg.deadline = deadline
-            self._in_flight_timers.push(deadline, msg)
+            self.in_flight_timers.push(deadline, msg)
 
     # ---------------------------------------------------------------- subscribers
 
@@ -377,7 +355,7 @@ class Channel:
         Returns True if anything moved. Called by the broker's scanner task.
         """
         now = trio.current_time()
-        expired = self._in_flight_timers.pop_due(now)
+        expired = self.in_flight_timers.pop_due(now)
         for msg in expired:
             del self.in_flight[msg.id]
             client = msg.client
@@ -386,7 +364,7 @@ class Channel:
                 client.in_flight_count -= 1
                 client.timeout_count += 1
             self.timeout_count += 1
-        due = self._deferred_timers.pop_due(now)
+        due = self.deferred_timers.pop_due(now)
         for msg in due:
             del self.deferred[msg.id]
             msg.due_ns = 0
@@ -397,8 +375,8 @@ class Channel:
                 self._hold(expired, now + RETRY_DELAY)
         if due:
             self.retention.release(due)
-        self._in_flight_timers.compact(len(self.in_flight))
-        self._deferred_timers.compact(len(self.deferred))
+        self.in_flight_timers.compact(len(self.in_flight))
+        self.deferred_timers.compact(len(self.deferred))
         if expired or due:
             self.dispatch()
             return True
@@ -409,7 +387,7 @@ class Channel:
         for msg in msgs:
             msg.deadline = deadline
             self.in_flight[msg.id] = msg
-            self._in_flight_timers.push(deadline, msg)
+            self.in_flight_timers.push(deadline, msg)
 
     # ---------------------------------------------------------------- dead letters
 
@@ -425,18 +403,10 @@ class Channel:
 
         Kicked messages start over with 0 attempts. Returns how many moved.
         """
-        msgs = self.buried.take(msg_id, n)
-        if not msgs:
-            return 0
-        for msg in msgs:
-            msg.attempts = 0
-        if not self.retention.append(msgs):
-            self.buried.bury(msgs)  # the old records are retired already; write new ones
-            return 0
-        self.retention.commit_soon()
-        self.buried.kicked_count += len(msgs)
-        self.dispatch()
-        return len(msgs)
+        moved = self.retention.kick(msg_id, n)
+        if moved:
+            self.dispatch()
+        return moved
 
     async def persist_buried(self) -> None:
         """Make a kick or delete final on disk. Raises the queues' ``DiskQueueError``."""
@@ -444,11 +414,7 @@ class Channel:
 
     def delete_buried(self, msg_id: bytes | None = None, n: int = 0) -> int:
         """Drop the buried message ``msg_id``, or the ``n`` oldest. Returns how many went."""
-        msgs = self.buried.take(msg_id, n)
-        self.buried.deleted_count += len(msgs)
-        if msgs:
-            self.retention.commit_soon()
-        return len(msgs)
+        return self.retention.delete_buried(msg_id, n)
 
     # ---------------------------------------------------------------- inspection
 
@@ -468,14 +434,6 @@ class Channel:
         """The ``n`` messages buried first, unchanged."""
         return self.buried.peek(n)
 
-    def live_in_flight(self) -> list[Message]:
-        """The in-flight messages, the earliest deadline first (for a shutdown)."""
-        return self._in_flight_timers.live()
-
-    def live_deferred(self) -> list[Message]:
-        """The deferred messages, the earliest due first (for a shutdown)."""
-        return self._deferred_timers.live()
-
     # ---------------------------------------------------------------- admin
 
     def pause(self) -> None:
@@ -493,8 +451,8 @@ class Channel:
                 msg.client = None
         self.in_flight.clear()
         self.deferred.clear()
-        self._in_flight_timers.clear()
-        self._deferred_timers.clear()
+        self.in_flight_timers.clear()
+        self.deferred_timers.clear()
         self.retention.empty()
         for client in self.clients:
             client.wake_writer()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from broker.config.options import Options
+from broker.core.latency import LatencyStream
 
 if TYPE_CHECKING:
     from broker.core.message import Message
@@ -111,3 +112,8 @@ class CoreHost:
     metadata_changed: Callable[[], None]
     #: returns once the metadata file reflects every change made before the call
     wait_metadata_persisted: Callable[[], Awaitable[None]]
+
+    def latency_stream(self) -> LatencyStream:
+        """A new end-to-end latency stream as the options configure it."""
+        opts = self.options
+        return LatencyStream(tuple(opts.e2e_processing_latency_percentiles), opts.e2e_processing_latency_window_time)

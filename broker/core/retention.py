@@ -28,7 +28,7 @@ from broker.core.durability.parked import ParkedStore
 from broker.core.host import CoreHost
 from broker.core.message import Message, decode_all, encode, now_ns
 from broker.core.spill import REFILL_BATCH, SpillQueue
-from diskqueue import DiskQueue
+from diskqueue import DiskQueue, DiskQueueError
 
 if TYPE_CHECKING:
     from broker.core.channel import Channel
@@ -114,6 +114,39 @@ class Retention:
     def buried_replaced(self, tickets: list[int]) -> None:
         """Messages holding ``tickets`` were written to the buried store."""
 
+    def bury(self, msgs: list[Message]) -> None:
+        """Move messages that used up their attempts to the buried set."""
+        old = [m.ticket for m in msgs]
+        try:
+            self.buried.bury(msgs)
+        except DiskQueueError as exc:
+            # kept in memory all the same; in durable mode their records stay unretired
+            self.host.disk_failed(exc)
+            return
+        log.info("channel %s: buried %d message(s) after %d attempts", self.channel.where, len(msgs),
+                 self.channel.bury_after)
+        self.buried_replaced(old)
+
+    def kick(self, msg_id: bytes | None, n: int) -> int:
+        """Make the buried message ``msg_id``, or the ``n`` oldest, ready with 0 attempts; how many moved."""
+        msgs = self.buried.take(msg_id, n)
+        if not msgs:
+            return 0
+        for msg in msgs:
+            msg.attempts = 0
+        if not self.append(msgs):
+            self.buried.bury(msgs)  # the old records are retired already; write new ones
+            return 0
+        self.commit_soon()
+        return len(msgs)
+
+    def delete_buried(self, msg_id: bytes | None, n: int) -> int:
+        """Drop the buried message ``msg_id``, or the ``n`` oldest; how many went."""
+        msgs = self.buried.take(msg_id, n)
+        if msgs:
+            self.commit_soon()
+        return len(msgs)
+
     def refill(self, want: int) -> bool:
         """Move up to ``want`` messages from disk to memory; False if disk holds none."""
         ready = self.ready
@@ -196,8 +229,8 @@ class SpillRetention(Retention):
         assert store is not None and self.ready.backend is not None
         store.settle(list(self.buried.messages.values()))
         ready = self.ready.records()
-        ready.extend(encode(m) for m in channel.live_in_flight())
-        deferred = [encode(m) for m in channel.live_deferred()]
+        ready.extend(encode(m) for m in channel.in_flight_timers.live())
+        deferred = [encode(m) for m in channel.deferred_timers.live()]
         if ready:
             self.ready.backend.put_many(ready)
         if deferred:

@@ -28,7 +28,6 @@ from broker.core.channel import Channel
 from broker.core.durability.ackfloor import COMMIT_INTERVAL
 from broker.core.durability.groupcommit import GroupCommit
 from broker.core.host import CoreHost
-from broker.core.latency import LatencyStream
 from broker.core.message import Message, decode_all, is_deferred_record
 from broker.core.spill import REFILL_BATCH, SpillQueue
 from broker.protocol import is_ephemeral
@@ -66,8 +65,7 @@ class Topic:
         self.exiting = False
         self.message_count = 0
         self.message_bytes = 0
-        self.e2e = LatencyStream(tuple(options.e2e_processing_latency_percentiles),
-                                 options.e2e_processing_latency_window_time)
+        self.e2e = host.latency_stream()
         self._wakeup = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._cancel_scope = trio.CancelScope()

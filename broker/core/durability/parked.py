@@ -168,7 +168,7 @@ class ParkedStore:
         """Move the queue's committed cursor over the records retired so far.
 
         The caller must first have made durable whatever replaced them (see
-        :meth:`Channel.commit_retired`); the next sync of the queue records it.
+        :class:`~broker.core.durability.ledger.CommitLedger`); the next sync of the queue records it.
         """
         n = self.acks.take()
         if n:

@@ -231,7 +231,7 @@ class DurableRetention(Retention):
         buried.settle(list(self.buried.messages.values()))
         self.deferred_store.settle(list(channel.deferred.values()))
         live = list(self.ready.memory)
-        live.extend(channel.live_in_flight())
+        live.extend(channel.in_flight_timers.live())
         if live:
             self.backend.put_many([encode(m) for m in live])
         # replacements first, on stable storage in every queue; then the commits
