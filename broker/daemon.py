@@ -22,7 +22,7 @@ import trio
 from broker.config.options import Options
 from broker.core.broker import Broker
 from broker.server.tcp import TCPServer
-from broker.storage.datadir import DataDirectory
+from broker.storage import DataDirectory
 
 if TYPE_CHECKING:
     from broker.http.api import HTTPServer

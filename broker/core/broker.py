@@ -50,6 +50,9 @@ class Broker:
         self.exiting = False
         self.health_error: str | None = None
         self.start_time = now_ns() // 1_000_000_000
+        # where the daemon's listeners are bound, once they are (``/info`` reports the ports)
+        self.tcp_address: tuple[str, int] | str | None = None
+        self.http_address: tuple[str, int] | str | None = None
         self._storage = storage
         self._metadata = storage.metadata
         self.host = CoreHost(options, storage.queues, self.disk_failed, self._metadata.changed,

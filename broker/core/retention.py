@@ -58,7 +58,9 @@ class Retention:
                  buried: ParkedStore | None = None):
         self.channel = channel
         self.host = host
-        self.ready = ready or SpillQueue(None, host.options.mem_queue_size, where=f"channel {channel.where}", log=log)
+        if ready is None:
+            ready = SpillQueue(None, host.options.mem_queue_size, where=f"channel {channel.where}", log=log)
+        self.ready = ready
         self.buried = BuriedSet(buried)
         self.ledger = CommitLedger(self._floors(), host.disk_failed)
 
