@@ -20,6 +20,7 @@ from broker.config.options import Options
 from broker.core.broker import Broker
 from broker.server.net import Addresses, bound_address, describe_address, open_listeners
 from broker.server.tcp import TCPServer
+from broker.storage import DataDirectory
 
 if TYPE_CHECKING:
     from broker.http.api import HTTPServer
@@ -40,7 +41,7 @@ class Daemon:
 
     def __init__(self, options: Options):
         self.options = options
-        self.broker = Broker(options)
+        self.broker = Broker(options, DataDirectory(options))
         self.tcp = TCPServer(self.broker)
         self.http: HTTPServer | None = None
         self._stop = trio.Event()

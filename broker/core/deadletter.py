@@ -26,19 +26,16 @@ __all__ = ["BuriedSet"]
 class BuriedSet:
     """Buried messages of one channel, in the order they were buried; owned by the channel.
 
-    Every change goes to the store at once (a page-cache write); whoever owns
-    the store decides when retired records are committed (see
-    :meth:`Channel.commit_retired`).
+    Every change goes to the store at once (a page-cache write); the
+    channel's retention decides when retired records are committed (its
+    :class:`~broker.core.durability.ledger.CommitLedger`).
     """
 
-    __slots__ = ("messages", "store", "buried_count", "kicked_count", "deleted_count")
+    __slots__ = ("messages", "store")
 
     def __init__(self, store: ParkedStore | None):
         self.messages: dict[bytes, Message] = {}
         self.store = store
-        self.buried_count = 0  # messages buried since start (a counter for /stats)
-        self.kicked_count = 0
-        self.deleted_count = 0
 
     def __len__(self) -> int:
         return len(self.messages)
@@ -65,7 +62,6 @@ class BuriedSet:
         finally:
             for msg in msgs:
                 self._insert(msg)
-            self.buried_count += len(msgs)
         self._maybe_compact()
 
     def _insert(self, msg: Message) -> None:

@@ -12,7 +12,7 @@ unique as long as the restart takes longer than the ticks it borrowed.
 
 from __future__ import annotations
 
-import time
+from broker.core.message import now_ns
 
 __all__ = ["GuidFactory", "MAX_NODE_ID"]
 
@@ -36,7 +36,7 @@ class GuidFactory:
 
     def next_ids(self, count: int) -> list[bytes]:
         """``count`` fresh ids, in increasing order."""
-        tick = (time.time_ns() >> 20) - _EPOCH_TICKS
+        tick = (now_ns() >> 20) - _EPOCH_TICKS
         if tick > self._last_tick:
             self._last_tick = tick
             self._sequence = 0

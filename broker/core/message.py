@@ -20,10 +20,14 @@ A plain record can never start with 0xFF: that would be a negative timestamp.
 
 from __future__ import annotations
 
+import logging
 import struct
 import time
+from collections.abc import Iterable
+from typing import Any
 
-__all__ = ["Message", "encode", "decode", "is_deferred_record", "MIN_RECORD_SIZE", "RECORD_OVERHEAD"]
+__all__ = ["Message", "encode", "decode", "decode_each", "decode_all", "is_deferred_record", "now_ns",
+           "MIN_RECORD_SIZE", "RECORD_OVERHEAD"]
 
 _HEADER = struct.Struct(">qH")
 _DEFERRED = struct.Struct(">BBq")
@@ -64,7 +68,7 @@ class Message:
         self.timestamp = timestamp
         self.attempts = attempts
         self.due_ns = due_ns
-        self.client = None
+        self.client: Any = None  # the Subscriber holding it in flight
         self.deadline = 0.0
         self.delivered_at = 0.0
         self.ticket = -1
@@ -107,11 +111,34 @@ def decode(record: bytes) -> Message:
     return Message(record[start:start + 16], record[start + 16:], timestamp, attempts, due_ns)
 
 
+def decode_each(records: Iterable[bytes], log: logging.Logger, where: str) -> list[Message | None]:
+    """Decode every record; an unreadable one is logged (``<where>: skipping ...``) and yields None.
+
+    Callers that track records one by one (tickets) keep the positions; others use :func:`decode_all`.
+    """
+    out: list[Message | None] = []
+    for record in records:
+        try:
+            out.append(decode(record))
+        except ValueError as exc:
+            log.error("%s: skipping unreadable record: %s", where, exc)
+            out.append(None)
+    return out
+
+
+def decode_all(records: Iterable[bytes], log: logging.Logger, where: str) -> list[Message]:
+    """The readable records of ``records`` as messages, in order; unreadable ones are logged and skipped."""
+    return [msg for msg in decode_each(records, log, where) if msg is not None]
+
+
 def is_deferred_record(record: bytes) -> bool:
     """Whether ``record`` carries a due time (without decoding it)."""
     return record[:1] == b"\xff"
 
 
 def now_ns() -> int:
-    """Wall-clock nanoseconds, the unit of message timestamps and due times."""
+    """Wall-clock nanoseconds, the unit of message timestamps and due times.
+
+    The core's one wall clock; deadlines and timeouts use Trio's clock, so tests run them on a mock clock.
+    """
     return time.time_ns()

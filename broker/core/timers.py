@@ -102,7 +102,7 @@ class TimerHeap:
         total = self._run_count + len(self._heap)
         if total > 64 and total > 2 * live_count:
             key_of, is_live = self._key_of, self._is_live
-            run = deque()
+            run: deque[tuple[float, list[Message]]] = deque()
             count = 0
             for key, group in self._run:
                 group = [msg for msg in group if is_live(msg) and key_of(msg) == key]

@@ -1,7 +1,8 @@
 """A topic: the publish side of the broker, fanning every message out to its channels.
 
-Published messages enter a bounded memory deque that spills into the topic's
-disk queue (sticky, as in :mod:`broker.core.channel`, so order is kept). One pump
+Published messages enter a :class:`~broker.core.spill.SpillQueue` whose
+failed spill raises, so a publish fails with nothing of it kept (an
+ephemeral topic drops what does not fit in memory). One pump
 task per topic moves every ready message to each channel (a copy per channel)
 and then waits once; it runs only while the topic has a channel and is not
 paused, so a topic with no channels keeps its messages for the first one.
@@ -19,20 +20,18 @@ same records out again: duplicates, never a loss.
 from __future__ import annotations
 
 import logging
-from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import trio
 
-from broker.core.channel import REFILL_BATCH, Channel
+from broker.core.channel import Channel
 from broker.core.durability.ackfloor import COMMIT_INTERVAL
 from broker.core.durability.groupcommit import GroupCommit
-from broker.core.message import Message, decode, encode, is_deferred_record
+from broker.core.host import CoreHost
+from broker.core.message import Message, decode_all, is_deferred_record
+from broker.core.spill import REFILL_BATCH, SpillQueue
 from broker.protocol import is_ephemeral
-from diskqueue import DiskQueueClosed, DiskQueueError
-
-if TYPE_CHECKING:
-    from broker.core.broker import Broker
+from diskqueue import DiskQueue, DiskQueueClosed, DiskQueueError
 
 __all__ = ["Topic"]
 
@@ -45,26 +44,28 @@ PUMP_BATCH = 4096
 class Topic:
     """A named topic; owned by the :class:`~broker.core.broker.Broker`.
 
-    Owns its channels, its disk queue (None when ephemeral) and a nursery in
-    which its pump, its commit task (durable mode) and its channels' tasks run.
+    Owns its channels, its queue of published messages and a nursery in which
+    its pump, its commit task (durable mode) and its channels' tasks run.
+    ``on_empty`` is called when an ephemeral topic loses its last channel.
     """
 
-    def __init__(self, broker: Broker, name: str):
-        self.broker = broker
+    def __init__(self, name: str, host: CoreHost, on_empty: Callable[[], None]):
         self.name = name
+        self._host = host
+        self._on_empty = on_empty
+        options = host.options
         self.ephemeral = is_ephemeral(name)
-        self.durable = broker.options.durable and not self.ephemeral
-        self.mem_limit = broker.options.mem_queue_size
-        self.memory: deque[Message] = deque()
-        self.backend = None if self.ephemeral else broker.open_backend(name, auto_commit=not self.durable)
-        self.group = GroupCommit(self.backend) if self.durable else None
+        self.durable = options.durable and not self.ephemeral
+        backend = None if self.ephemeral else host.queues.open(name, auto_commit=not self.durable)
+        self.ready = SpillQueue(backend, options.mem_queue_size, where=f"topic {name}", log=log,
+                                write_through=self.durable)
+        self.group = GroupCommit(backend) if self.durable and backend is not None else None
         self.channels: dict[str, Channel] = {}
         self.paused = False
         self.exiting = False
         self.message_count = 0
         self.message_bytes = 0
-        self.dropped_count = 0
-        self.e2e = broker.new_latency_stream()
+        self.e2e = host.latency_stream()
         self._wakeup = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._cancel_scope = trio.CancelScope()
@@ -74,6 +75,11 @@ class Topic:
         self._epoch = 0
         self._commit_stopped = False
         self._fanned_out = trio.Event()
+
+    @property
+    def backend(self) -> DiskQueue | None:
+        """The topic's disk queue (None when ephemeral)."""
+        return self.ready.backend
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -107,16 +113,22 @@ class Topic:
         """
         for channel in self.channels.values():
             await channel.close_queues()
-        if self.backend is None:
+        backend = self.backend
+        if backend is None:
             return
         if self.durable and self._uncommitted and not self._commit_stopped:
-            self.backend.commit(self._uncommitted)
+            backend.commit(self._uncommitted)
             self._uncommitted = 0
         elif not self.durable:
-            records = self.flush_records()
+            records = self.ready.records()
             if records:
-                self.backend.put_many(records)
-        await self.backend.close()
+                backend.put_many(records)
+        await backend.close()
+
+    def delete_queues(self) -> None:
+        """Remove the topic's files (it was deleted)."""
+        if self.backend is not None:
+            self.backend.delete()
 
     # ---------------------------------------------------------------- channels
 
@@ -124,15 +136,16 @@ class Topic:
         """The channel called ``name``, created (and recorded in metadata) if new."""
         channel = self.channels.get(name)
         if channel is None:
-            channel = Channel(self, name)
+            channel = Channel(self.name, name, self._host, topic_e2e=self.e2e,
+                              on_empty=lambda: self.delete_channel(name))
             self.channels[name] = channel
             if self._nursery is not None:
                 self._nursery.start_soon(channel.run)
             else:
                 self._pending_channels.append(channel)
             if not channel.ephemeral:
-                self.broker.metadata_changed()
-            self._wake()
+                self._host.metadata_changed()
+            self._wakeup.set()
         return channel
 
     def delete_channel(self, name: str) -> None:
@@ -146,19 +159,19 @@ class Topic:
             client.close_soon()
         channel.delete_queues()
         if not channel.ephemeral:
-            self.broker.metadata_changed()
+            self._host.metadata_changed()
         if self.ephemeral and not self.channels and not self.exiting:
-            self.broker.delete_topic(self.name)
+            self._on_empty()
 
     # ---------------------------------------------------------------- publishing
 
     @property
     def depth(self) -> int:
-        return len(self.memory) + (self.backend.depth if self.backend is not None else 0)
+        return self.ready.depth
 
     @property
     def backend_depth(self) -> int:
-        return self.backend.depth if self.backend is not None else 0
+        return self.ready.backend_depth
 
     def put_many(self, msgs: list[Message]) -> None:
         """Accept published messages (all or nothing: the caller validated them).
@@ -167,53 +180,13 @@ class Topic:
         batch is then kept in memory either. In durable mode every message is
         written to disk; the caller then awaits ``group.wait()`` before ``OK``.
         """
-        backend = self.backend
-        memory = self.memory
-        if backend is not None and (backend.depth or self.durable):
-            backend.put_many([encode(m) for m in msgs])
-        else:
-            room = self.mem_limit - len(memory)
-            if room >= len(msgs):
-                memory.extend(msgs)
-            elif backend is None:
-                if room > 0:
-                    memory.extend(msgs[:room])
-                self.dropped_count += len(msgs) - max(room, 0)
-            else:
-                spill = msgs[max(room, 0):]
-                backend.put_many([encode(m) for m in spill])
-                if room > 0:
-                    memory.extend(msgs[:room])
+        self.ready.put(msgs)
         self.message_count += len(msgs)
         self.message_bytes += sum(len(m.body) for m in msgs)
         if self.channels and not self.paused:  # else a new channel or unpause wakes the pump
             self._wakeup.set()
 
-    def _wake(self) -> None:
-        self._wakeup.set()
-
     # ---------------------------------------------------------------- the pump
-
-    def _take(self, limit: int) -> list[Message]:
-        """Up to ``limit`` messages in order: memory first, then disk."""
-        memory = self.memory
-        if memory:
-            if len(memory) <= limit:
-                batch = list(memory)
-                memory.clear()
-            else:
-                batch = [memory.popleft() for _ in range(limit)]
-            return batch
-        backend = self.backend
-        if backend is None or not backend.depth:
-            return []
-        batch = []
-        for record in backend.read_many(min(limit, REFILL_BATCH)):
-            try:
-                batch.append(decode(record))
-            except ValueError as exc:
-                log.error("topic %s: skipping unreadable record: %s", self.name, exc)
-        return batch
 
     def _can_pump(self) -> bool:
         return bool(self.channels) and not self.paused and not self.exiting
@@ -229,7 +202,7 @@ class Topic:
                 await trio.lowlevel.checkpoint()
 
     def _move_messages(self) -> bool:
-        batch = self._take(PUMP_BATCH)
+        batch = self.ready.take(PUMP_BATCH, REFILL_BATCH)
         if batch:
             self.fan_out(batch)
         return bool(batch)
@@ -249,6 +222,7 @@ class Topic:
     def _move_records(self) -> bool:
         """Durable mode: hand a batch of records to every channel; True if there was one."""
         backend = self.backend
+        assert backend is not None
         if not backend.depth:
             return False
         records = backend.read_many(REFILL_BATCH)
@@ -259,57 +233,45 @@ class Topic:
         deferred = [r for r in records if is_deferred_record(r)] if len(ready) != len(records) else []
         for channel in list(self.channels.values()):
             try:
-                if channel.durable:
-                    if ready:
-                        channel.put_records(ready)
-                else:
-                    msgs = self._decode(ready)
-                    if msgs:
-                        channel.put_many(msgs)
-                for msg in self._decode(deferred):
+                if ready:
+                    channel.put_records(ready)
+                for msg in decode_all(deferred, log, self.ready.where):
                     channel.put_deferred(msg)
             except DiskQueueError as exc:
                 # Commits cover the oldest records first, so from here on none can be
                 # made: the topic's records stay on disk and a restart fans them out again.
-                self.broker.disk_failed(exc)
+                self._host.disk_failed(exc)
                 if not self._commit_stopped:
                     log.error("topic %s: a channel refused records; commits stop until a restart", self.name)
                 self._commit_stopped = True
         self._fanned_out.set()
         return True
 
-    def _decode(self, records: list[bytes]) -> list[Message]:
-        out = []
-        for record in records:
-            try:
-                out.append(decode(record))
-            except ValueError as exc:
-                log.error("topic %s: skipping unreadable record: %s", self.name, exc)
-        return out
-
     async def _commit_loop(self) -> None:
         """Durable mode: commit fanned-out records once every channel's copy is durable."""
+        backend = self.backend
+        assert backend is not None
         while True:
             await self._fanned_out.wait()
             self._fanned_out = trio.Event()
             n, epoch = self._uncommitted, self._epoch
             if not n or self._commit_stopped:
                 continue
-            channels = [c for c in self.channels.values() if c.durable]
+            channels = list(self.channels.values())
             try:
-                await self.broker.wait_metadata_persisted()
+                await self._host.wait_metadata_persisted()
                 for channel in channels:
                     try:
                         await channel.wait_durable()
                     except DiskQueueClosed:
                         pass  # deleted meanwhile: its copies are gone anyway
             except DiskQueueError as exc:
-                self.broker.disk_failed(exc)
+                self._host.disk_failed(exc)
                 self._fanned_out.set()
             else:
                 if epoch == self._epoch and not self._commit_stopped:
                     self._uncommitted -= n
-                    self.backend.commit(n)
+                    backend.commit(n)
             await trio.sleep(COMMIT_INTERVAL)
 
     # ---------------------------------------------------------------- admin
@@ -319,17 +281,12 @@ class Topic:
 
     def unpause(self) -> None:
         self.paused = False
-        self._wake()
+        self._wakeup.set()
 
     def empty(self) -> None:
         """Drop every message queued at the topic (``/topic/empty``)."""
-        self.memory.clear()
+        self.ready.empty()
         if self.backend is not None:
-            self.backend.empty()
             self._uncommitted = 0
             self._epoch += 1
             self._commit_stopped = False
-
-    def flush_records(self) -> list[bytes]:
-        """The topic's memory queue as disk records, for shutdown."""
-        return [encode(m) for m in self.memory]

@@ -147,7 +147,7 @@ class AdminEndpoints:
         try:
             channel.empty()
         except Exception as exc:
-            log.error("failed to empty channel %s:%s - %s", channel.topic.name, channel.name, exc)
+            log.error("failed to empty channel %s:%s - %s", channel.topic_name, channel.name, exc)
             raise APIError(500, "INTERNAL_ERROR") from None
         return v1()
 

@@ -101,7 +101,7 @@ class InspectEndpoints:
         count_of, peek_method = peek
         messages = getattr(channel, peek_method)(n)
         return v1({
-            "topic": channel.topic.name,
+            "topic": channel.topic_name,
             "channel": channel.name,
             "state": state,
             "count": count_of(channel),
@@ -126,7 +126,7 @@ class InspectEndpoints:
         try:
             await channel.persist_buried()
         except Exception as exc:
-            log.error("failed to persist buried messages of %s:%s - %s", channel.topic.name, channel.name, exc)
+            log.error("failed to persist buried messages of %s:%s - %s", channel.topic_name, channel.name, exc)
             raise APIError(500, "INTERNAL_ERROR") from None
         return v1({key: done})
 

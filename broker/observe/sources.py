@@ -87,7 +87,10 @@ class ChannelSource(Protocol):
     @property
     def e2e(self) -> LatencySource | None: ...
     @property
-    def clients(self) -> Collection[ClientSource]: ...
+    def clients(self) -> Collection[Any]:
+        """The channel's subscribers: the core knows them only as ``Subscriber``; each is a
+        server connection, which has every attribute of :class:`ClientSource`."""
+        ...
 
 
 class TopicSource(Protocol):

@@ -8,7 +8,7 @@ The shape is nsqd's, so a data directory moves between nsqd and pynsqd::
 pynsqd adds ``max_attempts`` to a channel entry when dead-lettering is set for
 it; nsqd ignores unknown keys. Ephemeral topics and channels are never
 written. The file is replaced atomically: temp file, fsync, rename, fsync of
-the directory.
+the directory. :class:`MetadataFile` keeps it up to date while the broker runs.
 """
 
 from __future__ import annotations
@@ -16,11 +16,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
+import trio
+
+from broker.config.options import NSQD_COMPAT_VERSION
 from broker.protocol import is_valid_name
 
-__all__ = ["METADATA_FILE", "load", "save", "dump"]
+__all__ = ["METADATA_FILE", "MetadataFile", "load", "save", "dump"]
 
 log = logging.getLogger("pynsqd.metadata")
 
@@ -88,3 +92,58 @@ def save(data_path: Path, payload: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+class MetadataFile:
+    """``nsqd.dat`` of one data directory, rewritten as topics and channels change.
+
+    :meth:`changed` schedules a rewrite, done by :meth:`run`; :meth:`persist`
+    writes at once. Writers take turns and each serializes the state current
+    when its turn comes (``entries`` is called then), so the file never goes
+    back to an older state. Implements :class:`broker.core.host.MetadataStore`.
+    """
+
+    def __init__(self, data_path: Path):
+        self.data_path = data_path
+        self._dirty = trio.Event()
+        self._lock = trio.Lock()
+        self._version = 0  # bumped by every change
+        self._saved = 0  # the version the file on disk describes
+        self._written = trio.Event()
+
+    def load(self) -> list[dict]:
+        """The topic entries of the file (see :func:`load`)."""
+        return load(self.data_path)
+
+    def changed(self) -> None:
+        """Schedule a rewrite (done by :meth:`run`)."""
+        self._version += 1
+        self._dirty.set()
+
+    async def wait_persisted(self) -> None:
+        """Return once the file reflects every change made before this call."""
+        target = self._version
+        while self._saved < target:
+            await self._written.wait()
+
+    async def persist(self, entries: Callable[[], list[dict]]) -> None:
+        """Write the file now (in a worker thread). Raises OSError."""
+        async with self._lock:
+            version = self._version
+            payload = dump(entries(), NSQD_COMPAT_VERSION)
+            await trio.to_thread.run_sync(save, self.data_path, payload)
+            self._saved = max(self._saved, version)
+            written, self._written = self._written, trio.Event()
+            written.set()
+
+    async def run(self, entries: Callable[[], list[dict]], on_error: Callable[[str], None]) -> None:
+        """Rewrite the file after changes until cancelled; a failed write is reported and retried every second."""
+        while True:
+            await self._dirty.wait()
+            self._dirty = trio.Event()
+            try:
+                await self.persist(entries)
+            except OSError as exc:
+                on_error(f"failed to persist metadata - {exc}")
+                self._dirty.set()  # retry: durable SUBs and publishes wait for it
+                await trio.sleep(1)

@@ -56,6 +56,7 @@ class GroupCommit:
         need = self._started + 1  # the first sync that starts after our write
         while self._completed < need:
             if self._finished >= need:
+                assert self._error is not None
                 raise self._error
             if self._running:
                 await self._idle.wait()

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 
 from broker.core.durability.ackfloor import AckFloor
 from broker.core.durability.groupcommit import GroupCommit
-from broker.core.message import Message, decode, encode
+from broker.core.message import Message, decode_each, encode
 from diskqueue import DiskQueue, DiskQueueError
 
 __all__ = ["ParkedStore"]
@@ -76,11 +76,8 @@ class ParkedStore:
             if not records:
                 break
             ticket = self.acks.issue(len(records))
-            for record in records:
-                try:
-                    msg = decode(record)
-                except ValueError as exc:
-                    log.error("%s: skipping unreadable record: %s", queue.name, exc)
+            for msg in decode_each(records, log, queue.name):
+                if msg is None:
                     self.acks.done(ticket)
                 else:
                     msg.ticket = ticket
@@ -168,7 +165,7 @@ class ParkedStore:
         """Move the queue's committed cursor over the records retired so far.
 
         The caller must first have made durable whatever replaced them (see
-        :meth:`Channel.commit_retired`); the next sync of the queue records it.
+        :class:`~broker.core.durability.ledger.CommitLedger`); the next sync of the queue records it.
         """
         n = self.acks.take()
         if n:

@@ -1,0 +1,119 @@
+"""What the core needs from its owner, as narrow interfaces handed over at construction.
+
+Topics and channels never see the broker, the server or the storage package:
+a :class:`CoreHost` gives them the options, the :class:`QueueStore` their disk
+queues come from, and the three callbacks they report to (a failed disk
+write, a metadata change, waiting for the metadata file). Channels see their
+consumers only as :class:`Subscriber` (the server's client connection
+satisfies it). Whoever creates a topic or channel also passes the callback
+run when an ephemeral one becomes empty, as nsqd passes ``deleteCallback``.
+The broker itself receives its data directory as a :class:`BrokerStorage`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from broker.config.options import Options
+from broker.core.latency import LatencyStream
+
+if TYPE_CHECKING:
+    from broker.core.message import Message
+    from diskqueue import DiskQueue
+
+__all__ = ["BrokerStorage", "CoreHost", "MetadataStore", "QueueStore", "Subscriber"]
+
+
+class Subscriber(Protocol):
+    """A consumer subscribed to a channel, as the channel uses it.
+
+    The channel puts messages in flight with :meth:`send_messages` (which
+    counts them in ``in_flight_count``), keeps the counters up to date as they
+    are finished, requeued or time out, and calls :meth:`wake_writer` once per
+    dispatch so the frames go out together.
+    """
+
+    rdy: int
+    in_flight_count: int
+    msg_timeout: float
+    sample_rate: int
+    finish_count: int
+    requeue_count: int
+    timeout_count: int
+
+    def send_messages(self, msgs: list[Message]) -> None: ...
+
+    def wake_writer(self) -> None: ...
+
+    def ready_for_more(self) -> bool: ...
+
+    def close_soon(self) -> None: ...
+
+
+class QueueStore(Protocol):
+    """Where disk queues live; names are chosen by the core (``topic``, ``topic:channel``, ``...#buried``)."""
+
+    def open(self, name: str, *, auto_commit: bool = True) -> DiskQueue:
+        """The disk queue ``name``, recovered from any existing files."""
+        ...
+
+    def take_stash(self, name: str) -> list[bytes]:
+        """The records :meth:`stash` saved under ``name`` by the previous run, removed from disk ([] if none)."""
+        ...
+
+    async def stash(self, name: str, records: list[bytes]) -> None:
+        """Shutdown: write ``records`` under ``name`` for :meth:`take_stash` at the next start."""
+        ...
+
+    def drop_stash(self, name: str) -> None:
+        """Remove whatever is stashed under ``name``."""
+        ...
+
+
+class MetadataStore(Protocol):
+    """The metadata file (which topics and channels exist); ``entries`` builds its content when written."""
+
+    def load(self) -> list[dict]: ...
+
+    def changed(self) -> None: ...
+
+    async def wait_persisted(self) -> None: ...
+
+    async def persist(self, entries: Callable[[], list[dict]]) -> None: ...
+
+    async def run(self, entries: Callable[[], list[dict]], on_error: Callable[[str], None]) -> None: ...
+
+
+class BrokerStorage(Protocol):
+    """The broker's data directory: held locked while the broker runs, holding its queues and metadata file."""
+
+    @property
+    def queues(self) -> QueueStore: ...
+
+    @property
+    def metadata(self) -> MetadataStore: ...
+
+    def lock(self) -> None: ...
+
+    def unlock(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CoreHost:
+    """Everything a topic or channel receives from its owner."""
+
+    options: Options
+    queues: QueueStore
+    #: a disk write or sync failed: reported (``/ping``) until a write succeeds
+    disk_failed: Callable[[Exception], None]
+    #: the set of topics and channels or a channel's setting changed
+    metadata_changed: Callable[[], None]
+    #: returns once the metadata file reflects every change made before the call
+    wait_metadata_persisted: Callable[[], Awaitable[None]]
+
+    def latency_stream(self) -> LatencyStream:
+        """A new end-to-end latency stream as the options configure it."""
+        opts = self.options
+        return LatencyStream(tuple(opts.e2e_processing_latency_percentiles), opts.e2e_processing_latency_window_time)

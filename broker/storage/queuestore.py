@@ -1,0 +1,75 @@
+"""The disk queues of a data directory: opened by name for topics, channels and their stores.
+
+Also the *stash*: a shutdown without ``--durable`` writes a channel's deferred
+messages to a queue of their own (``<topic>:<channel>#deferred``), which the
+next start reads back and removes.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from broker.config.options import Options
+from broker.core.message import RECORD_OVERHEAD
+from diskqueue import DiskQueue
+
+__all__ = ["QueueStore"]
+
+log = logging.getLogger("pynsqd.broker")
+
+#: Room for the deferred-record prefix (see :mod:`broker.core.message`).
+_DEFERRED_PREFIX = 10
+#: Records read per call when reading a stash back.
+_READ_BATCH = 4096
+
+
+class QueueStore:
+    """Disk queues under ``data_path``, sized by the options; implements :class:`broker.core.host.QueueStore`."""
+
+    def __init__(self, data_path: Path, options: Options):
+        self.data_path = data_path
+        self.options = options
+
+    def open(self, name: str, *, auto_commit: bool = True) -> DiskQueue:
+        """A disk queue for a topic, a channel or a channel's store, recovered from any existing files."""
+        opts = self.options
+        return DiskQueue(
+            name,
+            self.data_path,
+            max_bytes_per_file=opts.max_bytes_per_file,
+            min_msg_size=RECORD_OVERHEAD,
+            max_msg_size=opts.max_msg_size + RECORD_OVERHEAD + _DEFERRED_PREFIX,
+            sync_every=opts.sync_every,
+            sync_timeout=opts.sync_timeout,
+            auto_commit=auto_commit,
+            logger=logging.getLogger(f"pynsqd.diskqueue.{name}"),
+        )
+
+    def _files(self, name: str) -> list[Path]:
+        return list(self.data_path.glob(f"{name}.diskqueue.*"))
+
+    async def stash(self, name: str, records: list[bytes]) -> None:
+        """Write ``records`` to the queue ``name`` for :meth:`take_stash` at the next start."""
+        store = self.open(name)
+        store.put_many(records)
+        await store.close()
+
+    def take_stash(self, name: str) -> list[bytes]:
+        """The records stashed under ``name`` (none if there is no such queue); the queue is then removed."""
+        if not self._files(name):
+            return []
+        store = self.open(name)
+        records: list[bytes] = []
+        while store.depth:
+            batch = store.read_many(_READ_BATCH)
+            if not batch:
+                break
+            records.extend(batch)
+        store.delete()
+        return records
+
+    def drop_stash(self, name: str) -> None:
+        """Remove the files of the queue ``name``, if any."""
+        for path in self._files(name):
+            path.unlink(missing_ok=True)
