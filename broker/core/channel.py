@@ -18,6 +18,10 @@ Where messages are kept is the channel's *retention*, chosen once at
 construction (:mod:`broker.core.retention`): memory only (ephemeral), memory
 spilling to disk, or on disk until finished (``--durable``). The channel says
 where a message goes (ready again, deferred, retired); the retention does it.
+
+The module is a little over the usual length on purpose: delivery, FIN/REQ/TOUCH
+and the timers share the channel's per-message state, and keeping them in one
+class keeps the hot paths free of calls through another object.
 """
 
 from __future__ import annotations

@@ -7,8 +7,7 @@ import trio
 
 from broker.protocol import ProtocolError
 from diskqueue import DiskQueueError
-
-FULL = "failed to write to diskqueue: No space left on device"
+from tests.support.fakes import FULL
 
 
 async def test_channel_spills_past_the_memory_limit_and_delivers_in_order(make_host, subscriber, messages):
