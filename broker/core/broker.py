@@ -80,7 +80,7 @@ class Broker:
                 await self.persist_metadata()
                 nursery.start_soon(self._scan_loop)
                 nursery.start_soon(self._metadata.run, self.metadata_entries, self._metadata_failed)
-                log.info("loaded %d topics", len(entries))
+                log.info("loaded %d topics from %s", len(entries), self._storage.path)
                 task_status.started()
         finally:
             self._storage.unlock()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from broker.config.options import Options
@@ -88,6 +89,9 @@ class MetadataStore(Protocol):
 
 class BrokerStorage(Protocol):
     """The broker's data directory: held locked while the broker runs, holding its queues and metadata file."""
+
+    @property
+    def path(self) -> Path: ...
 
     @property
     def queues(self) -> QueueStore: ...
