@@ -12,7 +12,7 @@ from typing import Any, Protocol, SupportsInt
 
 from broker.config.options import Options
 
-__all__ = ["LatencySource", "ClientSource", "ChannelSource", "TopicSource", "BrokerSource"]
+__all__ = ["LatencySource", "ClientSource", "QueueSource", "ChannelSource", "TopicSource", "BrokerSource"]
 
 
 class LatencySource(Protocol):
@@ -59,8 +59,8 @@ class ClientSource(Protocol):
     def pub_counts(self) -> Mapping[str, int]: ...
 
 
-class ChannelSource(Protocol):
-    """A channel (``fin_latency``, a ``LatencyHistogram``, is read when present)."""
+class QueueSource(Protocol):
+    """What topics and channels both report: name, queued messages, counters, pause, latency."""
 
     @property
     def name(self) -> str: ...
@@ -68,6 +68,17 @@ class ChannelSource(Protocol):
     def depth(self) -> int: ...
     @property
     def backend_depth(self) -> int: ...
+    @property
+    def message_count(self) -> int: ...
+    @property
+    def paused(self) -> bool: ...
+    @property
+    def e2e(self) -> LatencySource | None: ...
+
+
+class ChannelSource(QueueSource, Protocol):
+    """A channel (``fin_latency``, a ``LatencyHistogram``, is read when present)."""
+
     @property
     def in_flight(self) -> Sized: ...
     @property
@@ -77,15 +88,9 @@ class ChannelSource(Protocol):
     @property
     def bury_after(self) -> int: ...
     @property
-    def message_count(self) -> int: ...
-    @property
     def requeue_count(self) -> int: ...
     @property
     def timeout_count(self) -> int: ...
-    @property
-    def paused(self) -> bool: ...
-    @property
-    def e2e(self) -> LatencySource | None: ...
     @property
     def clients(self) -> Collection[Any]:
         """The channel's subscribers: the core knows them only as ``Subscriber``; each is a
@@ -93,23 +98,11 @@ class ChannelSource(Protocol):
         ...
 
 
-class TopicSource(Protocol):
+class TopicSource(QueueSource, Protocol):
     """A topic and its channels by name."""
 
     @property
-    def name(self) -> str: ...
-    @property
-    def depth(self) -> int: ...
-    @property
-    def backend_depth(self) -> int: ...
-    @property
-    def message_count(self) -> int: ...
-    @property
     def message_bytes(self) -> int: ...
-    @property
-    def paused(self) -> bool: ...
-    @property
-    def e2e(self) -> LatencySource | None: ...
     @property
     def channels(self) -> Mapping[str, ChannelSource]: ...
 
