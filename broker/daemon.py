@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from broker.config.options import Options
+from broker.config.options import VERSION_TEXT, Options
+from broker.config.unbuilt import refuse_unbuilt, unbuilt_warnings
 from broker.core.broker import Broker
 from broker.server.net import Addresses, bound_address, describe_address, open_listeners
 from broker.server.tcp import TCPServer
@@ -40,6 +41,7 @@ class Daemon:
     """A broker plus its listeners. Owns every task it starts in :meth:`run`."""
 
     def __init__(self, options: Options):
+        refuse_unbuilt(options)  # OptionsError: e.g. --tls-required, which needs TLS
         self.options = options
         self.broker = Broker(options, DataDirectory(options))
         self.tcp = TCPServer(self.broker)
@@ -51,11 +53,19 @@ class Daemon:
         self._stop.set()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Start everything, report :class:`Addresses`, serve until shutdown is requested."""
+        """Start everything, report :class:`Addresses`, serve until shutdown is requested.
+
+        Logs the version and node id first, as nsqd does, then one warning per option
+        given that pynsqd does not act on.
+        """
         opts = self.options
+        log.info("%s", VERSION_TEXT)
+        log.info("ID: %d", opts.node_id)
+        for warning in unbuilt_warnings(opts):
+            log.warning("%s", warning)
         async with trio.open_nursery() as nursery:
             await nursery.start(self.broker.run)
-            tcp_listeners = await open_listeners(opts.tcp_address)
+            tcp_listeners = await open_listeners(opts.tcp_address, "TCP")
             tcp_address = bound_address(tcp_listeners[0])
             await nursery.start(self.tcp.serve, tcp_listeners)
             log.info("TCP: listening on %s", describe_address(tcp_address))
@@ -63,7 +73,7 @@ class Daemon:
             if opts.http_address:
                 from broker.http.api import HTTPServer
 
-                http_listeners = await open_listeners(opts.http_address)
+                http_listeners = await open_listeners(opts.http_address, "HTTP")
                 http_address = bound_address(http_listeners[0])
                 self.http = HTTPServer(self.broker, Addresses(tcp_address, http_address))
                 await nursery.start(self.http.serve, http_listeners)

@@ -28,6 +28,8 @@ CONNECT_TIMEOUT = 10.0
 _RECV_SIZE = 65536
 # upgrades this tool does not implement; asking for them would garble the stream
 _UNSUPPORTED_IDENTIFY = ("tls_v1", "snappy", "deflate")
+# How an HTTP answer begins: the address given is nsqd's HTTP port.
+_HTTP_ANSWER = b"HTTP/"
 
 
 class ServerError(Exception):
@@ -40,13 +42,15 @@ class BenchConnection:
     The caller owns the socket and closes it with ``close()``.
     """
 
-    __slots__ = ("sock", "server_info", "_decoder", "_frames")
+    __slots__ = ("sock", "server_info", "_decoder", "_frames", "_peer", "_received")
 
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: socket.socket, peer: str = ""):
         self.sock = sock
         self.server_info: dict = {}
         self._decoder = FrameDecoder()
         self._frames: list = []
+        self._peer = peer  # host:port, for errors
+        self._received = False
 
     @classmethod
     def open(cls, host: str, port: int, client_id: str, identify: dict) -> BenchConnection:
@@ -58,7 +62,7 @@ class BenchConnection:
             if identify.get(key):
                 raise ValueError(f"IDENTIFY {key} is not supported by the benchmark tool")
         sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
-        conn = cls(sock)
+        conn = cls(sock, f"{host}:{port}")
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             params = {
@@ -87,7 +91,8 @@ class BenchConnection:
     def read_response(self) -> bytes:
         """The next response frame's data, answering heartbeats on the way.
 
-        Raises ServerError on an error frame or when the server closes.
+        Raises ServerError on an error frame, when the server closes, or when it answers
+        in HTTP (the address is nsqd's HTTP port).
         """
         while True:
             while self._frames:
@@ -103,6 +108,11 @@ class BenchConnection:
             data = self.sock.recv(_RECV_SIZE)
             if not data:
                 raise ServerError("connection closed by the server")
+            if not self._received:
+                self._received = True
+                if _HTTP_ANSWER.startswith(data[:len(_HTTP_ANSWER)]):
+                    raise ServerError(f"{self._peer} answered in HTTP: this is the HTTP port; "
+                                      "--nsqd-tcp-address wants the TCP port (4150 by default)")
             self._frames.extend(self._decoder.feed(data))
 
     def take_over(self) -> socket.socket:

@@ -6,6 +6,8 @@
 * :mod:`~broker.config.validation` -- the checks every :class:`Options` passes;
 * :mod:`~broker.config.options` -- the command line and :func:`parse_args`;
 * :mod:`~broker.config.config_file` -- the ``--config`` TOML file;
+* :mod:`~broker.config.unbuilt` -- the nsqd options accepted but not acted on yet, their
+  start-up warnings and the refusal of ``--tls-required``;
 * :mod:`~broker.config.help` -- ``--help``;
 * :mod:`~broker.config.log` -- nsqd's log line format.
 """

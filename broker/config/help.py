@@ -1,9 +1,16 @@
-"""``--help``: every flag with nsqd's help text and pynsqd's default, as Go's ``flag`` prints it."""
+"""``--help``: every flag with nsqd's help text and pynsqd's default, as Go's ``flag`` prints it.
+
+Flags pynsqd accepts without acting on them (:mod:`broker.config.unbuilt`) say so before
+their default: ``(not built in pynsqd: ignored)``.
+"""
 
 from __future__ import annotations
 
 from broker.config.flag_table import FLAGS
 from broker.config.schema import Options
+from broker.config.unbuilt import TLS_REQUIRED_HELP_NOTE, UNBUILT_BY_FLAG
+
+_HELP_NOTES = {row.flag: row.help_note for row in UNBUILT_BY_FLAG.values()} | {"tls-required": TLS_REQUIRED_HELP_NOTE}
 
 __all__ = ["help_text"]
 
@@ -17,6 +24,9 @@ def help_text() -> str:
         if flag.kind.type_name:
             head = f"{head} {flag.kind.type_name}"
         usage = flag.usage
+        note = _HELP_NOTES.get(flag.name)
+        if note:
+            usage = f"{usage} ({note})"
         if flag.attr is not None:
             shown = flag.kind.help_default(getattr(defaults, flag.attr))
             if shown is not None:

@@ -20,6 +20,7 @@ __all__ = [
     "Address",
     "Addresses",
     "ConnectionServer",
+    "ListenError",
     "open_listeners",
     "bound_address",
     "describe_address",
@@ -41,12 +42,25 @@ class Addresses:
     http: Address | None
 
 
-async def open_listeners(address: str) -> list[trio.SocketListener]:
+class ListenError(OSError):
+    """A listener could not be opened; the message names it and its address, as nsqd's does:
+    ``listen TCP (127.0.0.1:4150) failed - [Errno 98] Address already in use``."""
+
+
+async def open_listeners(address: str, kind: str) -> list[trio.SocketListener]:
     """Listeners for an nsqd-style address: ``host:port``, ``:port``, ``[v6]:port`` or a unix socket path.
 
-    Raises ``ValueError`` for an address of neither form and ``OSError`` when binding fails.
-    The caller owns the listeners (a :class:`ConnectionServer` closes those it serves).
+    ``kind`` ("TCP", "HTTP") names the listener in errors. Raises ``ValueError`` for an
+    address of neither form and :class:`ListenError` when binding fails. The caller owns
+    the listeners (a :class:`ConnectionServer` closes those it serves).
     """
+    try:
+        return await _open_listeners(address)
+    except OSError as exc:
+        raise ListenError(f"listen {kind} ({address}) failed - {exc}") from exc
+
+
+async def _open_listeners(address: str) -> list[trio.SocketListener]:
     if "/" in address:
         sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         if os.path.exists(address):

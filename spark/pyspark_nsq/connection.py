@@ -38,6 +38,10 @@ _RECV_SIZE = 256 * 1024
 _MAX_FRAME_SIZE = 64 * 1024 * 1024
 
 _HEARTBEAT = b"_heartbeat_"
+#: How an HTTP server's answer begins; read where nsqd's first frame was due, it means the
+#: address is nsqd's HTTP port (its first four bytes would read as a 1.2 GB frame size).
+_HTTP_ANSWER = b"HTTP/"
+_HTTP_PORT_HINT = "answered in HTTP: this is the HTTP port; the nsqd option wants the TCP port (4150 by default)"
 _NON_FATAL = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
 
 
@@ -71,7 +75,7 @@ class Connection:
     """
 
     __slots__ = (
-        "address", "identity", "_sock", "_poll", "_decoder", "_pending", "_send_lock", "_closed"
+        "address", "identity", "_sock", "_poll", "_decoder", "_pending", "_send_lock", "_closed", "_received"
     )
 
     def __init__(self, address: Address, sock: socket.socket):
@@ -87,6 +91,7 @@ class Connection:
         self._pending: list[Frame] = []
         self._send_lock = threading.Lock()
         self._closed = False
+        self._received = False
 
     @classmethod
     def open(cls, address: Address, identify: dict[str, Any]) -> Connection:
@@ -136,7 +141,9 @@ class Connection:
         """Frames that arrive within ``timeout`` seconds (at least one, or none on timeout).
 
         Heartbeats are answered with NOP and not returned. Raises
-        :class:`NsqError` when nsqd closes the connection or sends garbage.
+        :class:`NsqError` when nsqd closes the connection or sends garbage, with
+        code ``E_HTTP_PORT`` when the first answer is HTTP (the address is nsqd's
+        HTTP port, not its TCP port).
         """
         if self._pending:
             frames, self._pending = self._pending, []
@@ -150,6 +157,10 @@ class Connection:
                 raise NsqError(self.address, "E_CONNECTION", f"receive failed: {exc}") from exc
             if not data:
                 raise NsqError(self.address, "E_CONNECTION", "connection closed by nsqd")
+            if not self._received:
+                self._received = True
+                if _HTTP_ANSWER.startswith(data[:len(_HTTP_ANSWER)]):
+                    raise NsqError(self.address, "E_HTTP_PORT", _HTTP_PORT_HINT)
             try:
                 frames = self._decoder.feed(data)
             except Exception as exc:

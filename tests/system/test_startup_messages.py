@@ -1,0 +1,100 @@
+"""What a real ``python -m broker`` says at start: version, ID, ignored options, refusals, busy ports."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from broker.config.options import VERSION_TEXT
+from tests.support.paths import REPO
+
+LINE = r"\[nsqd\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6}"
+IGNORED_LOOKUPD = (
+    "WARNING: pynsqd does not register with nsqlookupd yet; --lookupd-tcp-address=127.0.0.1:4160 is ignored "
+    "(consumers must be given this broker's TCP address directly)"
+)
+IGNORED_STATSD = (
+    "WARNING: pynsqd does not push stats to statsd; --statsd-address=127.0.0.1:8125 is ignored "
+    "(scrape GET /metrics or read GET /stats instead)"
+)
+IGNORED_TLS_CERT = "WARNING: pynsqd has no TLS yet; --tls-cert={} is ignored (clients connect without TLS)"
+
+
+def _messages(log: str) -> list[str]:
+    """The log's lines without prefix and time stamp."""
+    return [re.sub(rf"^{LINE} ", "", line) for line in log.splitlines()]
+
+
+def _run_broker(tmp_path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """A broker that is expected to exit at once."""
+    return subprocess.run(
+        [sys.executable, "-m", "broker", f"--data-path={tmp_path}", *flags],
+        cwd=REPO, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )
+
+
+def test_start_logs_version_id_and_one_warning_per_ignored_flag(broker_process, tmp_path):
+    cert = tmp_path / "cert.pem"
+    proc = broker_process("--node-id=42", "--lookupd-tcp-address=127.0.0.1:4160",
+                          "--statsd-address=127.0.0.1:8125", f"--tls-cert={cert}", f"--tls-key={cert}")
+    assert proc.terminate() == 0
+    messages = _messages(proc.log_text())
+    assert messages[:2] == [f"INFO: {VERSION_TEXT}", "INFO: ID: 42"]
+    warnings = [m for m in messages if m.startswith("WARNING")]
+    assert warnings == [
+        IGNORED_LOOKUPD,
+        IGNORED_STATSD,
+        IGNORED_TLS_CERT.format(cert),
+        f"WARNING: pynsqd has no TLS yet; --tls-key={cert} is ignored (clients connect without TLS)",
+    ]
+    listening = next(i for i, m in enumerate(messages) if m.startswith("INFO: TCP: listening on"))
+    assert listening > messages.index(warnings[-1])
+
+
+def test_config_file_options_warn_like_flags(broker_process, tmp_path):
+    config = tmp_path / "pynsqd.toml"
+    config.write_text('nsqlookupd_tcp_addresses = ["127.0.0.1:4160"]\nstatsd_address = "127.0.0.1:8125"\n')
+    proc = broker_process(f"--config={config}")
+    assert proc.terminate() == 0
+    warnings = [m for m in _messages(proc.log_text()) if m.startswith("WARNING")]
+    assert warnings == [IGNORED_LOOKUPD, IGNORED_STATSD]
+
+
+def test_defaults_start_without_warnings(broker_process):
+    proc = broker_process()
+    assert proc.terminate() == 0
+    assert "WARNING" not in proc.log_text()
+
+
+@pytest.mark.parametrize(
+    ("flags", "fatal"),
+    [
+        # nsqd 1.3.0's own words when there is no key and certificate
+        (("--tls-required=true",), "FATAL: cannot require TLS client connections without TLS key and cert"),
+        (("--tls-required=true", "--tls-cert=c.pem", "--tls-key=k.pem"),
+         "FATAL: pynsqd has no TLS yet, so it cannot require TLS client connections: remove --tls-required=true "
+         "(or set it to false)"),
+    ],
+)
+def test_tls_required_is_refused_at_start(tmp_path, flags, fatal):
+    done = _run_broker(tmp_path, "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *flags)
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert _messages(done.stderr) == [fatal]
+
+
+@pytest.mark.parametrize("listener", ["TCP", "HTTP"])
+def test_a_busy_port_names_the_listener_and_address(tmp_path, listener):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        busy = f"127.0.0.1:{held.getsockname()[1]}"
+        addresses = {"TCP": "127.0.0.1:0", "HTTP": "127.0.0.1:0", listener: busy}
+        done = _run_broker(tmp_path, f"--tcp-address={addresses['TCP']}", f"--http-address={addresses['HTTP']}")
+    assert done.returncode == 1
+    fatal = [m for m in _messages(done.stderr) if m.startswith("FATAL")]
+    assert fatal == [f"FATAL: failed to start: listen {listener} ({busy}) failed - [Errno 98] Address already in use"]
