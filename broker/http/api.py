@@ -16,12 +16,11 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from broker.config.options import TLS_REQUIRED
 from broker.gocompat import format_duration
 from broker.http.admin import AdminEndpoints
 from broker.http.inspect import InspectEndpoints
 from broker.http.publish import PublishEndpoints
-from broker.http.responses import JSON_HEADERS, APIError, v1_error
+from broker.http.responses import APIError, v1_error
 from broker.http.router import Endpoint, Router
 from broker.http.server import H11Server, Request, RequestBody, Response
 from broker.http.status import StatusEndpoints
@@ -76,8 +75,6 @@ class HTTPServer:
         """Answer one request (the :class:`H11Server` handler)."""
         if request.method == "OPTIONS" and request.path == "*":
             return Response(200)
-        if self.broker.options.tls_required == TLS_REQUIRED:
-            return self._tls_required()
         started = time.perf_counter_ns()
         routed = self._router.route(request)
         if isinstance(routed, Response):
@@ -100,8 +97,3 @@ class HTTPServer:
             uri = request.path + ("?" + request.raw_query if request.raw_query else "")
             log.info("%d %s %s (%s) %s", status, request.method, uri, request.remote,
                      format_duration(time.perf_counter_ns() - started))
-
-    def _tls_required(self) -> Response:
-        port = self.broker.options.https_address.rpartition(":")[2]
-        body = f'{{"message": "TLS_REQUIRED", "https_port": {int(port) if port.isdigit() else 0}}}'
-        return Response(403, body.encode(), JSON_HEADERS)

@@ -13,8 +13,11 @@ import struct
 import pytest
 import trio
 
+from broker.config import OptionsError, parse_args
+from broker.daemon import Daemon
 from broker.protocol import encode_fin, encode_rdy, encode_sub
 from tests.support.http_client import HTTPClient, raw_exchange, request
+from tests.support.processes import broker_args
 from tests.support.v2client import connect
 from tests.support.waiting import wait_for
 
@@ -464,21 +467,16 @@ async def test_freememory_answers_like_nsqd(daemon):
     assert_error(await call(daemon, "POST", "/debug/freememory"), 500, "INTERNAL_ERROR")
 
 
-async def test_tls_required_refuses_plain_http(start_daemon, tmp_path):
+async def test_tls_required_is_refused_before_anything_listens(tmp_path):
+    # pynsqd has no TLS: a broker that would answer every plain request 403 TLS_REQUIRED
+    # with an https_port where nothing listens is refused before it starts
     cert = tmp_path / "cert.pem"
     cert.write_text("unused")
-    args = ("--tls-required=true", f"--tls-cert={cert}", f"--tls-key={cert}", "--https-address=127.0.0.1:4999")
-    try:
-        context = start_daemon(*args)
-        d = await context.__aenter__()
-    except Exception as exc:  # the daemon may validate the certificate at start-up
-        pytest.skip(f"daemon does not start with a dummy certificate: {exc}")
-    try:
-        reply = await call(d, "GET", "/ping")
-        assert reply.status == 403
-        assert reply.body == b'{"message": "TLS_REQUIRED", "https_port": 4999}'
-    finally:
-        await context.__aexit__(None, None, None)
+    options = parse_args(broker_args(tmp_path / "data", "--tls-required=true", f"--tls-cert={cert}",
+                                     f"--tls-key={cert}", "--https-address=127.0.0.1:4999"))
+    with pytest.raises(OptionsError, match="pynsqd has no TLS yet"):
+        Daemon(options)
+    assert not (tmp_path / "data").exists()
 
 
 # --------------------------------------------------------------------------- the connection
