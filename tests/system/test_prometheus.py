@@ -149,13 +149,66 @@ def test_grafana_dashboard_queries_exposed_series():
     exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
     assert exprs
     names = set(MIXIN_NAMES) | {"nsq_topic_channel_e2e_processing_latency_seconds_bucket", "nsq_server_healthy",
-                                "up", "process_resident_memory_bytes", "process_cpu_seconds_total"}
+                                "nsq_topic_channel_buried_count", "up", "process_resident_memory_bytes",
+                                "process_cpu_seconds_total"}
     for expr in exprs:
         used = {token for token in _identifiers(expr) if token.startswith(("nsq_", "process_"))}
         assert used <= names, (expr, used - names)
+
+
+def test_grafana_dashboard_shows_buried_messages_per_channel():
+    dashboard = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
+    panel = next(p for p in dashboard["panels"] if p["title"] == "Buried messages (dead letters)")
+    (target,) = panel["targets"]
+    assert target["expr"].startswith("sum by (topic, channel) (nsq_topic_channel_buried_count{")
+    assert target["legendFormat"] == "{{topic}}/{{channel}}"
 
 
 def _identifiers(expr: str) -> set[str]:
     import re
 
     return set(re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr))
+
+
+_BURIED_RULES_TEST = """
+rule_files:
+  - {rules}
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'nsq_topic_channel_buried_count{{job="pynsqd", instance="mq1:4151", topic="orders", channel="billing"}}'
+        values: '0 3x10'
+      - series: 'nsq_topic_channel_buried_count{{job="pynsqd", instance="mq1:4151", topic="orders", channel="audit"}}'
+        values: '0x10'
+    alert_rule_test:
+      - eval_time: 4m
+        alertname: NsqMessagesBuried
+        exp_alerts: []
+      - eval_time: 8m
+        alertname: NsqMessagesBuried
+        exp_alerts:
+          - exp_labels:
+              severity: warning
+              job: pynsqd
+              instance: mq1:4151
+              topic: orders
+              channel: billing
+            exp_annotations:
+              summary: Dead letters in orders/billing.
+              description: >-
+                Channel billing of topic orders on mq1:4151 holds 3 buried messages: they
+                reached the channel's max attempts and wait for an operator. Look at them
+                with GET /channel/peek?topic=orders&channel=billing&state=buried, then send
+                them back with POST /channel/kick?topic=orders&channel=billing or drop them
+                with POST /channel/delete_buried.
+"""
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed")
+def test_buried_messages_alert_names_the_channel_and_how_to_act(tmp_path):
+    """A channel with buried messages for 5 minutes fires NsqMessagesBuried; one without does not."""
+    tests = tmp_path / "buried_test.yml"
+    tests.write_text(_BURIED_RULES_TEST.format(rules=DEPLOY / "alerts.yml"))
+    result = subprocess.run([PROMTOOL, "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr

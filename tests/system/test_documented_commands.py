@@ -1,0 +1,150 @@
+"""The shell examples of README.md and spark/README.md, run as written against a real broker.
+
+A block fenced ```` ```sh ```` is run; one fenced ```` ```sh no-test ```` is not (it runs for
+long, installs things, starts a broker of its own or needs Spark). Each runnable block gets a
+fresh ``pynsqd`` process on ephemeral ports; ``127.0.0.1:4150``/``:4151`` in the block become
+its addresses. The block runs under ``bash -euo pipefail`` in a temporary directory that looks
+like a checkout after the README's set-up (the repository's files, and ``data`` as the broker's
+data directory), with ``python``, ``python3`` and ``pynsqd`` meaning this interpreter and this
+code, and ``curl`` failing on an HTTP error status. A ``# => TEXT`` comment in a block means its
+output contains TEXT.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.paths import DEPLOY, REPO
+
+DOCUMENTS = ("README.md", "spark/README.md")
+BLOCK_TIMEOUT = 60
+_FENCE = re.compile(r"^```(\S*)(.*)$")
+_SHELLS = {"sh", "bash", "shell"}
+_EXPECT = re.compile(r"#\s*=>\s*(.+?)\s*$")
+_ADDRESS = re.compile(r"\b(?:127\.0\.0\.1|localhost):(4150|4151)\b")
+
+
+@dataclass(frozen=True)
+class ShellBlock:
+    """One fenced shell block of a document: where it starts, its text, and whether it runs."""
+
+    document: str
+    line: int
+    text: str
+    runnable: bool
+
+    @property
+    def expected(self) -> list[str]:
+        """The texts that ``# => TEXT`` comments say the block prints, in order."""
+        return [m.group(1) for m in map(_EXPECT.search, self.text.splitlines()) if m]
+
+
+def shell_blocks(document: str) -> list[ShellBlock]:
+    """Every fenced shell block of ``document`` (a path relative to the repository)."""
+    path = REPO / document
+    if not path.exists():
+        return []
+    blocks: list[ShellBlock] = []
+    lines = path.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        fence = _FENCE.match(lines[i])
+        if fence is None:
+            i += 1
+            continue
+        start = i
+        i += 1
+        body: list[str] = []
+        while i < len(lines) and not lines[i].startswith("```"):
+            body.append(lines[i])
+            i += 1
+        i += 1  # past the closing fence
+        if fence.group(1) in _SHELLS:
+            runnable = "no-test" not in fence.group(2).split()
+            blocks.append(ShellBlock(document, start + 1, "\n".join(body) + "\n", runnable))
+    return blocks
+
+
+RUNNABLE = [block for document in DOCUMENTS for block in shell_blocks(document) if block.runnable]
+
+
+def _shims(directory: Path) -> Path:
+    """Commands the documents use, bound to this interpreter and this checkout's code."""
+    directory.mkdir()
+    curl = shutil.which("curl") or "curl"
+    scripts = {
+        "python": f'exec {shlex.quote(sys.executable)} "$@"',
+        "python3": f'exec {shlex.quote(sys.executable)} "$@"',
+        "pynsqd": f'exec {shlex.quote(sys.executable)} -m broker "$@"',
+        # A documented request that answers an error status must fail the block.
+        "curl": f'exec {shlex.quote(curl)} --silent --show-error --fail-with-body "$@"',
+    }
+    for name, line in scripts.items():
+        script = directory / name
+        script.write_text(f"#!/bin/sh\n{line}\n")
+        script.chmod(0o755)
+    return directory
+
+
+def _checkout(workdir: Path) -> None:
+    """Make ``workdir`` look like the repository after set-up: its files, and ``data``."""
+    for entry in REPO.iterdir():
+        if entry.name not in {".git", "data", ".venv"} and not (workdir / entry.name).exists():
+            (workdir / entry.name).symlink_to(entry)
+
+
+def test_the_readme_has_runnable_examples():
+    """The extraction finds the README's blocks; an empty parametrization would pass silently."""
+    readme = [block for block in RUNNABLE if block.document == "README.md"]
+    assert len(readme) >= 5
+    assert any("# => OK" in block.text for block in readme)
+
+
+@pytest.mark.parametrize("block", RUNNABLE, ids=[f"{b.document}:{b.line}" for b in RUNNABLE])
+def test_documented_block_runs(block: ShellBlock, broker_process, tmp_path):
+    broker = broker_process()
+    assert broker.data_path == tmp_path / "data"
+    _checkout(tmp_path)
+    tcp, http = (f"{host}:{port}" for host, port in (broker.tcp, broker.http))
+    script = _ADDRESS.sub(lambda m: tcp if m.group(1) == "4150" else http, block.text)
+    env = dict(os.environ)
+    env["PATH"] = f"{_shims(tmp_path / '.shims')}{os.pathsep}{env.get('PATH', '')}"
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
+        capture_output=True, text=True, timeout=BLOCK_TIMEOUT, stdin=subprocess.DEVNULL,
+    )
+    report = f"{block.document}:{block.line}\n{script}\nexit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert result.returncode == 0, report
+    position = 0
+    for expected in block.expected:
+        found = result.stdout.find(expected, position)
+        assert found >= 0, f"expected {expected!r}\n{report}"
+        position = found + len(expected)
+
+
+def test_the_deploy_config_starts_a_broker(broker_process):
+    """deploy/pynsqd.toml as shipped is a config the broker starts with."""
+    broker = broker_process(f"--config={DEPLOY / 'pynsqd.toml'}")
+    assert broker.terminate() == 0
+    assert "FATAL" not in broker.log_text()
+
+
+def test_deploy_installs_into_the_virtual_environment_it_runs_from():
+    """The unit's and the image's install steps create the venv their command starts from."""
+    unit = (DEPLOY / "pynsqd.service").read_text()
+    venv = re.search(r"python3 -m venv (\S+)", unit).group(1)
+    assert f"{venv}/bin/pip install" in unit
+    assert re.search(rf"(?m)^ExecStart={re.escape(venv)}/bin/pynsqd ", unit)
+    image = (DEPLOY / "Containerfile").read_text()
+    venv = re.search(r"python3? -m venv (\S+)", image).group(1)
+    assert f"{venv}/bin/pip install" in image
+    assert re.search(rf'(?m)^ENTRYPOINT \["{re.escape(venv)}/bin/pynsqd"\]$', image)
