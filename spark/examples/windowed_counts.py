@@ -10,6 +10,9 @@ counts are final and one JSON message per (window, kind) is published::
 
     {"start": "...", "end": "...", "kind": "click", "events": 42, "amount": 97.5}
 
+The last windows of a burst of events therefore wait until newer events move
+the watermark; ``publish_events.py --drain`` publishes one such event at the end.
+
 Run it against a local pynsqd (see spark/README or the project README):
 
     python spark/examples/windowed_counts.py --nsqd 127.0.0.1:4150 \\
