@@ -8,7 +8,7 @@ import time
 from broker.gocompat import SECOND, format_duration
 from broker.observe.render_json import memory_document
 from broker.observe.runtime import BUILT_WITH
-from broker.observe.stats import ClientStats, E2eStats, Snapshot
+from broker.observe.stats import ChannelStats, ClientStats, E2eStats, Snapshot
 
 __all__ = ["render_text"]
 
@@ -37,6 +37,14 @@ def _rfc3339(seconds: int) -> str:
 def _split_port(address: str) -> str:
     host, sep, port = address.rpartition(":")
     return port if sep else ""
+
+
+def _dead_letter_text(channel: ChannelStats) -> str:
+    # pynsqd's dead letters, only where the JSON shows them, so that a broker without
+    # dead-lettering prints nsqd's lines byte for byte
+    if not (channel.max_attempts or channel.buried_count):
+        return ""
+    return f" buried: {channel.buried_count} max-attempts: {channel.max_attempts}"
 
 
 def _client_text(client: ClientStats, now: float) -> str:
@@ -77,7 +85,8 @@ def render_text(snap: Snapshot, now: float | None = None) -> bytes:
                 f"{prefix}[{channel.channel_name:<25}] depth: {channel.depth:<5d} be-depth: {channel.backend_depth:<5d} "
                 f"inflt: {channel.in_flight_count:<4d} def: {channel.deferred_count:<4d} "
                 f"re-q: {channel.requeue_count:<5d} timeout: {channel.timeout_count:<5d} "
-                f"msgs: {channel.message_count:<8d} e2e%: {_e2e_text(channel.e2e_processing_latency)}\n")
+                f"msgs: {channel.message_count:<8d} e2e%: {_e2e_text(channel.e2e_processing_latency)}"
+                f"{_dead_letter_text(channel)}\n")
             for client in channel.clients or ():
                 lines.append(f"        {_client_text(client, now)}\n")
     producers = snap.producers or ()

@@ -10,20 +10,29 @@ counts are final and one JSON message per (window, kind) is published::
 
     {"start": "...", "end": "...", "kind": "click", "events": 42, "amount": 97.5}
 
+The last windows of a burst of events therefore wait until newer events move
+the watermark; ``publish_events.py --drain`` publishes one such event at the end.
+
 Run it against a local pynsqd (see spark/README or the project README):
 
     python spark/examples/windowed_counts.py --nsqd 127.0.0.1:4150 \\
         --checkpoint /tmp/windowed-counts-checkpoint
 
-Stopping it (Ctrl-C) and starting it again with the same checkpoint continues
-where it stopped: a message is FIN'd only once its batch is committed, so nothing
-is lost; a batch interrupted by the stop is published again.
+Ctrl-C stops the query cleanly, prints one line and exits with status 130.
+Starting it again with the same checkpoint continues where it stopped: a message
+is FIN'd only once its batch is committed, so nothing is lost; a batch
+interrupted by the stop is published again.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
+import threading
 
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
@@ -89,20 +98,37 @@ def build_query(spark: SparkSession, args: argparse.Namespace):
     )
 
 
-def main(argv=None) -> None:
+def spark_session() -> SparkSession:
+    """A local Spark session whose JVM runs in a session of its own.
+
+    Ctrl-C in a terminal signals the whole foreground process group. Spark's Python
+    workers, started by the JVM, would each die of it with a traceback; out of that
+    group, only this driver sees it and stops the query in order.
+    """
+    conf = (SparkConf().setAppName("nsq-windowed-counts")
+            .set("spark.sql.shuffle.partitions", "2").set("spark.sql.session.timeZone", "UTC"))
+    SparkContext(conf=conf, gateway=launch_gateway(conf, popen_kwargs={"start_new_session": True}))
+    return SparkSession.builder.getOrCreate()
+
+
+def main(argv=None) -> int:
     args = parse_args(argv)
-    spark = (
-        SparkSession.builder.appName("nsq-windowed-counts")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
+    spark = spark_session()
+    # after the SparkContext, which installs its own handler (cancel the jobs, raise KeyboardInterrupt)
+    interrupted = threading.Event()
+    signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
     query = build_query(spark, args).start()
-    try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
+    while query.isActive and not interrupted.wait(1.0):
+        pass
+    if not interrupted.is_set():
+        query.awaitTermination()  # raises the reason the query failed
+        return 0
+    spark.sparkContext.setLogLevel("ERROR")  # the stop warns of jobs it finds already finished
+    query.stop()
+    spark.stop()
+    print("windowed_counts.py: stopped; start it again with the same --checkpoint to continue", file=sys.stderr)
+    return 130
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -164,6 +164,9 @@ async def test_buried_counts_appear_in_stats_and_metrics(start_daemon):
         channels = {c["channel_name"]: c for c in doc["topics"][0]["channels"]}
         assert (channels["c"]["buried_count"], channels["c"]["max_attempts"]) == (2, 1)
         assert (channels["other"]["buried_count"], channels["other"]["max_attempts"]) == (0, 1)
+        lines = (await call(d, "GET", "/stats?topic=t")).body.decode().split("\n")
+        assert [line.partition("e2e%: ")[2] for line in lines if "[c " in line or "[other " in line] == [
+            " buried: 2 max-attempts: 1", " buried: 0 max-attempts: 1"]
         text = (await call(d, "GET", "/metrics")).body.decode()
         assert 'nsq_topic_channel_buried_count{channel="c",topic="t"} 2.0' in text
         assert 'nsq_topic_channel_buried_count{channel="other",topic="t"} 0.0' in text

@@ -4,7 +4,11 @@
 Structured Streaming query, nsq in and nsq out) counts them per event-time window,
 and ``show_topic.py`` prints the counts with Spark's batch reader. An extra
 channel on the source topic sees every event, so the test computes the counts the
-pipeline must publish and compares them with what ``show_topic.py`` prints.
+pipeline must publish and compares them with what ``show_topic.py`` prints:
+after ``--drain``, every published event is in a window shown. Ctrl-C, as a
+terminal sends it to the foreground process group, stops the query in one line.
+``publish_events.py`` alone (no Spark) is checked for its progress lines and its
+one-line failure when nsqd is down.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -25,8 +30,6 @@ import trio
 from broker.protocol import encode_fin, encode_rdy, encode_sub
 from tests.support.paths import REPO
 from tests.support.v2client import connect
-
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 EXAMPLES = REPO / "spark" / "examples"
 WINDOW_S, WATERMARK_S = 2, 1
@@ -50,6 +53,34 @@ def topic_message_count(http: tuple[str, int], topic: str) -> int:
     with urllib.request.urlopen(url, timeout=10) as response:
         topics = json.load(response)["topics"] or []
     return sum(t["message_count"] for t in topics)
+
+
+def publish_events(*args: str) -> subprocess.CompletedProcess:
+    """Run ``publish_events.py`` with ``args``; its output captured."""
+    return subprocess.run([sys.executable, str(EXAMPLES / "publish_events.py"), *args], env=example_env(),
+                          capture_output=True, timeout=60)
+
+
+def test_publish_events_reports_progress_on_stderr(broker_process):
+    broker = broker_process()
+    done = publish_events("--http", f"{broker.http[0]}:{broker.http[1]}", "--rate", "20", "--seconds", "2",
+                          "--progress", "1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode() == "published 40 events to events\n"
+    assert done.stderr.decode() == ("publish_events.py: 20 events sent in 1 s (20/s)\n"
+                                    "publish_events.py: 40 events sent in 2 s (20/s)\n")
+    assert topic_message_count(broker.http, "events") == 40
+
+
+def test_publish_events_with_nsqd_down_fails_in_one_line(tmp_path):
+    with socket.socket() as unused:  # a port nothing listens on
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    done = publish_events("--http", f"127.0.0.1:{port}", "--seconds", "1")
+    assert done.returncode == 1
+    assert done.stdout == b""
+    assert done.stderr.decode() == (f"publish_events.py: cannot reach nsqd at "
+                                    f"http://127.0.0.1:{port}/mpub?topic=events: Connection refused\n")
 
 
 def expected_counts(events: list[dict]) -> dict[tuple[str, str], tuple[int, float]]:
@@ -82,7 +113,9 @@ async def drain(tcp: tuple[str, int], topic: str, channel: str, n: int) -> list[
     return bodies
 
 
-async def test_readme_pipeline_publishes_the_right_window_counts(broker_process, tmp_path):
+@pytest.mark.spark
+@pytest.mark.slow
+async def test_readme_pipeline_counts_every_event_and_stops_on_ctrl_c(broker_process, tmp_path):
     broker = broker_process()
     http = f"{broker.http[0]}:{broker.http[1]}"
     nsqd = f"{broker.tcp[0]}:{broker.tcp[1]}"
@@ -90,36 +123,45 @@ async def test_readme_pipeline_publishes_the_right_window_counts(broker_process,
     post(broker.http, "/channel/create?topic=events&channel=audit")
     post(broker.http, "/channel/create?topic=events&channel=windowed_counts")  # the query's, before it starts
     env = example_env()
-    log = open(tmp_path / "windowed_counts.log", "wb")
+    log_path = tmp_path / "windowed_counts.log"
+    log = open(log_path, "wb")
+    # its own process group, as a shell gives a foreground job: Ctrl-C signals the whole group
     query = subprocess.Popen(
         [sys.executable, str(EXAMPLES / "windowed_counts.py"), "--nsqd", nsqd,
          "--checkpoint", str(tmp_path / "checkpoint"), "--window", f"{WINDOW_S} seconds",
          "--watermark", f"{WATERMARK_S} second", "--trigger", "1 second"],
-        env=env, stdout=log, stderr=log, cwd=tmp_path,
+        env=env, stdout=log, stderr=log, cwd=tmp_path, start_new_session=True,
     )
+    log.close()
     try:
         published = await trio.run_process(
             [sys.executable, str(EXAMPLES / "publish_events.py"), "--http", http, "--rate", str(RATE),
-             "--seconds", str(SECONDS), "--late", "0.5", "--seed", "7"],
-            env=env, capture_stdout=True,
+             "--seconds", str(SECONDS), "--late", "0.5", "--seed", "7", "--drain", str(WINDOW_S + WATERMARK_S)],
+            env=env, capture_stdout=True, capture_stderr=True,
         )
-        assert published.stdout.decode().strip() == f"published {RATE * SECONDS} events to events"
-        events = [json.loads(body) for body in await drain(broker.tcp, "events", "audit", RATE * SECONDS)]
+        assert published.stdout.decode() == f"published {RATE * SECONDS} events and the drain event to events\n"
+        assert published.stderr.decode().count(" events sent in ") == SECONDS // 5
+        events = [json.loads(body) for body in await drain(broker.tcp, "events", "audit", RATE * SECONDS + 1)]
+        assert events[-1]["kind"] == "drain"
         expected = expected_counts(events)
-        assert len(expected) >= 3 * (SECONDS // WINDOW_S - 2)  # several windows, every kind
+        assert sum(n for n, _ in expected.values()) == RATE * SECONDS  # every event but the drain event
 
         with trio.fail_after(180):
             while topic_message_count(broker.http, "event_counts") < len(expected):
-                assert query.poll() is None, (tmp_path / "windowed_counts.log").read_text(errors="replace")
+                assert query.poll() is None, log_path.read_text(errors="replace")
                 await trio.sleep(1)
+        before_stop = log_path.stat().st_size
+        os.killpg(query.pid, signal.SIGINT)
+        with trio.fail_after(60):
+            while query.poll() is None:
+                await trio.sleep(0.2)
     finally:
-        query.send_signal(signal.SIGINT)  # the script stops its query on Ctrl-C
-        try:
-            query.wait(60)
-        except subprocess.TimeoutExpired:
+        if query.poll() is None:
             query.kill()
             query.wait()
-        log.close()
+    after_stop = log_path.read_bytes()[before_stop:].decode(errors="replace")
+    assert (query.returncode, after_stop) == (
+        130, "windowed_counts.py: stopped; start it again with the same --checkpoint to continue\n")
 
     shown = await trio.run_process(
         [sys.executable, str(EXAMPLES / "show_topic.py"), "--nsqd", nsqd, "--topic", "event_counts"],
@@ -129,6 +171,7 @@ async def test_readme_pipeline_publishes_the_right_window_counts(broker_process,
     got = {(r["start"], r["kind"]): (r["events"], r["amount"]) for r in rows}
     assert len(rows) == len(got), "a window was published twice"
     assert set(got) == set(expected)
+    assert sum(n for n, _ in got.values()) == RATE * SECONDS
     for key, (n, amount) in expected.items():
         assert got[key][0] == n, key
         assert got[key][1] == pytest.approx(amount, abs=0.011), key

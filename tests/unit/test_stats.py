@@ -124,6 +124,15 @@ def test_text_layout():
     assert lines[24] == "   [V2 pubhost:4000" + " " * 9 + "] msgs: 3        topics: t=3 connected: 1m15s"
 
 
+def test_text_dead_letters_only_where_the_channel_uses_them():
+    text = render_text(snap((topic(channels=(channel("plain"), channel("capped", max_attempts=5),
+                                              channel("left", buried_count=2))),))).decode()
+    lines = {line.split("]")[0].strip(" [").strip(): line for line in text.split("\n") if "depth:" in line}
+    assert lines["plain"].endswith("e2e%: 1.5us, 2.5ms")
+    assert lines["capped"].endswith("e2e%: 1.5us, 2.5ms buried: 0 max-attempts: 5")
+    assert lines["left"].endswith("e2e%: 1.5us, 2.5ms buried: 2 max-attempts: 0")
+
+
 def test_text_empty():
     text = render_text(snap(memory=None)).decode()
     assert "\nHealth: OK\n\nTopics: None\n\nProducers: None\n" in text
