@@ -5,9 +5,9 @@ long, installs things, starts a broker of its own or needs Spark). Each runnable
 fresh ``pynsqd`` process on ephemeral ports; ``127.0.0.1:4150``/``:4151`` in the block become
 its addresses. The block runs under ``bash -euo pipefail`` in a temporary directory that looks
 like a checkout after the README's set-up (the repository's files, and ``data`` as the broker's
-data directory), with ``python``, ``python3`` and ``pynsqd`` meaning this interpreter and this
-code, and ``curl`` failing on an HTTP error status. A ``# => TEXT`` comment in a block means its
-output contains TEXT.
+data directory), with ``python``, ``python3`` and ``pynsqd`` (also as ``.venv/bin/...``)
+meaning this interpreter and this code, and ``curl`` failing on an HTTP error status. A
+``# => TEXT`` comment in a block means its output contains TEXT.
 """
 
 from __future__ import annotations
@@ -78,8 +78,12 @@ RUNNABLE = [block for document in DOCUMENTS for block in shell_blocks(document) 
 
 
 def _shims(directory: Path) -> Path:
-    """Commands the documents use, bound to this interpreter and this checkout's code."""
-    directory.mkdir()
+    """Commands the documents use, bound to this interpreter and this checkout's code.
+
+    They live in ``.venv/bin`` of the working directory, where the set-up puts them, so a
+    block may call ``.venv/bin/python`` as well as ``python`` from the activated venv.
+    """
+    directory.mkdir(parents=True)
     curl = shutil.which("curl") or "curl"
     scripts = {
         "python": f'exec {shlex.quote(sys.executable)} "$@"',
@@ -117,7 +121,7 @@ def test_documented_block_runs(block: ShellBlock, broker_process, tmp_path):
     tcp, http = (f"{host}:{port}" for host, port in (broker.tcp, broker.http))
     script = _ADDRESS.sub(lambda m: tcp if m.group(1) == "4150" else http, block.text)
     env = dict(os.environ)
-    env["PATH"] = f"{_shims(tmp_path / '.shims')}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = f"{_shims(tmp_path / '.venv' / 'bin')}{os.pathsep}{env.get('PATH', '')}"
     result = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
         capture_output=True, text=True, timeout=BLOCK_TIMEOUT, stdin=subprocess.DEVNULL,
