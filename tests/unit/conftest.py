@@ -1,9 +1,12 @@
-"""Fixtures of the unit tests: the fakes of :mod:`tests.support.fakes`, ready to use."""
+"""Fixtures of the unit tests: the fakes of :mod:`tests.support.fakes`, ready to use, and the logger reset."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
+from broker.config.log import LOGGER_NAME
 from tests.support.fakes import FakeHost, FakeSubscriber
 
 
@@ -30,3 +33,15 @@ def messages():
         return [Message(b"%016x" % next(counter), body, now_ns(), 0, due_ns) for body in bodies]
 
     return make
+
+
+@pytest.fixture
+def pynsqd_logger():
+    """Puts the ``pynsqd`` logger's handlers and level back as they were after the test."""
+    logger = logging.getLogger(LOGGER_NAME)
+    handlers, level = list(logger.handlers), logger.level
+    yield
+    for handler in list(logger.handlers):
+        if handler not in handlers:
+            logger.removeHandler(handler)
+    logger.setLevel(level)

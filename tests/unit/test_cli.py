@@ -12,22 +12,14 @@ import types
 import pytest
 
 from broker import cli
-from broker.config.log import LOGGER_NAME, NsqdFormatter, configure_logging, log_level_number, set_log_level
+from broker.config.log import NsqdFormatter, configure_logging, log_level_number, set_log_level
 from broker.config.options import VERSION_TEXT, Options, help_text
 from tests.support.paths import REPO
 
 LINE = r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6}"
 
 
-@pytest.fixture(autouse=True)
-def restore_pynsqd_logger():
-    logger = logging.getLogger(LOGGER_NAME)
-    handlers, level = list(logger.handlers), logger.level
-    yield
-    for handler in list(logger.handlers):
-        if handler not in handlers:
-            logger.removeHandler(handler)
-    logger.setLevel(level)
+pytestmark = pytest.mark.usefixtures("pynsqd_logger")
 
 
 @pytest.fixture

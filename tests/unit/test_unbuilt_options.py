@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 
 import pytest
@@ -10,7 +9,6 @@ import pytest
 from broker import cli
 from broker.config.flag_table import FLAGS_BY_NAME
 from broker.config.help import help_text
-from broker.config.log import LOGGER_NAME
 from broker.config.options import Options, OptionsError, parse_args
 from broker.config.unbuilt import UNBUILT, refuse_unbuilt, unbuilt_warnings
 from broker.daemon import Daemon
@@ -120,17 +118,6 @@ def test_tls_required_with_key_and_cert_is_refused(argv, message):
 
 def test_tls_not_required_is_not_refused():
     refuse_unbuilt(parse_args(["--tls-cert=c.pem", "--tls-key=k.pem", "--tls-required=false"]))
-
-
-@pytest.fixture
-def pynsqd_logger():
-    logger = logging.getLogger(LOGGER_NAME)
-    handlers, level = list(logger.handlers), logger.level
-    yield
-    for handler in list(logger.handlers):
-        if handler not in handlers:
-            logger.removeHandler(handler)
-    logger.setLevel(level)
 
 
 @pytest.mark.parametrize(("argv", "message"), REFUSALS)
