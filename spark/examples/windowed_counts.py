@@ -13,10 +13,10 @@ counts are final and one JSON message per (window, kind) is published::
 The last windows of a burst of events therefore wait until newer events move
 the watermark; ``publish_events.py --drain`` publishes one such event at the end.
 
-Run it against a local pynsqd (see spark/README or the project README):
+Run it against a local pynsqd (see spark/README.md, "Example pipeline"):
 
     python spark/examples/windowed_counts.py --nsqd 127.0.0.1:4150 \\
-        --checkpoint /tmp/windowed-counts-checkpoint
+        --checkpoint /tmp/windowed-counts
 
 Ctrl-C stops the query cleanly, prints one line and exits with status 130.
 Starting it again with the same checkpoint continues where it stopped: a message
