@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import trio
 
 from broker.config.options import NSQD_COMPAT_VERSION
 from broker.protocol import is_valid_name
+from diskqueue.checkpoint import store_checkpoint
 
 __all__ = ["METADATA_FILE", "MetadataFile", "load", "save", "dump"]
 
@@ -75,23 +75,12 @@ def dump(topics: list[dict], version: str) -> bytes:
 
 
 def save(data_path: Path, payload: bytes) -> None:
-    """Atomically replace ``nsqd.dat`` with ``payload`` (blocking: run it in a thread)."""
-    path = data_path / METADATA_FILE
-    tmp = data_path / f"{METADATA_FILE}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(data_path, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Atomically and durably replace ``nsqd.dat`` with ``payload`` (blocking: run it in a thread).
+
+    The disk queue's checkpoint writer does exactly this: temporary file, fsync,
+    rename, fsync of the directory.
+    """
+    store_checkpoint(str(data_path / METADATA_FILE), payload)
 
 
 class MetadataFile:
