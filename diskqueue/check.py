@@ -22,7 +22,8 @@ class CheckReport:
     ``records`` is how many valid records lie from the committed cursor to the end: what
     opening the queue now would deliver. ``ok`` is False when any record was found damaged
     or missing, or the checkpoint does not match the files; an interrupted write at the
-    very end (which opening cuts off) is only a note.
+    very end (which opening cuts off) is only a note. ``corrupt`` lists ``(segment,
+    offset)`` where damage starts; ``records_lost`` is exact unless ``lost_unknown``.
     """
 
     data_path: str
@@ -74,11 +75,16 @@ def check(data_path: str | os.PathLike[str], name: str, *, min_msg_size: int = 0
     bad_files = tuple(e for e in entries if e.startswith(prefix) and e.endswith(".bad"))
     stray = tuple(e for e in entries if e == meta_filename(name) + TEMP_SUFFIX)
     sizes = 0
+    size_of: dict[int, int] = {}
     for number in found.segments:
         try:
-            sizes += os.path.getsize(os.path.join(path, segment_filename(name, number)))
+            size_of[number] = os.path.getsize(os.path.join(path, segment_filename(name, number)))
         except OSError:
-            pass
+            continue
+        sizes += size_of[number]
+    # where damage starts: each span read past, and where reading of a segment stops early
+    corrupt = {(number, at) for number, at, _ in found.damaged}
+    corrupt |= {(number, end) for number, end in found.bad.items() if end < size_of.get(number, end + 1)}
     ok = not found.problems and not found.lost and not found.lost_unknown
     return CheckReport(
         data_path=path,
@@ -91,7 +97,7 @@ def check(data_path: str | os.PathLike[str], name: str, *, min_msg_size: int = 0
         segment_bytes=sizes,
         records_lost=found.lost,
         lost_unknown=found.lost_unknown,
-        corrupt=tuple(sorted(found.bad.items())),
+        corrupt=tuple(sorted(corrupt)),
         problems=tuple(found.problems),
         notes=tuple(found.notes),
         bad_files=bad_files,

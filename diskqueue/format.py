@@ -33,8 +33,13 @@ Record::
   valid but whose version is newer than it knows (``FormatVersionError``) instead of
   treating it as corrupt. ``hdr len`` lets a later version grow the header.
 * The first record's sequence number lets a reader count exactly how many records were lost
-  when it has to skip from a corrupt point to the next segment: the difference between the
-  next segment's first sequence number and the number of records it has read.
+  when it skips damaged data: the next segment's first sequence number minus this one's is
+  how many records the segment holds, and every valid record read is one of them.
+* Records carry no marker, so after damage a reader *resynchronises*: when the damaged
+  record's length is plausible and the record after it checks out, only that record is
+  skipped; otherwise it scans forward for the first offset where a record with a valid
+  length and checksum starts and is followed by another (or ends the segment). A false
+  match needs a 32-bit checksum to agree by chance.
 """
 
 from __future__ import annotations
@@ -58,9 +63,11 @@ __all__ = [
     "decode_header",
     "decode_records",
     "encode_header",
+    "find_record",
     "frame_records",
     "meta_filename",
     "next_record_size",
+    "record_end",
     "segment_filename",
     "segment_pattern",
 ]
@@ -76,6 +83,8 @@ _HEADER_CRC = struct.Struct(">I")
 RECORD = struct.Struct(">II")
 
 _crc32 = zlib.crc32
+_ZERO_HEADER = bytes(RECORD_HEADER_SIZE)
+_NONZERO = re.compile(rb"[^\x00]")
 
 
 def segment_filename(name: str, number: int) -> str:
@@ -226,3 +235,45 @@ def next_record_size(buf: bytes, off: int, max_size: int) -> tuple[int, str | No
     if length > max_size:
         return 0, f"record length {length} exceeds max {max_size}"
     return RECORD_HEADER_SIZE + length, None
+
+
+def record_end(buf: bytes, off: int, min_size: int, max_size: int) -> int:
+    """Where the record starting at ``buf[off]`` ends when it is complete and valid, else -1."""
+    if off < 0 or len(buf) - off < RECORD_HEADER_SIZE:
+        return -1
+    length, crc = RECORD.unpack_from(buf, off)
+    begin = off + RECORD_HEADER_SIZE
+    end = begin + length
+    if length < min_size or length > max_size or end > len(buf):
+        return -1
+    if (_record_crc(buf[begin:end]) if length else EMPTY_PAYLOAD_CRC) != crc:
+        return -1
+    return end
+
+
+def find_record(buf: bytes, start: int, stop: int, min_size: int, max_size: int, at_end: bool) -> int:
+    """The first offset in ``[start, stop)`` where reading can resume after damage, or -1.
+
+    A record must start there whose length and checksum are valid, and the next record must
+    be valid too, unless the first ends ``buf`` and ``at_end`` says ``buf`` ends where the
+    segment does. Candidates are skipped in C where possible: while every valid length is
+    below 2**24 a record starts with a zero byte, and eight zero bytes are never a header.
+    """
+    leading_zero = max_size < 1 << 24
+    c = start
+    while c < stop:
+        if leading_zero:
+            c = buf.find(b"\0", c, stop)
+            if c < 0:
+                return -1
+        if buf[c : c + RECORD_HEADER_SIZE] == _ZERO_HEADER:
+            match = _NONZERO.search(buf, c, stop + RECORD_HEADER_SIZE - 1)
+            if match is None:
+                return -1
+            c = max(c + 1, match.start() - RECORD_HEADER_SIZE + 1)
+            continue
+        end = record_end(buf, c, min_size, max_size)
+        if end >= 0 and ((at_end and end == len(buf)) or record_end(buf, end, min_size, max_size) >= 0):
+            return c
+        c += 1
+    return -1

@@ -69,7 +69,7 @@ from .format import HEADER_SIZE, RECORD_HEADER_SIZE, frame_records, meta_filenam
 from .pending import Uncommitted
 from .reader import SegmentReader
 from .recovery import recover
-from .scan import list_segments, read_header
+from .scan import list_segments, read_header, resync
 from .statistics import DiskQueueStatistics
 from .sync import Guard, SyncJob
 from .writer import SegmentWriter
@@ -431,8 +431,29 @@ class DiskQueue:
         return True
 
     def _corrupt(self, problem: str) -> None:
-        """Stop reading the read segment at the read cursor; ``_cross`` then skips ahead."""
+        """Read past the invalid record at the read cursor, or stop reading its segment there.
+
+        When a valid record follows (see ``resync``) reading resumes at it and the segment
+        is set aside once consumed; the records skipped are counted when the reader leaves
+        the segment (the next segment's first sequence number says how many it held).
+        Otherwise reading stops at the damage and ``_cross`` skips to the next segment.
+        """
         number, at = self._r_file, self._r_pos
+        w = self._writer
+        limit = w.pos if number == w.number else self._r_end
+        reader = self._reader
+        resume = None
+        if reader is not None and limit is not None:
+            resume = resync(reader.fd, at, limit, self._min, self._max)
+        if resume is not None and limit is not None:
+            self._log.warning("DISKQUEUE(%s): segment %06d offset %d: %s; skipped %d byte(s) "
+                              "to the next valid record", self.name, number, at, problem, resume - at)
+            self._bad[number] = max(limit, self._bad.get(number, 0))
+            self._r_pos = resume
+            self._meta_dirty = True
+            if number == w.number:
+                self._roll()  # nothing more may be appended after damage: write into a new segment
+            return
         self._log.warning("DISKQUEUE(%s): segment %06d offset %d: %s; skipping to the next segment",
                           self.name, number, at, problem)
         self._bad[number] = at
@@ -477,8 +498,12 @@ class DiskQueue:
                 self._accounted.add(left)
                 self._records_lost += lost
                 self._depth = max(0, self._depth - lost)
-                self._log.warning("DISKQUEUE(%s): %d record(s) lost between segment %06d offset %d and segment %06d",
-                                  self.name, lost, left, end, nxt)
+                if left in self._bad:
+                    self._log.warning("DISKQUEUE(%s): %d record(s) lost to damage in segment %06d",
+                                      self.name, lost, left)
+                else:
+                    self._log.warning("DISKQUEUE(%s): %d record(s) lost between segment %06d offset %d and "
+                                      "segment %06d", self.name, lost, left, end, nxt)
             elif lost < 0:
                 self._log.warning("DISKQUEUE(%s): segment %06d starts at record %d, behind %d",
                                   self.name, nxt, first, self._r_seq)

@@ -38,12 +38,18 @@ from .scan import list_segments, read_header, scan_segment
 
 __all__ = ["Recovered", "recover", "set_aside"]
 
+_ANYWHERE = 1 << 62
 _Headers = dict[int, tuple[SegmentHeader | None, int, str | None]]
 
 
 @dataclass(slots=True)
 class Recovered:
-    """The queue state recovery settled on, and what it found on the way."""
+    """The queue state recovery settled on, and what it found on the way.
+
+    ``bad`` maps a damaged segment to where reading it stops (its size when reading went
+    past the damage); ``damaged`` lists ``(segment, offset, resumed at)`` of each damaged
+    span read past.
+    """
 
     segments: list[int]
     commit: Cursor
@@ -51,6 +57,7 @@ class Recovered:
     write_exists: bool
     depth: int
     bad: dict[int, int] = field(default_factory=dict)
+    damaged: list[tuple[int, int, int]] = field(default_factory=list)
     accounted: set[int] = field(default_factory=set)
     lost: int = 0
     lost_unknown: bool = False
@@ -228,7 +235,9 @@ def _walk(data_path: str, name: str, segments: list[int], headers: _Headers, sta
                 prev = n
                 continue
             if header.first_seq > seq:
-                _lose(state, header.first_seq - seq, f"between segments {prev:06d} and {n:06d}")
+                where = (f"in segment {prev:06d}" if state.damaged and state.damaged[-1][0] == prev
+                         else f"between segments {prev:06d} and {n:06d}")
+                _lose(state, header.first_seq - seq, where)
                 state.accounted.add(prev)
             elif header.first_seq < seq:
                 state.notes.append(
@@ -236,10 +245,35 @@ def _walk(data_path: str, name: str, segments: list[int], headers: _Headers, sta
                 )
             seq, pos = header.first_seq, HEADER_SIZE
         kept.append(n)
-        scan = scan_segment(data_path, name, n, pos, min_size, max_size)
+        # Damage is read past wherever records after it are known to have been written:
+        # in any segment but the newest, and in the newest before the checkpointed end.
+        # Past that it is an interrupted write, cut off below.
+        resync_until, mark = _ANYWHERE, 0
+        if last:
+            resync_until = 0
+            if synced is not None and synced.file > n:
+                resync_until = _ANYWHERE
+            elif synced is not None and synced.file == n:
+                resync_until = mark = synced.pos
+        scan = scan_segment(data_path, name, n, pos, min_size, max_size, resync_until=resync_until, mark=mark)
+        first_seq = seq
         seq += scan.records
         state.depth += scan.records
         prev = n
+        for at, resumed, problem in scan.skipped:
+            state.problems.append(f"segment {n:06d} offset {at}: {problem}; "
+                                  f"skipped {resumed - at} byte(s) to the next valid record")
+            state.damaged.append((n, at, resumed))
+        if scan.skipped:
+            state.bad[n] = max(scan.size, state.bad.get(n, 0))  # set aside once consumed
+            if last and synced is not None and synced.file == n and scan.end >= synced.pos:
+                missing = synced.seq - first_seq - scan.before_mark
+                if missing > 0:
+                    _lose(state, missing, f"in segment {n:06d}")
+                    state.accounted.add(n)
+                    seq += missing
+            elif last:
+                state.lost_unknown = True
         if repair and scan.records and (synced is None or (n, scan.end) > (synced.file, synced.pos)):
             _fsync(path)  # records found past the checkpoint may still be only in the page cache
         if scan.problem is None:

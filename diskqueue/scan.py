@@ -7,19 +7,23 @@ All functions here block on file I/O.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .format import (
     HEADER_SIZE,
+    RECORD,
+    RECORD_HEADER_SIZE,
     SegmentHeader,
     decode_header,
     decode_records,
+    find_record,
     next_record_size,
+    record_end,
     segment_filename,
     segment_pattern,
 )
 
-__all__ = ["SCAN_CHUNK", "SegmentScan", "list_segments", "read_header", "scan_segment"]
+__all__ = ["SCAN_CHUNK", "SegmentScan", "list_segments", "read_header", "resync", "scan_segment"]
 
 SCAN_CHUNK = 4 << 20
 _ALL = 1 << 62  # "as many records as there are"
@@ -54,15 +58,55 @@ def read_header(path: str, number: int) -> tuple[SegmentHeader | None, int, str 
     return header, size, problem
 
 
+def resync(fd: int, pos: int, limit: int, min_size: int, max_size: int) -> int | None:
+    """Where reading can resume after the invalid record at ``pos``, before ``limit``; None if nowhere.
+
+    When the record's length is plausible and the record after it is valid (or it ends
+    exactly at ``limit``), that is just past it: only the damaged record is skipped.
+    Otherwise the first offset past ``pos`` where ``find_record`` finds a record. Reads the
+    file in windows of ``SCAN_CHUNK`` plus room for two records of ``max_size``. Returns
+    ``limit`` when the damage runs to it exactly, None when no valid record follows or the
+    file cannot be read.
+    """
+    try:
+        head = os.pread(fd, RECORD_HEADER_SIZE, pos)
+        if len(head) == RECORD_HEADER_SIZE:
+            length, _ = RECORD.unpack(head)
+            after = pos + RECORD_HEADER_SIZE + length
+            if min_size <= length <= max_size and after <= limit:
+                if after == limit:
+                    return after
+                probe = os.pread(fd, min(limit - after, RECORD_HEADER_SIZE + max_size), after)
+                if record_end(probe, 0, min_size, max_size) >= 0:
+                    return after
+        slack = 2 * (RECORD_HEADER_SIZE + max_size)
+        start = pos + 1
+        while start < limit:
+            window = os.pread(fd, min(limit - start, SCAN_CHUNK + slack), start)
+            if not window:
+                return None
+            at_end = start + len(window) >= limit
+            stop = len(window) if at_end else SCAN_CHUNK
+            found = find_record(window, 0, stop, min_size, max_size, at_end)
+            if found >= 0:
+                return start + found
+            start += stop
+    except OSError:
+        return None
+    return None
+
+
 @dataclass(slots=True)
 class SegmentScan:
     """What verifying one segment found.
 
-    ``records`` valid records lie in ``[start, end)``. ``problem`` is None when the valid
-    data reaches the end of the file; otherwise it names what is wrong at ``end``, and
-    ``torn`` says whether the invalid rest looks like an interrupted write (a record cut
-    short by the end of the file, or nothing but zero bytes) rather than damage in the
-    middle of data.
+    ``records`` valid records lie in ``[start, end)``. ``skipped`` lists the damaged spans
+    read past by resynchronising: ``(offset, resumed at, problem)``. ``problem`` is None
+    when the valid data reaches the end of the file; otherwise it names what is wrong at
+    ``end``, and ``torn`` says whether the invalid rest looks like an interrupted write (a
+    record cut short by the end of the file, or nothing but zero bytes) rather than damage
+    in the middle of data. ``before_mark`` counts the valid records starting before the
+    ``mark`` offset the scan was given.
     """
 
     number: int
@@ -72,12 +116,20 @@ class SegmentScan:
     end: int
     problem: str | None = None
     torn: bool = False
+    skipped: list[tuple[int, int, str]] = field(default_factory=list)
+    before_mark: int = 0
 
 
 def scan_segment(
-    data_path: str, name: str, number: int, start: int, min_size: int, max_size: int
+    data_path: str, name: str, number: int, start: int, min_size: int, max_size: int,
+    *, resync_until: int = 0, mark: int = 0,
 ) -> SegmentScan:
-    """Verify every record of segment ``number`` from byte ``start`` to the end of the file."""
+    """Verify every record of segment ``number`` from byte ``start`` to the end of the file.
+
+    Damage found before offset ``resync_until`` is read past when a valid record follows
+    (see ``resync``); damage at or after it ends the scan, as it does when nothing valid
+    follows.
+    """
     path = os.path.join(data_path, segment_filename(name, number))
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -94,24 +146,47 @@ def scan_segment(
             buf = os.pread(fd, min(chunk, size - pos), pos)
             payloads, off, problem = decode_records(buf, 0, _ALL, min_size, max_size)
             result.records += len(payloads)
+            if pos < mark:
+                result.before_mark += _starting_before(payloads, pos, mark)
             pos += off
             if problem is None and pos < size:
                 need, problem = next_record_size(buf, off, max_size)
                 if problem is None:
                     if pos + need > size:
-                        result.problem = "record extends past the end of the file"
-                        result.torn = True
-                        break
+                        problem = "record extends past the end of the file"
+                        resume = resync(fd, pos, size, min_size, max_size) if pos < resync_until else None
+                        if resume is None:
+                            result.problem = problem
+                            result.torn = True
+                            break
+                        result.skipped.append((pos, resume, problem))
+                        pos = resume
+                        continue
                     chunk = max(SCAN_CHUNK, need)
                     continue
             if problem is not None:
-                result.problem = problem
-                result.torn = _only_zeros(fd, pos, size)
-                break
+                resume = resync(fd, pos, size, min_size, max_size) if pos < resync_until else None
+                if resume is None:
+                    result.problem = problem
+                    result.torn = _only_zeros(fd, pos, size)
+                    break
+                result.skipped.append((pos, resume, problem))
+                pos = resume
         result.end = pos
         return result
     finally:
         os.close(fd)
+
+
+def _starting_before(payloads: list[bytes], pos: int, mark: int) -> int:
+    """How many of ``payloads``, read back to back from ``pos``, start before ``mark``."""
+    count = 0
+    for payload in payloads:
+        if pos >= mark:
+            break
+        count += 1
+        pos += RECORD_HEADER_SIZE + len(payload)
+    return count
 
 
 def _only_zeros(fd: int, pos: int, size: int) -> bool:
