@@ -375,8 +375,7 @@ class DiskQueue:
         """Up to ``max_records`` of the records ``read_many`` would hand out next, unchanged.
 
         Nothing moves: no cursor, no depth, no sync counter; damaged data is not marked
-        (``read_many`` does that when it gets there): a peek stops at it in one segment and
-        goes on with the next, as reading will. Opens the later segments it looks into
+        (``read_many`` does that when it gets there): a peek reads past it as reading will. Opens the later segments it looks into
         and closes them before returning. Raises ``DiskQueueClosed``.
         """
         self._check_open()
@@ -408,13 +407,19 @@ class DiskQueue:
             try:
                 # a fresh reader's size is current; the queue's own reader always has a limit
                 end = reader.size if limit is None else limit
-                got, _, _ = reader.read(start, want, end, self._min, self._max)
+                while want > 0 and start < end:
+                    got, start, problem = reader.read(start, want, end, self._min, self._max)
+                    out.extend(got)
+                    want -= len(got)
+                    resume = None if problem is None else resync(reader.fd, start, end, self._min, self._max)
+                    if resume is None:
+                        break
+                    start = resume
             except OSError:
-                got = []
+                pass
             finally:
                 if not own:
                     reader.close()
-            out.extend(got)
         return out
 
     def _open_reader(self) -> bool:
