@@ -178,7 +178,7 @@ def _address(text: str) -> tuple[str, int]:
 def _identify(text: str) -> dict:
     try:
         value = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise argparse.ArgumentTypeError(f"invalid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("IDENTIFY parameters must be a JSON object")

@@ -6,7 +6,7 @@ prints values. Each module mirrors one part of Go's standard library:
 * :mod:`~broker.gocompat.ints` -- int32/int64/uint64 bounds and wrap-around;
 * :mod:`~broker.gocompat.strconv` -- ``ParseInt``, ``ParseBool``, ``Quote`` and floats in messages;
 * :mod:`~broker.gocompat.fmt` -- ``%v`` of config values;
-* :mod:`~broker.gocompat.json` -- ``encoding/json``'s ``Marshal``;
+* :mod:`~broker.gocompat.json` -- ``encoding/json``'s ``Marshal`` and ``Unmarshal``;
 * :mod:`~broker.gocompat.durations` -- ``time.ParseDuration`` and ``Duration.String``.
 """
 
@@ -24,7 +24,7 @@ from broker.gocompat.durations import (
 )
 from broker.gocompat.fmt import format_v
 from broker.gocompat.ints import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, UINT64_MAX, wrap_int64, wrap_uint64
-from broker.gocompat.json import go_json, json_float
+from broker.gocompat.json import go_json, go_unmarshal, json_float, replace_surrogates
 from broker.gocompat.strconv import (
     format_float_v,
     go_quote,
@@ -38,7 +38,7 @@ __all__ = [
     "INT32_MIN", "INT32_MAX", "INT64_MIN", "INT64_MAX", "UINT64_MAX", "wrap_int64", "wrap_uint64",
     "parse_int64", "parse_int_base0", "parse_bool", "go_quote", "go_quote_str", "format_float_v",
     "format_v",
-    "go_json", "json_float",
+    "go_json", "go_unmarshal", "json_float", "replace_surrogates",
     "NANOSECOND", "MICROSECOND", "MILLISECOND", "SECOND", "MINUTE", "HOUR",
     "parse_duration", "format_duration", "to_ns", "to_seconds",
 ]

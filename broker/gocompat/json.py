@@ -1,4 +1,5 @@
-"""Go's ``encoding/json`` output: ``json.Marshal`` of maps, slices, strings and numbers.
+"""Go's ``encoding/json``: ``json.Marshal`` of maps, slices, strings and numbers, and what
+``json.Unmarshal`` accepts.
 
 Go writes no spaces, escapes ``<``, ``>``, ``&``, U+2028 and U+2029, replaces invalid UTF-8
 with U+FFFD, and prints a float64 in the shortest fixed notation between 1e-6 and 1e21
@@ -7,12 +8,13 @@ with U+FFFD, and prints a float64 in the shortest fixed notation between 1e-6 an
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["go_json", "json_float"]
+__all__ = ["go_json", "go_unmarshal", "json_float", "replace_surrogates"]
 
 _PLAIN = re.compile(r'[ !#-%\'-;=?-\[\]-~]*\Z')
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t",
@@ -36,6 +38,35 @@ def _string(text: str) -> str:
             out.append(ch)
     out.append('"')
     return "".join(out)
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+_decoder = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def go_unmarshal(raw: bytes) -> Any:
+    """Decode a JSON document from an untrusted peer as Go's ``json.Unmarshal`` reads it.
+
+    Invalid UTF-8 reads as U+FFFD, as in Go. Raises ``ValueError`` wherever Go's decoder
+    fails: malformed JSON, ``NaN``/``Infinity``, and nesting too deep to decode (Python's
+    recursion limit, about 1,000 levels, is below Go's 10,000; no value nsqd accepts nests
+    that deep). Strings may hold lone surrogates from ``\\ud800`` escapes, which Go turns
+    into U+FFFD: see ``replace_surrogates``.
+    """
+    try:
+        return _decoder.decode(raw.decode("utf-8", "replace"))
+    except RecursionError as exc:
+        raise ValueError("JSON nested too deeply") from exc
+
+
+def replace_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate (from a ``\\ud800`` escape) replaced by U+FFFD, as Go does."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def json_float(value: float) -> str:

@@ -10,13 +10,13 @@ import ctypes
 import ctypes.util
 import dataclasses
 import gc
-import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from broker.config.log import LOG_LEVELS, set_log_level
 from broker.config.options import get_config_value
+from broker.gocompat import go_unmarshal, replace_surrogates
 from broker.http.query import first, request_params
 from broker.http.responses import APIError, v1
 from broker.http.router import Endpoint
@@ -179,14 +179,14 @@ class AdminEndpoints:
             changes: dict[str, Any]
             if opt == "nsqlookupd_tcp_addresses":
                 try:
-                    addresses = json.loads(data)
+                    addresses = go_unmarshal(data)
                 except ValueError:
                     raise APIError(400, "INVALID_VALUE") from None
                 if addresses is None:
                     addresses = []
                 if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
                     raise APIError(400, "INVALID_VALUE")
-                changes = {"nsqlookupd_tcp_addresses": tuple(addresses)}
+                changes = {"nsqlookupd_tcp_addresses": tuple(map(replace_surrogates, addresses))}
             elif opt == "log_level":
                 level = data.decode("utf-8", "replace").lower()
                 if level not in LOG_LEVELS:

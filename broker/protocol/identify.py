@@ -20,10 +20,9 @@ near its recursion limit (about 1000), so such a body is refused here.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
-from broker.gocompat import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
+from broker.gocompat import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, replace_surrogates
 
 __all__ = ["decode_identify", "IDENTIFY_FIELDS"]
 
@@ -50,7 +49,6 @@ IDENTIFY_FIELDS: dict[str, _FieldKind] = {
     "msg_timeout": _INT64,
 }
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _Pairs(list[tuple[str, Any]]):
@@ -103,7 +101,7 @@ def decode_identify(body: bytes) -> dict[str, Any]:
         if kind is str:
             if type(item) is not str:
                 raise ValueError(f"{name} must be a string")
-            data[name] = _SURROGATE.sub("\ufffd", item)
+            data[name] = replace_surrogates(item)
         elif kind is bool:
             if type(item) is not bool:
                 raise ValueError(f"{name} must be a boolean")

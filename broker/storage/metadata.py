@@ -17,10 +17,12 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import trio
 
 from broker.config.options import NSQD_COMPAT_VERSION
+from broker.gocompat import go_unmarshal
 from broker.protocol import is_valid_name
 from diskqueue.checkpoint import store_checkpoint
 
@@ -43,26 +45,48 @@ def load(data_path: Path) -> list[dict]:
     except FileNotFoundError:
         return []
     try:
-        doc = json.loads(raw)
-        topics = doc.get("topics") or []
-        if not isinstance(topics, list):
-            raise TypeError("topics is not a list")
-    except (ValueError, TypeError, AttributeError) as exc:
+        return _entries(go_unmarshal(raw))
+    except (ValueError, TypeError) as exc:
         raise ValueError(f"failed to parse metadata {path}: {exc}") from exc
+
+
+def _entries(doc: Any) -> list[dict]:
+    """The topic entries of a decoded ``nsqd.dat``; TypeError names the first value of a wrong type."""
+    if not isinstance(doc, dict):
+        raise TypeError(f"the document is {_kind(doc)}, not an object")
+    topics = doc.get("topics") or []
+    if not isinstance(topics, list):
+        raise TypeError(f"topics is {_kind(topics)}, not a list")
     result = []
     for entry in topics:
+        if not isinstance(entry, dict):
+            raise TypeError(f"a topic entry is {_kind(entry)}, not an object")
         name = entry.get("name", "")
+        if not isinstance(name, str):
+            raise TypeError(f"a topic name is {_kind(name)}, not a string")
+        channel_entries = entry.get("channels") or []
+        if not isinstance(channel_entries, list) or not all(isinstance(ch, dict) for ch in channel_entries):
+            raise TypeError(f"the channels of topic {name!r} are not a list of objects")
         if not is_valid_name(name):
             log.warning("skipping creation of invalid topic %r", name)
             continue
         channels = []
-        for ch in entry.get("channels") or []:
+        for ch in channel_entries:
+            if not isinstance(ch.get("name", ""), str):
+                raise TypeError(f"a channel name of topic {name!r} is {_kind(ch['name'])}, not a string")
             if not is_valid_name(ch.get("name", "")):
                 log.warning("skipping creation of invalid channel %r", ch.get("name"))
                 continue
             channels.append(ch)
         result.append({"name": name, "paused": bool(entry.get("paused")), "channels": channels})
     return result
+
+
+_KINDS = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array", dict: "an object"}
+
+
+def _kind(value: Any) -> str:
+    return _KINDS.get(type(value), "null")
 
 
 def dump(topics: list[dict], version: str) -> bytes:

@@ -1,0 +1,90 @@
+"""Hostile input at every entry point that parses it gets nsqd's clear error, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+from pathlib import Path
+
+import pytest
+import trio
+
+from broker.storage.metadata import load
+from tests.support.http_client import request
+from tests.support.v2client import connect
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+def no_traceback_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """No unexpected failure was logged (nsqd-like one-line ERRORs about the input are expected)."""
+    bad = [r for r in caplog.records if r.exc_info or r.levelno >= logging.CRITICAL]
+    assert not bad, [r.getMessage() for r in bad]
+    assert "Traceback" not in caplog.text
+
+
+@pytest.mark.parametrize("body", [DEEP, b"[" * 9000 + b"]" * 9000, b'["a", [[["b"]]]]', b"[NaN]", b'{"a": 1}',
+                                  b'["a"', b"[1e999]"], ids=["deep", "nsqd-depth", "nested", "nan", "object",
+                                                            "cut", "huge-number"])
+async def test_config_put_of_hostile_json_is_invalid_value(daemon, caplog: pytest.LogCaptureFixture,
+                                                           body: bytes) -> None:
+    with trio.fail_after(20):
+        reply = await request(daemon.addresses.http, "PUT", "/config/nsqlookupd_tcp_addresses", body)
+    assert (reply.status, reply.body) == (400, b'{"message":"INVALID_VALUE"}')
+    assert daemon.broker.options.nsqlookupd_tcp_addresses == ()
+    no_traceback_logged(caplog)
+
+
+async def test_config_put_reads_invalid_utf8_and_lone_surrogates_as_nsqd_does(daemon) -> None:
+    with trio.fail_after(10):
+        reply = await request(daemon.addresses.http, "PUT", "/config/nsqlookupd_tcp_addresses",
+                              b'["h\xff:4160", "\\ud800x:4160"]')
+    # nsqd 1.3.0 answers the same: Go reads both as U+FFFD
+    assert (reply.status, json.loads(reply.body)) == (200, ["h\ufffd:4160", "\ufffdx:4160"])
+
+
+async def test_identify_of_hostile_json_is_bad_body(daemon, caplog: pytest.LogCaptureFixture) -> None:
+    with trio.fail_after(20):
+        for body in (DEEP, b'{"heartbeat_interval": NaN}', b"\xff\xfe{"):
+            client = await connect(daemon.addresses.tcp)
+            await client.send(b"IDENTIFY\n" + struct.pack(">i", len(body)) + body)
+            await client.expect_error(b"E_BAD_BODY IDENTIFY failed to decode JSON body")
+        client = await connect(daemon.addresses.tcp)  # the broker still serves
+        await client.identify(client_id="after")
+    no_traceback_logged(caplog)
+
+
+@pytest.mark.parametrize("target, body, status, message", [
+    ("/pub?topic=t&defer=99999999999999999999", b"x", 400, "INVALID_DEFER"),
+    ("/pub?topic=%ff", b"x", 400, "INVALID_TOPIC"),
+    ("/pub?topic=t%00", b"x", 400, "INVALID_TOPIC"),
+    ("/mpub?topic=t&binary=true", b"\x00\x00\x00\x05", 413, "BAD_MESSAGE"),
+    ("/mpub?topic=t&binary=true", b"\xff\xff\xff\xff\x00\x00\x00\x01a", 413, "BAD_BODY"),
+    ("/mpub?topic=t&binary=true", b"\x00\x00\x00\x01\x7f\xff\xff\xffa", 413, "BAD_MESSAGE"),
+    ("/topic/create?topic=t;%0d%0a", None, 400, "INVALID_REQUEST"),
+])
+async def test_hostile_publish_queries_and_bodies(daemon, caplog: pytest.LogCaptureFixture, target: str,
+                                                  body: bytes | None, status: int, message: str) -> None:
+    # answers checked against nsqd 1.3.0 with the same requests
+    with trio.fail_after(10):
+        reply = await request(daemon.addresses.http, "POST", target, body)
+    assert (reply.status, reply.json()) == (status, {"message": message})
+    no_traceback_logged(caplog)
+
+
+@pytest.mark.parametrize("doc, error", [
+    (b'{"topics": [1]}', "a topic entry is a number, not an object"),
+    (b'{"topics": [{"name": "a", "channels": [1]}]}', "the channels of topic 'a' are not a list of objects"),
+    (b'{"topics": [{"name": 5}]}', "a topic name is a number, not a string"),
+    (b'{"topics": [{"name": "a", "channels": [{"name": []}]}]}', "a channel name of topic 'a' is an array"),
+    (b"[]", "the document is an array, not an object"),
+    (b'{"topics": {"a": 1}}', "topics is an object, not a list"),
+    (DEEP, "JSON nested too deeply"),
+    (b"\xff\xff", "Expecting value"),
+], ids=["entry", "channels", "name", "channel-name", "array", "topics", "deep", "not-utf8"])
+def test_hostile_metadata_file_is_a_clear_error(tmp_path: Path, doc: bytes, error: str) -> None:
+    (tmp_path / "nsqd.dat").write_bytes(doc)
+    with pytest.raises(ValueError, match=f"failed to parse metadata {tmp_path / 'nsqd.dat'}: .*") as info:
+        load(tmp_path)
+    assert error in str(info.value)
