@@ -23,9 +23,10 @@ from .format import (
     segment_pattern,
 )
 
-__all__ = ["SCAN_CHUNK", "SegmentScan", "list_segments", "read_header", "resync", "scan_segment"]
+__all__ = ["RESYNC_HOPS", "SCAN_CHUNK", "SegmentScan", "list_segments", "read_header", "resync", "scan_segment"]
 
 SCAN_CHUNK = 4 << 20
+RESYNC_HOPS = 64  # damaged records in a row skipped by following their length fields
 _ALL = 1 << 62  # "as many records as there are"
 
 
@@ -62,23 +63,29 @@ def resync(fd: int, pos: int, limit: int, min_size: int, max_size: int) -> int |
     """Where reading can resume after the invalid record at ``pos``, before ``limit``; None if nowhere.
 
     When the record's length is plausible and the record after it is valid (or it ends
-    exactly at ``limit``), that is just past it: only the damaged record is skipped.
+    exactly at ``limit``), that is just past it: only the damaged record is skipped; the
+    same goes for a run of up to ``RESYNC_HOPS`` damaged records whose lengths are intact.
     Otherwise the first offset past ``pos`` where ``find_record`` finds a record. Reads the
     file in windows of ``SCAN_CHUNK`` plus room for two records of ``max_size``. Returns
     ``limit`` when the damage runs to it exactly, None when no valid record follows or the
     file cannot be read.
     """
     try:
-        head = os.pread(fd, RECORD_HEADER_SIZE, pos)
-        if len(head) == RECORD_HEADER_SIZE:
+        at = pos
+        for _ in range(RESYNC_HOPS):
+            head = os.pread(fd, RECORD_HEADER_SIZE, at)
+            if len(head) < RECORD_HEADER_SIZE:
+                break
             length, _ = RECORD.unpack(head)
-            after = pos + RECORD_HEADER_SIZE + length
-            if min_size <= length <= max_size and after <= limit:
-                if after == limit:
-                    return after
-                probe = os.pread(fd, min(limit - after, RECORD_HEADER_SIZE + max_size), after)
-                if record_end(probe, 0, min_size, max_size) >= 0:
-                    return after
+            after = at + RECORD_HEADER_SIZE + length
+            if not min_size <= length <= max_size or after > limit:
+                break
+            if after == limit:
+                return after
+            probe = os.pread(fd, min(limit - after, RECORD_HEADER_SIZE + max_size), after)
+            if record_end(probe, 0, min_size, max_size) >= 0:
+                return after
+            at = after
         slack = 2 * (RECORD_HEADER_SIZE + max_size)
         start = pos + 1
         while start < limit:
