@@ -19,6 +19,7 @@ import trio
 from broker.config.options import VERSION_TEXT, Options
 from broker.config.unbuilt import refuse_unbuilt, unbuilt_warnings
 from broker.core.broker import Broker
+from broker.server.fdlimit import raise_open_files_limit
 from broker.server.net import Addresses, bound_address, describe_address, open_listeners
 from broker.server.tcp import TCPServer
 from broker.storage import DataDirectory
@@ -61,6 +62,7 @@ class Daemon:
         opts = self.options
         log.info("%s", VERSION_TEXT)
         log.info("ID: %d", opts.node_id)
+        raise_open_files_limit(log)  # as Go's runtime does for nsqd
         for warning in unbuilt_warnings(opts):
             log.warning("%s", warning)
         async with trio.open_nursery() as nursery:

@@ -30,8 +30,12 @@ __all__ = [
 #: A bound address: ``(host, port)``, or the path of a unix socket.
 Address = tuple[str, int] | str
 
-#: Seconds to wait after a failed accept (e.g. EMFILE) before accepting again.
+#: Seconds to wait after a failed accept (e.g. EMFILE) before accepting again; the wait
+#: doubles while accepting keeps failing, up to ``ACCEPT_RETRY_MAX``.
 ACCEPT_RETRY_DELAY = 0.1
+ACCEPT_RETRY_MAX = 1.0
+#: While accepting keeps failing, one log line per this many seconds.
+ACCEPT_LOG_INTERVAL = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,13 +149,24 @@ class ConnectionServer:
         raise NotImplementedError
 
     async def _accept_loop(self, listener: trio.SocketListener, connections: trio.Nursery) -> None:
+        delay = ACCEPT_RETRY_DELAY
+        failures = 0  # since the last log line
+        next_log = -float("inf")
         while True:
             try:
                 stream = await listener.accept()
             except OSError as exc:  # e.g. EMFILE: wait and keep serving the others
-                self.log.error("%s: accept failed: %s", self.kind, exc)
-                await trio.sleep(ACCEPT_RETRY_DELAY)
+                failures += 1
+                now = trio.current_time()
+                if now >= next_log:
+                    self.log.error("%s: accept failed: %s%s", self.kind, exc,
+                                   f" ({failures} failures since the last report)" if failures > 1 else "")
+                    failures = 0
+                    next_log = now + ACCEPT_LOG_INTERVAL
+                await trio.sleep(delay)
+                delay = min(delay * 2, ACCEPT_RETRY_MAX)
                 continue
+            delay = ACCEPT_RETRY_DELAY  # the reporting interval runs on: one freed descriptor ends no flood
             connections.start_soon(self._run_connection, stream)
 
     async def _run_connection(self, stream: trio.SocketStream) -> None:

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["BrokerProcess", "broker_args"]
@@ -22,9 +23,11 @@ def broker_args(data_path: Path, *extra: str) -> list[str]:
 class BrokerProcess:
     """A real ``pynsqd`` process (``python -m broker``); ports parsed from its log."""
 
-    def __init__(self, data_path: Path, *extra: str, log_path: Path | None = None):
+    def __init__(self, data_path: Path, *extra: str, log_path: Path | None = None,
+                 preexec_fn: Callable[[], None] | None = None):
         self.data_path = data_path
         self.extra = extra
+        self.preexec_fn = preexec_fn  # run in the child before exec (e.g. to set rlimits)
         self.log_path = log_path or data_path.parent / "broker.log"
         self.proc: subprocess.Popen | None = None
         self.tcp: tuple[str, int] | None = None
@@ -37,7 +40,7 @@ class BrokerProcess:
         start_offset = log.tell()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "broker", *broker_args(self.data_path, *self.extra)],
-            stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL, preexec_fn=self.preexec_fn,
         )
         log.close()
         deadline = time.monotonic() + timeout
