@@ -121,18 +121,32 @@ async def _fuzz_connection(rng: random.Random, proc, tally: Tally, stop_at: floa
         with trio.fail_after(10):
             stream = await trio.open_tcp_stream(*(proc.http if http else proc.tcp))
             try:
-                pos = 0
-                while pos < len(data):  # in random pieces, as a slow or odd client sends
-                    step = rng.randrange(1, 64)
-                    await stream.send_all(data[pos : pos + step])
-                    pos += step
-                with trio.move_on_after(rng.uniform(0.05, 0.5)):
-                    while await stream.receive_some(65536):
-                        pass
-            except trio.BrokenResourceError:
-                pass  # the broker closed a connection it refused: expected
+                async with trio.open_nursery() as nursery:
+                    # read all along: a fuzzer may have subscribed, and the broker, like nsqd,
+                    # stops reading a client whose socket does not take what it writes
+                    nursery.start_soon(_read_until_closed, stream)
+                    await _send_in_pieces(rng, stream, data)
+                    await trio.sleep(rng.uniform(0.05, 0.5))
+                    nursery.cancel_scope.cancel()
             finally:
                 await stream.aclose()
+
+
+async def _send_in_pieces(rng: random.Random, stream: trio.SocketStream, data: bytes) -> None:
+    """As a slow or odd client sends; the broker closing a connection it refused is expected."""
+    try:
+        for pos in range(0, len(data), step := rng.randrange(1, 64)):
+            await stream.send_all(data[pos : pos + step])
+    except trio.BrokenResourceError:
+        pass
+
+
+async def _read_until_closed(stream: trio.SocketStream) -> None:
+    try:
+        while await stream.receive_some(65536):
+            pass
+    except trio.BrokenResourceError:
+        pass
 
 
 def _rss_kb(pid: int) -> int:
