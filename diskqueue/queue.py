@@ -303,8 +303,9 @@ class DiskQueue:
         """Hand out up to ``max_records`` records, oldest first; ``[]`` when caught up.
 
         Advances the read cursor (and, with ``auto_commit``, the committed cursor). Invalid
-        data is not returned: the segment holding it is skipped from that point on, the
-        records lost are counted and logged, and reading continues with the next segment.
+        data is not returned: reading resumes at the next valid record after it (or, when
+        none follows, at the next segment), and the records lost are counted and logged
+        when the reader leaves the segment.
         Raises ``DiskQueueClosed``; read errors of the OS count as invalid data.
         """
         self._check_open()

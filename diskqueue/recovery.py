@@ -16,9 +16,11 @@
      file, or a zero-filled rest) or anything invalid past the last checkpointed position is
      cut off with ``ftruncate``: it is never read as data, and the file ends on a record
      boundary (writing then continues in a new segment, see ``queue.py``);
-   * anything else invalid marks the segment corrupt: reading stops at that offset, skips to
-     the next segment, and the segment is renamed ``.bad`` once consumed. How many records
-     were lost is the next segment's first sequence number minus the records counted;
+   * anything else invalid is damage: reading resynchronises on the next valid record after
+     it (see ``scan.resync``), or, when none follows, stops at that offset and skips to the
+     next segment; the segment is renamed ``.bad`` once consumed. How many records were
+     lost is the next segment's first sequence number (in the newest segment, the
+     checkpointed write cursor's) minus the records counted;
    * a missing segment is skipped the same way, its records counted as lost.
 5. Damage inside data a trusted checkpoint vouches for is not looked for on open (that
    would read the whole queue); the reader finds it when it gets there and handles it the
