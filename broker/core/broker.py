@@ -55,6 +55,8 @@ class Broker:
         self.host = CoreHost(options, storage.queues, self.disk_failed, self._metadata.changed,
                              self._metadata.wait_persisted, self._registry_changed)
         self.listeners: list[RegistryListener] = []
+        # topics waiting for the listeners' channels before they start (publishes wait too)
+        self._starting: dict[str, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
 
     # ---------------------------------------------------------------- lifecycle
@@ -111,7 +113,8 @@ class Broker:
             self.topics[name] = topic
             log.info("TOPIC(%s): created", name)
             if persist and self.listeners:
-                self._nursery.start_soon(self._start_topic, topic)
+                started = self._starting[name] = trio.Event()
+                self._nursery.start_soon(self._start_topic, topic, started)
             else:
                 self._nursery.start_soon(topic.run)
             if persist and not topic.ephemeral:
@@ -119,18 +122,23 @@ class Broker:
             self._registry_changed(RegistryChange(name, None, created=True))
         return topic
 
-    async def _start_topic(self, topic: Topic) -> None:
+    async def _start_topic(self, topic: Topic, started: trio.Event) -> None:
         """Create the channels the listeners know for a new topic, then start it.
 
         Until it starts, the topic keeps what is published to it, so every channel
         known elsewhere in the cluster gets its first messages (as nsqd does).
         """
-        for listener in list(self.listeners):
-            for channel_name in await listener.channels_for(topic.name):
-                if topic.exiting:
-                    return
-                if not channel_name.endswith("#ephemeral"):  # nobody consumes it here yet
-                    topic.get_channel(channel_name)
+        try:
+            for listener in list(self.listeners):
+                for channel_name in await listener.channels_for(topic.name):
+                    if topic.exiting:
+                        return
+                    if not channel_name.endswith("#ephemeral"):  # nobody consumes it here yet
+                        topic.get_channel(channel_name)
+        finally:
+            if self._starting.get(topic.name) is started:
+                del self._starting[topic.name]
+            started.set()
         if not topic.exiting:
             await topic.run()
 
@@ -181,6 +189,9 @@ class Broker:
         disk write fails (nothing of the batch is then queued) or, in durable
         mode, if the sync fails (the batch may still be delivered).
         """
+        starting = self._starting.get(topic.name)
+        if starting is not None:
+            await starting.wait()  # as nsqd: the first publish returns once the channels exist
         try:
             topic.put_many(msgs)
             if topic.group is not None:

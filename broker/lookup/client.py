@@ -3,7 +3,8 @@
 One task per nsqlookupd: it connects, IDENTIFYs with the node's broadcast address and
 ports, REGISTERs every topic and channel, then sends a REGISTER or UNREGISTER for each
 topic and channel created or deleted and a ``PING`` every 15 seconds. A broken connection
-is re-opened by the next command or ping, and re-registers everything. Each lookupd has its
+is re-opened by the next command or ping (a command that finds the connection broken is
+sent again on a new one at once), and re-registers everything. Each lookupd has its
 own queue, so one that is slow or gone delays nothing else. ``PUT
 /config/nsqlookupd_tcp_addresses`` adds and removes peers while running.
 """
@@ -97,6 +98,7 @@ class LookupClient:
                 self._nursery = nursery
                 self._apply_addresses(self._broker.options.nsqlookupd_tcp_addresses)
                 task_status.started()
+                await trio.sleep_forever()  # peers come and go with PUT /config
         finally:
             log.info("LOOKUP: closing")
 
@@ -178,8 +180,17 @@ class LookupClient:
                 await peer.close()
 
     async def _send(self, peer: LookupPeer, command: bytes | None) -> None:
+        was_connected = peer.connected
         try:
-            response = await peer.command(command)
+            try:
+                response = await peer.command(command)
+            except LookupPeerError:
+                if not was_connected:
+                    raise
+                # The connection broke while idle (lookupd restarted): nsqd would drop this
+                # command and reconnect on the next one; reconnecting now re-registers
+                # everything and sends it at once.
+                response = await peer.command(command)
         except LookupPeerError as exc:
             if command is not None:  # as nsqd, a failed first connection is retried by the next command
                 log.error("LOOKUPD(%s): %s - %s", peer, describe(command), exc)
