@@ -6,6 +6,7 @@ kill or reconfigure a lookupd start their own.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -211,3 +212,73 @@ async def test_put_config_adds_and_removes_a_lookupd(lookupd, broker_process, tm
         assert re.findall(r'nsq_lookupd_connected\{lookupd="([^"]+)"\}', metrics) == [other.address("TCP")]
     finally:
         other.kill()
+
+
+async def _record_conversation(stream: trio.SocketStream, conversations: list[list]) -> None:
+    """Play nsqlookupd for one connection: record what arrives, answer as lookupd does."""
+    conversation: list = []
+    conversations.append(conversation)
+    buffer = b""
+
+    async def need(size: int) -> bytes:
+        nonlocal buffer
+        while len(buffer) < size:
+            data = await stream.receive_some(65536)
+            if not data:
+                raise EOFError
+            buffer += data
+        taken, buffer = buffer[:size], buffer[size:]
+        return taken
+
+    async def answer(data: bytes) -> None:
+        await stream.send_all(len(data).to_bytes(4, "big") + data)
+
+    try:
+        conversation.append(await need(4))
+        while True:
+            line = b""
+            while not line.endswith(b"\n"):
+                line += await need(1)
+            if line == b"IDENTIFY\n":
+                body = json.loads(await need(int.from_bytes(await need(4), "big")))
+                conversation.append(("IDENTIFY", body))
+                await answer(json.dumps({"tcp_port": 4160, "http_port": 4161, "version": "1.3.0",
+                                         "broadcast_address": "", "hostname": "recorder"}).encode())
+            else:
+                conversation.append(line)
+                await answer(b"OK")
+    except (EOFError, trio.BrokenResourceError):
+        pass
+
+
+async def test_the_v1_conversation_is_nsqds(broker_process, tmp_path, nursery):
+    conversations: list[list] = []
+    async def handler(stream: trio.SocketStream) -> None:
+        await _record_conversation(stream, conversations)
+
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+    recorder = "127.0.0.1:%d" % listeners[0].socket.getsockname()[1]
+    nsqd = NsqProgram("nsqd", tmp_path / "nsqd.log", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
+                      f"--data-path={tmp_path}", f"--lookupd-tcp-address={recorder}", LOOPBACK).start()
+    try:
+        await wait_for(lambda: len(conversations) == 1 and len(conversations[0]) == 2, timeout=10)
+        pynsqd = broker_process(f"--lookupd-tcp-address={recorder}", LOOPBACK)
+        await wait_for(lambda: len(conversations) == 2 and len(conversations[1]) == 2, timeout=10)
+        for node in (nsqd, pynsqd):
+            await post(node.http, "/topic/create?topic=spoken")
+            await post(node.http, "/channel/create?topic=spoken&channel=c")
+            await post(node.http, "/channel/delete?topic=spoken&channel=c")
+            await post(node.http, "/topic/delete?topic=spoken")
+        await wait_for(lambda: all(len(c) >= 6 for c in conversations), timeout=10)
+    finally:
+        nsqd.kill()
+    theirs, ours = conversations
+    assert ours[0] == theirs[0] == b"  V1"
+    (_, our_identity), (_, their_identity) = ours[1], theirs[1]
+    assert sorted(our_identity) == sorted(their_identity)
+    assert our_identity["tcp_port"] == pynsqd.tcp[1] and our_identity["http_port"] == pynsqd.http[1]
+    for key in ("broadcast_address", "hostname", "version"):
+        assert our_identity[key] == their_identity[key]
+    # nsqd unregisters a deleted topic before its channels; either order leaves lookupd the same
+    assert ours[2:4] == theirs[2:4] == [b"REGISTER spoken\n", b"REGISTER spoken c\n"]
+    assert sorted(ours[4:]) == sorted(theirs[4:]) == [b"UNREGISTER spoken\n", b"UNREGISTER spoken c\n"]
