@@ -7,6 +7,7 @@ only the lookupd's HTTP address.
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from collections import Counter
 
@@ -14,7 +15,7 @@ import pytest
 
 from tests.support.nsq_programs import NsqProgram, nsq_bin_missing
 from tests.support.processes import BrokerProcess
-from tests.system.test_spark import create_channel, publish, spark  # noqa: F401  (spark is a fixture)
+from tests.system.test_spark import DEADLINE_S, create_channel, publish, spark  # noqa: F401  (spark is a fixture)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow,
               pytest.mark.skipif(nsq_bin_missing() is not None, reason=nsq_bin_missing() or "")]
@@ -87,3 +88,30 @@ def test_lookupd_and_nsqd_together_are_refused(spark, lookupd, nodes):  # noqa: 
     with pytest.raises(Exception, match="option 'lookupd' cannot be given with 'nsqd'"):
         (spark.read.format("nsq").option("lookupd", lookupd.address("HTTP")).option("nsqd", node_address(nodes[0]))
          .option("topic", "t").option("channel", "c").load())
+
+
+def test_the_stream_subscribes_to_a_node_that_starts_producing_while_it_runs(spark, lookupd, nodes, tmp_path):  # noqa: F811
+    first, second = nodes
+    create_channel(first, "grow", "spark")
+    publish(first, "grow", [b"first-0", b"first-1"])
+    query = (spark.readStream.format("nsq").option("lookupd", lookupd.address("HTTP"))
+             .option("topic", "grow").option("channel", "spark").load()
+             .select("body").writeStream.format("memory").queryName("grown")
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(processingTime="500 milliseconds").start())
+    try:
+        def seen() -> Counter:
+            return Counter(bytes(row.body).decode() for row in spark.sql("select body from grown").collect())
+
+        deadline = time.monotonic() + DEADLINE_S
+        while seen() != Counter(["first-0", "first-1"]) and time.monotonic() < deadline:
+            time.sleep(0.2)  # Spark's micro-batches are observable only by polling the sink
+        assert seen() == Counter(["first-0", "first-1"])
+        # the second node has the topic only now; lookupd learns it, the source then subscribes
+        create_channel(second, "grow", "spark")
+        publish(second, "grow", [b"second-0"])
+        while "second-0" not in seen() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert seen() == Counter(["first-0", "first-1", "second-0"])
+    finally:
+        query.stop()
