@@ -6,13 +6,13 @@ kill or reconfigure a lookupd start their own.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 
 import pytest
 import trio
 
+from tests.support.fake_lookupd import start_fake_lookupd
 from tests.support.http_client import request
 from tests.support.nsq_programs import NsqProgram, nsq_bin_missing
 from tests.support.waiting import wait_for
@@ -214,50 +214,9 @@ async def test_put_config_adds_and_removes_a_lookupd(lookupd, broker_process, tm
         other.kill()
 
 
-async def _record_conversation(stream: trio.SocketStream, conversations: list[list]) -> None:
-    """Play nsqlookupd for one connection: record what arrives, answer as lookupd does."""
-    conversation: list = []
-    conversations.append(conversation)
-    buffer = b""
-
-    async def need(size: int) -> bytes:
-        nonlocal buffer
-        while len(buffer) < size:
-            data = await stream.receive_some(65536)
-            if not data:
-                raise EOFError
-            buffer += data
-        taken, buffer = buffer[:size], buffer[size:]
-        return taken
-
-    async def answer(data: bytes) -> None:
-        await stream.send_all(len(data).to_bytes(4, "big") + data)
-
-    try:
-        conversation.append(await need(4))
-        while True:
-            line = b""
-            while not line.endswith(b"\n"):
-                line += await need(1)
-            if line == b"IDENTIFY\n":
-                body = json.loads(await need(int.from_bytes(await need(4), "big")))
-                conversation.append(("IDENTIFY", body))
-                await answer(json.dumps({"tcp_port": 4160, "http_port": 4161, "version": "1.3.0",
-                                         "broadcast_address": "", "hostname": "recorder"}).encode())
-            else:
-                conversation.append(line)
-                await answer(b"OK")
-    except (EOFError, trio.BrokenResourceError):
-        pass
-
-
 async def test_the_v1_conversation_is_nsqds(broker_process, tmp_path, nursery):
     conversations: list[list] = []
-    async def handler(stream: trio.SocketStream) -> None:
-        await _record_conversation(stream, conversations)
-
-    listeners = await nursery.start(functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
-    recorder = "127.0.0.1:%d" % listeners[0].socket.getsockname()[1]
+    recorder = await start_fake_lookupd(nursery, conversations)
     nsqd = NsqProgram("nsqd", tmp_path / "nsqd.log", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
                       f"--data-path={tmp_path}", f"--lookupd-tcp-address={recorder}", LOOPBACK).start()
     try:
