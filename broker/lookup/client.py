@@ -202,7 +202,6 @@ class LookupClient:
 
     async def _identify_and_register(self, peer: LookupPeer) -> None:
         """nsqd's connect callback: IDENTIFY, then REGISTER every topic (and each of its channels)."""
-        log.info("LOOKUP connecting to %s", peer)
         command = identify(self._identity.body())
         response = await peer.roundtrip(command)
         if response.startswith(b"E_"):

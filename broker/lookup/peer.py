@@ -10,6 +10,7 @@ its own peer task a second per command and nothing else.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -18,6 +19,8 @@ import trio
 from broker.lookup.commands import MAGIC_V1, ResponseBuffer, ResponseTooLarge
 
 __all__ = ["LookupPeer", "LookupPeerError", "PeerInfo", "split_address"]
+
+log = logging.getLogger("pynsqd.lookup")
 
 #: nsqd's deadline for dialling, and for each write and read, in seconds.
 IO_TIMEOUT = 1.0
@@ -135,6 +138,7 @@ class LookupPeer:
                 await stream.aclose()
 
     async def _connect(self) -> None:
+        log.info("LOOKUP connecting to %s", self.address)
         try:
             host, port = split_address(self.address)
             with trio.fail_after(IO_TIMEOUT):
