@@ -19,6 +19,7 @@ import trio
 from broker.config.options import VERSION_TEXT, Options
 from broker.config.unbuilt import refuse_unbuilt, unbuilt_warnings
 from broker.core.broker import Broker
+from broker.lookup import Identity, LookupClient
 from broker.server.fdlimit import raise_open_files_limit
 from broker.server.net import Addresses, bound_address, describe_address, open_listeners
 from broker.server.tcp import TCPServer
@@ -47,6 +48,7 @@ class Daemon:
         self.broker = Broker(options, DataDirectory(options))
         self.tcp = TCPServer(self.broker)
         self.http: HTTPServer | None = None
+        self.lookup: LookupClient | None = None
         self._stop = trio.Event()
 
     def request_shutdown(self) -> None:
@@ -80,6 +82,9 @@ class Daemon:
                 self.http = HTTPServer(self.broker, Addresses(tcp_address, http_address))
                 await nursery.start(self.http.serve, http_listeners)
                 log.info("HTTP: listening on %s", describe_address(http_address))
+            self.lookup = LookupClient(self.broker, Identity.of(opts, _port(tcp_address), _port(http_address)))
+            self.broker.listen(self.lookup)
+            await nursery.start(self.lookup.run)
             task_status.started(Addresses(tcp_address, http_address))
 
             await self._stop.wait()
@@ -94,6 +99,11 @@ class Daemon:
             await self.broker.shutdown()
             nursery.cancel_scope.cancel()
         log.info("bye")
+
+
+def _port(address: object) -> int:
+    """The port of a bound ``(host, port)``; 0 for a unix socket or no listener, as nsqd registers."""
+    return address[1] if isinstance(address, tuple) else 0
 
 
 async def _main(options: Options) -> None:

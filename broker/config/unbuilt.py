@@ -43,7 +43,6 @@ class Unbuilt:
     warns: bool = True
 
 
-_LOOKUPD = "pynsqd does not register with nsqlookupd yet"
 _STATSD = "pynsqd does not push stats to statsd"
 _STATSD_INSTEAD = "scrape GET /metrics or read GET /stats instead"
 _TLS = "pynsqd has no TLS yet"
@@ -57,8 +56,6 @@ UNBUILT: tuple[Unbuilt, ...] = (
     Unbuilt("deflate", _DEFLATE, help_note="not built in pynsqd: always answered false", warns=False),
     Unbuilt("https-address", "pynsqd has no HTTPS listener yet", "nothing listens there",
             help_note="not built in pynsqd: nothing listens there"),
-    Unbuilt("lookupd-tcp-address", _LOOKUPD,
-            "consumers must be given this broker's TCP address directly"),
     Unbuilt("max-deflate-level", _DEFLATE, "IDENTIFY answers deflate false"),
     Unbuilt("snappy", "pynsqd has no snappy compression yet",
             help_note="not built in pynsqd: always answered false", warns=False),
@@ -102,8 +99,8 @@ def unbuilt_warnings(options: Options) -> list[str]:
     """One warning per option set (on the command line or in the config file) that pynsqd ignores.
 
     An option left at its default is not mentioned. Each line names the flag and its value
-    and says what pynsqd does instead, e.g. ``pynsqd does not register with nsqlookupd yet;
-    --lookupd-tcp-address=127.0.0.1:4160 is ignored (consumers must ...)``.
+    and says what pynsqd does instead, e.g. ``pynsqd does not push stats to statsd;
+    --statsd-address=127.0.0.1:8125 is ignored (scrape GET /metrics ...)``.
     """
     defaults = _defaults()
     warnings = []

@@ -22,7 +22,7 @@ import trio
 
 from broker.config.options import Options
 from broker.core.guid import GuidFactory
-from broker.core.host import BrokerStorage, CoreHost
+from broker.core.host import BrokerStorage, CoreHost, RegistryChange, RegistryListener
 from broker.core.message import Message, now_ns
 from broker.core.topic import Topic
 from broker.protocol import Limits
@@ -53,7 +53,10 @@ class Broker:
         self._storage = storage
         self._metadata = storage.metadata
         self.host = CoreHost(options, storage.queues, self.disk_failed, self._metadata.changed,
-                             self._metadata.wait_persisted)
+                             self._metadata.wait_persisted, self._registry_changed)
+        self.listeners: list[RegistryListener] = []
+        # topics waiting for the listeners' channels before they start (publishes wait too)
+        self._starting: dict[str, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
 
     # ---------------------------------------------------------------- lifecycle
@@ -108,11 +111,50 @@ class Broker:
             assert self._nursery is not None, "the broker is not running"
             topic = Topic(name, self.host, on_empty=lambda: self.delete_topic(name))
             self.topics[name] = topic
-            self._nursery.start_soon(topic.run)
             log.info("TOPIC(%s): created", name)
+            if persist and self.listeners:
+                started = self._starting[name] = trio.Event()
+                self._nursery.start_soon(self._start_topic, topic, started)
+            else:
+                self._nursery.start_soon(topic.run)
             if persist and not topic.ephemeral:
                 self.metadata_changed()
+            self._registry_changed(RegistryChange(name, None, created=True))
         return topic
+
+    async def _start_topic(self, topic: Topic, started: trio.Event) -> None:
+        """Create the channels the listeners know for a new topic, then start it.
+
+        Until it starts, the topic keeps what is published to it, so every channel
+        known elsewhere in the cluster gets its first messages (as nsqd does).
+        """
+        try:
+            for listener in list(self.listeners):
+                for channel_name in await listener.channels_for(topic.name):
+                    if topic.exiting:
+                        return
+                    if not channel_name.endswith("#ephemeral"):  # nobody consumes it here yet
+                        topic.get_channel(channel_name)
+        finally:
+            if self._starting.get(topic.name) is started:
+                del self._starting[topic.name]
+            started.set()
+        if not topic.exiting:
+            await topic.run()
+
+    def listen(self, listener: RegistryListener) -> None:
+        """Keep ``listener`` informed of topics and channels created and deleted, and of new options."""
+        self.listeners.append(listener)
+
+    def reconfigure(self, options: Options) -> None:
+        """Replace the options (``PUT /config``) and tell the listeners."""
+        self.options = options
+        for listener in list(self.listeners):
+            listener.options_changed(options)
+
+    def _registry_changed(self, change: RegistryChange) -> None:
+        for listener in self.listeners:
+            listener.registry_changed(change)
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic, its channels and their files. Raises KeyError if absent."""
@@ -125,6 +167,7 @@ class Broker:
         log.info("TOPIC(%s): deleted", name)
         if not topic.ephemeral:
             self.metadata_changed()
+        self._registry_changed(RegistryChange(name, None, created=False))
 
     async def publish_bodies(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0) -> None:
         """Publish ``bodies`` to ``topic`` as one batch of new messages (PUB, MPUB, DPUB, ``/pub``, ``/mpub``).
@@ -146,6 +189,9 @@ class Broker:
         disk write fails (nothing of the batch is then queued) or, in durable
         mode, if the sync fails (the batch may still be delivered).
         """
+        starting = self._starting.get(topic.name)
+        if starting is not None:
+            await starting.wait()  # as nsqd: the first publish returns once the channels exist
         try:
             topic.put_many(msgs)
             if topic.group is not None:

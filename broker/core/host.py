@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from broker.core.message import Message
     from diskqueue import DiskQueue
 
-__all__ = ["BrokerStorage", "CoreHost", "MetadataStore", "QueueStore", "Subscriber"]
+__all__ = ["BrokerStorage", "CoreHost", "MetadataStore", "PeerState", "QueueStore", "RegistryChange",
+           "RegistryListener", "Subscriber"]
 
 
 class Subscriber(Protocol):
@@ -105,6 +106,44 @@ class BrokerStorage(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class RegistryChange:
+    """A topic (``channel`` None) or a channel was created or deleted (nsqd's ``Notify``)."""
+
+    topic: str
+    channel: str | None
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PeerState:
+    """One remote registry a :class:`RegistryListener` keeps informed, as ``/metrics`` shows it."""
+
+    address: str
+    connected: bool
+
+
+class RegistryListener(Protocol):
+    """Something the broker keeps informed of its topics and channels (e.g. nsqlookupd peers).
+
+    Methods are called from the broker's task and must not block; ``channels_for`` runs
+    before a new topic starts delivering, so its answer decides which channels get the
+    topic's first messages.
+    """
+
+    def registry_changed(self, change: RegistryChange) -> None: ...
+
+    def options_changed(self, options: Options) -> None: ...
+
+    async def channels_for(self, topic: str) -> list[str]: ...
+
+    def peer_states(self) -> list[PeerState]: ...
+
+
+def _nobody_listens(change: RegistryChange) -> None:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
 class CoreHost:
     """Everything a topic or channel receives from its owner."""
 
@@ -116,6 +155,8 @@ class CoreHost:
     metadata_changed: Callable[[], None]
     #: returns once the metadata file reflects every change made before the call
     wait_metadata_persisted: Callable[[], Awaitable[None]]
+    #: a topic or channel was created or deleted
+    registry_changed: Callable[[RegistryChange], None] = _nobody_listens
 
     def latency_stream(self) -> LatencyStream:
         """A new end-to-end latency stream as the options configure it."""

@@ -27,7 +27,7 @@ import trio
 from broker.core.channel import Channel
 from broker.core.durability.ackfloor import COMMIT_INTERVAL
 from broker.core.durability.groupcommit import GroupCommit
-from broker.core.host import CoreHost
+from broker.core.host import CoreHost, RegistryChange
 from broker.core.message import Message, decode_all, is_deferred_record
 from broker.core.spill import REFILL_BATCH, SpillQueue
 from broker.protocol import is_ephemeral
@@ -145,6 +145,7 @@ class Topic:
                 self._pending_channels.append(channel)
             if not channel.ephemeral:
                 self._host.metadata_changed()
+            self._host.registry_changed(RegistryChange(self.name, name, created=True))
             self._wakeup.set()
         return channel
 
@@ -160,6 +161,7 @@ class Topic:
         channel.delete_queues()
         if not channel.ephemeral:
             self._host.metadata_changed()
+        self._host.registry_changed(RegistryChange(self.name, name, created=False))
         if self.ephemeral and not self.channels and not self.exiting:
             self._on_empty()
 

@@ -195,7 +195,7 @@ class AdminEndpoints:
             else:
                 raise APIError(400, "INVALID_OPTION")
             try:
-                broker.options = dataclasses.replace(broker.options, **changes)
+                broker.reconfigure(dataclasses.replace(broker.options, **changes))
             except ValueError:
                 raise APIError(400, "INVALID_VALUE") from None
             if "log_level" in changes:

@@ -123,6 +123,10 @@ def _topic_stats(topic: TopicSource, channels: tuple[ChannelStats, ...]) -> Topi
     )
 
 
+def _lookupd_peers(broker: BrokerSource) -> tuple[tuple[str, bool], ...]:
+    return tuple((peer.address, peer.connected) for listener in broker.listeners for peer in listener.peer_states())
+
+
 def snapshot(
     broker: BrokerSource,
     topic: str | None = None,
@@ -143,7 +147,7 @@ def snapshot(
     percentiles = tuple(broker.options.e2e_processing_latency_percentiles)
     header = functools.partial(Snapshot, version=NSQD_COMPAT_VERSION, health=health_text(broker),
                                start_time=int(broker.start_time), uptime_ns=uptime_ns, memory=memory,
-                               percentiles=percentiles)
+                               percentiles=percentiles, lookupd_peers=_lookupd_peers(broker))
     if topic:
         found = broker.topics.get(topic)
         if found is None:

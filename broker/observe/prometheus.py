@@ -141,6 +141,12 @@ def families(snap: Snapshot) -> list[Metric]:
     topic_count = _gauge("nsq_server_topic_count", "Topics on this broker (Telegraf name).", ())
     topic_count.add_metric([], len(topics))
     out += [healthy, topic_count]
+    lookupd = _gauge("nsq_lookupd_connected",
+                     "1 while the connection to this --lookupd-tcp-address is up and identified, else 0.",
+                     ("lookupd",))
+    for address, connected in snap.lookupd_peers:
+        lookupd.add_metric([address], 1 if connected else 0)
+    out.append(lookupd)
 
     out += _topic_families(topics)
     channels = [(t, c) for t in topics for c in t.channels]

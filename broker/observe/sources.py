@@ -7,10 +7,11 @@ server module and a test can hand it plain objects.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sized
+from collections.abc import Collection, Mapping, Sequence, Sized
 from typing import Any, Protocol, SupportsInt
 
 from broker.config.options import Options
+from broker.core.host import RegistryListener
 
 __all__ = ["LatencySource", "ClientSource", "QueueSource", "ChannelSource", "TopicSource", "BrokerSource"]
 
@@ -120,3 +121,5 @@ class BrokerSource(Protocol):
     def topics(self) -> Mapping[str, TopicSource]: ...
     @property
     def clients(self) -> Collection[ClientSource]: ...
+    @property
+    def listeners(self) -> Sequence[RegistryListener]: ...

@@ -148,3 +148,5 @@ class Snapshot:
     memory: MemoryStats | None
     producers: tuple[ClientStats, ...] | None
     percentiles: tuple[float, ...] = ()
+    #: ``(address, connected)`` for each ``--lookupd-tcp-address``, in the order given
+    lookupd_peers: tuple[tuple[str, bool], ...] = ()

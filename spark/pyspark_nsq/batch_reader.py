@@ -1,6 +1,6 @@
 """The batch reader: drain what a channel holds now into a DataFrame.
 
-One Spark partition per (nsqd, topic). Each task subscribes, takes messages up to
+One Spark partition per (nsqd, topic); with ``lookupd``, per producer of each topic. Each task subscribes, takes messages up to
 its RDY window, hands them to Spark as a record batch and FINs them once Spark has
 taken the batch, then takes the next window, until ``maxMessages`` are read or no
 message arrives for ``drainTimeoutMs``. Reading consumes: a DataFrame computed
@@ -26,6 +26,7 @@ from broker.protocol import (
 )
 
 from .connection import CONNECT_TIMEOUT_S, Connection, NsqError
+from .discovery import topic_producers
 from .options import MAX_RDY_COUNT, Address, BatchReadOptions
 from .schema import MessageColumns
 
@@ -49,8 +50,18 @@ class NsqBatchReader(DataSourceReader):
         self._options = options
 
     def partitions(self) -> list[DrainPartition]:
-        """One partition per nsqd and topic, sharing ``maxMessages`` between them."""
-        pairs = [(a, t) for a in self._options.nsqd for t in self._options.topics]
+        """One partition per nsqd and topic, sharing ``maxMessages`` between them.
+
+        With ``lookupd``, the nsqd nodes are each topic's producers as nsqlookupd lists
+        them now; raises :class:`~pyspark_nsq.discovery.DiscoveryError` if no lookupd answers.
+        """
+        options = self._options
+        if options.lookupd:
+            pairs = [(a, t) for t in options.topics for a in topic_producers(options.lookupd, t)]
+            if not pairs:  # no node has the topics yet: nothing to read
+                return []
+        else:
+            pairs = [(a, t) for a in options.nsqd for t in options.topics]
         share, extra = divmod(self._options.max_messages, len(pairs))
         return [
             DrainPartition(address, topic, share + (1 if index < extra else 0))
@@ -61,6 +72,8 @@ class NsqBatchReader(DataSourceReader):
     def read(self, partition: DrainPartition):  # type: ignore[override]  # Spark passes our own partitions back
         """Record batches of drained messages; each window is FIN'd after Spark takes it."""
         options = self._options
+        if not isinstance(partition, DrainPartition):
+            return  # Spark's stand-in when partitions() found no producer: an empty DataFrame
         conn = Connection.open(partition.address, {"msg_timeout": options.msg_timeout_ms})
         try:
             window = min(options.max_in_flight, partition.max_messages, MAX_RDY_COUNT)

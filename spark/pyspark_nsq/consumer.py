@@ -4,7 +4,9 @@ One connection may hold at most nsqd's ``--max-rdy-count`` (2500) messages in
 flight, so a larger ``maxInFlight`` is spread over several connections to the
 same nsqd; nsqd shares a channel's messages among them. A connection that dies is
 replaced, at most once per ``RECONNECT_INTERVAL_S``; the messages it held come
-back from nsqd when their msg_timeout expires.
+back from nsqd when their msg_timeout expires. With ``lookupd`` the nsqd nodes are the
+topics' producers as nsqlookupd lists them, asked again every ``LOOKUPD_POLL_INTERVAL_S``
+so that nodes which start producing a topic while the query runs are subscribed to.
 """
 
 from __future__ import annotations
@@ -15,13 +17,17 @@ import time
 from broker.protocol import MessageFrame
 
 from .connection import NsqError
-from .options import MAX_RDY_COUNT, SourceOptions
+from .discovery import DiscoveryError, topic_producers
+from .options import MAX_RDY_COUNT, Address, SourceOptions
 from .subscriber import Subscriber
 
 __all__ = ["Consumer", "Delivery", "RECONNECT_INTERVAL_S"]
 
 #: Dead subscriptions are re-opened at most this often.
 RECONNECT_INTERVAL_S = 1.0
+
+#: With ``lookupd``, the topics' producers are looked up again this often.
+LOOKUPD_POLL_INTERVAL_S = 10.0
 
 #: A received message and the subscription that must FIN it.
 Delivery = tuple[Subscriber, MessageFrame]
@@ -36,19 +42,49 @@ class Consumer:
     ``close`` REQs every message still held and closes all connections.
     """
 
-    __slots__ = ("_options", "_subscribers", "_per_connection", "_last_reconnect")
+    __slots__ = ("_options", "_subscribers", "_per_connection", "_connections", "_targets", "_last_reconnect",
+                 "_last_lookup")
 
     def __init__(self, options: SourceOptions):
         self._options = options
         connections = -(-options.max_in_flight // MAX_RDY_COUNT)
+        self._connections = connections
         self._per_connection = -(-options.max_in_flight // connections)
+        self._targets = self._lookup() if options.lookupd else [
+            (address, topic) for address in options.nsqd for topic in options.topics]
         self._subscribers = [
             self._subscriber(address, topic)
-            for address in options.nsqd
-            for topic in options.topics
+            for address, topic in self._targets
             for _ in range(connections)
         ]
         self._last_reconnect = 0.0
+        self._last_lookup = time.monotonic()
+
+    def _lookup(self) -> list[tuple[Address, str]]:
+        """Every (producer, topic) nsqlookupd lists; raises DiscoveryError when no lookupd answers."""
+        return [(address, topic) for topic in self._options.topics
+                for address in topic_producers(self._options.lookupd, topic)]
+
+    def _add_new_producers(self) -> None:
+        """Subscribe on nodes that started producing a topic since the last lookup."""
+        self._last_lookup = time.monotonic()
+        try:
+            found = self._lookup()
+        except DiscoveryError as exc:
+            _log.warning("%s; the known nodes are kept", exc)
+            return
+        for address, topic in found:
+            if (address, topic) in self._targets:
+                continue
+            self._targets.append((address, topic))
+            _log.info("nsq source: %s produces %s; subscribing", address, topic)
+            for _ in range(self._connections):
+                subscriber = self._subscriber(address, topic)
+                try:
+                    subscriber.start()
+                except NsqError as exc:
+                    subscriber.error = exc  # retried with the other dead subscriptions
+                self._subscribers.append(subscriber)
 
     def _subscriber(self, address, topic) -> Subscriber:
         return Subscriber(address, topic, self._options.channel,
@@ -65,7 +101,7 @@ class Consumer:
                 subscriber.error = exc
                 errors.append(exc)
         self._last_reconnect = time.monotonic()
-        if len(errors) == len(self._subscribers):
+        if errors and len(errors) == len(self._subscribers):
             if len(errors) == 1:
                 raise errors[0]
             raise NsqError(errors[0].address, errors[0].code, "cannot subscribe on any nsqd: "
@@ -99,6 +135,8 @@ class Consumer:
         Messages received from a returned subscription and not yet planned should
         be dropped: nsqd delivers them again.
         """
+        if self._options.lookupd and time.monotonic() - self._last_lookup >= LOOKUPD_POLL_INTERVAL_S:
+            self._add_new_producers()
         if time.monotonic() - self._last_reconnect < RECONNECT_INTERVAL_S:
             return []
         self._last_reconnect = time.monotonic()

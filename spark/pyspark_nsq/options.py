@@ -93,7 +93,8 @@ def parse_addresses(option: str, value: str) -> tuple[Address, ...]:
             raise OptionError(option, f"must be a comma-separated list of host:port, got '{item}'")
         addresses.append(Address(host, int(port)))
     if not addresses:
-        raise OptionError(option, "must name at least one nsqd address (host:port)")
+        kind = "nsqlookupd HTTP" if option == "lookupd" else "nsqd"
+        raise OptionError(option, f"must name at least one {kind} address (host:port)")
     return tuple(dict.fromkeys(addresses))
 
 
@@ -125,6 +126,7 @@ def _integer(low: int, high: int) -> Callable[[str, str], int]:
 _REQUIRED = object()
 _SPECS: dict[str, tuple[Callable[[str, str], object], object]] = {
     "nsqd": (parse_addresses, _REQUIRED),
+    "lookupd": (parse_addresses, ()),
     "topic": (_names, _REQUIRED),
     "channel": (_name, _REQUIRED),
     "maxMessagesPerTrigger": (_integer(1, _MAX_INT), None),
@@ -149,15 +151,22 @@ def _parse(options: Mapping[str, str], kind: str, known: tuple[str, ...],
         if key.lower() not in by_key:
             raise OptionError(key, f"is unknown to the {kind} (known options: {', '.join(known)})")
         given[by_key[key.lower()]] = value
+    if "lookupd" in given and given["lookupd"] is not None:
+        if "nsqd" in given and given["nsqd"] is not None:
+            raise OptionError("lookupd", "cannot be given with 'nsqd': name the nsqd nodes or the "
+                                         "nsqlookupd instances that know them, not both")
+        optional = (*optional, "nsqd")
     values = {}
     for name in known:
         parse, default = _SPECS[name]
         if name in given and given[name] is not None:
             values[name] = parse(name, given[name])
         elif default is _REQUIRED and name not in optional:
+            if name == "nsqd" and "lookupd" in known:
+                raise OptionError(name, "is required (or 'lookupd': nsqlookupd HTTP addresses to find the nsqd nodes by)")
             raise OptionError(name, "is required")
         else:
-            values[name] = None if default is _REQUIRED else default
+            values[name] = () if name == "nsqd" else None if default is _REQUIRED else default
     return values
 
 
@@ -172,15 +181,17 @@ class SourceOptions:
     msg_timeout_ms: int = DEFAULT_MSG_TIMEOUT_MS
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     drain_timeout_ms: int = DEFAULT_DRAIN_TIMEOUT_MS
+    #: nsqlookupd HTTP addresses to find the producers of the topics by (``nsqd`` is then empty)
+    lookupd: tuple[Address, ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         """Validate ``options``; raises :class:`OptionError`."""
         v = _parse(options, "streaming source", (
             "nsqd", "topic", "channel", "maxMessagesPerTrigger", "msgTimeoutMs", "maxInFlight",
-            "drainTimeoutMs"))
+            "drainTimeoutMs", "lookupd"))
         return cls(v["nsqd"], v["topic"], v["channel"], v["maxMessagesPerTrigger"],
-                   v["msgTimeoutMs"], v["maxInFlight"], v["drainTimeoutMs"])
+                   v["msgTimeoutMs"], v["maxInFlight"], v["drainTimeoutMs"], v["lookupd"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,15 +205,17 @@ class BatchReadOptions:
     msg_timeout_ms: int = DEFAULT_MSG_TIMEOUT_MS
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     drain_timeout_ms: int = DEFAULT_DRAIN_TIMEOUT_MS
+    #: nsqlookupd HTTP addresses to find the producers of the topics by (``nsqd`` is then empty)
+    lookupd: tuple[Address, ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> BatchReadOptions:
         """Validate ``options``; raises :class:`OptionError`."""
         v = _parse(options, "batch reader", (
             "nsqd", "topic", "channel", "maxMessages", "msgTimeoutMs", "maxInFlight",
-            "drainTimeoutMs"))
+            "drainTimeoutMs", "lookupd"))
         return cls(v["nsqd"], v["topic"], v["channel"], v["maxMessages"], v["msgTimeoutMs"],
-                   v["maxInFlight"], v["drainTimeoutMs"])
+                   v["maxInFlight"], v["drainTimeoutMs"], v["lookupd"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,17 +229,19 @@ class SinkOptions:
     topic: str | None
     batch_size: int = DEFAULT_BATCH_SIZE
     defer_ms: int = 0
+    #: nsqlookupd HTTP addresses whose nodes are published to (``nsqd`` is then empty)
+    lookupd: tuple[Address, ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         """Validate ``options``; raises :class:`OptionError`."""
-        v = _parse(options, "writer", ("nsqd", "topic", "batchSize", "defer"),
+        v = _parse(options, "writer", ("nsqd", "topic", "batchSize", "defer", "lookupd"),
                    optional=("topic",), ignored=_SPARK_SINK_KEYS)
         topics = v["topic"]
         if topics is not None and len(topics) > 1:
             raise OptionError("topic", "must name one topic for a writer; route rows with a "
                                        "'topic' column instead")
-        return cls(v["nsqd"], topics[0] if topics else None, v["batchSize"], v["defer"])
+        return cls(v["nsqd"], topics[0] if topics else None, v["batchSize"], v["defer"], v["lookupd"])
 
 
 def check_read_options(options: Mapping[str, str]) -> None:
@@ -237,4 +252,4 @@ def check_read_options(options: Mapping[str, str]) -> None:
     """
     _parse(options, "nsq readers", (
         "nsqd", "topic", "channel", "maxMessagesPerTrigger", "maxMessages", "msgTimeoutMs",
-        "maxInFlight", "drainTimeoutMs"))
+        "maxInFlight", "drainTimeoutMs", "lookupd"))

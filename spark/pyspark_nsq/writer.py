@@ -25,7 +25,8 @@ from pyspark.sql.types import StructType
 
 from broker.protocol import is_valid_name
 
-from .options import SinkOptions
+from .discovery import DiscoveryError, all_nodes
+from .options import Address, SinkOptions
 from .publisher import Publisher
 from .schema import check_sink_schema
 
@@ -42,6 +43,15 @@ class PublishReceipt(WriterCommitMessage):
     messages: int
 
 
+def _registered_nodes(options: SinkOptions) -> tuple[Address, ...]:
+    """With ``lookupd``: every nsqd registered there; raises DiscoveryError when there is none."""
+    nodes = tuple(all_nodes(options.lookupd))
+    if not nodes:
+        raise DiscoveryError("nsq data source: no nsqd is registered with nsqlookupd at "
+                             + ", ".join(str(a) for a in options.lookupd))
+    return nodes
+
+
 def publish_batches(options: SinkOptions, schema: StructType,
                     batches: Iterator[pa.RecordBatch]) -> PublishReceipt:
     """Publish the ``body`` column of ``batches``; returns once nsqd acknowledged all.
@@ -52,7 +62,7 @@ def publish_batches(options: SinkOptions, schema: StructType,
     body_index, topic_index = check_sink_schema(schema, options.topic)
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
-    publisher = Publisher(options.nsqd, batch_size=options.batch_size,
+    publisher = Publisher(options.nsqd or _registered_nodes(options), batch_size=options.batch_size,
                           defer_ms=options.defer_ms, first=partition)
     buffers: dict[str, list[bytes]] = {}
     checked: set[str] = set()

@@ -13,10 +13,6 @@ from broker.config.options import VERSION_TEXT
 from tests.support.paths import REPO
 
 LINE = r"\[nsqd\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6}"
-IGNORED_LOOKUPD = (
-    "WARNING: pynsqd does not register with nsqlookupd yet; --lookupd-tcp-address=127.0.0.1:4160 is ignored "
-    "(consumers must be given this broker's TCP address directly)"
-)
 IGNORED_STATSD = (
     "WARNING: pynsqd does not push stats to statsd; --statsd-address=127.0.0.1:8125 is ignored "
     "(scrape GET /metrics or read GET /stats instead)"
@@ -45,8 +41,7 @@ def test_start_logs_version_id_and_one_warning_per_ignored_flag(broker_process, 
     messages = _messages(proc.log_text())
     assert messages[:2] == [f"INFO: {VERSION_TEXT}", "INFO: ID: 42"]
     warnings = [m for m in messages if m.startswith("WARNING")]
-    assert warnings == [
-        IGNORED_LOOKUPD,
+    assert warnings == [  # --lookupd-tcp-address is acted on: it does not warn
         IGNORED_STATSD,
         IGNORED_TLS_CERT.format(cert),
         f"WARNING: pynsqd has no TLS yet; --tls-key={cert} is ignored (clients connect without TLS)",
@@ -61,7 +56,7 @@ def test_config_file_options_warn_like_flags(broker_process, tmp_path):
     proc = broker_process(f"--config={config}")
     assert proc.terminate() == 0
     warnings = [m for m in _messages(proc.log_text()) if m.startswith("WARNING")]
-    assert warnings == [IGNORED_LOOKUPD, IGNORED_STATSD]
+    assert warnings == [IGNORED_STATSD]
 
 
 def test_defaults_start_without_warnings(broker_process):

@@ -613,7 +613,7 @@ def test_help_lists_every_flag_in_go_format():
     assert "  -log-level value\n    \tset log verbosity: debug, info, warn, error, or fatal (default INFO)" in text
     assert "(default tls1.0)" in text
     assert "  -tls-required\n    \trequire TLS for client connections (true, false, tcp-https) (not built in pynsqd: true and tcp-https are refused at start)\n" in text
-    assert "  -lookupd-tcp-address value\n    \tlookupd TCP address (may be given multiple times) (not built in pynsqd: ignored)\n" in text
+    assert "  -lookupd-tcp-address value\n    \tlookupd TCP address (may be given multiple times)\n" in text
     assert "(default 25ms)" in text and "(default 1h0m0s)" in text and "(default 10m0s)" in text
     assert '(default "[nsqd] ")' in text and '(default "nsq.%s")' in text
     assert re.search(r"default is hash of hostname\) \(default \d+\)", text)

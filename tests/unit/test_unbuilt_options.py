@@ -19,9 +19,6 @@ TLS = "pynsqd has no TLS yet; {} is ignored (clients connect without TLS)"
 
 #: Every flag that warns, with a non-default value and the exact warning it gives.
 WARNINGS = [
-    (["--lookupd-tcp-address=127.0.0.1:4160", "--lookupd-tcp-address=10.0.0.2:4160"],
-     "pynsqd does not register with nsqlookupd yet; --lookupd-tcp-address=127.0.0.1:4160,10.0.0.2:4160 is ignored "
-     "(consumers must be given this broker's TCP address directly)"),
     (["--statsd-address=127.0.0.1:8125"], STATSD.format("--statsd-address=127.0.0.1:8125")),
     (["--statsd-prefix=pynsq"], STATSD.format("--statsd-prefix=pynsq")),
     (["--statsd-interval=10s"], STATSD.format("--statsd-interval=10s")),
@@ -70,7 +67,7 @@ def test_config_file_options_warn_the_same_way(tmp_path):
         "--lookupd-tcp-address=127.0.0.1:4160", "--statsd-address=127.0.0.1:8125", "--statsd-interval=10s",
         "--tls-min-version=tls1.2", "--auth-http-address=127.0.0.1:4181",
     ]))
-    assert len(from_file) == 5
+    assert len(from_file) == 4  # nsqlookupd_tcp_addresses is acted on: no warning
     assert from_file == from_flags
 
 

@@ -11,7 +11,7 @@
 
 ``python gnsq_client.py consume '{"tcp", "topic", "channels": [...], "expect": N, ...}'``
     one ``gnsq.Consumer`` per entry of ``channels``; same policy (but ``touch_every_ms``), options
-    and report as pynsq_client.py (``requeue_with`` ``"raise"`` raises ``NSQRequeueMessage``, ``"method"`` calls
+    (``lookupd_http`` included) and report as pynsq_client.py (``requeue_with`` ``"raise"`` raises ``NSQRequeueMessage``, ``"method"`` calls
     ``message.requeue``).
 
 gevent is used only through gnsq itself: nothing is monkey-patched.
@@ -126,7 +126,9 @@ def make_consumer(index: int, channel: str, behaviour: Behaviour, tally: Tally, 
     consumer = gnsq.Consumer(
         config["topic"],
         channel,
-        [config["tcp"]],
+        [config["tcp"]] if "tcp" in config else [],
+        lookupd_http_addresses=config.get("lookupd_http", []),
+        lookupd_poll_interval=config.get("lookupd_poll_interval", 60),
         message_handler=handler,
         max_in_flight=config.get("max_in_flight", 1),
         max_tries=config.get("max_tries", 5),

@@ -8,7 +8,9 @@
 ``python pynsq_client.py consume '{"tcp", "topic", "channels": [...], "expect": N, ...}'``
     one ``nsq.Reader`` per entry of ``channels`` (repeat a name for readers sharing a channel)
     handles deliveries by the policy in behaviour.py until ``expect`` messages are finished, keeps
-    going for ``linger`` seconds, then reports ``done``. Optional: ``max_in_flight``,
+    going for ``linger`` seconds, then reports ``done``. Instead of ``tcp``, ``lookupd_http`` lists
+    nsqlookupd HTTP addresses the readers discover brokers through (polled every
+    ``lookupd_poll_interval`` seconds). Optional: ``max_in_flight``,
     ``max_tries``, ``batch`` (answer asynchronously, a batch at a time, when the reader is starved),
     ``requeue_with`` (``"return"``: handler returns False; ``"method"``: ``message.requeue``),
     ``deadline`` seconds.
@@ -184,7 +186,9 @@ async def consume(config: dict) -> int:
             config,
             topic=config["topic"],
             channel=channel,
-            nsqd_tcp_addresses=[config["tcp"]],
+            nsqd_tcp_addresses=[config["tcp"]] if "tcp" in config else None,
+            lookupd_http_addresses=config.get("lookupd_http"),
+            lookupd_poll_interval=config.get("lookupd_poll_interval", 60),
             max_in_flight=config.get("max_in_flight", 1),
             max_tries=config.get("max_tries", 5),
             # Keep the client's own backoff short: the tests observe the broker, not the pauses.

@@ -1,0 +1,100 @@
+"""Asking nsqlookupd's HTTP API which channels a topic has (``GET /channels?topic=``).
+
+nsqd asks every lookupd it is registered with when it creates a topic, and creates those
+channels before the topic's first message is delivered, so that every consumer group known
+in the cluster gets it (``internal/clusterinfo``'s ``GetLookupdTopicChannels``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from urllib.parse import quote
+
+import h11
+import trio
+
+from broker.lookup.peer import split_address
+
+__all__ = ["LookupHTTPError", "get_topic_channels", "query_topic_channels"]
+
+log = logging.getLogger("pynsqd.lookup")
+
+_READ_SIZE = 65536
+#: The largest answer read from lookupd's HTTP API.
+MAX_ANSWER_SIZE = 16 * 1024 * 1024
+
+
+class LookupHTTPError(OSError):
+    """A lookupd HTTP request failed: no connection, a timeout, a non-200 status or a bad body."""
+
+
+async def get_topic_channels(address: str, topic: str, connect_timeout: float, request_timeout: float) -> list[str]:
+    """The channels lookupd at ``address`` (``host:port``) knows for ``topic``; raises :class:`LookupHTTPError`."""
+    target = f"/channels?topic={quote(topic, safe='')}"
+    try:
+        host, port = split_address(address)
+        with trio.fail_after(connect_timeout):
+            stream = await trio.open_tcp_stream(host, port)
+    except (OSError, ValueError, trio.TooSlowError) as exc:
+        raise LookupHTTPError(f"Get \"http://{address}{target}\": {exc or 'i/o timeout'}") from exc
+    async with stream:
+        try:
+            with trio.fail_after(request_timeout):
+                status, body = await _exchange(stream, address, target)
+        except (OSError, trio.BrokenResourceError, trio.TooSlowError, h11.ProtocolError) as exc:
+            raise LookupHTTPError(f"Get \"http://{address}{target}\": {exc or 'i/o timeout'}") from exc
+    if status != 200:
+        raise LookupHTTPError(f"got response {status} from http://{address}{target}")
+    try:
+        channels = json.loads(body)["channels"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LookupHTTPError(f"bad answer from http://{address}{target}: {exc}") from exc
+    if not isinstance(channels, list):
+        return []
+    return [name for name in channels if isinstance(name, str)]
+
+
+async def query_topic_channels(addresses: list[str], topic: str, connect_timeout: float,
+                               request_timeout: float) -> list[str]:
+    """The sorted union of the channels every lookupd in ``addresses`` knows for ``topic``, asked at once.
+
+    Raises :class:`LookupHTTPError` only when every lookupd failed.
+    """
+    found: set[str] = set()
+    errors: list[str] = []
+
+    async def ask(address: str) -> None:
+        try:
+            found.update(await get_topic_channels(address, topic, connect_timeout, request_timeout))
+        except LookupHTTPError as exc:
+            errors.append(str(exc))
+
+    async with trio.open_nursery() as nursery:
+        for address in addresses:
+            nursery.start_soon(ask, address)
+    if addresses and len(errors) == len(addresses):
+        raise LookupHTTPError(f"failed to query any nsqlookupd: {'; '.join(errors)}")
+    return sorted(found)
+
+
+async def _exchange(stream: trio.abc.Stream, address: str, target: str) -> tuple[int, bytes]:
+    conn = h11.Connection(h11.CLIENT)
+    request = h11.Request(method="GET", target=target, headers=[
+        ("Host", address), ("Accept", "application/vnd.nsq; version=1.0"), ("Connection", "close"),
+    ])
+    await stream.send_all(conn.send(request) + conn.send(h11.EndOfMessage()))
+    status = 0
+    body = bytearray()
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(bytes(await stream.receive_some(_READ_SIZE)))
+        elif isinstance(event, h11.Response):
+            status = event.status_code
+        elif isinstance(event, h11.Data):
+            body += event.data
+            if len(body) > MAX_ANSWER_SIZE:
+                raise h11.RemoteProtocolError("answer too large")
+        elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+            return status, bytes(body)

@@ -1,0 +1,99 @@
+"""nsq 1.3.0's own programs (nsqlookupd, nsqadmin, nsqd) as processes on ephemeral ports.
+
+They are found through an ``NSQ_BIN`` environment variable naming their folder, or the
+``shared/nsq/bin`` script beside (or above) the checkout, which unpacks them and prints the
+folder. :func:`nsq_bin_missing` says why a test must skip on a machine that has neither.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from tests.support.paths import REPO
+
+__all__ = ["NsqProgram", "nsq_bin", "nsq_bin_missing"]
+
+_LISTEN = re.compile(r"(TCP|HTTP): listening on (\S+)")
+
+
+@functools.cache
+def nsq_bin() -> Path | None:
+    """The folder holding nsq's programs, or None when they are not on this machine."""
+    given = os.environ.get("NSQ_BIN")
+    if given:
+        return Path(given) if (Path(given) / "nsqlookupd").exists() else None
+    for parent in REPO.parents:
+        script = parent / "shared" / "nsq" / "bin"
+        if script.is_file():
+            folder = subprocess.run([str(script)], capture_output=True, text=True, timeout=120).stdout.strip()
+            return Path(folder) if folder and (Path(folder) / "nsqlookupd").exists() else None
+    return None
+
+
+def nsq_bin_missing() -> str | None:
+    """Why tests with nsq's programs cannot run here, or None when they can."""
+    if nsq_bin() is None:
+        return "nsq 1.3.0's programs are not here (set NSQ_BIN, or put nsq's bin script at ../shared/nsq/bin)"
+    return None
+
+
+class NsqProgram:
+    """One of nsq's programs running with ``args``; its addresses are read from its log.
+
+    ``expect`` names the listeners it logs (``("TCP", "HTTP")`` for nsqlookupd and nsqd,
+    ``("HTTP",)`` for nsqadmin).
+    """
+
+    def __init__(self, name: str, log_path: Path, *args: str, expect: tuple[str, ...] = ("TCP", "HTTP")):
+        self.name = name
+        self.args = list(args)
+        self.log_path = log_path
+        self.expect = expect
+        self.proc: subprocess.Popen | None = None
+        self.tcp: tuple[str, int] | None = None
+        self.http: tuple[str, int] | None = None
+
+    def start(self, timeout: float = 20.0) -> NsqProgram:
+        """Start it and return once its listeners are logged; raises if it exits first."""
+        folder = nsq_bin()
+        assert folder is not None, nsq_bin_missing()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            start_offset = log.tell()
+            self.proc = subprocess.Popen([str(folder / self.name), *self.args], stdout=log, stderr=log,
+                                         stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        text = ""
+        while time.monotonic() < deadline:
+            text = self.log_path.read_bytes()[start_offset:].decode("utf-8", "replace")
+            found = dict(_LISTEN.findall(text))
+            if all(kind in found for kind in self.expect):
+                self.tcp = _split(found["TCP"]) if "TCP" in found else None
+                self.http = _split(found["HTTP"]) if "HTTP" in found else None
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{text}")
+            time.sleep(0.05)  # the log is the only signal another process gives; poll it
+        self.kill()
+        raise RuntimeError(f"{self.name} did not start within {timeout}s:\n{text}")
+
+    def address(self, kind: str) -> str:
+        """``host:port`` of its TCP or HTTP listener."""
+        host, port = self.tcp if kind == "TCP" else self.http
+        return f"{host}:{port}"
+
+    def kill(self) -> None:
+        """SIGKILL and wait (idempotent)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def _split(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]"), int(port)
