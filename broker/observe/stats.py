@@ -148,3 +148,6 @@ class Snapshot:
     memory: MemoryStats | None
     producers: tuple[ClientStats, ...] | None
     percentiles: tuple[float, ...] = ()
+    #: Connected TCP clients by transport: ``((tls, compression), count)`` with compression
+    #: ``"none"``, ``"snappy"`` or ``"deflate"``, sorted.
+    transports: tuple[tuple[tuple[bool, str], int], ...] = ()

@@ -59,12 +59,8 @@ async def _query_authd(client: Client) -> None:
         raise ProtocolError("E_AUTH_FAILED", "AUTH failed") from exc
 
 
-def _has_authorizations(client: Client) -> bool:
-    return client.auth_state is not None and bool(client.auth_state.authorizations)
-
-
 async def auth(broker: Broker, client: Client, cmd: p.Auth) -> bytes:
-    if _has_authorizations(client):
+    if client.authed:
         raise ProtocolError("E_INVALID", "AUTH already set")
     if client.authd is None:
         raise ProtocolError("E_AUTH_DISABLED", "AUTH disabled")

@@ -203,6 +203,19 @@ class Client:
             "output_buffer_timeout": int(self.output_buffer_timeout * 1000),
         }, separators=(",", ":")).encode()
 
+    @property
+    def authed(self) -> bool:
+        """Whether an auth server granted this client anything (``/stats``)."""
+        return self.auth_state is not None and bool(self.auth_state.authorizations)
+
+    @property
+    def auth_identity(self) -> str:
+        return self.auth_state.identity if self.auth_state is not None else ""
+
+    @property
+    def auth_identity_url(self) -> str:
+        return self.auth_state.identity_url if self.auth_state is not None else ""
+
     def mark_upgrade(self) -> None:
         """The IDENTIFY response is queued: what IDENTIFY agreed starts after it (see
         :mod:`broker.server.upgrade`)."""
