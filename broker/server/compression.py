@@ -143,6 +143,7 @@ class SnappyCodec(Codec):
         pos = 0
         pieces: list[bytes] = []
         size_out = 0
+        failure: CompressionError | None = None
         try:
             while len(buf) - pos >= 4:
                 kind = buf[pos]
@@ -180,10 +181,14 @@ class SnappyCodec(Codec):
                     yield b"".join(pieces)
                     pieces.clear()
                     size_out = 0
+        except CompressionError as exc:
+            failure = exc  # the good chunks before the bad one still count, as in Go's reader
         finally:
             del buf[:pos]
         if pieces:
             yield b"".join(pieces)
+        if failure is not None:
+            raise failure
 
     @staticmethod
     def _block(kind: int, body: bytes) -> bytes:
