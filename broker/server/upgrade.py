@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import trio
 
 from broker.server.compression import Codec
+from broker.server.net import describe_address
 
 __all__ = ["Upgrade", "PrefixedStream", "UpgradeFailed", "TLS_HANDSHAKE_TIMEOUT", "tls_handshake"]
 
@@ -85,8 +86,29 @@ async def tls_handshake(stream: trio.abc.Stream, prefix: bytes, context: ssl.SSL
         with trio.fail_after(TLS_HANDSHAKE_TIMEOUT):
             await tls_stream.do_handshake()
     except trio.TooSlowError as exc:
-        raise UpgradeFailed("tls: handshake timed out") from exc
+        raise UpgradeFailed(f"read tcp {_connection_text(stream)}: i/o timeout") from exc
     except trio.BrokenResourceError as exc:
         cause = exc.__cause__
+        if isinstance(cause, ssl.SSLError) and cause.reason in _NOT_TLS:
+            raise UpgradeFailed("tls: first record does not look like a TLS handshake") from exc
         raise UpgradeFailed(f"tls: {cause or 'connection closed during the handshake'}") from exc
     return tls_stream
+
+
+#: OpenSSL's reasons for a first record that is not TLS at all (Go's crypto/tls has one text for them).
+_NOT_TLS = frozenset({"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "HTTPS_PROXY_REQUEST", "UNKNOWN_PROTOCOL",
+                      "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG"})
+
+
+def _connection_text(stream: trio.abc.Stream) -> str:
+    """``local->remote`` as Go's net errors name a connection."""
+    sock = getattr(stream, "socket", None)
+    if sock is None:
+        return "connection"
+    try:
+        local, remote = sock.getsockname(), sock.getpeername()
+    except OSError:
+        return "connection"
+    if isinstance(local, str):
+        return f"{local}->{remote}"
+    return f"{describe_address(local)}->{describe_address(remote)}"
