@@ -137,3 +137,18 @@ async def test_tls_min_version_refuses_older_clients(start_daemon, certs):
         old.maximum_version = ssl.TLSVersion.TLSv1_2
         with pytest.raises(trio.BrokenResourceError):
             await upgrade_tls(client, old)
+
+
+async def test_plain_http_on_the_https_port_is_dropped_and_https_carries_on(start_daemon, certs):
+    async with start_daemon(*certs.broker_flags()) as daemon:
+        stream = await trio.open_tcp_stream(*daemon.addresses.https)
+        with trio.fail_after(5):
+            await stream.send_all(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            received = b""
+            while chunk := await stream.receive_some(1024):  # at most a TLS alert, then the close
+                received += chunk
+        await stream.aclose()
+        assert b"HTTP/1.1" not in received
+        async with httpx.AsyncClient(verify=certs.client_context()) as client:
+            reply = await client.get(f"https://127.0.0.1:{daemon.addresses.https[1]}/ping")
+        assert (reply.status_code, reply.text) == (200, "OK")
