@@ -3,7 +3,7 @@
 ``pynsqd [flags]`` parses nsqd's flags and ``--config`` file (:mod:`broker.config`), sends
 the ``pynsqd`` loggers to stderr in nsqd's format, and runs the broker until SIGTERM or
 SIGINT. Exit status: 0 after a normal shutdown (and for ``--help``/``--version``), 1 when
-the options are unusable (including options pynsqd cannot honour, such as ``--tls-required``).
+the options are unusable.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import sys
 from collections.abc import Sequence
 
 from broker.config import InfoRequest, NsqdFormatter, OptionsError, configure_logging, parse_args
-from broker.config.unbuilt import refuse_unbuilt
 
 __all__ = ["main"]
 
@@ -43,7 +42,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging()
     try:
         options = parse_args(args)
-        refuse_unbuilt(options)
     except InfoRequest as info:
         print(info.text, flush=True)
         return EXIT_OK

@@ -17,12 +17,15 @@ from typing import TYPE_CHECKING
 import trio
 
 from broker.config.options import VERSION_TEXT, Options
-from broker.config.unbuilt import refuse_unbuilt, unbuilt_warnings
+from broker.config.tls import TLS_REQUIRED
+from broker.config.unbuilt import unbuilt_warnings
 from broker.core.broker import Broker
 from broker.lookup import Identity, LookupClient
+from broker.server.auth import AuthClient
 from broker.server.fdlimit import raise_open_files_limit
 from broker.server.net import Addresses, bound_address, describe_address, open_listeners
 from broker.server.tcp import TCPServer
+from broker.server.tls import client_context, server_context
 from broker.storage import DataDirectory
 
 if TYPE_CHECKING:
@@ -43,12 +46,18 @@ class Daemon:
     """A broker plus its listeners. Owns every task it starts in :meth:`run`."""
 
     def __init__(self, options: Options):
-        refuse_unbuilt(options)  # OptionsError: e.g. --tls-required, which needs TLS
         self.options = options
+        # TLSConfigError (a ValueError) for unusable certificate, key or CA files
+        self.ssl_context = server_context(options)
+        authd = None
+        if options.auth_http_addresses:
+            authd = AuthClient(options.auth_http_addresses, options.http_client_connect_timeout,
+                               options.http_client_request_timeout, client_context(options))
         self.broker = Broker(options, DataDirectory(options))
-        self.tcp = TCPServer(self.broker)
+        self.tcp = TCPServer(self.broker, self.ssl_context, authd)
         self.http: HTTPServer | None = None
         self.lookup: LookupClient | None = None
+        self.https: HTTPServer | None = None
         self._stop = trio.Event()
 
     def request_shutdown(self) -> None:
@@ -73,29 +82,41 @@ class Daemon:
             tcp_address = bound_address(tcp_listeners[0])
             await nursery.start(self.tcp.serve, tcp_listeners)
             log.info("TCP: listening on %s", describe_address(tcp_address))
-            http_address = None
+            http_address = https_address = None
+            http_listeners = https_listeners = None
             if opts.http_address:
-                from broker.http.api import HTTPServer
-
                 http_listeners = await open_listeners(opts.http_address, "HTTP")
                 http_address = bound_address(http_listeners[0])
-                self.http = HTTPServer(self.broker, Addresses(tcp_address, http_address))
+            if self.ssl_context is not None and opts.https_address:
+                https_listeners = await open_listeners(opts.https_address, "HTTPS")
+                https_address = bound_address(https_listeners[0])
+            addresses = Addresses(tcp_address, http_address, https_address)
+            if http_listeners is not None or https_listeners is not None:
+                from broker.http.api import HTTPServer
+            if http_listeners is not None:
+                self.http = HTTPServer(self.broker, addresses, tls_required=opts.tls_required == TLS_REQUIRED)
                 await nursery.start(self.http.serve, http_listeners)
                 log.info("HTTP: listening on %s", describe_address(http_address))
+            if https_listeners is not None:
+                self.https = HTTPServer(self.broker, addresses, ssl_context=self.ssl_context)
+                await nursery.start(self.https.serve, https_listeners)
+                log.info("HTTPS: listening on %s", describe_address(https_address))
             self.lookup = LookupClient(self.broker, Identity.of(opts, _port(tcp_address), _port(http_address)))
             self.broker.listen(self.lookup)
             await nursery.start(self.lookup.run)
-            task_status.started(Addresses(tcp_address, http_address))
+            task_status.started(addresses)
 
             await self._stop.wait()
             log.info("shutting down")
             self.tcp.stop_listening()
-            if self.http is not None:
-                self.http.stop_listening()
+            for http in (self.http, self.https):
+                if http is not None:
+                    http.stop_listening()
             self.broker.exiting = True
             await self.tcp.close_connections(SHUTDOWN_GRACE)
-            if self.http is not None:
-                await self.http.close_connections(SHUTDOWN_GRACE)
+            for http in (self.http, self.https):
+                if http is not None:
+                    await http.close_connections(SHUTDOWN_GRACE)
             await self.broker.shutdown()
             nursery.cancel_scope.cancel()
         log.info("bye")

@@ -7,7 +7,7 @@
 * :mod:`~broker.config.options` -- the command line and :func:`parse_args`;
 * :mod:`~broker.config.config_file` -- the ``--config`` TOML file;
 * :mod:`~broker.config.unbuilt` -- the nsqd options accepted but not acted on yet, their
-  start-up warnings and the refusal of ``--tls-required``;
+  start-up warnings;
 * :mod:`~broker.config.help` -- ``--help``;
 * :mod:`~broker.config.log` -- nsqd's log line format.
 """

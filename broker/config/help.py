@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from broker.config.flag_table import FLAGS
 from broker.config.schema import Options
-from broker.config.unbuilt import TLS_REQUIRED_HELP_NOTE, UNBUILT_BY_FLAG
+from broker.config.unbuilt import UNBUILT_BY_FLAG
 
-_HELP_NOTES = {row.flag: row.help_note for row in UNBUILT_BY_FLAG.values()} | {"tls-required": TLS_REQUIRED_HELP_NOTE}
+_HELP_NOTES = {row.flag: row.help_note for row in UNBUILT_BY_FLAG.values()}
 
 __all__ = ["help_text"]
 

@@ -11,6 +11,7 @@ the query string only (:mod:`broker.http.query`); answers are in nsqd's V1 style
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ from broker.gocompat import format_duration
 from broker.http.admin import AdminEndpoints
 from broker.http.inspect import InspectEndpoints
 from broker.http.publish import PublishEndpoints
-from broker.http.responses import APIError, v1_error
+from broker.http.responses import JSON_HEADERS, APIError, v1_error
 from broker.http.router import Endpoint, Router
 from broker.http.server import H11Server, Request, RequestBody, Response
 from broker.http.status import StatusEndpoints
@@ -39,11 +40,20 @@ class HTTPServer:
     """nsqd's HTTP API for one broker listening on ``addresses``; owns its connection tasks.
 
     The daemon calls :meth:`serve` (in its nursery), then at shutdown
-    :meth:`stop_listening` and :meth:`close_connections`.
+    :meth:`stop_listening` and :meth:`close_connections`. With ``ssl_context`` it serves
+    HTTPS. ``tls_required`` (the plain listener under ``--tls-required=true``) answers every
+    request with nsqd's ``403 TLS_REQUIRED`` naming the HTTPS port.
     """
 
-    def __init__(self, broker: Broker, addresses: Addresses):
+    def __init__(self, broker: Broker, addresses: Addresses, *, ssl_context: ssl.SSLContext | None = None,
+                 tls_required: bool = False):
         self.broker = broker
+        self._tls_required: Response | None = None
+        if tls_required:
+            https_port = addresses.https[1] if isinstance(addresses.https, tuple) else 0
+            # nsqd writes this body by hand, with a space after each colon
+            body = f'{{"message": "TLS_REQUIRED", "https_port": {https_port}}}'.encode()
+            self._tls_required = Response(403, body, JSON_HEADERS)
         publish = PublishEndpoints(broker)
         routes: dict[tuple[str, str], Endpoint] = {
             **publish.routes(),
@@ -53,7 +63,7 @@ class HTTPServer:
         }
         self._router = Router(routes)
         self._unlogged = frozenset(publish.routes().values())  # nsqd does not log publishes
-        self._server = H11Server(self.handle)
+        self._server = H11Server(self.handle, ssl_context=ssl_context)
 
     async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until the connections are closed; reports started once listening."""
@@ -75,6 +85,8 @@ class HTTPServer:
         """Answer one request (the :class:`H11Server` handler)."""
         if request.method == "OPTIONS" and request.path == "*":
             return Response(200)
+        if self._tls_required is not None:
+            return self._tls_required
         started = time.perf_counter_ns()
         routed = self._router.route(request)
         if isinstance(routed, Response):

@@ -23,6 +23,7 @@ import email.utils
 import http
 import logging
 import re
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -110,7 +111,7 @@ class _Connection:
 
     __slots__ = ("stream", "h11", "remote", "idle_scope")
 
-    def __init__(self, stream: trio.SocketStream, remote: str, max_header_bytes: int):
+    def __init__(self, stream: trio.abc.Stream, remote: str, max_header_bytes: int):
         self.stream = stream
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header_bytes)
         self.remote = remote
@@ -119,7 +120,7 @@ class _Connection:
     async def receive(self) -> None:
         """Feed the next chunk from the socket (b"" at EOF) to h11."""
         try:
-            data = await self.stream.receive_some(RECEIVE_SIZE)
+            data = bytes(await self.stream.receive_some(RECEIVE_SIZE))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             data = b""
         self.h11.receive_data(data)
@@ -237,11 +238,12 @@ class _DateHeader:
         return self._value
 
 
-async def _linger(stream: trio.SocketStream) -> None:
+async def _linger(stream: trio.abc.Stream) -> None:
     """Half-close and drop what the client still sends, for at most :data:`LINGER_SECONDS`."""
     with trio.move_on_after(LINGER_SECONDS):
         try:
-            await stream.send_eof()
+            if isinstance(stream, trio.abc.HalfCloseableStream):  # TLS cannot half-close
+                await stream.send_eof()
             while await stream.receive_some(RECEIVE_SIZE):
                 pass
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -256,8 +258,9 @@ class H11Server(ConnectionServer):
     connections close at once and busy ones after their response.
     """
 
-    def __init__(self, handler: Handler, *, max_header_bytes: int = MAX_HEADER_BYTES):
-        super().__init__("HTTP", log)
+    def __init__(self, handler: Handler, *, max_header_bytes: int = MAX_HEADER_BYTES,
+                 ssl_context: ssl.SSLContext | None = None):
+        super().__init__("HTTPS" if ssl_context is not None else "HTTP", log, ssl_context)
         self.handler = handler
         self.max_header_bytes = max_header_bytes
         self._connections: set[_Connection] = set()
@@ -271,7 +274,7 @@ class H11Server(ConnectionServer):
             if conn.idle_scope is not None:
                 conn.idle_scope.cancel()
 
-    async def handle_connection(self, stream: trio.SocketStream) -> None:
+    async def handle_connection(self, stream: trio.abc.Stream) -> None:
         """Answer the requests of one connection until either side ends it."""
         try:
             remote = peer_address(stream)

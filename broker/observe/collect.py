@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections import Counter
 from collections.abc import Iterable
 
 from broker.config.options import NSQD_COMPAT_VERSION
@@ -73,15 +74,16 @@ def _client_stats(client: ClientSource, topic_filter: str) -> ClientStats:
         deflate=bool(getattr(client, "deflate", False)),
         snappy=bool(getattr(client, "snappy", False)),
         user_agent=client.user_agent,
-        authed=False,
-        auth_identity="",
-        auth_identity_url="",
+        authed=bool(getattr(client, "authed", False)),
+        auth_identity=getattr(client, "auth_identity", ""),
+        auth_identity_url=getattr(client, "auth_identity_url", ""),
         pub_counts=pub_counts,
-        tls=False,
-        tls_cipher_suite="",
-        tls_version="",
+        tls=bool(getattr(client, "tls", False)),
+        tls_cipher_suite=getattr(client, "tls_cipher_suite", ""),
+        tls_version=getattr(client, "tls_version", ""),
+        # no ALPN is offered on the V2 port, as in nsqd
         tls_negotiated_protocol="",
-        tls_negotiated_protocol_is_mutual=False,
+        tls_negotiated_protocol_is_mutual=bool(getattr(client, "tls", False)),
     )
 
 
@@ -127,6 +129,16 @@ def _lookupd_peers(broker: BrokerSource) -> tuple[tuple[str, bool], ...]:
     return tuple((peer.address, peer.connected) for listener in broker.listeners for peer in listener.peer_states())
 
 
+def _transports(clients: Iterable[ClientSource]) -> tuple[tuple[tuple[bool, str], int], ...]:
+    """Connected clients counted by (TLS, compression)."""
+    counts = Counter(
+        (bool(getattr(c, "tls", False)),
+         "snappy" if getattr(c, "snappy", False) else "deflate" if getattr(c, "deflate", False) else "none")
+        for c in clients
+    )
+    return tuple(sorted(counts.items()))
+
+
 def snapshot(
     broker: BrokerSource,
     topic: str | None = None,
@@ -147,7 +159,8 @@ def snapshot(
     percentiles = tuple(broker.options.e2e_processing_latency_percentiles)
     header = functools.partial(Snapshot, version=NSQD_COMPAT_VERSION, health=health_text(broker),
                                start_time=int(broker.start_time), uptime_ns=uptime_ns, memory=memory,
-                               percentiles=percentiles, lookupd_peers=_lookupd_peers(broker))
+                               percentiles=percentiles, lookupd_peers=_lookupd_peers(broker),
+                               transports=_transports(broker.clients))
     if topic:
         found = broker.topics.get(topic)
         if found is None:

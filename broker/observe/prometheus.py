@@ -140,7 +140,12 @@ def families(snap: Snapshot) -> list[Metric]:
     healthy.add_metric([], 1 if snap.health == "OK" else 0)
     topic_count = _gauge("nsq_server_topic_count", "Topics on this broker (Telegraf name).", ())
     topic_count.add_metric([], len(topics))
-    out += [healthy, topic_count]
+    clients = _gauge("nsq_server_clients",
+                     "Connected TCP clients by transport: TLS or not, and compression (none, snappy, deflate).",
+                     ("tls", "compression"))
+    for (tls, compression), count in snap.transports:
+        clients.add_metric([_flag(tls), compression], count)
+    out += [healthy, topic_count, clients]
     lookupd = _gauge("nsq_lookupd_connected",
                      "1 while the connection to this --lookupd-tcp-address is up and identified, else 0.",
                      ("lookupd",))

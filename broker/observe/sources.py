@@ -28,7 +28,9 @@ class LatencySource(Protocol):
 
 
 class ClientSource(Protocol):
-    """A V2 client connection (``deflate`` and ``snappy`` are read when present)."""
+    """A V2 client connection (``deflate``, ``snappy``, ``tls``, ``tls_version``,
+    ``tls_cipher_suite``, ``authed``, ``auth_identity`` and ``auth_identity_url`` are read
+    when present)."""
 
     @property
     def number(self) -> int: ...

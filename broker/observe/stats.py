@@ -150,3 +150,6 @@ class Snapshot:
     percentiles: tuple[float, ...] = ()
     #: ``(address, connected)`` for each ``--lookupd-tcp-address``, in the order given
     lookupd_peers: tuple[tuple[str, bool], ...] = ()
+    #: Connected TCP clients by transport: ``((tls, compression), count)`` with compression
+    #: ``"none"``, ``"snappy"`` or ``"deflate"``, sorted.
+    transports: tuple[tuple[tuple[bool, str], int], ...] = ()

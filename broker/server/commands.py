@@ -12,18 +12,23 @@ Errors are raised as :class:`~broker.protocol.ProtocolError`.
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from broker import protocol as p
 from broker.gocompat import MILLISECOND
 from broker.protocol import ProtocolError
+from broker.server.auth import AuthError
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
     from broker.server.connection import Client
 
-__all__ = ["SYNC_HANDLERS", "ASYNC_HANDLERS", "SyncHandler", "AsyncHandler", "fin_run"]
+__all__ = ["SYNC_HANDLERS", "ASYNC_HANDLERS", "SyncHandler", "AsyncHandler", "fin_run", "check_auth"]
+
+log = logging.getLogger("pynsqd.tcp")
 
 #: A command applied at once; the command argument is the event type the handler is registered for.
 SyncHandler = Callable[["Broker", "Client", Any], None]
@@ -33,13 +38,62 @@ AsyncHandler = Callable[["Broker", "Client", Any], Awaitable[bytes]]
 
 def identify(broker: Broker, client: Client, cmd: p.Identify) -> None:
     client.send_response(client.identify(cmd.data))
+    client.mark_upgrade()
 
 
-def auth(broker: Broker, client: Client, cmd: p.Auth) -> None:
-    raise ProtocolError("E_AUTH_DISABLED", "AUTH disabled")
+def _remote_ip(client: Client) -> str:
+    """The client's IP for the auth server; "" on a unix socket, as nsqd sends."""
+    host, sep, _ = client.remote_address.rpartition(":")
+    return host.strip("[]") if sep else ""
+
+
+async def _query_authd(client: Client) -> None:
+    authd = client.authd
+    assert authd is not None
+    try:
+        client.auth_state = await authd.query(_remote_ip(client), client.tls, client.auth_secret,
+                                              client.tls_common_name)
+    except AuthError as exc:
+        # the cause goes to the log only: an untrusted client learns nothing about the auth servers
+        log.warning("PROTOCOL(V2): [%s] AUTH failed %s", client.remote_address, exc)
+        raise ProtocolError("E_AUTH_FAILED", "AUTH failed") from exc
+
+
+async def auth(broker: Broker, client: Client, cmd: p.Auth) -> bytes:
+    if client.authed:
+        raise ProtocolError("E_INVALID", "AUTH already set")
+    if client.authd is None:
+        raise ProtocolError("E_AUTH_DISABLED", "AUTH disabled")
+    client.auth_secret = cmd.secret.decode("utf-8", "replace")
+    await _query_authd(client)
+    state = client.auth_state
+    if state is None or not state.authorizations:
+        raise ProtocolError("E_UNAUTHORIZED", "AUTH no authorizations found")
+    return json.dumps({
+        "identity": state.identity,
+        "identity_url": state.identity_url,
+        "permission_count": len(state.authorizations),
+    }, separators=(",", ":")).encode()
+
+
+async def check_auth(client: Client, verb: str, topic: str, channel: str) -> None:
+    """nsqd's ``CheckAuth``: with auth servers configured, the client must have authorizations
+    (asked again once their ttl passed) that allow ``verb`` on ``topic`` (and ``channel``).
+    Callers skip it when no auth server is configured (``client.authd`` is None)."""
+    state = client.auth_state
+    if state is None or not state.authorizations:
+        raise ProtocolError("E_AUTH_FIRST", f"AUTH required before {verb}")
+    if state.expired():
+        await _query_authd(client)
+        state = client.auth_state
+        assert state is not None
+    if not state.allows(topic, channel):
+        raise ProtocolError("E_UNAUTHORIZED", f"AUTH failed for {verb} on {json.dumps(topic)} {json.dumps(channel)}")
 
 
 async def sub(broker: Broker, client: Client, cmd: p.Sub) -> bytes:
+    if client.authd is not None:
+        await check_auth(client, "SUB", cmd.topic, cmd.channel)
     if broker.exiting:
         raise ProtocolError("E_SUB_FAILED", "SUB failed exiting")
     topic = broker.get_topic(cmd.topic)
@@ -116,6 +170,8 @@ async def _publish(broker: Broker, client: Client, verb: str, topic_name: str,
     Raises fatal ``E_<VERB>_FAILED <VERB> failed <reason>`` when the broker is
     exiting or the disk write fails (nothing of the batch is kept then).
     """
+    if client.authd is not None:  # checked here, not in check_auth: a PUB should not pay for a coroutine
+        await check_auth(client, verb, topic_name, "")
     code = f"E_{verb}_FAILED"
     if broker.exiting:
         raise ProtocolError(code, f"{verb} failed exiting")
@@ -131,7 +187,6 @@ async def _publish(broker: Broker, client: Client, verb: str, topic_name: str,
 
 SYNC_HANDLERS: dict[type, SyncHandler] = {
     p.Identify: identify,
-    p.Auth: auth,
     p.Rdy: rdy,
     p.Fin: fin,
     p.Req: req,
@@ -141,6 +196,7 @@ SYNC_HANDLERS: dict[type, SyncHandler] = {
 }
 
 ASYNC_HANDLERS: dict[type, AsyncHandler] = {
+    p.Auth: auth,
     p.Sub: sub,
     p.Pub: pub,
     p.Mpub: mpub,

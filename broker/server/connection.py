@@ -20,11 +20,17 @@ import trio
 
 from broker.config.options import NSQD_COMPAT_VERSION
 from broker.protocol import HEARTBEAT_FRAME, ProtocolError, State, encode_error, encode_response, message_frame_header
+from broker.server.compression import Codec, DeflateCodec, SnappyCodec
+from broker.server.tls import describe_session
+from broker.server.upgrade import Upgrade, UpgradeFailed, tls_handshake
 
 if TYPE_CHECKING:
+    import ssl
+
     from broker.core.broker import Broker
     from broker.core.channel import Channel
     from broker.core.message import Message
+    from broker.server.auth import AuthClient, AuthState
 
 __all__ = ["Client"]
 
@@ -33,6 +39,10 @@ log = logging.getLogger("pynsqd.client")
 #: nsqd's output buffer size until IDENTIFY sets one, and the least IDENTIFY may set.
 DEFAULT_OUTPUT_BUFFER_SIZE = 16 * 1024
 MIN_OUTPUT_BUFFER_SIZE = 64
+#: nsqd's deflate level when IDENTIFY asks for deflate without a level.
+DEFAULT_DEFLATE_LEVEL = 6
+#: Seconds to try telling a client its TLS handshake failed, in plain text as nsqd does.
+UPGRADE_ERROR_GRACE = 1.0
 
 def _identify_seconds(data: dict, key: str, low: float, high: float, what: str, *,
                       can_disable: bool = True) -> float | None:
@@ -93,6 +103,21 @@ class Client:
         self._writer_waiting = False
         sock = getattr(stream, "socket", None)
         self._fd = sock.fileno() if sock is not None else -1
+        # transport upgrades: the server's TLS context (None: no TLS), what IDENTIFY agreed
+        self.ssl_context: ssl.SSLContext | None = None
+        self.upgrade: Upgrade | None = None
+        self.codec: Codec | None = None
+        self.tls = False
+        self.tls_version = ""
+        self.tls_cipher_suite = ""
+        self.tls_common_name = ""
+        self.snappy = False
+        self.deflate = False
+        self.deflate_level = 0
+        # AUTH: the secret the client sent and what the auth server answered
+        self.authd: AuthClient | None = None
+        self.auth_secret = ""
+        self.auth_state: AuthState | None = None
 
     # ---------------------------------------------------------------- IDENTIFY
 
@@ -142,26 +167,111 @@ class Client:
         self.wake_timers()
         if not self.feature_negotiation:
             return b"OK"
-        return self.identify_response()
+        tls = self.ssl_context is not None and bool(data.get("tls_v1"))
+        deflate = opts.deflate and bool(data.get("deflate"))
+        deflate_level = DEFAULT_DEFLATE_LEVEL
+        if deflate and (data.get("deflate_level") or 0) > 0:
+            deflate_level = data["deflate_level"]
+        deflate_level = min(deflate_level, opts.max_deflate_level)
+        snappy = opts.snappy and bool(data.get("snappy"))
+        if deflate and snappy:
+            raise ProtocolError("E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression")
+        response = self.identify_response(tls, deflate, deflate_level, snappy)
+        if tls or deflate or snappy:
+            codec: Codec | None = DeflateCodec(deflate_level) if deflate else SnappyCodec() if snappy else None
+            self.upgrade = Upgrade(tls, codec)
+            self._fd = -1  # output must now go through the upgraded stream, never straight to the socket
+        return response
 
-    def identify_response(self) -> bytes:
-        """The feature-negotiation JSON, in nsqd's key order."""
+    def identify_response(self, tls: bool = False, deflate: bool = False, deflate_level: int = DEFAULT_DEFLATE_LEVEL,
+                          snappy: bool = False) -> bytes:
+        """The feature-negotiation JSON, in nsqd's key order, with what was agreed."""
         opts = self.options
         return json.dumps({
             "max_rdy_count": opts.max_rdy_count,
             "version": NSQD_COMPAT_VERSION,
             "max_msg_timeout": int(opts.max_msg_timeout * 1000),
             "msg_timeout": int(self.msg_timeout * 1000),
-            "tls_v1": False,
-            "deflate": False,
-            "deflate_level": min(6, opts.max_deflate_level),
+            "tls_v1": tls,
+            "deflate": deflate,
+            "deflate_level": min(deflate_level, opts.max_deflate_level),
             "max_deflate_level": opts.max_deflate_level,
-            "snappy": False,
+            "snappy": snappy,
             "sample_rate": self.sample_rate,
-            "auth_required": False,
+            "auth_required": bool(opts.auth_http_addresses),
             "output_buffer_size": self.output_buffer_size,
             "output_buffer_timeout": int(self.output_buffer_timeout * 1000),
         }, separators=(",", ":")).encode()
+
+    @property
+    def authed(self) -> bool:
+        """Whether an auth server granted this client anything (``/stats``)."""
+        return self.auth_state is not None and bool(self.auth_state.authorizations)
+
+    @property
+    def auth_identity(self) -> str:
+        return self.auth_state.identity if self.auth_state is not None else ""
+
+    @property
+    def auth_identity_url(self) -> str:
+        return self.auth_state.identity_url if self.auth_state is not None else ""
+
+    def mark_upgrade(self) -> None:
+        """The IDENTIFY response is queued: what IDENTIFY agreed starts after it (see
+        :mod:`broker.server.upgrade`)."""
+        if self.upgrade is not None:
+            self.upgrade.plain_frames = len(self._out)
+
+    async def _perform_upgrade(self, upgrade: Upgrade) -> None:
+        """Send the output queued up to the IDENTIFY response plain, then upgrade and send the
+        framed ``OK`` of each step; the writer calls this. Marks the upgrade done either way."""
+        plain = self._out[:upgrade.plain_frames]
+        del self._out[:upgrade.plain_frames]
+        try:
+            if plain:
+                await self.stream.send_all(b"".join(plain))
+            if upgrade.tls:
+                assert self.ssl_context is not None
+                log.info("PROTOCOL(V2): [%s] upgrading connection to TLS", self.remote_address)
+                try:
+                    tls_stream = await tls_handshake(self.stream, upgrade.leftover, self.ssl_context)
+                except UpgradeFailed as exc:
+                    upgrade.failed = True
+                    await self._refuse_upgrade(str(exc))
+                    return
+                upgrade.leftover = b""
+                self.stream = tls_stream
+                self.tls_version, self.tls_cipher_suite, self.tls_common_name = describe_session(tls_stream)
+                self.tls = True
+                await tls_stream.send_all(encode_response(b"OK"))
+            codec = upgrade.codec
+            if codec is not None:
+                if isinstance(codec, DeflateCodec):
+                    log.info("PROTOCOL(V2): [%s] upgrading connection to deflate (level %d)", self.remote_address,
+                             codec.level)
+                    self.deflate, self.deflate_level = True, codec.level
+                else:
+                    log.info("PROTOCOL(V2): [%s] upgrading connection to snappy", self.remote_address)
+                    self.snappy = True
+                self.codec = codec
+                await self.stream.send_all(codec.compress(encode_response(b"OK")))
+        except BaseException:
+            upgrade.failed = True
+            raise
+        finally:
+            self.upgrade = None
+            upgrade.done.set()
+
+    async def _refuse_upgrade(self, cause: str) -> None:
+        """Tell the client its handshake failed, in plain text as nsqd does, and close."""
+        log.info("TCP: client(%s) error: E_IDENTIFY_FAILED IDENTIFY failed %s", self.remote_address, cause)
+        self.closing = True
+        self._out.clear()
+        with trio.move_on_after(UPGRADE_ERROR_GRACE):
+            try:
+                await self.stream.send_all(encode_error(b"E_IDENTIFY_FAILED IDENTIFY failed " + cause.encode()))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
 
     # ---------------------------------------------------------------- output
 
@@ -247,9 +357,14 @@ class Client:
                     await self._out_event.wait()
                     self._writer_waiting = False
                     self._out_event = trio.Event()
+                if self.upgrade is not None and self._out:
+                    await self._perform_upgrade(self.upgrade)
+                    continue
                 if self._out:
                     data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
                     self._out.clear()
+                    if self.codec is not None:  # the whole chunk at once: one sync flush, one snappy frame run
+                        data = self.codec.compress(data)
                     self.send_started = trio.current_time()
                     await self.stream.send_all(data)
                     self.send_started = None

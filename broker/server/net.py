@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import ssl
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,7 @@ class Addresses:
 
     tcp: Address | None
     http: Address | None
+    https: Address | None = None
 
 
 class ListenError(OSError):
@@ -92,23 +94,30 @@ def describe_address(address: Any) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def peer_address(stream: trio.SocketStream) -> str:
-    """The remote end of a connection as text; raises ``OSError`` if the peer is already gone."""
+def peer_address(stream: trio.abc.Stream) -> str:
+    """The remote end of a connection (a socket stream, or TLS over one) as text; raises
+    ``OSError`` if the peer is already gone."""
+    while isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
+    assert isinstance(stream, trio.SocketStream)
     return describe_address(stream.socket.getpeername())
 
 
 class ConnectionServer:
     """Accepts connections on listeners and serves each in its own task.
 
-    Subclasses implement :meth:`handle_connection` and :meth:`ask_to_close`.
+    Subclasses implement :meth:`handle_connection` and :meth:`ask_to_close`. With an
+    ``ssl_context`` every connection is TLS from its first byte (HTTPS): the handler gets a
+    :class:`trio.SSLStream` whose handshake runs on its first read.
     The owner runs :meth:`serve` in its nursery, then at shutdown calls
     :meth:`stop_listening` and :meth:`close_connections`; :meth:`serve`
     returns once both are done.
     """
 
-    def __init__(self, kind: str, logger: logging.Logger) -> None:
-        self.kind = kind  # names the server in log lines: "TCP", "HTTP"
+    def __init__(self, kind: str, logger: logging.Logger, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.kind = kind  # names the server in log lines: "TCP", "HTTP", "HTTPS"
         self.log = logger
+        self.listener_ssl_context = ssl_context
         self._listener_scope = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
         self._active = 0
@@ -144,7 +153,7 @@ class ConnectionServer:
         """Make every connection finish what it is doing and close."""
         raise NotImplementedError
 
-    async def handle_connection(self, stream: trio.SocketStream) -> None:
+    async def handle_connection(self, stream: trio.abc.Stream) -> None:
         """Serve one accepted connection until it ends; the stream is closed by the caller."""
         raise NotImplementedError
 
@@ -172,8 +181,14 @@ class ConnectionServer:
     async def _run_connection(self, stream: trio.SocketStream) -> None:
         self._active += 1
         try:
-            await self.handle_connection(stream)
+            if self.listener_ssl_context is None:
+                await self.handle_connection(stream)
+            else:
+                # https_compatible: browsers and Go close without close_notify
+                await self.handle_connection(trio.SSLStream(stream, self.listener_ssl_context, server_side=True,
+                                                            https_compatible=True))
         finally:
+            # the socket, not the TLS stream: a close_notify could wait on a client that stopped reading
             with trio.CancelScope(shield=True):
                 await stream.aclose()
             self._active -= 1

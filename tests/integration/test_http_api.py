@@ -13,7 +13,7 @@ import struct
 import pytest
 import trio
 
-from broker.config import OptionsError, parse_args
+from broker.config import parse_args
 from broker.daemon import Daemon
 from broker.protocol import encode_fin, encode_rdy, encode_sub
 from tests.support.http_client import HTTPClient, raw_exchange, request
@@ -467,14 +467,13 @@ async def test_freememory_answers_like_nsqd(daemon):
     assert_error(await call(daemon, "POST", "/debug/freememory"), 500, "INTERNAL_ERROR")
 
 
-async def test_tls_required_is_refused_before_anything_listens(tmp_path):
-    # pynsqd has no TLS: a broker that would answer every plain request 403 TLS_REQUIRED
-    # with an https_port where nothing listens is refused before it starts
+async def test_unusable_tls_files_are_refused_before_anything_listens(tmp_path):
+    # a certificate that is not one stops the broker before it creates or locks anything
     cert = tmp_path / "cert.pem"
     cert.write_text("unused")
     options = parse_args(broker_args(tmp_path / "data", "--tls-required=true", f"--tls-cert={cert}",
                                      f"--tls-key={cert}", "--https-address=127.0.0.1:4999"))
-    with pytest.raises(OptionsError, match="pynsqd has no TLS yet"):
+    with pytest.raises(ValueError, match="^failed to build TLS config - "):
         Daemon(options)
     assert not (tmp_path / "data").exists()
 

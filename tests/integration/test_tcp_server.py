@@ -178,7 +178,7 @@ async def test_cls_answers_close_wait_and_stops_delivery(daemon):
 async def test_identify_feature_negotiation(daemon):
     client = await connect(tcp(daemon))
     resp = await client.identify(feature_negotiation=True, msg_timeout=5000, short_id="x", long_id="y",
-                                 heartbeat_interval=2000, output_buffer_size=-1, snappy=True, deflate=True)
+                                 heartbeat_interval=2000, output_buffer_size=-1, tls_v1=True)
     assert resp == {
         "max_rdy_count": 2500, "version": "1.3.0", "max_msg_timeout": 900000, "msg_timeout": 5000,
         "tls_v1": False, "deflate": False, "deflate_level": 6, "max_deflate_level": 6, "snappy": False,

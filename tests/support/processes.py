@@ -16,15 +16,22 @@ _LISTEN = re.compile(r"(TCP|HTTP): listening on (\S+)")
 
 
 def broker_args(data_path: Path, *extra: str) -> list[str]:
-    """Command-line flags for a broker on 127.0.0.1:0 (TCP and HTTP) with ``data_path``."""
-    return [f"--data-path={data_path}", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *extra]
+    """Command-line flags for a broker on 127.0.0.1:0 (TCP, HTTP, and HTTPS when given a certificate)
+    with ``data_path``."""
+    return [f"--data-path={data_path}", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
+            "--https-address=127.0.0.1:0", *extra]
 
 
 class BrokerProcess:
-    """A real ``pynsqd`` process (``python -m broker``); ports parsed from its log."""
+    """A real ``pynsqd`` process (``python -m broker``); ports parsed from its log.
+
+    ``program`` runs another nsqd-compatible program instead (nsq's own ``nsqd``), which
+    takes the same flags and logs its listeners the same way.
+    """
 
     def __init__(self, data_path: Path, *extra: str, log_path: Path | None = None,
-                 preexec_fn: Callable[[], None] | None = None):
+                 program: list[str] | None = None, preexec_fn: Callable[[], None] | None = None):
+        self.program = program or [sys.executable, "-m", "broker"]
         self.data_path = data_path
         self.extra = extra
         self.preexec_fn = preexec_fn  # run in the child before exec (e.g. to set rlimits)
@@ -39,7 +46,7 @@ class BrokerProcess:
         log = open(self.log_path, "ab")
         start_offset = log.tell()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "broker", *broker_args(self.data_path, *self.extra)],
+            [*self.program, *broker_args(self.data_path, *self.extra)],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL, preexec_fn=self.preexec_fn,
         )
         log.close()

@@ -17,7 +17,6 @@ IGNORED_STATSD = (
     "WARNING: pynsqd does not push stats to statsd; --statsd-address=127.0.0.1:8125 is ignored "
     "(scrape GET /metrics or read GET /stats instead)"
 )
-IGNORED_TLS_CERT = "WARNING: pynsqd has no TLS yet; --tls-cert={} is ignored (clients connect without TLS)"
 
 
 def _messages(log: str) -> list[str]:
@@ -34,18 +33,13 @@ def _run_broker(tmp_path, *flags: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_start_logs_version_id_and_one_warning_per_ignored_flag(broker_process, tmp_path):
-    cert = tmp_path / "cert.pem"
     proc = broker_process("--node-id=42", "--lookupd-tcp-address=127.0.0.1:4160",
-                          "--statsd-address=127.0.0.1:8125", f"--tls-cert={cert}", f"--tls-key={cert}")
+                          "--statsd-address=127.0.0.1:8125")
     assert proc.terminate() == 0
     messages = _messages(proc.log_text())
     assert messages[:2] == [f"INFO: {VERSION_TEXT}", "INFO: ID: 42"]
     warnings = [m for m in messages if m.startswith("WARNING")]
-    assert warnings == [  # --lookupd-tcp-address is acted on: it does not warn
-        IGNORED_STATSD,
-        IGNORED_TLS_CERT.format(cert),
-        f"WARNING: pynsqd has no TLS yet; --tls-key={cert} is ignored (clients connect without TLS)",
-    ]
+    assert warnings == [IGNORED_STATSD]  # --lookupd-tcp-address and TLS flags are acted on: no warning
     listening = next(i for i, m in enumerate(messages) if m.startswith("INFO: TCP: listening on"))
     assert listening > messages.index(warnings[-1])
 
@@ -71,11 +65,10 @@ def test_defaults_start_without_warnings(broker_process):
         # nsqd 1.3.0's own words when there is no key and certificate
         (("--tls-required=true",), "FATAL: cannot require TLS client connections without TLS key and cert"),
         (("--tls-required=true", "--tls-cert=c.pem", "--tls-key=k.pem"),
-         "FATAL: pynsqd has no TLS yet, so it cannot require TLS client connections: remove --tls-required=true "
-         "(or set it to false)"),
+         "FATAL: failed to start: failed to build TLS config - [Errno 2] No such file or directory"),
     ],
 )
-def test_tls_required_is_refused_at_start(tmp_path, flags, fatal):
+def test_tls_that_cannot_work_is_refused_at_start(tmp_path, flags, fatal):
     done = _run_broker(tmp_path, "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *flags)
     assert done.returncode == 1
     assert done.stdout == ""

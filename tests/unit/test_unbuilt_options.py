@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
-from broker import cli
 from broker.config.flag_table import FLAGS_BY_NAME
 from broker.config.help import help_text
-from broker.config.options import Options, OptionsError, parse_args
-from broker.config.unbuilt import UNBUILT, refuse_unbuilt, unbuilt_warnings
-from broker.daemon import Daemon
+from broker.config.options import Options, parse_args
+from broker.config.unbuilt import UNBUILT, unbuilt_warnings
 
 LINE = r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6}"
 STATSD = "pynsqd does not push stats to statsd; {} is ignored (scrape GET /metrics or read GET /stats instead)"
-TLS = "pynsqd has no TLS yet; {} is ignored (clients connect without TLS)"
 
 #: Every flag that warns, with a non-default value and the exact warning it gives.
 WARNINGS = [
@@ -25,16 +20,6 @@ WARNINGS = [
     (["--statsd-mem-stats=false"], STATSD.format("--statsd-mem-stats=false")),
     (["--statsd-udp-packet-size=1400"], STATSD.format("--statsd-udp-packet-size=1400")),
     (["--statsd-exclude-ephemeral"], STATSD.format("--statsd-exclude-ephemeral=true")),
-    (["--tls-cert=c.pem", "--tls-key=k.pem"], [TLS.format("--tls-cert=c.pem"), TLS.format("--tls-key=k.pem")]),
-    (["--tls-root-ca-file=ca.pem"], TLS.format("--tls-root-ca-file=ca.pem")),
-    (["--tls-min-version=tls1.2"], TLS.format("--tls-min-version=tls1.2")),
-    (["--auth-http-address=127.0.0.1:4181"],
-     "pynsqd has no authorization yet; --auth-http-address=127.0.0.1:4181 is ignored "
-     "(every client may publish and subscribe without AUTH)"),
-    (["--https-address=0.0.0.0:4152"],
-     "pynsqd has no HTTPS listener yet; --https-address=0.0.0.0:4152 is ignored (nothing listens there)"),
-    (["--max-deflate-level=9"],
-     "pynsqd has no deflate compression yet; --max-deflate-level=9 is ignored (IDENTIFY answers deflate false)"),
 ]
 
 
@@ -46,10 +31,11 @@ def test_each_unbuilt_flag_warns_with_its_value(argv, expected):
 
 def test_defaults_and_built_options_give_no_warning():
     assert unbuilt_warnings(Options()) == []
-    # the default value given explicitly, and the compression flags (clients are told no per
-    # connection) say nothing
-    quiet = ["--statsd-prefix=nsq.%s", "--max-deflate-level=6", "--deflate", "--snappy=true", "--snappy=false",
-             "--mem-queue-size=5", "--https-address=127.0.0.1:4152"]
+    # the default value given explicitly, and the options of built features (TLS, AUTH,
+    # compression, HTTPS) say nothing
+    quiet = ["--statsd-prefix=nsq.%s", "--max-deflate-level=9", "--deflate", "--snappy=true", "--snappy=false",
+             "--mem-queue-size=5", "--https-address=0.0.0.0:4152", "--tls-cert=c.pem", "--tls-key=k.pem",
+             "--tls-min-version=tls1.2", "--tls-root-ca-file=ca.pem", "--auth-http-address=127.0.0.1:4181"]
     assert unbuilt_warnings(parse_args(quiet)) == []
 
 
@@ -60,14 +46,13 @@ def test_config_file_options_warn_the_same_way(tmp_path):
         'statsd_address = "127.0.0.1:8125"\n'
         'statsd_interval = "10s"\n'
         'tls_min_version = "tls1.2"\n'
-        'auth_http_addresses = ["127.0.0.1:4181"]\n'
     )
     from_file = unbuilt_warnings(parse_args([f"--config={config}"]))
     from_flags = unbuilt_warnings(parse_args([
         "--lookupd-tcp-address=127.0.0.1:4160", "--statsd-address=127.0.0.1:8125", "--statsd-interval=10s",
-        "--tls-min-version=tls1.2", "--auth-http-address=127.0.0.1:4181",
+        "--tls-min-version=tls1.2",
     ]))
-    assert len(from_file) == 4  # nsqlookupd_tcp_addresses is acted on: no warning
+    assert len(from_file) == 2  # nsqlookupd_tcp_addresses and tls_min_version are acted on: no warning
     assert from_file == from_flags
 
 
@@ -80,49 +65,11 @@ def test_every_warning_row_is_covered_and_names_a_real_flag():
 def test_help_marks_every_unbuilt_flag_and_nothing_else():
     lines = help_text().splitlines()
     marked = {lines[i - 1].split()[0][1:] for i, line in enumerate(lines) if "(not built in pynsqd: " in line}
-    assert marked == {row.flag for row in UNBUILT} | {"tls-required"}
+    assert marked == {row.flag for row in UNBUILT}
     text = help_text()
-    assert "  -snappy\n    \tenable snappy feature negotiation (client compression) (not built in pynsqd: always " \
-           "answered false) (default true)\n" in text
-    assert '  -https-address string\n    \t<addr>:<port> to listen on for HTTPS clients (not built in pynsqd: ' \
-           'nothing listens there) (default "127.0.0.1:4152")\n' in text
+    assert "  -snappy\n    \tenable snappy feature negotiation (client compression) (default true)\n" in text
+    assert '  -https-address string\n    \t<addr>:<port> to listen on for HTTPS clients ' \
+           '(default "127.0.0.1:4152")\n' in text
     assert "  -statsd-interval duration\n    \tduration between pushing to statsd (not built in pynsqd: ignored) " \
            "(default 1m0s)\n" in text
 
-
-REFUSALS = [
-    (["--tls-required=true"],
-     "pynsqd has no TLS yet, so it cannot require TLS client connections: remove --tls-required=true "
-     "(or set it to false)"),
-    (["--tls-required=tcp-https"],
-     "pynsqd has no TLS yet, so it cannot require TLS client connections: remove --tls-required=tcp-https "
-     "(or set it to false)"),
-    (["--tls-client-auth-policy=require-verify"],
-     "pynsqd has no TLS yet, so it cannot check client certificates: remove "
-     "--tls-client-auth-policy=require-verify (it implies --tls-required=true)"),
-]
-
-
-@pytest.mark.parametrize(("argv", "message"), REFUSALS)
-def test_tls_required_with_key_and_cert_is_refused(argv, message):
-    options = parse_args(["--tls-cert=c.pem", "--tls-key=k.pem", *argv])
-    with pytest.raises(OptionsError) as caught:
-        refuse_unbuilt(options)
-    assert str(caught.value) == message
-    with pytest.raises(OptionsError):
-        Daemon(options)
-
-
-def test_tls_not_required_is_not_refused():
-    refuse_unbuilt(parse_args(["--tls-cert=c.pem", "--tls-key=k.pem", "--tls-required=false"]))
-
-
-@pytest.mark.parametrize(("argv", "message"), REFUSALS)
-def test_the_command_refuses_with_one_fatal_line(pynsqd_logger, capsys, monkeypatch, argv, message):
-    started = []
-    monkeypatch.setattr("broker.daemon.run", started.append)
-    assert cli.main(["--tls-cert=c.pem", "--tls-key=k.pem", *argv]) == 1
-    out, err = capsys.readouterr()
-    assert out == ""
-    assert re.fullmatch(rf"\[nsqd\] {LINE} FATAL: {re.escape(message)}\n", err)
-    assert started == []

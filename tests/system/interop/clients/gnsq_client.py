@@ -15,6 +15,9 @@
     ``message.requeue``).
 
 gevent is used only through gnsq itself: nothing is monkey-patched.
+
+``publish`` and ``consume`` take ``connection``: keyword arguments for the Producer and every
+Consumer (``tls_v1``, ``tls_options``, ``snappy``, ``deflate``, ``deflate_level``, ``auth_secret``).
 """
 
 from __future__ import annotations
@@ -30,8 +33,16 @@ from gnsq.errors import NSQRequeueMessage
 from report import EXIT_TIMEOUT, body_bytes, body_text, emit, emit_message, read_command_line
 
 
+def connection_options(config: dict) -> dict:
+    """``config["connection"]`` as gnsq takes it: the JSON text of ``auth_secret`` as bytes."""
+    options = dict(config.get("connection", {}))
+    if "auth_secret" in options:
+        options["auth_secret"] = options["auth_secret"].encode()
+    return options
+
+
 def publish(config: dict) -> int:
-    producer = gnsq.Producer([config["tcp"]])
+    producer = gnsq.Producer([config["tcp"]], **connection_options(config))
     producer.start()
     with gevent.Timeout(config.get("deadline", 20)):
         for op in config["ops"]:
@@ -135,6 +146,7 @@ def make_consumer(index: int, channel: str, behaviour: Behaviour, tally: Tally, 
         requeue_delay=behaviour.requeue_delay_ms,
         # Keep the client's own backoff short: the tests observe the broker, not the pauses.
         max_backoff_duration=config.get("max_backoff_duration", 0.1),
+        **connection_options(config),
     )
     subscribed = {"done": False}
 

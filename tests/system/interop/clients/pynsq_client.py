@@ -15,6 +15,9 @@
     ``requeue_with`` (``"return"``: handler returns False; ``"method"``: ``message.requeue``),
     ``deadline`` seconds.
 
+Both commands take ``connection``: keyword arguments for every ``nsq.Writer``/``nsq.Reader``
+(``tls_v1``, ``tls_options``, ``snappy``, ``deflate``, ``deflate_level``, ``auth_secret``).
+
 Report lines: ``subscribed``, ``message``, ``batch``, ``touch``, ``giving_up``, ``error``,
 ``published``, ``done``; ``timeout`` (exit status 3) when the deadline passes first.
 """
@@ -36,7 +39,7 @@ BATCH_IDLE_S = 0.05
 
 
 async def publish(config: dict) -> None:
-    writer = nsq.Writer([config["tcp"]])
+    writer = nsq.Writer([config["tcp"]], **config.get("connection", {}))
     # nsq.Writer has no "connected" callback; applications retry until a connection is open.
     while not any(conn.connected() for conn in writer.conns.values()):
         await asyncio.sleep(0.01)
@@ -194,6 +197,7 @@ async def consume(config: dict) -> int:
             # Keep the client's own backoff short: the tests observe the broker, not the pauses.
             max_backoff_duration=config.get("max_backoff_duration", 0.1),
             requeue_delay=0,
+            **config.get("connection", {}),
         )
         for index, channel in enumerate(config["channels"])
     ]

@@ -10,6 +10,9 @@
 //     one nsq.Reader per entry of channels; policy keys as in ../clients/behaviour.py (but
 //     touch_every_ms);
 //     optional max_in_flight, max_attempts, linger, deadline (seconds).
+//
+//   Both take "connection": options for every Writer/Reader (tls, tlsVerification, snappy,
+//   deflate, deflateLevel, authSecret).
 
 const nsq = require('nsqjs')
 
@@ -42,7 +45,7 @@ function deadline(config) {
 
 async function publish(config) {
   const [host, port] = splitAddress(config.tcp)
-  const writer = new nsq.Writer(host, port)
+  const writer = new nsq.Writer(host, port, config.connection || {})
   writer.on('error', (err) => emit('error', {error: String(err)}))
   await new Promise((resolve) => {
     writer.on('ready', resolve)
@@ -85,6 +88,7 @@ function consume(config) {
       requeueDelay: config.requeue_delay_ms || 0,
       // Keep the client's own backoff short: the tests observe the broker, not the pauses.
       maxBackoffDuration: 0.1,
+      ...(config.connection || {}),
     })
     reader.on('ready', () => emit('subscribed', {reader: index, channel}))
     reader.on('error', (err) => emit('error', {reader: index, error: String(err)}))

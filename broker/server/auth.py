@@ -1,0 +1,184 @@
+"""AUTH against ``--auth-http-address`` servers, as nsqd's ``internal/auth`` does it.
+
+A client's ``AUTH <secret>`` makes the broker ask an auth server
+``GET /auth?common_name=..&remote_ip=..&secret=..&tls=true|false`` (a full URL given as the
+address is used as it is, with the query appended). The JSON answer names an ``identity``,
+an ``identity_url``, a ``ttl`` in seconds and ``authorizations``: each a ``topic`` regular
+expression, ``channels`` regular expressions and ``permissions`` (``subscribe``,
+``publish``). The answer is cached for ``ttl`` seconds and asked again when a command
+needs it after that. Servers are tried in turn from a random one until one answers;
+each request is bounded by ``--http-client-connect-timeout`` and
+``--http-client-request-timeout``. The regular expressions match anywhere in the name,
+as Go's ``MatchString`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import ssl
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+import httpx
+import trio
+
+__all__ = ["AuthError", "Authorization", "AuthState", "AuthClient", "PERMISSIONS"]
+
+#: The permissions an auth server may grant.
+PERMISSIONS = frozenset({"subscribe", "publish"})
+
+
+class AuthError(Exception):
+    """No auth server gave a usable answer; the message says why, for the log only."""
+
+
+@dataclass(frozen=True, slots=True)
+class Authorization:
+    """One grant: a topic pattern, channel patterns and permissions."""
+
+    topic: re.Pattern[str]
+    channels: tuple[re.Pattern[str], ...]
+    permissions: frozenset[str]
+
+    def allows(self, topic: str, channel: str) -> bool:
+        """Whether this grant lets a client subscribe to ``topic``/``channel`` or, with
+        ``channel`` "", publish to ``topic``."""
+        if ("subscribe" if channel else "publish") not in self.permissions:
+            return False
+        if not self.topic.search(topic):
+            return False
+        return any(pattern.search(channel) for pattern in self.channels)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthState:
+    """An auth server's answer for one client, valid until ``expires`` (trio time)."""
+
+    identity: str
+    identity_url: str
+    authorizations: tuple[Authorization, ...]
+    expires: float
+
+    def allows(self, topic: str, channel: str) -> bool:
+        """Whether any grant allows the command (see :meth:`Authorization.allows`)."""
+        return any(grant.allows(topic, channel) for grant in self.authorizations)
+
+    def expired(self) -> bool:
+        """True once ``ttl`` seconds have passed since the answer."""
+        return self.expires < trio.current_time()
+
+
+def _go_quote(data: bytes) -> str:
+    """Go's ``%q`` of a body, enough for the log line (printable ASCII kept, the rest escaped)."""
+    out = []
+    for byte in data:
+        char = chr(byte)
+        if char in '"\\':
+            out.append("\\" + char)
+        elif 0x20 <= byte < 0x7F:
+            out.append(char)
+        else:
+            out.append({0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}.get(byte, f"\\x{byte:02x}"))
+    return '"' + "".join(out) + '"'
+
+
+def _compile(pattern: object, what: str) -> re.Pattern[str]:
+    if not isinstance(pattern, str):
+        raise AuthError(f"json: cannot unmarshal {type(pattern).__name__} into {what}")
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise AuthError(f"unable to compile {what} {json.dumps(pattern)} {exc}") from exc
+
+
+def parse_state(body: bytes, now: float) -> AuthState:
+    """An auth server's JSON answer as an :class:`AuthState`; raises :class:`AuthError`
+    with nsqd's reasons (unknown permission, bad regular expression, ``ttl`` not > 0)."""
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:
+        raise AuthError(f"invalid JSON - {exc}") from exc
+    if not isinstance(doc, dict):
+        raise AuthError("json: cannot unmarshal the answer into auth.State")
+    ttl = doc.get("ttl") or 0
+    identity = doc.get("identity") or ""
+    identity_url = doc.get("identity_url") or ""
+    grants = doc.get("authorizations") or []
+    if type(ttl) is not int or not isinstance(identity, str) or not isinstance(identity_url, str) \
+            or not isinstance(grants, list):
+        raise AuthError("json: cannot unmarshal the answer into auth.State")
+    authorizations = []
+    for grant in grants:
+        if not isinstance(grant, dict):
+            raise AuthError("json: cannot unmarshal an authorization into auth.Authorization")
+        permissions = grant.get("permissions") or []
+        channels = grant.get("channels") or []
+        if not isinstance(permissions, list) or not isinstance(channels, list):
+            raise AuthError("json: cannot unmarshal an authorization into auth.Authorization")
+        for permission in permissions:
+            if permission not in PERMISSIONS:
+                raise AuthError(f"unknown permission {permission}")
+        authorizations.append(Authorization(
+            _compile(grant.get("topic") or "", "topic"),
+            tuple(_compile(channel, "channel") for channel in channels),
+            frozenset(permissions),
+        ))
+    if ttl <= 0:
+        raise AuthError(f"invalid TTL {ttl} (must be >0)")
+    return AuthState(identity, identity_url, tuple(authorizations), now + ttl)
+
+
+class AuthClient:
+    """Asks the auth servers about clients; one per broker, shared by every connection.
+
+    ``connect_timeout`` and ``request_timeout`` are seconds (0: no limit, as in Go);
+    ``ssl_context`` verifies ``https://`` auth servers.
+    """
+
+    def __init__(self, addresses: tuple[str, ...], connect_timeout: float, request_timeout: float,
+                 ssl_context: ssl.SSLContext):
+        self.addresses = addresses
+        self.connect_timeout = connect_timeout or None
+        self.request_timeout = request_timeout or None
+        self.ssl_context = ssl_context
+
+    async def query(self, remote_ip: str, tls: bool, secret: str, common_name: str) -> AuthState:
+        """The first good answer, trying every server once from a random one.
+
+        Raises :class:`AuthError` naming each server's failure (``failed to auth against
+        <addr> - <cause>``, joined with ``; ``).
+        """
+        errors: list[str] = []
+        count = len(self.addresses)
+        start = random.randrange(count)
+        for i in range(count):
+            address = self.addresses[(start + i) % count]
+            try:
+                return await self._query_one(address, remote_ip, tls, secret, common_name)
+            except AuthError as exc:
+                errors.append(f"failed to auth against {address} - {exc}")
+        raise AuthError("; ".join(errors))
+
+    async def _query_one(self, address: str, remote_ip: str, tls: bool, secret: str, common_name: str) -> AuthState:
+        query = urlencode(sorted({
+            "remote_ip": remote_ip,
+            "tls": "true" if tls else "false",
+            "secret": secret,
+            "common_name": common_name,
+        }.items()))
+        endpoint = f"{address}?{query}" if "://" in address else f"http://{address}/auth?{query}"
+        timeout = httpx.Timeout(self.request_timeout, connect=self.connect_timeout)
+        try:
+            with trio.fail_after(self.request_timeout or float("inf")):
+                async with httpx.AsyncClient(verify=self.ssl_context, timeout=timeout) as http:
+                    response = await http.get(endpoint, headers={"Accept": "application/vnd.nsq; version=1.0"})
+        except trio.TooSlowError as exc:
+            raise AuthError("request timed out") from exc
+        except httpx.HTTPError as exc:
+            raise AuthError(f"{type(exc).__name__}: {exc}") from exc
+        if response.status_code != 200:
+            raise AuthError(f"got response {response.status_code} {response.reason_phrase} "
+                            f"{_go_quote(response.content)}")
+        return parse_state(response.content, trio.current_time())
