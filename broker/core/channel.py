@@ -9,7 +9,8 @@ Delivery is synchronous: whenever something changes that could let a message
 move (a put, RDY, FIN, a new subscriber, unpause, a timeout) the owner calls
 :meth:`Channel.dispatch`, which hands every ready message that fits into the
 subscribers' RDY windows (``in_flight < rdy``), round robin, and queues the
-frames in their output buffers. Popping from the queue and recording the
+frames in their output buffers, no more at once than a buffer's room (a client
+whose socket does not drain gets nothing more). Popping from the queue and recording the
 message as in flight is one synchronous step, so no lock is needed. A message
 that would be delivered more than ``--max-attempts`` (or the channel's own
 setting) times is buried instead (:mod:`broker.core.deadletter`).
@@ -40,12 +41,14 @@ from broker.core.latency import LatencyHistogram, LatencyStream
 from broker.core.message import Message, now_ns
 from broker.core.retention import Retention, SpillRetention
 from broker.core.timers import TimerHeap
-from broker.protocol import ProtocolError, is_ephemeral
+from broker.protocol import MESSAGE_HEADER_LENGTH, ProtocolError, is_ephemeral
 from diskqueue import DiskQueue
 
 __all__ = ["Channel"]
 
 _DEADLINE = operator.attrgetter("deadline")
+#: A message frame's bytes besides the body: size and frame type, then the message header.
+_FRAME_OVERHEAD = 8 + MESSAGE_HEADER_LENGTH
 
 def _failed(code: str, verb: str, msg_id: bytes, reason: bytes) -> ProtocolError:
     """nsqd's non-fatal ``E_<VERB>_FAILED <VERB> <id> failed <reason>``, id bytes as sent."""
@@ -224,6 +227,7 @@ class Channel:
         deadline = now + client.msg_timeout
         sample_rate = client.sample_rate
         bury_after = self.bury_after
+        room = client.output_room()
         dead = None
         skipped = None
         sent = []
@@ -247,6 +251,9 @@ class Channel:
             msg.delivered_at = now
             in_flight[msg.id] = msg
             sent.append(msg)
+            room -= _FRAME_OVERHEAD + len(msg.body)
+            if room <= 0:
+                break
         client.send_messages(sent)
         self.in_flight_timers.push_many(deadline, sent)
         if skipped:
@@ -360,6 +367,7 @@ class Channel:
         """
         now = trio.current_time()
         expired = self.in_flight_timers.pop_due(now)
+        owners: dict[int, tuple[Subscriber, list[Message]]] = {}
         for msg in expired:
             del self.in_flight[msg.id]
             client = msg.client
@@ -367,7 +375,13 @@ class Channel:
             if client is not None:
                 client.in_flight_count -= 1
                 client.timeout_count += 1
+                owners.setdefault(id(client), (client, []))[1].append(msg)
             self.timeout_count += 1
+        for client, msgs in owners.values():
+            # a frame still queued behind a write that did not progress never
+            # reached the socket: that delivery was not an attempt
+            for msg in client.unsent(msgs):
+                msg.attempts -= 1
         due = self.deferred_timers.pop_due(now)
         for msg in due:
             del self.deferred[msg.id]
