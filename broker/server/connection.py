@@ -95,7 +95,7 @@ class Client:
         self.closing = False
         self.batching = False  # the reader is applying a chunk of commands
         self._flush_pending = False
-        self._writer_waiting = False
+        self._sending = False  # the writer task is in a send: only it may write now
         sock = getattr(stream, "socket", None)
         self._fd = sock.fileno() if sock is not None else -1
         self._socket = sock
@@ -223,13 +223,13 @@ class Client:
     def _flush_now(self) -> bool:
         """Hand what is queued to the socket without blocking; True if it took it all.
 
-        Only while the writer task is idle (so bytes go out in order) and the
-        stream is a plain socket; otherwise the writer sends it.
+        Only while the writer task is not in a send (so bytes go out in order)
+        and the stream is a plain socket; otherwise the writer sends it.
         """
         output = self.output
         if not output.chunks:
             return True
-        if not self._writer_waiting or self.closing or self._fd < 0:
+        if self._sending or self.closing or self._fd < 0:
             return False
         data = output.take()
         try:
@@ -279,12 +279,11 @@ class Client:
         try:
             while True:
                 if not output.chunks and not self.closing:
-                    self._writer_waiting = True
                     await self._out_event.wait()
-                    self._writer_waiting = False
                     self._out_event = trio.Event()
                 if output.chunks:
                     data = output.take()
+                    self._sending = True
                     self.send_started = trio.current_time()
                     if sock is None:
                         await self.stream.send_all(data)
@@ -296,6 +295,8 @@ class Client:
                             output.handed(sent)
                             view = view[sent:]
                     self.send_started = None
+                    self._sending = False
+                    # more messages now go straight to the socket while it takes them
                     if self._stalled and self.ready_for_more():
                         self._stalled = False
                         if self.channel is not None:
