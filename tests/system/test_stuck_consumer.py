@@ -36,15 +36,6 @@ ALLOCATOR_SLACK = 16 * 1024 * 1024
 MPUB_COUNT = 90
 
 
-def _rss(pid: int) -> int:
-    """Resident set size of process ``pid`` in bytes."""
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS line")
-
-
 def _bodies(n: int) -> list[bytes]:
     return [b"%06d" % i + b"x" * (BODY_SIZE - 6) for i in range(n)]
 
@@ -106,7 +97,7 @@ async def test_memory_levels_off_while_a_consumer_does_not_read(broker_process):
         await request(proc.http, "POST", "/channel/create?topic=t&channel=c")
         await _publish(proc.tcp, _bodies(3000))
         await _fanned_out(proc, 3000)
-        baseline = _rss(proc.proc.pid)
+        baseline = proc.rss()
         stuck = await _stuck(proc)
         # the broker's own queues hold a topic's and a channel's memory queue; the
         # stuck client gets at most its output buffer plus the one frame that overflows it
@@ -116,7 +107,7 @@ async def test_memory_levels_off_while_a_consumer_does_not_read(broker_process):
         # 1 s message timeouts must go by, each of which frees the RDY window again.
         for _ in range(24):
             await trio.sleep(0.25)
-            samples.append(_rss(proc.proc.pid))
+            samples.append(proc.rss())
         channel = await _channel(proc)
         assert max(samples) <= bound, (
             f"RSS {max(samples) >> 20} MB > bound {bound >> 20} MB (baseline {baseline >> 20} MB); "
