@@ -79,6 +79,7 @@ class Channel:
         self.deferred_timers = TimerHeap(_DEADLINE, lambda m: self.deferred.get(m.id) is m)
         self.clients: list[Subscriber] = []
         self._rr = 0
+        self._all_full = False  # the last dispatch ended with no subscriber able to take more
         self.paused = False
         self.exiting = False
         self.message_count = 0
@@ -192,16 +193,32 @@ class Channel:
 
     # ---------------------------------------------------------------- delivery
 
-    def dispatch(self) -> None:
-        """Hand ready messages to subscribers with room in their RDY window."""
-        if self.paused or not self.clients or self.exiting:
+    def dispatch(self, changed: Subscriber | None = None) -> None:
+        """Hand ready messages to subscribers with room in their RDY window.
+
+        ``changed`` names the one subscriber whose state changed since the last
+        dispatch (it sent commands, or its socket drained). When the last
+        dispatch left every subscriber full, only that one can take messages
+        now, so the others are not scanned: with a thousand consumers, a FIN
+        costs one delivery, not a pass over all of them.
+        """
+        if self.paused or not self.clients or self.exiting or not (self.memory or self.ready.depth):
+            # nothing to hand out (or nobody to take it): whoever has room keeps it
+            self._all_full = False
             return
-        ready = [c for c in self.clients if c.ready_for_more()]
-        if not ready:
-            return
-        if len(ready) > 1:
-            self._rr = (self._rr + 1) % len(ready)
-            ready = ready[self._rr:] + ready[:self._rr]
+        full_pass = changed is None or not self._all_full
+        if changed is not None and not full_pass:
+            if not changed.ready_for_more():
+                return
+            ready = [changed]
+        else:
+            # round robin: start after the subscriber the last full pass served last
+            clients = self.clients
+            start = self._rr % len(clients)
+            ready = [c for c in clients[start:] + clients[:start] if c.ready_for_more()]
+            if not ready:
+                self._all_full = True
+                return
         memory = self.memory
         now = trio.current_time()
         touched = []
@@ -218,6 +235,10 @@ class Channel:
                 self._deliver(client, n, now)
                 touched.append(client)
             ready = [c for c in ready if c.ready_for_more()]
+        # messages may be left only once nobody can take them
+        self._all_full = not ready
+        if touched and full_pass:
+            self._rr = self.clients.index(touched[-1]) + 1
         for client in touched:
             client.wake_writer()
 

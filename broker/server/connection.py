@@ -300,7 +300,7 @@ class Client:
                     if self._stalled and self.ready_for_more():
                         self._stalled = False
                         if self.channel is not None:
-                            self.channel.dispatch()
+                            self.channel.dispatch(self)
                 elif self.closing:
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
