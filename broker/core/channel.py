@@ -9,7 +9,8 @@ Delivery is synchronous: whenever something changes that could let a message
 move (a put, RDY, FIN, a new subscriber, unpause, a timeout) the owner calls
 :meth:`Channel.dispatch`, which hands every ready message that fits into the
 subscribers' RDY windows (``in_flight < rdy``), round robin, and queues the
-frames in their output buffers. Popping from the queue and recording the
+frames in their output buffers, no more at once than a buffer's room (a client
+whose socket does not drain gets nothing more). Popping from the queue and recording the
 message as in flight is one synchronous step, so no lock is needed. A message
 that would be delivered more than ``--max-attempts`` (or the channel's own
 setting) times is buried instead (:mod:`broker.core.deadletter`).
@@ -40,12 +41,14 @@ from broker.core.latency import LatencyHistogram, LatencyStream
 from broker.core.message import Message, now_ns
 from broker.core.retention import Retention, SpillRetention
 from broker.core.timers import TimerHeap
-from broker.protocol import ProtocolError, is_ephemeral
+from broker.protocol import MESSAGE_HEADER_LENGTH, ProtocolError, is_ephemeral
 from diskqueue import DiskQueue
 
 __all__ = ["Channel"]
 
 _DEADLINE = operator.attrgetter("deadline")
+#: A message frame's bytes besides the body: size and frame type, then the message header.
+_FRAME_OVERHEAD = 8 + MESSAGE_HEADER_LENGTH
 
 def _failed(code: str, verb: str, msg_id: bytes, reason: bytes) -> ProtocolError:
     """nsqd's non-fatal ``E_<VERB>_FAILED <VERB> <id> failed <reason>``, id bytes as sent."""
@@ -76,6 +79,7 @@ class Channel:
         self.deferred_timers = TimerHeap(_DEADLINE, lambda m: self.deferred.get(m.id) is m)
         self.clients: list[Subscriber] = []
         self._rr = 0
+        self._all_full = False  # the last dispatch ended with no subscriber able to take more
         self.paused = False
         self.exiting = False
         self.message_count = 0
@@ -189,16 +193,32 @@ class Channel:
 
     # ---------------------------------------------------------------- delivery
 
-    def dispatch(self) -> None:
-        """Hand ready messages to subscribers with room in their RDY window."""
-        if self.paused or not self.clients or self.exiting:
+    def dispatch(self, changed: Subscriber | None = None) -> None:
+        """Hand ready messages to subscribers with room in their RDY window.
+
+        ``changed`` names the one subscriber whose state changed since the last
+        dispatch (it sent commands, or its socket drained). When the last
+        dispatch left every subscriber full, only that one can take messages
+        now, so the others are not scanned: with a thousand consumers, a FIN
+        costs one delivery, not a pass over all of them.
+        """
+        if self.paused or not self.clients or self.exiting or not (self.memory or self.ready.depth):
+            # nothing to hand out (or nobody to take it): whoever has room keeps it
+            self._all_full = False
             return
-        ready = [c for c in self.clients if c.ready_for_more()]
-        if not ready:
-            return
-        if len(ready) > 1:
-            self._rr = (self._rr + 1) % len(ready)
-            ready = ready[self._rr:] + ready[:self._rr]
+        full_pass = changed is None or not self._all_full
+        if changed is not None and not full_pass:
+            if not changed.ready_for_more():
+                return
+            ready = [changed]
+        else:
+            # round robin: start after the subscriber the last full pass served last
+            clients = self.clients
+            start = self._rr % len(clients)
+            ready = [c for c in clients[start:] + clients[:start] if c.ready_for_more()]
+            if not ready:
+                self._all_full = True
+                return
         memory = self.memory
         now = trio.current_time()
         touched = []
@@ -215,6 +235,10 @@ class Channel:
                 self._deliver(client, n, now)
                 touched.append(client)
             ready = [c for c in ready if c.ready_for_more()]
+        # messages may be left only once nobody can take them
+        self._all_full = not ready
+        if touched and full_pass:
+            self._rr = self.clients.index(touched[-1]) + 1
         for client in touched:
             client.wake_writer()
 
@@ -224,6 +248,7 @@ class Channel:
         deadline = now + client.msg_timeout
         sample_rate = client.sample_rate
         bury_after = self.bury_after
+        room = client.output_room()
         dead = None
         skipped = None
         sent = []
@@ -247,6 +272,9 @@ class Channel:
             msg.delivered_at = now
             in_flight[msg.id] = msg
             sent.append(msg)
+            room -= _FRAME_OVERHEAD + len(msg.body)
+            if room <= 0:
+                break
         client.send_messages(sent)
         self.in_flight_timers.push_many(deadline, sent)
         if skipped:
@@ -360,6 +388,7 @@ class Channel:
         """
         now = trio.current_time()
         expired = self.in_flight_timers.pop_due(now)
+        owners: dict[int, tuple[Subscriber, list[Message]]] = {}
         for msg in expired:
             del self.in_flight[msg.id]
             client = msg.client
@@ -367,7 +396,13 @@ class Channel:
             if client is not None:
                 client.in_flight_count -= 1
                 client.timeout_count += 1
+                owners.setdefault(id(client), (client, []))[1].append(msg)
             self.timeout_count += 1
+        for client, msgs in owners.values():
+            # a frame still queued behind a write that did not progress never
+            # reached the socket: that delivery was not an attempt
+            for msg in client.unsent(msgs):
+                msg.attempts -= 1
         due = self.deferred_timers.pop_due(now)
         for msg in due:
             del self.deferred[msg.id]

@@ -34,7 +34,8 @@ class Subscriber(Protocol):
     The channel puts messages in flight with :meth:`send_messages` (which
     counts them in ``in_flight_count``), keeps the counters up to date as they
     are finished, requeued or time out, and calls :meth:`wake_writer` once per
-    dispatch so the frames go out together.
+    dispatch so the frames go out together. It gives a subscriber no more
+    frames at once than :meth:`output_room` allows.
     """
 
     rdy: int
@@ -50,6 +51,14 @@ class Subscriber(Protocol):
     def wake_writer(self) -> None: ...
 
     def ready_for_more(self) -> bool: ...
+
+    def output_room(self) -> int:
+        """Bytes of message frames the subscriber's output buffer takes before it is full."""
+        ...
+
+    def unsent(self, msgs: list[Message]) -> list[Message]:
+        """Those of ``msgs`` whose frames were never wholly handed to the socket: not an attempt."""
+        ...
 
     def close_soon(self) -> None: ...
 

@@ -1,8 +1,11 @@
 """One V2 connection's negotiated state, RDY window, output buffer and counters.
 
-Frames are appended to an output list by synchronous code (command handlers,
-channel dispatch) and sent by the connection's writer task with one
-``send_all`` of the joined bytes. A timer task sends heartbeats every
+Frames are appended to an output buffer (:mod:`broker.server.output`) by
+synchronous code (command handlers, channel dispatch) and sent by the
+connection's writer task with one send of the joined bytes. As nsqd's
+``bufio.Writer`` does, a buffer that reaches ``output_buffer_size`` is handed
+to the socket at once, and a client whose buffer stays full (its socket does
+not drain) is given no more messages. A timer task sends heartbeats every
 heartbeat interval, drops a client that sends nothing for two intervals and
 one whose socket does not drain within one interval, as nsqd does.
 """
@@ -19,8 +22,9 @@ from typing import TYPE_CHECKING
 import trio
 
 from broker.config.options import NSQD_COMPAT_VERSION
-from broker.protocol import HEARTBEAT_FRAME, ProtocolError, State, encode_error, encode_response, message_frame_header
+from broker.protocol import HEARTBEAT_FRAME, ProtocolError, State, encode_error, encode_response
 from broker.server.compression import Codec, DeflateCodec, SnappyCodec
+from broker.server.output import OutputBuffer
 from broker.server.tls import describe_session
 from broker.server.upgrade import Upgrade, UpgradeFailed, tls_handshake
 
@@ -91,7 +95,8 @@ class Client:
         self.requeue_count = 0
         self.timeout_count = 0
         self.pub_counts: dict[str, int] = {}
-        self._out: list[bytes | memoryview] = []
+        self.output = OutputBuffer()
+        self._stalled = False  # refused messages while the output buffer was full
         self._out_event = trio.Event()
         self._closed = trio.Event()
         self._timer_scope: trio.CancelScope | None = None
@@ -100,7 +105,7 @@ class Client:
         self.closing = False
         self.batching = False  # the reader is applying a chunk of commands
         self._flush_pending = False
-        self._writer_waiting = False
+        self._sending = False  # the writer task is in a send: only it may write now
         sock = getattr(stream, "socket", None)
         self._fd = sock.fileno() if sock is not None else -1
         # transport upgrades: the server's TLS context (None: no TLS), what IDENTIFY agreed
@@ -118,6 +123,8 @@ class Client:
         self.authd: AuthClient | None = None
         self.auth_secret = ""
         self.auth_state: AuthState | None = None
+        # the raw socket while the connection is plain: sends count the bytes handed over
+        self._socket = sock
 
     # ---------------------------------------------------------------- IDENTIFY
 
@@ -181,6 +188,7 @@ class Client:
             codec: Codec | None = DeflateCodec(deflate_level) if deflate else SnappyCodec() if snappy else None
             self.upgrade = Upgrade(tls, codec)
             self._fd = -1  # output must now go through the upgraded stream, never straight to the socket
+            self._socket = None
         return response
 
     def identify_response(self, tls: bool = False, deflate: bool = False, deflate_level: int = DEFAULT_DEFLATE_LEVEL,
@@ -220,16 +228,18 @@ class Client:
         """The IDENTIFY response is queued: what IDENTIFY agreed starts after it (see
         :mod:`broker.server.upgrade`)."""
         if self.upgrade is not None:
-            self.upgrade.plain_frames = len(self._out)
+            self.upgrade.plain_frames = len(self.output.chunks)
 
     async def _perform_upgrade(self, upgrade: Upgrade) -> None:
         """Send the output queued up to the IDENTIFY response plain, then upgrade and send the
         framed ``OK`` of each step; the writer calls this. Marks the upgrade done either way."""
-        plain = self._out[:upgrade.plain_frames]
-        del self._out[:upgrade.plain_frames]
+        chunks = self.output.chunks
+        plain = b"".join(chunks[:upgrade.plain_frames])
+        del chunks[:upgrade.plain_frames]
         try:
             if plain:
-                await self.stream.send_all(b"".join(plain))
+                await self.stream.send_all(plain)
+                self.output.handed(len(plain))
             if upgrade.tls:
                 assert self.ssl_context is not None
                 log.info("PROTOCOL(V2): [%s] upgrading connection to TLS", self.remote_address)
@@ -266,7 +276,7 @@ class Client:
         """Tell the client its handshake failed, in plain text as nsqd does, and close."""
         log.info("TCP: client(%s) error: E_IDENTIFY_FAILED IDENTIFY failed %s", self.remote_address, cause)
         self.closing = True
-        self._out.clear()
+        self.output.chunks.clear()
         with trio.move_on_after(UPGRADE_ERROR_GRACE):
             try:
                 await self.stream.send_all(encode_error(b"E_IDENTIFY_FAILED IDENTIFY failed " + cause.encode()))
@@ -276,24 +286,36 @@ class Client:
     # ---------------------------------------------------------------- output
 
     def send_messages(self, msgs: list[Message]) -> None:
-        """Queue message frames (sent once the caller wakes the writer); they are now in flight."""
-        append = self._out.append
-        header = message_frame_header
-        for msg in msgs:
-            body = msg.body
-            append(header(msg.timestamp, msg.attempts, msg.id, len(body)))
-            append(body)
+        """Queue message frames (sent once the caller wakes the writer); they are now in flight.
+
+        A buffer that reaches ``output_buffer_size`` is handed to the socket now,
+        as nsqd's ``bufio.Writer`` does; what the socket does not take keeps the
+        client from getting more (:meth:`ready_for_more`) until it drains.
+        """
+        output = self.output
+        output.add_messages(msgs)
         self.in_flight_count += len(msgs)
         self.message_count += len(msgs)
+        if output.size >= self.output_buffer_size and not self._flush_now():
+            self._stalled = True
+            self._out_event.set()
+
+    def output_room(self) -> int:
+        """Bytes the output buffer takes before it is full (at most ``output_buffer_size``)."""
+        return self.output_buffer_size - self.output.size
+
+    def unsent(self, msgs: list[Message]) -> list[Message]:
+        """Those of ``msgs`` (in flight to this client) whose frames were never wholly handed to the socket."""
+        return self.output.unsent(msgs)
 
     def send_response(self, data: bytes) -> None:
         """Queue a response frame and make the writer flush."""
-        self._out.append(encode_response(data))
+        self.output.add(encode_response(data))
         self.wake_writer()
 
     def send_error(self, err: ProtocolError) -> None:
         """Queue an error frame and make the writer flush."""
-        self._out.append(encode_error(err.payload))
+        self.output.add(encode_error(err.payload))
         self.wake_writer()
 
     def wake_writer(self) -> None:
@@ -309,22 +331,35 @@ class Client:
         if not self._flush_pending:
             return
         self._flush_pending = False
-        out = self._out
-        if out and self._writer_waiting and not self.closing and self._fd >= 0:
-            data = b"".join(out) if len(out) > 1 else out[0]
-            try:
-                sent = os.write(self._fd, data)
-            except OSError:  # would block, or broken: the writer's send_all deals with it
-                sent = 0
-            if sent == len(data):
-                out.clear()
-                return
-            out[:] = [memoryview(data)[sent:]]
-        self._out_event.set()
+        if not self._flush_now():
+            self._out_event.set()
+
+    def _flush_now(self) -> bool:
+        """Hand what is queued to the socket without blocking; True if it took it all.
+
+        Only while the writer task is not in a send (so bytes go out in order)
+        and the stream is a plain socket; otherwise the writer sends it.
+        """
+        output = self.output
+        if not output.chunks:
+            return True
+        if self._sending or self.closing or self._fd < 0:
+            return False
+        data = output.take()
+        try:
+            sent = os.write(self._fd, data)
+        except OSError:  # would block, or broken: the writer's send deals with it
+            sent = 0
+        output.handed(sent)
+        if sent == len(data):
+            return True
+        output.put_back(memoryview(data)[sent:])
+        return False
 
     def ready_for_more(self) -> bool:
-        """True while the RDY window has room and the client is not closing."""
-        return self.in_flight_count < self.rdy and self.state == State.SUBSCRIBED and not self.closing
+        """True while the RDY window and the output buffer have room and the client is not closing."""
+        return (self.in_flight_count < self.rdy and self.output.size < self.output_buffer_size
+                and self.state == State.SUBSCRIBED and not self.closing)
 
     def close_soon(self) -> None:
         """Ask the connection to flush what is queued and close (channel deleted, shutdown)."""
@@ -349,28 +384,46 @@ class Client:
 
         One task per connection; it waits on an event rather than a timeout, so
         sending costs no cancel scope. Deadlines are enforced by :meth:`run_timers`.
+        On a plain socket it counts the bytes each send hands over, so the output
+        buffer knows which message frames have gone; once a full buffer drains,
+        the channel is asked for more messages.
         """
+        output = self.output
         try:
             while True:
-                if not self._out and not self.closing:
-                    self._writer_waiting = True
+                if not output.chunks and not self.closing:
                     await self._out_event.wait()
-                    self._writer_waiting = False
                     self._out_event = trio.Event()
-                if self.upgrade is not None and self._out:
+                if self.upgrade is not None and output.chunks:
                     await self._perform_upgrade(self.upgrade)
                     continue
-                if self._out:
-                    data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
-                    self._out.clear()
-                    if self.codec is not None:  # the whole chunk at once: one sync flush, one snappy frame run
-                        data = self.codec.compress(data)
+                if output.chunks:
+                    data = output.take()
+                    self._sending = True
+                    sock = self._socket
                     self.send_started = trio.current_time()
-                    await self.stream.send_all(data)
+                    if sock is None:
+                        size = len(data)
+                        if self.codec is not None:  # the whole chunk at once: one sync flush, one snappy frame run
+                            data = self.codec.compress(data)
+                        await self.stream.send_all(data)
+                        output.handed(size)
+                    else:
+                        view = memoryview(data)
+                        while view:
+                            sent = await sock.send(view)
+                            output.handed(sent)
+                            view = view[sent:]
                     self.send_started = None
+                    self._sending = False
+                    # more messages now go straight to the socket while it takes them
+                    if self._stalled and self.ready_for_more():
+                        self._stalled = False
+                        if self.channel is not None:
+                            self.channel.dispatch(self)
                 elif self.closing:
                     return
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return
         finally:
             self.closing = True
@@ -393,14 +446,16 @@ class Client:
                 interval = self.heartbeat_interval
                 next_heartbeat = now + interval if interval else math.inf
             if now >= next_heartbeat:
-                self._out.append(HEARTBEAT_FRAME)
+                self.output.add(HEARTBEAT_FRAME)
                 self.wake_writer()
                 next_heartbeat = now + interval
-            read_deadline = self.last_read + 2 * interval if interval else math.inf
+            reading = interval and not read_scope.cancel_called
+            read_deadline = self.last_read + 2 * interval if reading else math.inf
             if now >= read_deadline:
                 log.info("client %s: no command for %.0fs; closing", self.remote_address, 2 * interval)
                 read_scope.cancel()
-                return
+                # the final flush still has the write deadline
+                next_heartbeat = read_deadline = math.inf
             write_limit = interval or self.options.client_timeout
             started = self.send_started
             if started is not None and now - started >= write_limit:

@@ -191,5 +191,5 @@ class TCPServer(ConnectionServer):
             return False
         finally:
             if client.channel is not None:
-                client.channel.dispatch()
+                client.channel.dispatch(client)
             client.end_batch()

@@ -411,17 +411,19 @@ async def test_internal_error_closes_only_that_client(daemon, monkeypatch):
 
 
 async def test_output_larger_than_the_socket_takes_arrives_whole_and_in_order(daemon):
-    # 200 x 64 KiB sent on one RDY: the first write from the reader only partly
-    # fits in the socket buffer; the rest must follow through the writer, intact.
+    # 200 x 64 KiB on one RDY: the socket takes a few, then the client's output
+    # buffer stays full and it is given nothing more until it reads; the rest
+    # must follow as the socket drains, intact and in order.
     bodies = [bytes([i % 251]) * 65536 for i in range(200)]
     producer = await connect(tcp(daemon))
     for i in range(0, 200, 20):
         await producer.send(encode_mpub("t", bodies[i:i + 20]))
         await producer.expect_response(b"OK")
     consumer = await subscriber(daemon, rdy=200)
-    # Read nothing until all 200 are handed to the connection, so its send side fills up.
+    # Read nothing until the connection's send side is full.
     channel = daemon.broker.topics["t"].channels["c"]
-    await wait_for(lambda: len(channel.in_flight) == 200)
+    client = channel.clients[0]
+    await wait_for(lambda: 0 < len(channel.in_flight) < 200 and not client.ready_for_more())
     got = await consumer.read_messages(200)
     assert [m.body for m in got] == bodies
 

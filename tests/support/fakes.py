@@ -107,6 +107,12 @@ class FakeSubscriber:
     def ready_for_more(self):
         return self.in_flight_count < self.rdy and not self.closing
 
+    def output_room(self):
+        return 1 << 30  # a socket that takes everything at once
+
+    def unsent(self, msgs):
+        return []
+
     def close_soon(self):
         self.closing = True
 

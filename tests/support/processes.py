@@ -79,6 +79,14 @@ class BrokerProcess:
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def rss(self, field: str = "VmRSS") -> int:
+        """The process's resident set size in bytes (``field="VmHWM"``: its peak); Linux only."""
+        with open(f"/proc/{self.proc.pid}/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+        raise RuntimeError(f"no {field} in /proc/{self.proc.pid}/status")
+
 
 def _split(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
