@@ -97,6 +97,27 @@ def nop(broker: Broker, client: Client, cmd: p.Nop) -> None:
     pass
 
 
+def lease(broker: Broker, client: Client, cmd: p.Lease) -> None:
+    """LEASE: settle the messages of a lease token, or count what could be leased.
+
+    Answers with a decimal count. Fatal ``E_INVALID`` on a connection that did not
+    negotiate a lease in IDENTIFY (see :mod:`broker.protocol.lease`).
+    """
+    if client.lease is None:
+        raise ProtocolError("E_INVALID", "cannot LEASE without a lease in IDENTIFY")
+    channel = client.channel
+    assert channel is not None  # the parser admits LEASE only after SUB
+    if cmd.op == "AVAILABLE":
+        count = channel.depth
+    elif cmd.op == "FIN":
+        count = channel.finish_lease(cmd.token)
+    elif cmd.op == "REQ":
+        count = channel.requeue_lease(cmd.token, cmd.timeout_ms)
+    else:
+        count = channel.touch_lease(cmd.token, client.msg_timeout)
+    client.send_response(b"%d" % count)
+
+
 async def pub(broker: Broker, client: Client, cmd: p.Pub) -> bytes:
     return await _publish(broker, client, "PUB", cmd.topic, [cmd.body], 0)
 
@@ -138,6 +159,7 @@ SYNC_HANDLERS: dict[type, SyncHandler] = {
     p.Touch: touch,
     p.Cls: cls,
     p.Nop: nop,
+    p.Lease: lease,
 }
 
 ASYNC_HANDLERS: dict[type, AsyncHandler] = {
