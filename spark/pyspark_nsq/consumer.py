@@ -15,7 +15,7 @@ import time
 from broker.protocol import MessageFrame
 
 from .connection import NsqError
-from .options import MAX_RDY_COUNT, SourceOptions
+from .options import DEFAULT_MAX_IN_FLIGHT, MAX_RDY_COUNT, SourceOptions
 from .subscriber import Subscriber
 
 __all__ = ["Consumer", "Delivery", "RECONNECT_INTERVAL_S"]
@@ -40,8 +40,9 @@ class Consumer:
 
     def __init__(self, options: SourceOptions):
         self._options = options
-        connections = -(-options.max_in_flight // MAX_RDY_COUNT)
-        self._per_connection = -(-options.max_in_flight // connections)
+        budget = options.max_in_flight or DEFAULT_MAX_IN_FLIGHT
+        connections = -(-budget // MAX_RDY_COUNT)
+        self._per_connection = -(-budget // connections)
         self._subscribers = [
             self._subscriber(address, topic)
             for address in options.nsqd
