@@ -260,7 +260,7 @@ class Channel:
 
     def _lease_out(self, client: Subscriber, token: str, sent: list[Message]) -> None:
         """Hand delivered messages to ``token``: they leave the client's window, and
-        RDY on a leasing connection is a credit, spent by each delivery."""
+        each delivery spends one of the credit a leasing connection's RDYs add up to."""
         for msg in sent:
             msg.client = None
         client.in_flight_count -= len(sent)

@@ -12,9 +12,10 @@ that negotiated a lease, by the ``LEASE`` command::
     LEASE AVAILABLE\\n              how many messages the channel could deliver now
 
 Each is answered by a response frame holding a decimal count: the messages
-settled, or the ready depth. On a leasing connection ``RDY n`` is a credit of
-``n`` more messages rather than a window, because leased messages do not hold
-the connection's window.
+settled, or the ready depth. On a leasing connection ``RDY n`` adds ``n`` to a
+credit (at most ``--max-rdy-count``) that each delivery spends, rather than
+setting a window: leased messages do not hold the connection's window. ``CLS``
+ends the credit; every message sent before its ``CLOSE_WAIT`` is leased.
 """
 
 from __future__ import annotations

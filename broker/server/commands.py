@@ -55,7 +55,11 @@ async def sub(broker: Broker, client: Client, cmd: p.Sub) -> bytes:
 
 
 def rdy(broker: Broker, client: Client, cmd: p.Rdy) -> None:
-    client.rdy = cmd.count
+    if client.lease is not None:
+        # a leasing connection's RDY adds credit, so a reader can keep it topped up
+        client.rdy = min(client.rdy + cmd.count, broker.options.max_rdy_count)
+    else:
+        client.rdy = cmd.count
     if client.channel is not None:
         client.channel.dispatch()
 

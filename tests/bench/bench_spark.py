@@ -1,13 +1,15 @@
-"""Benchmark the Spark connector: rows per second source -> sink, and one message's latency.
+"""Benchmark the Spark connector: streaming copy, batch read, sink, latency.
 
 Starts a fresh broker (``python -m broker`` on a temporary data path, or the
-command given with ``--broker-cmd``) and a local Spark session, then measures:
+command given with ``--broker-cmd``) and a local Spark session per master in
+``--masters``, then measures with the connector's **default options**:
 
-- throughput: ``--count`` messages of ``--size`` bytes are published to a topic,
-  then a streaming query (Trigger.AvailableNow, ``maxMessagesPerTrigger``
-  ``--per-trigger``) copies them to another topic. Reported: rows per second over
-  the query's batches, with and without the first batch (Spark's warm-up), and
-  the wall time of the whole query.
+- copy: ``--count`` messages of ``--size`` bytes are queued on a topic, then a
+  streaming query (default trigger) copies them to another topic. A consumer of
+  the sink topic times the first and the last message out: rows/s between them.
+  Run once per master (``local[1]``, ``local[2]``) to show scaling with cores.
+- batch read: ``--count`` messages drained by ``spark.read`` into the noop sink.
+- sink: ``--count`` rows of ``--size`` bytes written with ``df.write``.
 - latency: a query with a 0-second trigger copies one topic to another; after a
   warm-up, ``--probes`` messages are published one at a time and the time until
   each arrives on the sink topic is recorded.
@@ -15,7 +17,7 @@ command given with ``--broker-cmd``) and a local Spark session, then measures:
 Usage (from the repository root)::
 
     python tests/bench/bench_spark.py
-    python tests/bench/bench_spark.py --count 200000 --per-trigger 20000 --json
+    python tests/bench/bench_spark.py --count 200000 --masters 'local[1],local[2]' --json
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -119,36 +122,88 @@ def stream(spark, address: Address, source: str, sink: str, checkpoint: str, tri
             .option("checkpointLocation", checkpoint).trigger(**trigger).start())
 
 
-def measure_throughput(spark, address: Address, workdir: Path, count: int, size: int,
-                       per_trigger: int, in_flight: int) -> dict:
-    body = b"x" * size
-    publish(address, "tput_in", [body] * count)
+class SinkWatch:
+    """Reads the sink topic on a thread, FINs everything and notes when the first and the
+    ``expect``-th message arrived."""
+
+    def __init__(self, address: Address, topic: str, expect: int):
+        self.expect = expect
+        self.count = 0
+        self.first: float | None = None
+        self.last: float | None = None
+        self._conn = Connection.open(address, {})
+        self._conn.send(encode_sub(topic, "watch"))
+        self._conn.read_response()
+        self._conn.send(encode_rdy(2500))
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        conn = self._conn
+        while self.count < self.expect:
+            frames = conn.read_frames(1.0)
+            ids = []
+            for frame in frames:
+                if frame.frame_type == FRAME_TYPE_MESSAGE:
+                    ids.append(frame.data[10:26])
+            if ids:
+                now = time.monotonic()
+                if self.first is None:
+                    self.first = now
+                self.count += len(ids)
+                self.last = now
+                conn.send(b"".join(encode_fin(msg_id) for msg_id in ids))
+
+    def wait(self, timeout: float) -> None:
+        self._thread.join(timeout)
+        self._conn.close()
+        if self.count < self.expect:
+            raise TimeoutError(f"only {self.count} of {self.expect} messages reached the sink")
+
+
+def measure_copy(spark, address: Address, workdir: Path, count: int, size: int, tag: str) -> dict:
+    """Streaming copy of a queued backlog with default options; rows/s first to last row out."""
+    source, sink = f"copy_in_{tag}", f"copy_out_{tag}"
+    publish(address, source, [b"x" * size] * count)
+    watch = SinkWatch(address, sink, count)
     started = time.monotonic()
-    query = stream(spark, address, "tput_in", "tput_out", str(workdir / "tput"),
-                   {"availableNow": True}, maxMessagesPerTrigger=str(per_trigger),
-                   maxInFlight=str(in_flight))
-    query.awaitTermination()
-    wall = time.monotonic() - started
-    batches = [(p["numInputRows"], p["durationMs"]["triggerExecution"] / 1000)
-               for p in query.recentProgress if p["numInputRows"]]
-    rows = sum(n for n, _ in batches)
-    busy = sum(s for _, s in batches)
-    warm = batches[1:]
+    query = stream(spark, address, source, sink, str(workdir / f"copy_{tag}"),
+                   {"processingTime": "0 seconds"})
+    try:
+        watch.wait(600)
+    finally:
+        query.stop()
+    assert watch.first is not None and watch.last is not None
+    batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     return {
-        "messages": count,
-        "size": size,
-        "rows": rows,
-        "batches": len(batches),
-        "query_wall_s": round(wall, 2),
-        "rows_per_s": round(rows / busy) if busy else 0,
-        "rows_per_s_after_first_batch": round(sum(n for n, _ in warm) / sum(s for _, s in warm))
-        if warm else 0,
-        "rows_per_s_wall": round(rows / wall),
-        "max_in_flight": in_flight,
-        "max_messages_per_trigger": per_trigger,
-        "batch_ms": [{k: v for k, v in p["durationMs"].items() if v}
-                     for p in query.recentProgress if p["numInputRows"]][1:4],
+        "rows": watch.count,
+        "rows_per_s": round(watch.count / max(watch.last - watch.first, 1e-9)),
+        "first_row_after_s": round(watch.first - started, 2),
+        "batches": batches,
     }
+
+
+def measure_batch_read(spark, address: Address, count: int, size: int) -> dict:
+    publish(address, "read_in", [b"r" * size] * count)
+    frame = (spark.read.format("nsq").option("nsqd", str(address)).option("topic", "read_in")
+             .option("channel", "bench").option("maxMessages", str(count)).load())
+    started = time.monotonic()
+    frame.write.format("noop").mode("overwrite").save()
+    elapsed = time.monotonic() - started
+    return {"rows": count, "rows_per_s": round(count / elapsed), "seconds": round(elapsed, 2)}
+
+
+def measure_sink(spark, address: Address, count: int, size: int) -> dict:
+    frame = spark.range(count).selectExpr(f"repeat('s', {size}) AS body").cache()
+    frame.count()
+    watch = SinkWatch(address, "sink_out", count)
+    started = time.monotonic()
+    frame.write.format("nsq").option("nsqd", str(address)).option("topic", "sink_out") \
+        .mode("append").save()
+    elapsed = time.monotonic() - started
+    watch.wait(600)
+    frame.unpersist()
+    return {"rows": count, "rows_per_s": round(count / elapsed), "seconds": round(elapsed, 2)}
 
 
 def measure_latency(spark, address: Address, workdir: Path, probes: int) -> dict:
@@ -184,12 +239,24 @@ def measure_latency(spark, address: Address, workdir: Path, probes: int) -> dict
     }
 
 
+def session(master: str):
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master(master).appName("bench_spark")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--count", type=int, default=100_000, help="messages for throughput")
+    parser.add_argument("--count", type=int, default=200_000, help="messages per measurement")
     parser.add_argument("--size", type=int, default=100, help="message body size in bytes")
-    parser.add_argument("--per-trigger", type=int, default=20_000, help="maxMessagesPerTrigger")
-    parser.add_argument("--in-flight", type=int, default=20_000, help="maxInFlight")
+    parser.add_argument("--masters", default="local[1],local[2]",
+                        help="Spark masters for the streaming copy, comma-separated; the last "
+                             "one also runs the batch read, sink and latency measurements")
     parser.add_argument("--probes", type=int, default=20, help="latency samples")
     parser.add_argument("--broker-cmd", default=f"{shlex.quote(sys.executable)} -m broker")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -199,26 +266,25 @@ def main(argv=None) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [WORKER_PATH,
                                                              os.environ.get("PYTHONPATH")]))
-    from pyspark.sql import SparkSession
-
+    masters = [m.strip() for m in args.masters.split(",") if m.strip()]
+    result: dict = {"count": args.count, "size": args.size, "copy": {},
+                    "cpus": os.cpu_count(), "host": socket.gethostname()}
     with tempfile.TemporaryDirectory(prefix="bench_spark_") as tmp:
         workdir = Path(tmp)
         broker, address = start_broker(shlex.split(args.broker_cmd), workdir / "data",
                                        workdir / "broker.log")
         try:
-            spark = (SparkSession.builder.master("local[2]").appName("bench_spark")
-                     .config("spark.ui.enabled", "false")
-                     .config("spark.ui.showConsoleProgress", "false")
-                     .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-            spark.sparkContext.setLogLevel("ERROR")
-            result = {
-                "throughput": measure_throughput(spark, address, workdir, args.count, args.size,
-                                                 args.per_trigger, args.in_flight),
-                "latency": measure_latency(spark, address, workdir, args.probes),
-                "cpus": os.cpu_count(),
-                "host": socket.gethostname(),
-            }
-            spark.stop()
+            for index, master in enumerate(masters):
+                spark = session(master)
+                tag = re.sub(r"\W", "", master)
+                result["copy"][master] = measure_copy(spark, address, workdir, args.count,
+                                                      args.size, tag)
+                if index == len(masters) - 1:
+                    result["master"] = master
+                    result["batch_read"] = measure_batch_read(spark, address, args.count, args.size)
+                    result["sink"] = measure_sink(spark, address, args.count, args.size)
+                    result["latency"] = measure_latency(spark, address, workdir, args.probes)
+                spark.stop()
         finally:
             broker.send_signal(signal.SIGTERM)
             try:
@@ -228,11 +294,12 @@ def main(argv=None) -> None:
     if args.json:
         print(json.dumps(result))
         return
-    tput, lat = result["throughput"], result["latency"]
-    print(f"throughput  {tput['rows']} x {tput['size']} B in {tput['batches']} batches: "
-          f"{tput['rows_per_s']} rows/s over batches, {tput['rows_per_s_after_first_batch']} "
-          f"rows/s after the first, {tput['rows_per_s_wall']} rows/s wall "
-          f"({tput['query_wall_s']} s incl. query start)")
+    for master, copy in result["copy"].items():
+        print(f"copy        {master}: {copy['rows']} x {args.size} B, {copy['rows_per_s']} rows/s "
+              f"first to last row out, batches {copy['batches']}")
+    print(f"batch read  {result['master']}: {result['batch_read']['rows_per_s']} rows/s")
+    print(f"sink        {result['master']}: {result['sink']['rows_per_s']} rows/s")
+    lat = result["latency"]
     print(f"latency     {lat['probes']} probes, 0 s trigger: p50 {lat['p50_ms']} ms, "
           f"p90 {lat['p90_ms']} ms, min {lat['min_ms']} ms, max {lat['max_ms']} ms")
 
