@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.protocol import encode_fin, encode_lease, encode_rdy, encode_sub
+from broker.protocol import encode_cls, encode_fin, encode_lease, encode_rdy, encode_sub
 from tests.support.v2client import connect, publish_batch, subscriber
 from tests.support.waiting import wait_for
 
@@ -43,16 +43,30 @@ async def test_leased_messages_outlive_their_connection_and_are_finished_by_toke
     await committer.expect_quiet()
 
 
-async def test_rdy_on_a_leasing_connection_is_a_credit(daemon):
+async def test_rdy_on_a_leasing_connection_adds_credit_and_cls_ends_it(daemon):
     await publish_batch(daemon, "t", *[b"m%d" % i for i in range(10)])
-    reader = await subscriber(daemon, rdy=3, feature_negotiation=True, lease="q1.2.0")
+    reader = await subscriber(daemon, feature_negotiation=True, lease="q1.2.0")
+    await reader.send(encode_rdy(2) + encode_rdy(1))
     assert len(await reader.read_messages(3)) == 3
     await reader.expect_quiet()
     await reader.send(encode_rdy(4))
     assert [m.body for m in await reader.read_messages(4)] == [b"m3", b"m4", b"m5", b"m6"]
     await reader.expect_quiet()
     assert await _lease(daemon, reader, "AVAILABLE") == b"3"
+    await reader.send(encode_cls() + encode_rdy(2))
+    await reader.expect_response(b"CLOSE_WAIT")
+    await reader.expect_quiet()
     assert await _lease(daemon, reader, "FIN", "q1.2.0") == b"7"
+
+
+async def test_credit_is_capped_at_max_rdy_count(start_daemon):
+    async with start_daemon("--max-rdy-count=4") as daemon:
+        reader = await subscriber(daemon, feature_negotiation=True, lease="q1.8.0")
+        await reader.send(encode_rdy(3) + encode_rdy(3))
+        await reader.expect_quiet()
+        await publish_batch(daemon, "t", *[b"m%d" % i for i in range(10)])
+        assert len(await reader.read_messages(4)) == 4
+        await reader.expect_quiet()
 
 
 async def test_lease_req_redelivers_to_any_consumer(daemon):
