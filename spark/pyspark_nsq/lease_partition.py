@@ -62,11 +62,14 @@ class LeasePartition(InputPartition):
         self.count = count
         self.token = token
 
-    def read(self, channel: str, msg_timeout_ms: int, drain_timeout_ms: int) -> Iterator[pa.RecordBatch]:
+    def read(self, channel: str, msg_timeout_ms: int, drain_timeout_ms: int, *,
+             finish: bool = False) -> Iterator[pa.RecordBatch]:
         """Lease up to ``count`` messages and yield them as record batches.
 
-        Stops early once nothing arrives for ``drain_timeout_ms``. Raises
-        :class:`NsqError` when the connection fails or the broker offers no lease.
+        Stops early once nothing arrives for ``drain_timeout_ms``. With ``finish``
+        (a batch read, which has no commit) the messages are finished once Spark has
+        taken the last batch. Raises :class:`NsqError` when the connection fails or
+        the broker offers no lease.
         """
         conn = Connection.open(self.address, {"msg_timeout": msg_timeout_ms,
                                               LEASE_IDENTIFY_FIELD: self.token})
@@ -81,6 +84,9 @@ class LeasePartition(InputPartition):
             conn.send(encode_sub(self.topic, channel) + encode_lease("REQ", self.token, 0))
             stream.expect_responses(2)
             yield from self._receive(stream, credit, drain_timeout_ms / 1000)
+            if finish:
+                conn.send(encode_lease("FIN", self.token))
+                stream.expect_responses(1)
         finally:
             conn.close()
 

@@ -23,43 +23,12 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
 from .lease_control import LeaseControl
 from .lease_partition import LeasePartition, lease_token
-from .options import DEFAULT_LEASED_IN_FLIGHT, Address, SourceOptions, parse_addresses
+from .options import DEFAULT_LEASED_IN_FLIGHT, SourceOptions, parse_addresses
+from .partitioning import Pair, allocate, split
 
-__all__ = ["LeasedSource", "ROWS_PER_PARTITION", "MIN_ROWS_TO_SPLIT"]
-
-#: A partition reads at most this many messages: big enough to outweigh a task's
-#: start-up (~0.1 s), small enough that a deep backlog spreads over the cores.
-ROWS_PER_PARTITION = 50_000
-#: From this many messages on, a pair (nsqd, topic) is read by two partitions at
-#: least, so that two cores share even a moderate backlog.
-MIN_ROWS_TO_SPLIT = 10_000
-
-_Pair = tuple[Address, str]
+__all__ = ["LeasedSource"]
 
 _log = logging.getLogger(__name__)
-
-
-def split(count: int) -> list[int]:
-    """``count`` messages as the sizes of the partitions that read them."""
-    parts = max(-(-count // ROWS_PER_PARTITION), 2 if count >= MIN_ROWS_TO_SPLIT else 1)
-    share, extra = divmod(count, parts)
-    return [share + (1 if index < extra else 0) for index in range(parts)]
-
-
-def allocate(available: dict[_Pair, int], budget: int | None) -> dict[_Pair, int]:
-    """Share ``budget`` messages among the pairs in proportion to what each holds."""
-    total = sum(available.values())
-    if budget is None or budget >= total:
-        return dict(available)
-    taken = {pair: count * budget // total for pair, count in available.items()}
-    left = budget - sum(taken.values())
-    for pair in sorted(available, key=lambda p: available[p] - taken[p], reverse=True):
-        if left <= 0:
-            break
-        if taken[pair] < available[pair]:
-            taken[pair] += 1
-            left -= 1
-    return taken
 
 
 class LeasedSource:
@@ -68,13 +37,13 @@ class LeasedSource:
     Owns the control connections; ``stop`` closes them.
     """
 
-    def __init__(self, options: SourceOptions, controls: dict[_Pair, LeaseControl]):
+    def __init__(self, options: SourceOptions, controls: dict[Pair, LeaseControl]):
         self._options = options
         self._controls = controls
         self._query = uuid.uuid4().hex[:12]
         self._finished_through = -1
         self._last: dict | None = None
-        self._remaining: dict[_Pair, int] | None = None
+        self._remaining: dict[Pair, int] | None = None
 
     def initial_offset(self) -> dict:
         """Nothing read yet."""
@@ -121,8 +90,8 @@ class LeasedSource:
         """Finish every message leased for the batch that ends at ``end``."""
         self._finish(end)
 
-    def _by_pair(self, offset: dict) -> dict[_Pair, list[str]]:
-        tokens: dict[_Pair, list[str]] = {}
+    def _by_pair(self, offset: dict) -> dict[Pair, list[str]]:
+        tokens: dict[Pair, list[str]] = {}
         for partition in self.partitions({}, offset):
             tokens.setdefault((partition.address, partition.topic), []).append(partition.token)
         return tokens

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import trio
 
+from pyspark_nsq.batch_reader import NsqBatchReader
 from pyspark_nsq.lease_control import LeaseControl
 from pyspark_nsq.lease_partition import LeasePartition
-from pyspark_nsq.leased_source import allocate, split
-from pyspark_nsq.options import Address
+from pyspark_nsq.options import Address, BatchReadOptions
+from pyspark_nsq.partitioning import allocate, split
 from tests.support.v2client import publish_batch, subscriber
 
 
@@ -77,3 +78,22 @@ def test_a_limit_is_shared_in_proportion_to_what_each_nsqd_holds():
     assert allocate({a: 300, b: 100}, None) == {a: 300, b: 100}
     assert allocate({a: 300, b: 100}, 101) == {a: 76, b: 25}
     assert allocate({a: 0, b: 5}, 3) == {a: 0, b: 3}
+
+
+async def test_the_batch_reader_splits_the_backlog_and_finishes_what_spark_took(daemon):
+    await publish_batch(daemon, "t", *[b"%d" % i for i in range(12_000)])
+    host, port = daemon.addresses.tcp
+    reader = NsqBatchReader(BatchReadOptions.parse({
+        "nsqd": f"{host}:{port}", "topic": "t", "channel": "c", "maxMessages": "11000",
+        "drainTimeoutMs": "300"}))
+    partitions = await _in_thread(reader.partitions)
+    assert [p.count for p in partitions] == [5500, 5500]
+
+    def read_all():
+        return [body for p in partitions for batch in reader.read(p)
+                for body in batch.column("body").to_pylist()]
+
+    bodies = await _in_thread(read_all)
+    assert len(set(bodies)) == 11_000
+    channel = daemon.broker.topics["t"].channels["c"]
+    assert (len(channel.in_flight), channel.depth) == (0, 1000)
