@@ -9,7 +9,8 @@ that negotiated a lease, by the ``LEASE`` command::
     LEASE FIN <token>\\n            finish every message leased under <token>
     LEASE REQ <token> <ms>\\n       requeue them (deferred by <ms>, clamped like REQ)
     LEASE TOUCH <token>\\n          restart their timeouts
-    LEASE AVAILABLE\\n              how many messages the channel could deliver now
+    LEASE AVAILABLE\\n              how many messages the channel holds ready, and
+                                   those its topic has yet to fan out
 
 Each is answered by a response frame holding a decimal count: the messages
 settled, or the ready depth. On a leasing connection ``RDY n`` adds ``n`` to a

@@ -112,7 +112,9 @@ def lease(broker: Broker, client: Client, cmd: p.Lease) -> None:
     channel = client.channel
     assert channel is not None  # the parser admits LEASE only after SUB
     if cmd.op == "AVAILABLE":
-        count = channel.depth
+        # what the topic has not fanned out yet comes to this channel too
+        topic = broker.topics.get(channel.topic_name)
+        count = channel.depth + (topic.depth if topic is not None else 0)
     elif cmd.op == "FIN":
         count = channel.finish_lease(cmd.token)
     elif cmd.op == "REQ":

@@ -95,7 +95,8 @@ class NsqBatchReader(DataSourceReader):
             yield from partition.read(options.channel, options.msg_timeout_ms,
                                       options.drain_timeout_ms, finish=True)
             return
-        assert isinstance(partition, DrainPartition)
+        if not isinstance(partition, DrainPartition):
+            return  # Spark's stand-in when there is nothing to read: InputPartition(None)
         conn = Connection.open(partition.address, {"msg_timeout": options.msg_timeout_ms})
         try:
             window = min(options.max_in_flight, partition.max_messages, MAX_RDY_COUNT)

@@ -127,8 +127,9 @@ class NsqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(partition, LeasePartition):
             options = self._options
             return partition.read(options.channel, options.msg_timeout_ms, options.drain_timeout_ms)
-        assert isinstance(partition, MessagePartition)
-        return partition.read()
+        if isinstance(partition, MessagePartition):
+            return partition.read()
+        return iter(())  # Spark's stand-in when there is nothing to read: InputPartition(None)
 
 
 def _stop_on_sigterm() -> None:

@@ -10,6 +10,8 @@ command given with ``--broker-cmd``) and a local Spark session per master in
   Run once per master (``local[1]``, ``local[2]``) to show scaling with cores.
 - batch read: ``--count`` messages drained by ``spark.read`` into the noop sink.
 - sink: ``--count`` rows of ``--size`` bytes written with ``df.write``.
+  Both are timed after an untimed run of ``WARM_UP_ROWS`` (Spark's first start of
+  its Python workers).
 - latency: a query with a 0-second trigger copies one topic to another; after a
   warm-up, ``--probes`` messages are published one at a time and the time until
   each arrives on the sink topic is recorded.
@@ -183,26 +185,42 @@ def measure_copy(spark, address: Address, workdir: Path, count: int, size: int, 
     }
 
 
+#: Rows of the untimed warm-up run before a timed batch read or write, so that the
+#: timing leaves out Spark's first start of its Python workers.
+WARM_UP_ROWS = 10_000
+
+
 def measure_batch_read(spark, address: Address, count: int, size: int) -> dict:
-    publish(address, "read_in", [b"r" * size] * count)
-    frame = (spark.read.format("nsq").option("nsqd", str(address)).option("topic", "read_in")
-             .option("channel", "bench").option("maxMessages", str(count)).load())
-    started = time.monotonic()
-    frame.write.format("noop").mode("overwrite").save()
-    elapsed = time.monotonic() - started
+    """``spark.read`` of a queued backlog into the noop sink (after an untimed warm-up)."""
+    def read(rows: int) -> float:
+        publish(address, "read_in", [b"r" * size] * rows)
+        frame = (spark.read.format("nsq").option("nsqd", str(address)).option("topic", "read_in")
+                 .option("channel", "bench").option("maxMessages", str(rows)).load())
+        started = time.monotonic()
+        frame.write.format("noop").mode("overwrite").save()
+        return time.monotonic() - started
+
+    read(WARM_UP_ROWS)
+    elapsed = read(count)
     return {"rows": count, "rows_per_s": round(count / elapsed), "seconds": round(elapsed, 2)}
 
 
 def measure_sink(spark, address: Address, count: int, size: int) -> dict:
-    frame = spark.range(count).selectExpr(f"repeat('s', {size}) AS body").cache()
-    frame.count()
+    """``df.write`` of cached rows to a topic (after an untimed warm-up)."""
+    def write(rows: int, topic: str) -> float:
+        frame = spark.range(rows).selectExpr(f"repeat('s', {size}) AS body").cache()
+        frame.count()
+        started = time.monotonic()
+        frame.write.format("nsq").option("nsqd", str(address)).option("topic", topic) \
+            .mode("append").save()
+        elapsed = time.monotonic() - started
+        frame.unpersist()
+        return elapsed
+
+    write(WARM_UP_ROWS, "sink_warm_up")
     watch = SinkWatch(address, "sink_out", count)
-    started = time.monotonic()
-    frame.write.format("nsq").option("nsqd", str(address)).option("topic", "sink_out") \
-        .mode("append").save()
-    elapsed = time.monotonic() - started
+    elapsed = write(count, "sink_out")
     watch.wait(600)
-    frame.unpersist()
     return {"rows": count, "rows_per_s": round(count / elapsed), "seconds": round(elapsed, 2)}
 
 

@@ -138,3 +138,11 @@ async def test_lease_before_sub_and_a_bad_token_in_identify_are_fatal(daemon):
     await late.identify(lease="q1")
     await late.send(encode_sub("t", "c"))
     await late.expect_response(b"OK")
+
+
+async def test_available_counts_what_the_topic_has_yet_to_fan_out(daemon):
+    await publish_batch(daemon, "t", b"a", b"b", b"c")
+    daemon.broker.topics["t"].pause()  # the topic keeps them: nothing reaches the channel
+    reader = await subscriber(daemon, feature_negotiation=True, lease="q1.9.0")
+    assert _channel(daemon).depth == 0
+    assert await _lease(daemon, reader, "AVAILABLE") == b"3"

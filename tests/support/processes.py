@@ -22,7 +22,10 @@ def broker_args(data_path: Path, *extra: str) -> list[str]:
 class BrokerProcess:
     """A real ``pynsqd`` process (``python -m broker``); ports parsed from its log."""
 
-    def __init__(self, data_path: Path, *extra: str, log_path: Path | None = None):
+    def __init__(self, data_path: Path, *extra: str, log_path: Path | None = None,
+                 program: list[str] | None = None):
+        #: The command before the flags; nsq's own nsqd logs its listeners the same way.
+        self.program = program or [sys.executable, "-m", "broker"]
         self.data_path = data_path
         self.extra = extra
         self.log_path = log_path or data_path.parent / "broker.log"
@@ -36,7 +39,7 @@ class BrokerProcess:
         log = open(self.log_path, "ab")
         start_offset = log.tell()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "broker", *broker_args(self.data_path, *self.extra)],
+            [*self.program, *broker_args(self.data_path, *self.extra)],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL,
         )
         log.close()
