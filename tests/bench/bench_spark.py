@@ -5,8 +5,9 @@ command given with ``--broker-cmd``) and a local Spark session per master in
 ``--masters``, then measures with the connector's **default options**:
 
 - copy: ``--count`` messages of ``--size`` bytes are queued on a topic, then a
-  streaming query (default trigger) copies them to another topic. A consumer of
-  the sink topic times the first and the last message out: rows/s between them.
+  streaming query (default trigger) copies them to another topic. Polling the
+  sink topic's message count in ``/stats`` times the first and the last message
+  out: rows/s between them.
   Run once per master (``local[1]``, ``local[2]``) to show scaling with cores.
 - batch read: ``--count`` messages drained by ``spark.read`` into the noop sink.
 - sink: ``--count`` rows of ``--size`` bytes written with ``df.write``.
@@ -37,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,8 +63,9 @@ from pyspark_nsq.options import Address  # noqa: E402
 _LISTEN = re.compile(rb"(TCP|HTTP): listening on (\S+)")
 
 
-def start_broker(command: list[str], data_path: Path, log_path: Path) -> tuple[subprocess.Popen, Address]:
-    """The broker process and its TCP address, parsed from its log."""
+def start_broker(command: list[str], data_path: Path,
+                 log_path: Path) -> tuple[subprocess.Popen, Address, str]:
+    """The broker process, its TCP address and its HTTP ``host:port``, parsed from its log."""
     log = open(log_path, "wb")
     process = subprocess.Popen(
         [*command, f"--data-path={data_path}", "--tcp-address=127.0.0.1:0",
@@ -73,9 +76,9 @@ def start_broker(command: list[str], data_path: Path, log_path: Path) -> tuple[s
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         found = dict(_LISTEN.findall(log_path.read_bytes()))
-        if b"TCP" in found:
+        if b"TCP" in found and b"HTTP" in found:
             host, _, port = found[b"TCP"].decode().rpartition(":")
-            return process, Address(host.strip("[]"), int(port))
+            return process, Address(host.strip("[]"), int(port)), found[b"HTTP"].decode()
         if process.poll() is not None:
             break
         time.sleep(0.05)
@@ -124,55 +127,54 @@ def stream(spark, address: Address, source: str, sink: str, checkpoint: str, tri
             .option("checkpointLocation", checkpoint).trigger(**trigger).start())
 
 
-class SinkWatch:
-    """Reads the sink topic on a thread, FINs everything and notes when the first and the
-    ``expect``-th message arrived."""
+class TopicCounter:
+    """Polls the broker's ``/stats`` on a thread for a topic's message count and notes
+    when the first message and the ``expect``-th were published to it. No consumer
+    reads the topic, so the broker does no more work than the pipeline gives it."""
 
-    def __init__(self, address: Address, topic: str, expect: int):
+    def __init__(self, http: str, topic: str, expect: int, interval: float = 0.01):
         self.expect = expect
         self.count = 0
         self.first: float | None = None
         self.last: float | None = None
-        self._conn = Connection.open(address, {})
-        self._conn.send(encode_sub(topic, "watch"))
-        self._conn.read_response()
-        self._conn.send(encode_rdy(2500))
+        self._url = f"http://{http}/stats?format=json&topic={topic}"
+        self._interval = interval
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        conn = self._conn
         while self.count < self.expect:
-            frames = conn.read_frames(1.0)
-            ids = []
-            for frame in frames:
-                if frame.frame_type == FRAME_TYPE_MESSAGE:
-                    ids.append(frame.data[10:26])
-            if ids:
-                now = time.monotonic()
-                if self.first is None:
-                    self.first = now
-                self.count += len(ids)
-                self.last = now
-                conn.send(b"".join(encode_fin(msg_id) for msg_id in ids))
+            with urllib.request.urlopen(self._url, timeout=10) as answer:
+                topics = json.load(answer)["topics"]
+            now = time.monotonic()
+            count = topics[0]["message_count"] if topics else 0
+            if count and self.first is None:
+                self.first = now
+            if count > self.count:
+                self.count, self.last = count, now
+            time.sleep(self._interval)
 
     def wait(self, timeout: float) -> None:
         self._thread.join(timeout)
-        self._conn.close()
         if self.count < self.expect:
             raise TimeoutError(f"only {self.count} of {self.expect} messages reached the sink")
 
 
-def measure_copy(spark, address: Address, workdir: Path, count: int, size: int, tag: str) -> dict:
+def measure_copy(spark, address: Address, http: str, workdir: Path, count: int, size: int,
+                 tag: str) -> dict:
     """Streaming copy of a queued backlog with default options; rows/s first to last row out."""
     source, sink = f"copy_in_{tag}", f"copy_out_{tag}"
     publish(address, source, [b"x" * size] * count)
-    watch = SinkWatch(address, sink, count)
+    watch = TopicCounter(http, sink, count)
     started = time.monotonic()
     query = stream(spark, address, source, sink, str(workdir / f"copy_{tag}"),
                    {"processingTime": "0 seconds"})
     try:
         watch.wait(600)
+        deadline = time.monotonic() + 30
+        while (sum(p["numInputRows"] for p in query.recentProgress) < count
+               and time.monotonic() < deadline):
+            time.sleep(0.1)  # the last batch's progress is reported after its commit
     finally:
         query.stop()
     assert watch.first is not None and watch.last is not None
@@ -205,7 +207,7 @@ def measure_batch_read(spark, address: Address, count: int, size: int) -> dict:
     return {"rows": count, "rows_per_s": round(count / elapsed), "seconds": round(elapsed, 2)}
 
 
-def measure_sink(spark, address: Address, count: int, size: int) -> dict:
+def measure_sink(spark, address: Address, http: str, count: int, size: int) -> dict:
     """``df.write`` of cached rows to a topic (after an untimed warm-up)."""
     def write(rows: int, topic: str) -> float:
         frame = spark.range(rows).selectExpr(f"repeat('s', {size}) AS body").cache()
@@ -218,9 +220,9 @@ def measure_sink(spark, address: Address, count: int, size: int) -> dict:
         return elapsed
 
     write(WARM_UP_ROWS, "sink_warm_up")
-    watch = SinkWatch(address, "sink_out", count)
+    watch = TopicCounter(http, "sink_out", count)
     elapsed = write(count, "sink_out")
-    watch.wait(600)
+    watch.wait(60)
     return {"rows": count, "rows_per_s": round(count / elapsed), "seconds": round(elapsed, 2)}
 
 
@@ -289,18 +291,18 @@ def main(argv=None) -> None:
                     "cpus": os.cpu_count(), "host": socket.gethostname()}
     with tempfile.TemporaryDirectory(prefix="bench_spark_") as tmp:
         workdir = Path(tmp)
-        broker, address = start_broker(shlex.split(args.broker_cmd), workdir / "data",
+        broker, address, http = start_broker(shlex.split(args.broker_cmd), workdir / "data",
                                        workdir / "broker.log")
         try:
             for index, master in enumerate(masters):
                 spark = session(master)
                 tag = re.sub(r"\W", "", master)
-                result["copy"][master] = measure_copy(spark, address, workdir, args.count,
+                result["copy"][master] = measure_copy(spark, address, http, workdir, args.count,
                                                       args.size, tag)
                 if index == len(masters) - 1:
                     result["master"] = master
                     result["batch_read"] = measure_batch_read(spark, address, args.count, args.size)
-                    result["sink"] = measure_sink(spark, address, args.count, args.size)
+                    result["sink"] = measure_sink(spark, address, http, args.count, args.size)
                     result["latency"] = measure_latency(spark, address, workdir, args.probes)
                 spark.stop()
         finally:
