@@ -42,7 +42,6 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKER_PATH = os.pathsep.join([str(ROOT), str(ROOT / "spark")])
 for entry in (str(ROOT / "spark"), str(ROOT)):
     if entry not in sys.path:
         # run as a script from a checkout: import the connector without installing it
@@ -71,6 +70,7 @@ def start_broker(command: list[str], data_path: Path,
         [*command, f"--data-path={data_path}", "--tcp-address=127.0.0.1:0",
          "--http-address=127.0.0.1:0"],
         stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+        cwd=data_path.parent,  # not a checkout: $PYTHONPATH says which broker runs
     )
     log.close()
     deadline = time.monotonic() + 30
@@ -279,15 +279,20 @@ def main(argv=None) -> None:
                              "one also runs the batch read, sink and latency measurements")
     parser.add_argument("--probes", type=int, default=20, help="latency samples")
     parser.add_argument("--broker-cmd", default=f"{shlex.quote(sys.executable)} -m broker")
+    parser.add_argument("--checkout", type=Path, default=ROOT,
+                        help="the checkout whose broker and connector run (default: this one), "
+                             "to compare two versions side by side with the same benchmark")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [WORKER_PATH,
+    checkout = args.checkout.resolve()
+    worker_path = os.pathsep.join([str(checkout), str(checkout / "spark")])
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [worker_path,
                                                              os.environ.get("PYTHONPATH")]))
     masters = [m.strip() for m in args.masters.split(",") if m.strip()]
-    result: dict = {"count": args.count, "size": args.size, "copy": {},
+    result: dict = {"checkout": str(checkout), "count": args.count, "size": args.size, "copy": {},
                     "cpus": os.cpu_count(), "host": socket.gethostname()}
     with tempfile.TemporaryDirectory(prefix="bench_spark_") as tmp:
         workdir = Path(tmp)
