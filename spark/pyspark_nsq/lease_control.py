@@ -11,6 +11,7 @@ such extension: its IDENTIFY answer lacks the ``lease`` field, which
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable
 
 from broker.protocol import LEASE_IDENTIFY_FIELD, encode_lease, encode_sub
@@ -31,7 +32,7 @@ class LeaseControl:
     request. Raises :class:`NsqError` when nsqd refuses.
     """
 
-    __slots__ = ("address", "topic", "channel", "_token", "_conn")
+    __slots__ = ("address", "topic", "channel", "_token", "_conn", "_lock")
 
     def __init__(self, address: Address, topic: str, channel: str, token: str):
         self.address = address
@@ -39,11 +40,13 @@ class LeaseControl:
         self.channel = channel
         self._token = token
         self._conn: Connection | None = None
+        self._lock = threading.Lock()  # the planning thread and the toucher share it
 
     @property
     def offers_leases(self) -> bool:
         """Whether the broker echoed the lease: pynsqd does, nsqd does not."""
-        return self._connection().identity.get(LEASE_IDENTIFY_FIELD) == self._token
+        with self._lock:
+            return self._connection().identity.get(LEASE_IDENTIFY_FIELD) == self._token
 
     def available(self) -> int:
         """Messages the channel holds ready now (``LEASE AVAILABLE``)."""
@@ -59,7 +62,16 @@ class LeaseControl:
         payload = b"".join(encode_lease("REQ", token, 0) for token in tokens)
         return sum(self._request(payload, payload.count(b"\n"))) if payload else 0
 
+    def touch(self, tokens: Iterable[str]) -> int:
+        """Restart the timeouts of the messages leased under ``tokens``; returns how many."""
+        payload = b"".join(encode_lease("TOUCH", token) for token in tokens)
+        return sum(self._request(payload, payload.count(b"\n"))) if payload else 0
+
     def _request(self, payload: bytes, answers: int) -> list[int]:
+        with self._lock:
+            return self._request_locked(payload, answers)
+
+    def _request_locked(self, payload: bytes, answers: int) -> list[int]:
         for attempt in (1, 2):
             conn = self._connection()
             try:

@@ -17,6 +17,7 @@ from the checkpoint after a restart is planned exactly as before.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
@@ -28,13 +29,18 @@ from .partitioning import Pair, allocate, split
 
 __all__ = ["LeasedSource"]
 
+#: How long ``stop`` waits for a TOUCH under way to be answered.
+_STOP_WAIT_S = 10.0
+
 _log = logging.getLogger(__name__)
 
 
 class LeasedSource:
     """Plans and commits micro-batches of ``options`` through ``controls`` (one per pair).
 
-    Owns the control connections; ``stop`` closes them.
+    Owns the control connections and a daemon thread that TOUCHes the leases of the
+    batch in progress every half ``msgTimeoutMs``, so that a batch may run longer
+    than that (up to the broker's ``--max-msg-timeout``); ``stop`` ends both.
     """
 
     def __init__(self, options: SourceOptions, controls: dict[Pair, LeaseControl]):
@@ -44,6 +50,22 @@ class LeasedSource:
         self._finished_through = -1
         self._last: dict | None = None
         self._remaining: dict[Pair, int] | None = None
+        self._stopping = threading.Event()
+        self._toucher = threading.Thread(target=self._touch_in_progress, daemon=True,
+                                         name=f"nsq-lease-touch-{options.channel}")
+        self._toucher.start()
+
+    def _touch_in_progress(self) -> None:
+        interval = self._options.msg_timeout_ms / 2000
+        while not self._stopping.wait(interval):
+            last = self._last
+            if last is None or int(last["batch"]) <= self._finished_through:
+                continue
+            try:
+                for pair, tokens in self._by_pair(last).items():
+                    self._controls[pair].touch(tokens)
+            except Exception as exc:  # the leases may then expire: duplicates, never loss
+                _log.info("nsq source: could not touch the leases of batch %s: %s", last["batch"], exc)
 
     def initial_offset(self) -> dict:
         """Nothing read yet."""
@@ -111,6 +133,9 @@ class LeasedSource:
 
     def stop(self) -> None:
         """Give back the leases of a planned batch never committed; close the connections."""
+        self._stopping.set()
+        if self._toucher is not threading.current_thread():
+            self._toucher.join(_STOP_WAIT_S)
         last = self._last
         try:
             if last is not None and int(last["batch"]) > self._finished_through:

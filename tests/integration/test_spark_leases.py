@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import pytest
 import trio
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from pyspark_nsq.batch_reader import NsqBatchReader
 from pyspark_nsq.lease_control import LeaseControl
 from pyspark_nsq.lease_partition import LeasePartition
-from pyspark_nsq.options import Address, BatchReadOptions
+from pyspark_nsq.leased_source import LeasedSource
+from pyspark_nsq.options import Address, BatchReadOptions, SourceOptions
 from pyspark_nsq.partitioning import allocate, split
+from pyspark_nsq.stream_reader import open_source
 from tests.support.v2client import publish_batch, subscriber
 
 
@@ -97,3 +100,27 @@ async def test_the_batch_reader_splits_the_backlog_and_finishes_what_spark_took(
     assert len(set(bodies)) == 11_000
     channel = daemon.broker.topics["t"].channels["c"]
     assert (len(channel.in_flight), channel.depth) == (0, 1000)
+
+
+async def test_the_driver_touches_the_leases_of_the_batch_in_progress(daemon):
+    await publish_batch(daemon, "t", *[b"%d" % i for i in range(100)])
+    host, port = daemon.addresses.tcp
+    options = SourceOptions.parse({"nsqd": f"{host}:{port}", "topic": "t", "channel": "c",
+                                   "msgTimeoutMs": "1000", "drainTimeoutMs": "300"})
+    source = await _in_thread(open_source, options)
+    try:
+        assert isinstance(source, LeasedSource)
+        end = await _in_thread(source.latest_offset, source.initial_offset(), ReadAllAvailable())
+        (partition,) = source.partitions({}, end)
+        rows = await _in_thread(lambda: sum(b.num_rows for b in partition.read("c", 1000, 300)))
+        assert rows == 100
+        # three msg timeouts pass: touched every half of one, nothing comes back
+        plain = await subscriber(daemon, rdy=100)
+        with trio.move_on_after(3):
+            await plain.read_message()
+            raise AssertionError("a leased message timed out while its batch was in progress")
+        await _in_thread(source.commit, end)
+        channel = daemon.broker.topics["t"].channels["c"]
+        assert (len(channel.in_flight), channel.depth) == (0, 0)
+    finally:
+        await _in_thread(source.stop)
