@@ -146,3 +146,21 @@ async def test_available_counts_what_the_topic_has_yet_to_fan_out(daemon):
     reader = await subscriber(daemon, feature_negotiation=True, lease="q1.9.0")
     assert _channel(daemon).depth == 0
     assert await _lease(daemon, reader, "AVAILABLE") == b"3"
+
+
+@pytest.mark.parametrize("finish", [True, False], ids=["finished", "left-leased"])
+async def test_durable_leases_finished_by_token_stay_finished_across_a_restart(start_daemon, finish):
+    async with start_daemon("--durable") as daemon:
+        await publish_batch(daemon, "t", b"a", b"b", b"c")
+        reader = await subscriber(daemon, rdy=3, feature_negotiation=True, lease="q1.10.0")
+        await reader.read_messages(3)
+        await reader.aclose()
+        committer = await subscriber(daemon, feature_negotiation=True, lease="q1.driver")
+        if finish:
+            assert await _lease(daemon, committer, "FIN", "q1.10.0") == b"3"
+        await committer.aclose()
+    async with start_daemon("--durable") as daemon:
+        plain = await subscriber(daemon, rdy=3)
+        again = [] if finish else await plain.read_messages(3)
+        await plain.expect_quiet()
+    assert sorted(m.body for m in again) == ([] if finish else [b"a", b"b", b"c"])
