@@ -38,6 +38,7 @@ from broker.core.deadletter import BuriedSet
 from broker.core.durability.retention import RETRY_DELAY, DurableRetention
 from broker.core.host import CoreHost, Subscriber
 from broker.core.latency import LatencyHistogram, LatencyStream
+from broker.core.leases import Leases
 from broker.core.message import Message, now_ns
 from broker.core.retention import Retention, SpillRetention
 from broker.core.timers import TimerHeap
@@ -78,6 +79,7 @@ class Channel:
         self.in_flight_timers = TimerHeap(_DEADLINE, lambda m: self.in_flight.get(m.id) is m)
         self.deferred_timers = TimerHeap(_DEADLINE, lambda m: self.deferred.get(m.id) is m)
         self.clients: list[Subscriber] = []
+        self.leases = Leases()
         self._rr = 0
         self._all_full = False  # the last dispatch ended with no subscriber able to take more
         self.paused = False
@@ -276,11 +278,22 @@ class Channel:
             if room <= 0:
                 break
         client.send_messages(sent)
+        if client.lease is not None and sent:
+            self._lease_out(client, client.lease, sent)
         self.in_flight_timers.push_many(deadline, sent)
         if skipped:
             self.retention.retire(skipped)
         if dead:
             self.retention.bury(dead)
+
+    def _lease_out(self, client: Subscriber, token: str, sent: list[Message]) -> None:
+        """Hand delivered messages to ``token``: they leave the client's window, and
+        each delivery spends one of the credit a leasing connection's RDYs add up to."""
+        for msg in sent:
+            msg.client = None
+        client.in_flight_count -= len(sent)
+        client.rdy = max(0, client.rdy - len(sent))
+        self.leases.add(token, sent)
 
     # ---------------------------------------------------------------- client commands
 
@@ -312,16 +325,72 @@ class Channel:
             msg.client = None
             finished.append(msg)
         if finished:
-            now = now_ns()
-            latencies = [now - m.timestamp for m in finished]
             done = len(finished)
             client.in_flight_count -= done
             client.finish_count += done
-            self.retention.retire(finished)
-            self.e2e.record_many(latencies)
-            self._topic_e2e.record_many(latencies)
-            self.fin_latency.observe_many(latencies)
+            self._retire_finished(finished)
         return errors
+
+    def _retire_finished(self, finished: list[Message]) -> None:
+        now = now_ns()
+        latencies = [now - m.timestamp for m in finished]
+        self.retention.retire(finished)
+        self.e2e.record_many(latencies)
+        self._topic_e2e.record_many(latencies)
+        self.fin_latency.observe_many(latencies)
+
+    # ---------------------------------------------------------------- leases (broker.core.leases)
+
+    def finish_lease(self, token: str) -> int:
+        """LEASE FIN: finish every message still leased under ``token``; returns how many."""
+        finished = self.leases.take(token, self.in_flight)
+        for msg in finished:
+            del self.in_flight[msg.id]
+        if finished:
+            self._retire_finished(finished)
+        return len(finished)
+
+    def requeue_lease(self, token: str, delay_ms: int) -> int:
+        """LEASE REQ: requeue what ``token`` holds, now or after ``delay_ms``; returns how many.
+
+        Raises the non-fatal ``E_REQ_FAILED`` when exiting or when the disk refuses
+        the write (the messages then stay leased).
+        """
+        if self.exiting:
+            raise _failed("E_REQ_FAILED", "LEASE REQ", token.encode(), b"exiting")
+        msgs = self.leases.take(token, self.in_flight)
+        if not msgs:
+            return 0
+        for msg in msgs:
+            del self.in_flight[msg.id]
+        if delay_ms > 0:
+            moved = self.retention.defer(msgs, now_ns() + delay_ms * 1_000_000)
+        else:
+            moved = self.retention.append(msgs)
+            if moved:
+                self.retention.retire(msgs)
+        if not moved:
+            for msg in msgs:
+                msg.client = None
+                self.in_flight[msg.id] = msg
+            self.leases.add(token, msgs)
+            raise _failed("E_REQ_FAILED", "LEASE REQ", token.encode(), b"disk write failed")
+        self.requeue_count += len(msgs)
+        self.dispatch()
+        return len(msgs)
+
+    def touch_lease(self, token: str, msg_timeout: float) -> int:
+        """LEASE TOUCH: restart the timeouts of ``token``'s messages (never past delivery +
+        max-msg-timeout); returns how many are leased."""
+        msgs = self.leases.peek(token, self.in_flight)
+        now = trio.current_time()
+        limit = self.options.max_msg_timeout
+        for msg in msgs:
+            deadline = min(now + msg_timeout, msg.delivered_at + limit)
+            if deadline != msg.deadline:
+                msg.deadline = deadline
+                self.in_flight_timers.push(deadline, msg)
+        return len(msgs)
 
     def requeue(self, client: Subscriber, msg_id: bytes, delay_ms: int) -> None:
         """REQ: back to the queue now, or after ``delay_ms``. Raises ``E_REQ_FAILED``.
@@ -408,6 +477,8 @@ class Channel:
             del self.deferred[msg.id]
             msg.due_ns = 0
         if expired:
+            if self.leases:
+                self.leases.forget(expired)
             if self.retention.append(expired):
                 self.retention.retire(expired)
             else:  # keep them (and their records) until the disk takes a write again
@@ -489,6 +560,7 @@ class Channel:
                 msg.client.in_flight_count -= 1
                 msg.client = None
         self.in_flight.clear()
+        self.leases.clear()
         self.deferred.clear()
         self.in_flight_timers.clear()
         self.deferred_timers.clear()

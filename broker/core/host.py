@@ -45,6 +45,8 @@ class Subscriber(Protocol):
     finish_count: int
     requeue_count: int
     timeout_count: int
+    #: The lease token negotiated in IDENTIFY (None: messages belong to the connection).
+    lease: str | None
 
     def send_messages(self, msgs: list[Message]) -> None: ...
 

@@ -60,6 +60,7 @@ from .frames import (
     message_frame_header,
 )
 from .identify import IDENTIFY_FIELDS, decode_identify
+from .lease import LEASE_IDENTIFY_FIELD, LEASE_OPS, Lease, encode_lease, is_valid_lease_token
 from .limits import (
     DEFAULT_MAX_BODY_SIZE,
     DEFAULT_MAX_MSG_SIZE,
@@ -86,4 +87,5 @@ __all__ = [
     "Limits", "DEFAULT_MAX_MSG_SIZE", "DEFAULT_MAX_BODY_SIZE", "DEFAULT_MAX_RDY_COUNT",
     "DEFAULT_MAX_REQ_TIMEOUT_MS", "LINE_BUFFER_SIZE",
     "State", "ServerConnection",
+    "Lease", "LEASE_OPS", "LEASE_IDENTIFY_FIELD", "encode_lease", "is_valid_lease_token",
 ]

@@ -31,6 +31,7 @@ from .commands import Auth, Cls, Dpub, Fin, FinRun, Identify, Nop, Pub, Rdy, Req
 from .errors import ProtocolError
 from .frames import MAGIC_V2, MSG_ID_LENGTH
 from .identify import decode_identify
+from .lease import LEASE_OPS, Lease, is_valid_lease_token
 from .limits import Limits
 from .names import go_quote, is_valid_name
 from .state import IGNORED_MOVES, LEGAL_STATES, State
@@ -395,6 +396,26 @@ class ServerConnection:
     def _nop(self, params: list[bytes]) -> Nop:
         return Nop()
 
+    def _lease(self, params: list[bytes]) -> Lease:
+        self._require_state(b"LEASE")
+        op = params[1].decode("ascii", "replace") if len(params) > 1 else ""
+        if op not in LEASE_OPS:
+            raise ProtocolError.with_raw_description(
+                "E_INVALID", b"LEASE invalid operation " + go_quote(params[1] if len(params) > 1 else b""))
+        if op == "AVAILABLE":
+            return Lease(op)
+        if len(params) < (4 if op == "REQ" else 3):
+            raise _invalid(f"LEASE {op} insufficient number of params")
+        if not is_valid_lease_token(params[2].decode("ascii", "replace")):
+            raise ProtocolError.with_raw_description(
+                "E_INVALID", b"LEASE " + params[1] + b" invalid token " + go_quote(params[2]))
+        token = params[2].decode("ascii")
+        if op != "REQ":
+            return Lease(op, token)
+        timeout_ns = ms_to_duration_ns(self._number(params[3], b"LEASE REQ could not parse timeout "))
+        timeout_ns = min(max(timeout_ns, 0), self.limits.max_req_timeout_ms * _NS_PER_MS)
+        return Lease(op, token, timeout_ns // _NS_PER_MS)
+
     def _pub(self, params: list[bytes]) -> None:
         if len(params) < 2:
             raise _invalid("PUB insufficient number of parameters")
@@ -432,6 +453,7 @@ _HANDLERS = {
     b"TOUCH": ServerConnection._touch,
     b"CLS": ServerConnection._cls,
     b"NOP": ServerConnection._nop,
+    b"LEASE": ServerConnection._lease,
     b"PUB": ServerConnection._pub,
     b"MPUB": ServerConnection._mpub,
     b"DPUB": ServerConnection._dpub,

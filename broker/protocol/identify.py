@@ -47,6 +47,8 @@ IDENTIFY_FIELDS: dict[str, _FieldKind] = {
     "sample_rate": _INT32,
     "user_agent": str,
     "msg_timeout": _INT64,
+    # pynsqd's lease extension (broker/protocol/lease.py); nsqd ignores the key
+    "lease": str,
 }
 
 

@@ -34,6 +34,7 @@ LEGAL_STATES: dict[bytes, frozenset[State]] = {
     b"REQ": frozenset({State.SUBSCRIBED, State.CLOSING}),
     b"TOUCH": frozenset({State.SUBSCRIBED, State.CLOSING}),
     b"CLS": frozenset({State.SUBSCRIBED}),
+    b"LEASE": frozenset({State.SUBSCRIBED, State.CLOSING}),
     b"PUB": _ANY,
     b"MPUB": _ANY,
     b"DPUB": _ANY,

@@ -109,7 +109,11 @@ async def sub(broker: Broker, client: Client, cmd: p.Sub) -> bytes:
 
 
 def rdy(broker: Broker, client: Client, cmd: p.Rdy) -> None:
-    client.rdy = cmd.count
+    if client.lease is not None:
+        # a leasing connection's RDY adds credit, so a reader can keep it topped up
+        client.rdy = min(client.rdy + cmd.count, broker.options.max_rdy_count)
+    else:
+        client.rdy = cmd.count
     if client.channel is not None:
         client.channel.dispatch()
 
@@ -149,6 +153,29 @@ def cls(broker: Broker, client: Client, cmd: p.Cls) -> None:
 
 def nop(broker: Broker, client: Client, cmd: p.Nop) -> None:
     pass
+
+
+def lease(broker: Broker, client: Client, cmd: p.Lease) -> None:
+    """LEASE: settle the messages of a lease token, or count what could be leased.
+
+    Answers with a decimal count. Fatal ``E_INVALID`` on a connection that did not
+    negotiate a lease in IDENTIFY (see :mod:`broker.protocol.lease`).
+    """
+    if client.lease is None:
+        raise ProtocolError("E_INVALID", "cannot LEASE without a lease in IDENTIFY")
+    channel = client.channel
+    assert channel is not None  # the parser admits LEASE only after SUB
+    if cmd.op == "AVAILABLE":
+        # what the topic has not fanned out yet comes to this channel too
+        topic = broker.topics.get(channel.topic_name)
+        count = channel.depth + (topic.depth if topic is not None else 0)
+    elif cmd.op == "FIN":
+        count = channel.finish_lease(cmd.token)
+    elif cmd.op == "REQ":
+        count = channel.requeue_lease(cmd.token, cmd.timeout_ms)
+    else:
+        count = channel.touch_lease(cmd.token, client.msg_timeout)
+    client.send_response(b"%d" % count)
 
 
 async def pub(broker: Broker, client: Client, cmd: p.Pub) -> bytes:
@@ -193,6 +220,7 @@ SYNC_HANDLERS: dict[type, SyncHandler] = {
     p.Touch: touch,
     p.Cls: cls,
     p.Nop: nop,
+    p.Lease: lease,
 }
 
 ASYNC_HANDLERS: dict[type, AsyncHandler] = {

@@ -23,6 +23,7 @@ import trio
 
 from broker.config.options import NSQD_COMPAT_VERSION
 from broker.protocol import HEARTBEAT_FRAME, ProtocolError, State, encode_error, encode_response
+from broker.protocol.lease import LEASE_IDENTIFY_FIELD, is_valid_lease_token
 from broker.server.compression import Codec, DeflateCodec, SnappyCodec
 from broker.server.output import OutputBuffer
 from broker.server.tls import describe_session
@@ -85,6 +86,7 @@ class Client:
         self.msg_timeout = opts.msg_timeout
         self.sample_rate = 0
         self.feature_negotiation = False
+        self.lease: str | None = None  # pynsqd's lease extension (broker.protocol.lease)
         self.connect_ts = int(time.time())
         self.state = State.INIT
         self.channel: Channel | None = None
@@ -170,6 +172,12 @@ class Client:
         if msg_timeout is not None:
             self.msg_timeout = msg_timeout
 
+        lease = data.get(LEASE_IDENTIFY_FIELD)
+        if lease is not None:
+            if not is_valid_lease_token(lease):
+                raise ProtocolError("E_BAD_BODY", f"IDENTIFY lease ({json.dumps(lease)}) is invalid")
+            self.lease = lease
+
         self.feature_negotiation = bool(data.get("feature_negotiation"))
         self.wake_timers()
         if not self.feature_negotiation:
@@ -195,7 +203,7 @@ class Client:
                           snappy: bool = False) -> bytes:
         """The feature-negotiation JSON, in nsqd's key order, with what was agreed."""
         opts = self.options
-        return json.dumps({
+        answer = {
             "max_rdy_count": opts.max_rdy_count,
             "version": NSQD_COMPAT_VERSION,
             "max_msg_timeout": int(opts.max_msg_timeout * 1000),
@@ -209,7 +217,10 @@ class Client:
             "auth_required": bool(opts.auth_http_addresses),
             "output_buffer_size": self.output_buffer_size,
             "output_buffer_timeout": int(self.output_buffer_timeout * 1000),
-        }, separators=(",", ":")).encode()
+        }
+        if self.lease is not None:  # only a client that asked learns of the extension
+            answer[LEASE_IDENTIFY_FIELD] = self.lease
+        return json.dumps(answer, separators=(",", ":")).encode()
 
     @property
     def authed(self) -> bool:

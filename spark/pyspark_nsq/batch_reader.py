@@ -1,6 +1,11 @@
 """The batch reader: drain what a channel holds now into a DataFrame.
 
-One Spark partition per (nsqd, topic); with ``lookupd``, per producer of each topic. Each task subscribes, takes messages up to
+On pynsqd, the driver asks each channel how many messages it holds
+(``LEASE AVAILABLE``) and splits ``maxMessages`` over partitions as the streaming
+source does; each partition leases what it reads and finishes it once Spark has
+taken its last record batch (see :mod:`.lease_partition`).
+
+On nsqd, one Spark partition per (nsqd, topic); with ``lookupd``, per producer of each topic. Each task subscribes, takes messages up to
 its RDY window, hands them to Spark as a record batch and FINs them once Spark has
 taken the batch, then takes the next window, until ``maxMessages`` are read or no
 message arrives for ``drainTimeoutMs``. Reading consumes: a DataFrame computed
@@ -10,6 +15,7 @@ twice drains twice, so cache it when it is used more than once.
 from __future__ import annotations
 
 import time
+import uuid
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
@@ -27,7 +33,10 @@ from broker.protocol import (
 
 from .connection import CONNECT_TIMEOUT_S, Connection, NsqError
 from .discovery import topic_producers
+from .lease_control import LeaseControl
+from .lease_partition import LeasePartition, lease_token
 from .options import MAX_RDY_COUNT, Address, BatchReadOptions
+from .partitioning import allocate, split
 from .schema import MessageColumns
 
 __all__ = ["NsqBatchReader", "DrainPartition"]
@@ -49,8 +58,9 @@ class NsqBatchReader(DataSourceReader):
     def __init__(self, options: BatchReadOptions):
         self._options = options
 
-    def partitions(self) -> list[DrainPartition]:
-        """One partition per nsqd and topic, sharing ``maxMessages`` between them.
+    def partitions(self) -> list[InputPartition]:
+        """Leased partitions sized by what each channel holds, or one per nsqd and topic
+        (nsqd), sharing ``maxMessages`` between them.
 
         With ``lookupd``, the nsqd nodes are each topic's producers as nsqlookupd lists
         them now; raises :class:`~pyspark_nsq.discovery.DiscoveryError` if no lookupd answers.
@@ -62,6 +72,9 @@ class NsqBatchReader(DataSourceReader):
                 return []
         else:
             pairs = [(a, t) for a in options.nsqd for t in options.topics]
+        leased = self._leased_partitions(pairs)
+        if leased is not None:
+            return leased
         share, extra = divmod(self._options.max_messages, len(pairs))
         return [
             DrainPartition(address, topic, share + (1 if index < extra else 0))
@@ -69,11 +82,32 @@ class NsqBatchReader(DataSourceReader):
             if share or index < extra
         ]
 
-    def read(self, partition: DrainPartition):  # type: ignore[override]  # Spark passes our own partitions back
+    def _leased_partitions(self, pairs: list[tuple[Address, str]]) -> list[InputPartition] | None:
+        """None unless every nsqd offers leases."""
+        query = uuid.uuid4().hex[:12]
+        controls = [LeaseControl(address, topic, self._options.channel, f"{query}.control")
+                    for address, topic in pairs]
+        try:
+            if not all(control.offers_leases for control in controls):
+                return None
+            available = {(c.address, c.topic): c.available() for c in controls}
+        finally:
+            for control in controls:
+                control.close()
+        take = allocate(available, self._options.max_messages)
+        sizes = [(pair, size) for pair, count in take.items() if count for size in split(count)]
+        return [LeasePartition(address, topic, size, lease_token(query, 0, index))
+                for index, ((address, topic), size) in enumerate(sizes)]
+
+    def read(self, partition: InputPartition):
         """Record batches of drained messages; each window is FIN'd after Spark takes it."""
         options = self._options
+        if isinstance(partition, LeasePartition):
+            yield from partition.read(options.channel, options.msg_timeout_ms,
+                                      options.drain_timeout_ms, finish=True)
+            return
         if not isinstance(partition, DrainPartition):
-            return  # Spark's stand-in when partitions() found no producer: an empty DataFrame
+            return  # Spark's stand-in when there is nothing to read: InputPartition(None)
         conn = Connection.open(partition.address, {"msg_timeout": options.msg_timeout_ms})
         try:
             window = min(options.max_in_flight, partition.max_messages, MAX_RDY_COUNT)

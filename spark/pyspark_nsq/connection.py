@@ -174,6 +174,24 @@ class Connection:
             if kept:
                 return kept
 
+    def read_raw(self, timeout: float | None) -> bytes:
+        """The next bytes from nsqd, undecoded (``b""`` on timeout), for a caller that
+        parses frames itself; only once nothing was left undelivered by :meth:`read_frames`.
+
+        Raises :class:`NsqError` when nsqd closes the connection or the socket fails.
+        """
+        if self._pending:
+            raise RuntimeError("frames already decoded are pending; read them with read_frames")
+        try:
+            if not self._poll.poll(None if timeout is None else timeout * 1000):
+                return b""
+            data = self._sock.recv(_RECV_SIZE)
+        except OSError as exc:
+            raise NsqError(self.address, "E_CONNECTION", f"receive failed: {exc}") from exc
+        if not data:
+            raise NsqError(self.address, "E_CONNECTION", "connection closed by nsqd")
+        return data
+
     def read_response(self, timeout: float = RESPONSE_TIMEOUT_S) -> bytes:
         """The data of the next response frame; raises :class:`NsqError` on an error frame.
 

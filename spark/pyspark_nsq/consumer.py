@@ -18,7 +18,7 @@ from broker.protocol import MessageFrame
 
 from .connection import NsqError
 from .discovery import DiscoveryError, topic_producers
-from .options import MAX_RDY_COUNT, Address, SourceOptions
+from .options import DEFAULT_MAX_IN_FLIGHT, MAX_RDY_COUNT, Address, SourceOptions
 from .subscriber import Subscriber
 
 __all__ = ["Consumer", "Delivery", "RECONNECT_INTERVAL_S"]
@@ -47,9 +47,10 @@ class Consumer:
 
     def __init__(self, options: SourceOptions):
         self._options = options
-        connections = -(-options.max_in_flight // MAX_RDY_COUNT)
+        budget = options.max_in_flight or DEFAULT_MAX_IN_FLIGHT
+        connections = -(-budget // MAX_RDY_COUNT)
         self._connections = connections
-        self._per_connection = -(-options.max_in_flight // connections)
+        self._per_connection = -(-budget // connections)
         self._targets = self._lookup() if options.lookupd else [
             (address, topic) for address in options.nsqd for topic in options.topics]
         self._subscribers = [

@@ -30,6 +30,9 @@ MAX_RDY_COUNT = 2500
 #: Messages a reader keeps in flight per nsqd and topic by default: one
 #: connection's worth. More means bigger batches and more driver memory.
 DEFAULT_MAX_IN_FLIGHT = MAX_RDY_COUNT
+#: Messages the streaming source leases per micro-batch by default when the broker
+#: offers leases (pynsqd): they wait in the broker, not in Spark, so the budget is large.
+DEFAULT_LEASED_IN_FLIGHT = 500_000
 _MAX_IN_FLIGHT = 1_000_000
 #: nsqd's IDENTIFY bounds for msg_timeout: 1 s .. --max-msg-timeout (15 min).
 MIN_MSG_TIMEOUT_MS = 1000
@@ -179,7 +182,9 @@ class SourceOptions:
     channel: str
     max_messages_per_trigger: int | None = None
     msg_timeout_ms: int = DEFAULT_MSG_TIMEOUT_MS
-    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    #: None when not given: each path has its own default (DEFAULT_MAX_IN_FLIGHT held on
+    #: the driver, DEFAULT_LEASED_IN_FLIGHT leased per micro-batch).
+    max_in_flight: int | None = None
     drain_timeout_ms: int = DEFAULT_DRAIN_TIMEOUT_MS
     #: nsqlookupd HTTP addresses to find the producers of the topics by (``nsqd`` is then empty)
     lookupd: tuple[Address, ...] = ()
@@ -190,8 +195,9 @@ class SourceOptions:
         v = _parse(options, "streaming source", (
             "nsqd", "topic", "channel", "maxMessagesPerTrigger", "msgTimeoutMs", "maxInFlight",
             "drainTimeoutMs", "lookupd"))
+        given = any(key.lower() == "maxinflight" for key in options)
         return cls(v["nsqd"], v["topic"], v["channel"], v["maxMessagesPerTrigger"],
-                   v["msgTimeoutMs"], v["maxInFlight"], v["drainTimeoutMs"], v["lookupd"])
+                   v["msgTimeoutMs"], v["maxInFlight"] if given else None, v["drainTimeoutMs"], v["lookupd"])
 
 
 @dataclass(frozen=True, slots=True)

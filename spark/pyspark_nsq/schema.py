@@ -6,6 +6,7 @@ of messages costs a handful of Arrow calls rather than per-value conversions.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -53,6 +54,11 @@ ARROW_SCHEMA = pa.schema(
 )
 
 
+#: A message frame's header: nanosecond timestamp, attempts, 16-byte id.
+_MESSAGE_HEADER = struct.Struct(">qH16s")
+_BODY_OFFSET = _MESSAGE_HEADER.size
+
+
 class MessageColumns:
     """Messages of one partition, held column-wise so they pickle and convert cheaply.
 
@@ -85,6 +91,16 @@ class MessageColumns:
         self.timestamps.append(timestamp_ns // 1000)
         self.attempts.append(attempts)
         self.bodies.append(body)
+        self.topics.append(topic)
+        self.nsqds.append(nsqd)
+
+    def append_frame(self, data: bytes, topic: str, nsqd: str) -> None:
+        """Add one message straight from a message frame's data (no message object)."""
+        timestamp_ns, attempts, msg_id = _MESSAGE_HEADER.unpack_from(data)
+        self.ids.append(msg_id.decode("ascii", "replace"))
+        self.timestamps.append(timestamp_ns // 1000)
+        self.attempts.append(attempts)
+        self.bodies.append(data[_BODY_OFFSET:])
         self.topics.append(topic)
         self.nsqds.append(nsqd)
 

@@ -2,23 +2,22 @@
 
 Spark calls ``initialOffset``, ``latestOffset``, ``partitions``, ``commit`` and
 ``stop`` in one long-lived Python process on the driver, and ``read`` in executor
-processes on a separately unpickled copy of this object. So the driver process
-owns the subscriptions: it receives messages, keeps them in flight (see
-:mod:`.subscriber`), numbers them into batches (see :mod:`.ledger`) and ships each
-batch's messages to the executors inside its input partitions.
+processes on a separately unpickled copy of this object. Which of two paths does
+the work is decided on the first call, by asking every nsqd for a lease:
 
-A message is FIN'd only once the batch holding it is committed. Spark reports that
-late (``commit`` of batch N-1 comes when batch N is planned), but every offset
-below the ``start`` that Spark passes to ``latestOffset`` is already in the
-checkpoint's commit log, so the messages below it are FIN'd there too; otherwise
-the last batch of a quiet stream would stay in flight.
+- pynsqd offers its lease extension, and the executors read
+  (:mod:`.leased_source`): input partitions say where to read and how much, and the
+  driver never touches a message;
+- nsqd does not, and the driver holds the messages (:mod:`.held_source`), as it
+  must for nsqd to accept their FINs. The log says so once.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
-import time
+import uuid
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -28,45 +27,51 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .consumer import Consumer, Delivery
-from .ledger import Ledger
+from .held_source import HeldSource, MessagePartition
+from .lease_control import LeaseControl
+from .lease_partition import LeasePartition
+from .leased_source import LeasedSource
 from .options import SourceOptions
-from .schema import MessageColumns
 
-__all__ = ["NsqStreamReader", "MessagePartition", "MESSAGES_PER_PARTITION"]
+__all__ = ["NsqStreamReader"]
 
-#: A batch is split into Spark partitions of at most this many messages. A Python
-#: data source task costs Spark about 0.1 s to start, as much as ~5,000 messages
-#: cost to move, so a partition must be large to be worth its own task.
-MESSAGES_PER_PARTITION = 20_000
-#: After FIN'ing a full window, how long planning waits for nsqd to refill it.
-#: Without the wait a batch holds only what arrived while the previous one ran,
-#: and batch sizes alternate between the window's two halves.
-_REFILL_WAIT_S = 0.05
-#: How often a wait looks for newly arrived messages.
-_POLL_S = 0.002
+_log = logging.getLogger(__name__)
 
 
-class MessagePartition(InputPartition):
-    """One Spark partition of a micro-batch: the messages themselves, column-wise."""
+def open_source(options: SourceOptions) -> LeasedSource | HeldSource:
+    """The leased path when every nsqd offers leases, else the driver-side path.
 
-    def __init__(self, columns: MessageColumns):
-        super().__init__(None)
-        self.columns = columns
+    Raises :class:`~.connection.NsqError` when an nsqd cannot be reached.
+    """
+    token = f"{uuid.uuid4().hex[:12]}.control"
+    controls = {(address, topic): LeaseControl(address, topic, options.channel, token)
+                for address in options.nsqd for topic in options.topics}
+    try:
+        without = [str(c.address) for c in controls.values() if not c.offers_leases]
+    except BaseException:
+        for control in controls.values():
+            control.close()
+        raise
+    if not without:
+        _log.info("nsq source: the brokers offer leases; executors read the messages")
+        return LeasedSource(options, controls)
+    for control in controls.values():
+        control.close()
+    _log.warning("nsq source: nsqd %s offers no leases (a pynsqd extension); messages pass "
+                 "through the driver, which does not scale past one process",
+                 ", ".join(sorted(set(without))))
+    return HeldSource(options)
 
 
 class NsqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Reads ``options.topics`` through ``options.channel`` on every nsqd listed.
 
-    Connections open on first use and close in ``stop``, which REQs every message
-    not yet FIN'd so the next consumer gets it at once.
+    Connections open on first use and close in ``stop``.
     """
 
     def __init__(self, options: SourceOptions):
         self._options = options
-        self._consumer: Consumer | None = None
-        self._ledger: Ledger[Delivery] = Ledger()
-        self._cutoff_ns: int | None = None
+        self._source: LeasedSource | HeldSource | None = None
 
     def __getstate__(self):
         # Executors need the options only; sockets and threads stay on the driver.
@@ -77,10 +82,15 @@ class NsqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- driver side ---------------------------------------------------------
 
+    def _open(self) -> LeasedSource | HeldSource:
+        if self._source is None:
+            self._source = open_source(self._options)
+            _stop_on_sigterm()
+        return self._source
+
     def initialOffset(self) -> dict:
-        """Offset 0, after subscribing so that messages start arriving."""
-        self._open()
-        return {"offset": 0}
+        """The offset before anything is read (subscribing first, so messages are kept)."""
+        return self._open().initial_offset()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``maxMessagesPerTrigger`` as a row limit, else everything available."""
@@ -88,97 +98,38 @@ class NsqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Read only messages published before now, until none are left."""
-        self._cutoff_ns = time.time_ns()
+        """Read only what is there now, until none of it is left."""
+        self._open().prepare_available_now()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """FIN what Spark committed below ``start``, then plan the next batch."""
-        consumer = self._open()
-        begin = int(start["offset"])
-        done = self._ledger.acknowledge(begin)
-        window_was_full = consumer.window_full
-        consumer.fin(done)
-        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        self._collect()
-        if done and window_was_full:
-            self._await_refill(max_rows)
-        if self._cutoff_ns is None:
-            return {"offset": self._ledger.plan(begin, max_rows)}
-        return {"offset": self._plan_available_now(begin, max_rows)}
+        """Settle what Spark committed below ``start``, then plan the next batch."""
+        return self._open().latest_offset(start, limit)
 
-    def _await_refill(self, max_rows: int | None) -> None:
-        room = self._open().window - self._ledger.planned
-        target = room if max_rows is None else min(room, max_rows)
-        deadline = time.monotonic() + _REFILL_WAIT_S
-        while self._ledger.pending < target and time.monotonic() < deadline:
-            time.sleep(_POLL_S)
-            self._collect()
-
-    def _plan_available_now(self, begin: int, max_rows: int | None) -> int:
-        cutoff = self._cutoff_ns
-
-        def published_before(item) -> bool:
-            return item[1].timestamp <= cutoff
-
-        end = self._ledger.plan(begin, max_rows, published_before)
-        # nsqd sends more only as earlier messages are FIN'd; give it the drain
-        # timeout to do so before deciding the channel holds nothing older.
-        deadline = time.monotonic() + self._options.drain_timeout_ms / 1000
-        while end == begin and time.monotonic() < deadline:
-            time.sleep(_POLL_S)
-            if self._collect():
-                end = self._ledger.plan(begin, max_rows, published_before)
-        return end
-
-    def partitions(self, start: dict, end: dict) -> list[MessagePartition]:
-        """The messages of ``[start, end)`` in partitions of MESSAGES_PER_PARTITION."""
-        self._open()
-        items = self._ledger.batch(int(start["offset"]), int(end["offset"]))
-        partitions = []
-        for first in range(0, len(items), MESSAGES_PER_PARTITION):
-            columns = MessageColumns()
-            for subscriber, message in items[first:first + MESSAGES_PER_PARTITION]:
-                columns.append(message.id, message.timestamp, message.attempts, message.body,
-                               subscriber.topic, str(subscriber.address))
-            partitions.append(MessagePartition(columns))
-        return partitions
+    def partitions(self, start: dict, end: dict):
+        """The input partitions of the batch ``[start, end)``."""
+        return self._open().partitions(start, end)
 
     def commit(self, end: dict) -> None:
-        """FIN every message below ``end``: Spark has committed them."""
-        if self._consumer is not None:
-            self._consumer.fin(self._ledger.acknowledge(int(end["offset"])))
+        """Spark has committed everything up to ``end``: settle it with the brokers."""
+        if self._source is not None:
+            self._source.commit(end)
 
     def stop(self) -> None:
-        """Close the subscriptions; messages not FIN'd are REQ'd for redelivery."""
-        self._ledger.release()
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
-
-    def _open(self) -> Consumer:
-        if self._consumer is None:
-            consumer = Consumer(self._options)
-            consumer.open()
-            self._consumer = consumer
-            _stop_on_sigterm()
-        return self._consumer
-
-    def _collect(self) -> int:
-        """Move arrived messages into the ledger; drop those of dead connections."""
-        consumer = self._open()
-        received = consumer.receive()
-        self._ledger.receive(received)
-        dead = consumer.replace_dead()
-        if dead:
-            self._ledger.discard(lambda delivery: delivery[0] in dead)
-        return len(received)
+        """Close the connections; messages not yet committed go back to the brokers."""
+        if self._source is not None:
+            self._source.stop()
+            self._source = None
 
     # -- executor side -------------------------------------------------------
 
-    def read(self, partition: MessagePartition):  # type: ignore[override]  # Spark passes our own partitions back
-        """The partition's messages as one Arrow record batch."""
-        if len(partition.columns):
-            yield partition.columns.to_arrow()
+    def read(self, partition: InputPartition):
+        """The partition's messages as Arrow record batches."""
+        if isinstance(partition, LeasePartition):
+            options = self._options
+            return partition.read(options.channel, options.msg_timeout_ms, options.drain_timeout_ms)
+        if isinstance(partition, MessagePartition):
+            return partition.read()
+        return iter(())  # Spark's stand-in when there is nothing to read: InputPartition(None)
 
 
 def _stop_on_sigterm() -> None:
@@ -186,7 +137,7 @@ def _stop_on_sigterm() -> None:
 
     Spark ends that process with SIGTERM when a query stops, without calling
     ``stop``. Raised as SystemExit, the signal runs the runner's own cleanup,
-    which calls ``stop``: held messages are REQ'd at once instead of coming back
+    which calls ``stop``: messages not committed go back at once instead of
     only after msg_timeout. A handler someone else installed is left alone.
     """
     if threading.current_thread() is not threading.main_thread():

@@ -89,6 +89,7 @@ def publish_batches(options: SinkOptions, schema: StructType,
         for topic, pending in buffers.items():
             if pending:
                 publisher.publish(topic, pending)
+        publisher.flush()
     finally:
         publisher.close()
     return PublishReceipt(partition, publisher.published)

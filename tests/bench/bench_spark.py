@@ -1,13 +1,18 @@
-"""Benchmark the Spark connector: rows per second source -> sink, and one message's latency.
+"""Benchmark the Spark connector: streaming copy, batch read, sink, latency.
 
 Starts a fresh broker (``python -m broker`` on a temporary data path, or the
-command given with ``--broker-cmd``) and a local Spark session, then measures:
+command given with ``--broker-cmd``) and a local Spark session per master in
+``--masters``, then measures with the connector's **default options**:
 
-- throughput: ``--count`` messages of ``--size`` bytes are published to a topic,
-  then a streaming query (Trigger.AvailableNow, ``maxMessagesPerTrigger``
-  ``--per-trigger``) copies them to another topic. Reported: rows per second over
-  the query's batches, with and without the first batch (Spark's warm-up), and
-  the wall time of the whole query.
+- copy: ``--count`` messages of ``--size`` bytes are queued on a topic, then a
+  streaming query (default trigger) copies them to another topic. Polling the
+  sink topic's message count in ``/stats`` times the first and the last message
+  out: rows/s between them.
+  Run once per master (``local[1]``, ``local[2]``) to show scaling with cores.
+- batch read: ``--count`` messages drained by ``spark.read`` into the noop sink.
+- sink: ``--count`` rows of ``--size`` bytes written with ``df.write``.
+  Both are timed after an untimed run of ``WARM_UP_ROWS`` (Spark's first start of
+  its Python workers).
 - latency: a query with a 0-second trigger copies one topic to another; after a
   warm-up, ``--probes`` messages are published one at a time and the time until
   each arrives on the sink topic is recorded.
@@ -15,7 +20,7 @@ command given with ``--broker-cmd``) and a local Spark session, then measures:
 Usage (from the repository root)::
 
     python tests/bench/bench_spark.py
-    python tests/bench/bench_spark.py --count 200000 --per-trigger 20000 --json
+    python tests/bench/bench_spark.py --count 200000 --masters 'local[1],local[2]' --json
 """
 
 from __future__ import annotations
@@ -31,11 +36,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKER_PATH = os.pathsep.join([str(ROOT), str(ROOT / "spark")])
 for entry in (str(ROOT / "spark"), str(ROOT)):
     if entry not in sys.path:
         # run as a script from a checkout: import the connector without installing it
@@ -56,21 +62,23 @@ from pyspark_nsq.options import Address  # noqa: E402
 _LISTEN = re.compile(rb"(TCP|HTTP): listening on (\S+)")
 
 
-def start_broker(command: list[str], data_path: Path, log_path: Path) -> tuple[subprocess.Popen, Address]:
-    """The broker process and its TCP address, parsed from its log."""
+def start_broker(command: list[str], data_path: Path,
+                 log_path: Path) -> tuple[subprocess.Popen, Address, str]:
+    """The broker process, its TCP address and its HTTP ``host:port``, parsed from its log."""
     log = open(log_path, "wb")
     process = subprocess.Popen(
         [*command, f"--data-path={data_path}", "--tcp-address=127.0.0.1:0",
          "--http-address=127.0.0.1:0"],
         stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+        cwd=data_path.parent,  # not a checkout: $PYTHONPATH says which broker runs
     )
     log.close()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         found = dict(_LISTEN.findall(log_path.read_bytes()))
-        if b"TCP" in found:
+        if b"TCP" in found and b"HTTP" in found:
             host, _, port = found[b"TCP"].decode().rpartition(":")
-            return process, Address(host.strip("[]"), int(port))
+            return process, Address(host.strip("[]"), int(port)), found[b"HTTP"].decode()
         if process.poll() is not None:
             break
         time.sleep(0.05)
@@ -119,36 +127,103 @@ def stream(spark, address: Address, source: str, sink: str, checkpoint: str, tri
             .option("checkpointLocation", checkpoint).trigger(**trigger).start())
 
 
-def measure_throughput(spark, address: Address, workdir: Path, count: int, size: int,
-                       per_trigger: int, in_flight: int) -> dict:
-    body = b"x" * size
-    publish(address, "tput_in", [body] * count)
+class TopicCounter:
+    """Polls the broker's ``/stats`` on a thread for a topic's message count and notes
+    when the first message and the ``expect``-th were published to it. No consumer
+    reads the topic, so the broker does no more work than the pipeline gives it."""
+
+    def __init__(self, http: str, topic: str, expect: int, interval: float = 0.01):
+        self.expect = expect
+        self.count = 0
+        self.first: float | None = None
+        self.last: float | None = None
+        self._url = f"http://{http}/stats?format=json&topic={topic}"
+        self._interval = interval
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while self.count < self.expect:
+            with urllib.request.urlopen(self._url, timeout=10) as answer:
+                topics = json.load(answer)["topics"]
+            now = time.monotonic()
+            count = topics[0]["message_count"] if topics else 0
+            if count and self.first is None:
+                self.first = now
+            if count > self.count:
+                self.count, self.last = count, now
+            time.sleep(self._interval)
+
+    def wait(self, timeout: float) -> None:
+        self._thread.join(timeout)
+        if self.count < self.expect:
+            raise TimeoutError(f"only {self.count} of {self.expect} messages reached the sink")
+
+
+def measure_copy(spark, address: Address, http: str, workdir: Path, count: int, size: int,
+                 tag: str) -> dict:
+    """Streaming copy of a queued backlog with default options; rows/s first to last row out."""
+    source, sink = f"copy_in_{tag}", f"copy_out_{tag}"
+    publish(address, source, [b"x" * size] * count)
+    watch = TopicCounter(http, sink, count)
     started = time.monotonic()
-    query = stream(spark, address, "tput_in", "tput_out", str(workdir / "tput"),
-                   {"availableNow": True}, maxMessagesPerTrigger=str(per_trigger),
-                   maxInFlight=str(in_flight))
-    query.awaitTermination()
-    wall = time.monotonic() - started
-    batches = [(p["numInputRows"], p["durationMs"]["triggerExecution"] / 1000)
-               for p in query.recentProgress if p["numInputRows"]]
-    rows = sum(n for n, _ in batches)
-    busy = sum(s for _, s in batches)
-    warm = batches[1:]
+    query = stream(spark, address, source, sink, str(workdir / f"copy_{tag}"),
+                   {"processingTime": "0 seconds"})
+    try:
+        watch.wait(600)
+        deadline = time.monotonic() + 30
+        while (sum(p["numInputRows"] for p in query.recentProgress) < count
+               and time.monotonic() < deadline):
+            time.sleep(0.1)  # the last batch's progress is reported after its commit
+    finally:
+        query.stop()
+    assert watch.first is not None and watch.last is not None
+    batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     return {
-        "messages": count,
-        "size": size,
-        "rows": rows,
-        "batches": len(batches),
-        "query_wall_s": round(wall, 2),
-        "rows_per_s": round(rows / busy) if busy else 0,
-        "rows_per_s_after_first_batch": round(sum(n for n, _ in warm) / sum(s for _, s in warm))
-        if warm else 0,
-        "rows_per_s_wall": round(rows / wall),
-        "max_in_flight": in_flight,
-        "max_messages_per_trigger": per_trigger,
-        "batch_ms": [{k: v for k, v in p["durationMs"].items() if v}
-                     for p in query.recentProgress if p["numInputRows"]][1:4],
+        "rows": watch.count,
+        "rows_per_s": round(watch.count / max(watch.last - watch.first, 1e-9)),
+        "first_row_after_s": round(watch.first - started, 2),
+        "batches": batches,
     }
+
+
+#: Rows of the untimed warm-up run before a timed batch read or write, so that the
+#: timing leaves out Spark's first start of its Python workers.
+WARM_UP_ROWS = 10_000
+
+
+def measure_batch_read(spark, address: Address, count: int, size: int) -> dict:
+    """``spark.read`` of a queued backlog into the noop sink (after an untimed warm-up)."""
+    def read(rows: int) -> float:
+        publish(address, "read_in", [b"r" * size] * rows)
+        frame = (spark.read.format("nsq").option("nsqd", str(address)).option("topic", "read_in")
+                 .option("channel", "bench").option("maxMessages", str(rows)).load())
+        started = time.monotonic()
+        frame.write.format("noop").mode("overwrite").save()
+        return time.monotonic() - started
+
+    read(WARM_UP_ROWS)
+    elapsed = read(count)
+    return {"rows": count, "rows_per_s": round(count / elapsed), "seconds": round(elapsed, 2)}
+
+
+def measure_sink(spark, address: Address, http: str, count: int, size: int) -> dict:
+    """``df.write`` of cached rows to a topic (after an untimed warm-up)."""
+    def write(rows: int, topic: str) -> float:
+        frame = spark.range(rows).selectExpr(f"repeat('s', {size}) AS body").cache()
+        frame.count()
+        started = time.monotonic()
+        frame.write.format("nsq").option("nsqd", str(address)).option("topic", topic) \
+            .mode("append").save()
+        elapsed = time.monotonic() - started
+        frame.unpersist()
+        return elapsed
+
+    write(WARM_UP_ROWS, "sink_warm_up")
+    watch = TopicCounter(http, "sink_out", count)
+    elapsed = write(count, "sink_out")
+    watch.wait(60)
+    return {"rows": count, "rows_per_s": round(count / elapsed), "seconds": round(elapsed, 2)}
 
 
 def measure_latency(spark, address: Address, workdir: Path, probes: int) -> dict:
@@ -184,41 +259,57 @@ def measure_latency(spark, address: Address, workdir: Path, probes: int) -> dict
     }
 
 
+def session(master: str):
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master(master).appName("bench_spark")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--count", type=int, default=100_000, help="messages for throughput")
+    parser.add_argument("--count", type=int, default=200_000, help="messages per measurement")
     parser.add_argument("--size", type=int, default=100, help="message body size in bytes")
-    parser.add_argument("--per-trigger", type=int, default=20_000, help="maxMessagesPerTrigger")
-    parser.add_argument("--in-flight", type=int, default=20_000, help="maxInFlight")
+    parser.add_argument("--masters", default="local[1],local[2]",
+                        help="Spark masters for the streaming copy, comma-separated; the last "
+                             "one also runs the batch read, sink and latency measurements")
     parser.add_argument("--probes", type=int, default=20, help="latency samples")
     parser.add_argument("--broker-cmd", default=f"{shlex.quote(sys.executable)} -m broker")
+    parser.add_argument("--checkout", type=Path, default=ROOT,
+                        help="the checkout whose broker and connector run (default: this one), "
+                             "to compare two versions side by side with the same benchmark")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [WORKER_PATH,
+    checkout = args.checkout.resolve()
+    worker_path = os.pathsep.join([str(checkout), str(checkout / "spark")])
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [worker_path,
                                                              os.environ.get("PYTHONPATH")]))
-    from pyspark.sql import SparkSession
-
+    masters = [m.strip() for m in args.masters.split(",") if m.strip()]
+    result: dict = {"checkout": str(checkout), "count": args.count, "size": args.size, "copy": {},
+                    "cpus": os.cpu_count(), "host": socket.gethostname()}
     with tempfile.TemporaryDirectory(prefix="bench_spark_") as tmp:
         workdir = Path(tmp)
-        broker, address = start_broker(shlex.split(args.broker_cmd), workdir / "data",
+        broker, address, http = start_broker(shlex.split(args.broker_cmd), workdir / "data",
                                        workdir / "broker.log")
         try:
-            spark = (SparkSession.builder.master("local[2]").appName("bench_spark")
-                     .config("spark.ui.enabled", "false")
-                     .config("spark.ui.showConsoleProgress", "false")
-                     .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-            spark.sparkContext.setLogLevel("ERROR")
-            result = {
-                "throughput": measure_throughput(spark, address, workdir, args.count, args.size,
-                                                 args.per_trigger, args.in_flight),
-                "latency": measure_latency(spark, address, workdir, args.probes),
-                "cpus": os.cpu_count(),
-                "host": socket.gethostname(),
-            }
-            spark.stop()
+            for index, master in enumerate(masters):
+                spark = session(master)
+                tag = re.sub(r"\W", "", master)
+                result["copy"][master] = measure_copy(spark, address, http, workdir, args.count,
+                                                      args.size, tag)
+                if index == len(masters) - 1:
+                    result["master"] = master
+                    result["batch_read"] = measure_batch_read(spark, address, args.count, args.size)
+                    result["sink"] = measure_sink(spark, address, http, args.count, args.size)
+                    result["latency"] = measure_latency(spark, address, workdir, args.probes)
+                spark.stop()
         finally:
             broker.send_signal(signal.SIGTERM)
             try:
@@ -228,11 +319,12 @@ def main(argv=None) -> None:
     if args.json:
         print(json.dumps(result))
         return
-    tput, lat = result["throughput"], result["latency"]
-    print(f"throughput  {tput['rows']} x {tput['size']} B in {tput['batches']} batches: "
-          f"{tput['rows_per_s']} rows/s over batches, {tput['rows_per_s_after_first_batch']} "
-          f"rows/s after the first, {tput['rows_per_s_wall']} rows/s wall "
-          f"({tput['query_wall_s']} s incl. query start)")
+    for master, copy in result["copy"].items():
+        print(f"copy        {master}: {copy['rows']} x {args.size} B, {copy['rows_per_s']} rows/s "
+              f"first to last row out, batches {copy['batches']}")
+    print(f"batch read  {result['master']}: {result['batch_read']['rows_per_s']} rows/s")
+    print(f"sink        {result['master']}: {result['sink']['rows_per_s']} rows/s")
+    lat = result["latency"]
     print(f"latency     {lat['probes']} probes, 0 s trigger: p50 {lat['p50_ms']} ms, "
           f"p90 {lat['p90_ms']} ms, min {lat['min_ms']} ms, max {lat['max_ms']} ms")
 

@@ -92,6 +92,7 @@ class FakeSubscriber:
         self.finish_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
+        self.lease: str | None = None
         self.received = []  # the messages, as the channel holds them
         self.deliveries = []  # (body, attempts) of each delivery, as sent
         self.closing = False

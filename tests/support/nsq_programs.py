@@ -7,32 +7,16 @@ folder. :func:`nsq_bin_missing` says why a test must skip on a machine that has 
 
 from __future__ import annotations
 
-import functools
-import os
 import re
 import subprocess
 import time
 from pathlib import Path
 
-from tests.support.paths import REPO
+from tests.support.paths import nsq_bin
 
 __all__ = ["NsqProgram", "nsq_bin", "nsq_bin_missing"]
 
 _LISTEN = re.compile(r"(TCP|HTTP): listening on (\S+)")
-
-
-@functools.cache
-def nsq_bin() -> Path | None:
-    """The folder holding nsq's programs, or None when they are not on this machine."""
-    given = os.environ.get("NSQ_BIN")
-    if given:
-        return Path(given) if (Path(given) / "nsqlookupd").exists() else None
-    for parent in REPO.parents:
-        script = parent / "shared" / "nsq" / "bin"
-        if script.is_file():
-            folder = subprocess.run([str(script)], capture_output=True, text=True, timeout=120).stdout.strip()
-            return Path(folder) if folder and (Path(folder) / "nsqlookupd").exists() else None
-    return None
 
 
 def nsq_bin_missing() -> str | None:

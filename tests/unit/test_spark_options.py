@@ -25,7 +25,7 @@ def test_source_defaults():
     options = SourceOptions.parse(SOURCE)
     assert options == SourceOptions(
         nsqd=(Address("127.0.0.1", 4150),), topics=("events",), channel="spark",
-        max_messages_per_trigger=None, msg_timeout_ms=60000, max_in_flight=2500,
+        max_messages_per_trigger=None, msg_timeout_ms=60000, max_in_flight=None,
         drain_timeout_ms=1000,
     )
 

@@ -1,0 +1,148 @@
+"""The executor-side path of the streaming source, over pynsqd's lease extension.
+
+The driver never holds a message. Planning asks each nsqd how many messages its
+channel holds ready (``LEASE AVAILABLE``) and writes the plan into the end offset:
+which nsqd and topic each partition reads from and how many messages. Each
+partition's reader leases what it reads under a token derived from the query, the
+batch and the partition (:func:`~.lease_partition.lease_token`), on the executor.
+``commit`` finishes the committed batch's tokens, one pipelined command per token;
+a batch that is never committed has its leases expire after ``msgTimeoutMs``, and
+the broker delivers those messages again (at least once).
+
+An offset is ``{"offset": rows planned so far, "query": id, "batch": n, "reads":
+[[nsqd, topic, count], ...]}``: everything ``partitions`` needs, so a batch replayed
+from the checkpoint after a restart is planned exactly as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
+
+from .lease_control import LeaseControl
+from .lease_partition import LeasePartition, lease_token
+from .options import DEFAULT_LEASED_IN_FLIGHT, SourceOptions, parse_addresses
+from .partitioning import Pair, allocate, split
+
+__all__ = ["LeasedSource"]
+
+#: How long ``stop`` waits for a TOUCH under way to be answered.
+_STOP_WAIT_S = 10.0
+
+_log = logging.getLogger(__name__)
+
+
+class LeasedSource:
+    """Plans and commits micro-batches of ``options`` through ``controls`` (one per pair).
+
+    Owns the control connections and a daemon thread that TOUCHes the leases of the
+    batch in progress every half ``msgTimeoutMs``, so that a batch may run longer
+    than that (up to the broker's ``--max-msg-timeout``); ``stop`` ends both.
+    """
+
+    def __init__(self, options: SourceOptions, controls: dict[Pair, LeaseControl]):
+        self._options = options
+        self._controls = controls
+        self._query = uuid.uuid4().hex[:12]
+        self._finished_through = -1
+        self._last: dict | None = None
+        self._remaining: dict[Pair, int] | None = None
+        self._stopping = threading.Event()
+        self._toucher = threading.Thread(target=self._touch_in_progress, daemon=True,
+                                         name=f"nsq-lease-touch-{options.channel}")
+        self._toucher.start()
+
+    def _touch_in_progress(self) -> None:
+        interval = self._options.msg_timeout_ms / 2000
+        while not self._stopping.wait(interval):
+            last = self._last
+            if last is None or int(last["batch"]) <= self._finished_through:
+                continue
+            try:
+                for pair, tokens in self._by_pair(last).items():
+                    self._controls[pair].touch(tokens)
+            except Exception as exc:  # the leases may then expire: duplicates, never loss
+                _log.info("nsq source: could not touch the leases of batch %s: %s", last["batch"], exc)
+
+    def initial_offset(self) -> dict:
+        """Nothing read yet."""
+        return {"offset": 0, "query": self._query, "batch": 0, "reads": []}
+
+    def prepare_available_now(self) -> None:
+        """Read what the channels hold now, and no more."""
+        self._remaining = {pair: control.available() for pair, control in self._controls.items()}
+
+    def latest_offset(self, start: dict, limit: ReadLimit) -> dict:
+        """Finish the batch ending at ``start`` (committed), then plan the next one."""
+        self._query = start.get("query") or self._query
+        self._finish(start)
+        budget = self._options.max_in_flight or DEFAULT_LEASED_IN_FLIGHT
+        if isinstance(limit, ReadMaxRows):
+            budget = min(budget, limit.max_rows)
+        available = {pair: control.available() for pair, control in self._controls.items()}
+        if self._remaining is not None:
+            available = {pair: min(count, self._remaining[pair]) for pair, count in available.items()}
+        take = allocate(available, budget)
+        if not sum(take.values()):
+            return start
+        if self._remaining is not None:
+            for pair, count in take.items():
+                self._remaining[pair] -= count
+        reads = [[str(address), topic, size]
+                 for (address, topic), count in take.items() if count
+                 for size in split(count)]
+        end = {"offset": int(start.get("offset", 0)) + sum(take.values()), "query": self._query,
+               "batch": int(start.get("batch", 0)) + 1, "reads": reads}
+        self._last = end
+        return end
+
+    def partitions(self, start: dict, end: dict) -> list[LeasePartition]:
+        """One partition per planned read of ``end``, each with its own lease token."""
+        query, batch = end["query"], int(end["batch"])
+        return [
+            LeasePartition(parse_addresses("nsqd", address)[0], topic, int(count),
+                           lease_token(query, batch, index))
+            for index, (address, topic, count) in enumerate(end.get("reads", []))
+        ]
+
+    def commit(self, end: dict) -> None:
+        """Finish every message leased for the batch that ends at ``end``."""
+        self._finish(end)
+
+    def _by_pair(self, offset: dict) -> dict[Pair, list[str]]:
+        tokens: dict[Pair, list[str]] = {}
+        for partition in self.partitions({}, offset):
+            tokens.setdefault((partition.address, partition.topic), []).append(partition.token)
+        return tokens
+
+    def _finish(self, offset: dict) -> None:
+        if "query" not in offset or int(offset.get("batch", 0)) <= self._finished_through:
+            return
+        finished = 0
+        for pair, tokens in self._by_pair(offset).items():
+            control = self._controls.get(pair)
+            if control is not None:
+                finished += control.finish(tokens)
+        self._finished_through = int(offset["batch"])
+        planned = sum(int(read[2]) for read in offset.get("reads", []))
+        _log.info("nsq source: batch %s committed, %d leased messages finished (%d planned)",
+                  offset["batch"], finished, planned)
+
+    def stop(self) -> None:
+        """Give back the leases of a planned batch never committed; close the connections."""
+        self._stopping.set()
+        if self._toucher is not threading.current_thread():
+            self._toucher.join(_STOP_WAIT_S)
+        last = self._last
+        try:
+            if last is not None and int(last["batch"]) > self._finished_through:
+                for pair, tokens in self._by_pair(last).items():
+                    self._controls[pair].requeue(tokens)
+        except Exception as exc:  # the leases then expire: redelivered after msgTimeoutMs
+            _log.info("nsq source: could not give back the last batch's leases: %s", exc)
+        finally:
+            for control in self._controls.values():
+                control.close()

@@ -1,0 +1,126 @@
+"""The connector's leased reads against an in-process pynsqd, without Spark."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from pyspark_nsq.batch_reader import NsqBatchReader
+from pyspark_nsq.lease_control import LeaseControl
+from pyspark_nsq.lease_partition import LeasePartition
+from pyspark_nsq.leased_source import LeasedSource
+from pyspark_nsq.options import Address, BatchReadOptions, SourceOptions
+from pyspark_nsq.partitioning import allocate, split
+from pyspark_nsq.stream_reader import open_source
+from tests.support.v2client import publish_batch, subscriber
+
+
+def _address(daemon) -> Address:
+    return Address(*daemon.addresses.tcp)
+
+
+def _read(daemon, token: str, count: int, topic: str = "t") -> list[bytes]:
+    partition = LeasePartition(_address(daemon), topic, count, token)
+    batches = list(partition.read("c", msg_timeout_ms=60_000, drain_timeout_ms=300))
+    return [body for batch in batches for body in batch.column("body").to_pylist()]
+
+
+async def _in_thread(fn, *args):
+    with trio.fail_after(30):
+        return await trio.to_thread.run_sync(fn, *args)
+
+
+async def test_a_partition_leases_what_it_reads_and_the_driver_finishes_it(daemon):
+    bodies = [b"m%05d" % i for i in range(6000)]
+    await publish_batch(daemon, "t", *bodies)
+    control = LeaseControl(_address(daemon), "t", "c", "q.control")
+    try:
+        assert await _in_thread(lambda: control.offers_leases)
+        assert await _in_thread(control.available) == 6000
+        first = await _in_thread(_read, daemon, "q.1.0", 3500)
+        second = await _in_thread(_read, daemon, "q.1.1", 3500)
+        assert sorted(first + second) == bodies and len(first) == 3500
+        channel = daemon.broker.topics["t"].channels["c"]
+        assert (len(channel.in_flight), channel.depth) == (6000, 0)
+        assert await _in_thread(control.finish, ["q.1.0", "q.1.1"]) == 6000
+        assert (len(channel.in_flight), channel.depth) == (0, 0)
+    finally:
+        control.close()
+
+
+async def test_a_retried_partition_gives_back_what_the_first_attempt_leased(daemon):
+    await publish_batch(daemon, "t", *[b"%d" % i for i in range(10)])
+    assert len(await _in_thread(_read, daemon, "q.2.0", 4)) == 4
+    again = await _in_thread(_read, daemon, "q.2.0", 10)
+    assert sorted(again, key=int) == [b"%d" % i for i in range(10)]
+    control = LeaseControl(_address(daemon), "t", "c", "q.control")
+    try:
+        assert await _in_thread(control.finish, ["q.2.0"]) == 10
+    finally:
+        control.close()
+
+
+async def test_credit_left_unspent_takes_no_message_out_of_sight(daemon):
+    await publish_batch(daemon, "t", b"a", b"b", b"c")
+    assert sorted(await _in_thread(_read, daemon, "q.3.0", 100)) == [b"a", b"b", b"c"]
+    await publish_batch(daemon, "t", b"d")
+    plain = await subscriber(daemon, rdy=5)
+    assert (await plain.read_message()).body == b"d"
+
+
+@pytest.mark.parametrize(("count", "sizes"), [
+    (1, [1]), (9_999, [9_999]), (10_000, [5_000, 5_000]), (120_001, [40_001, 40_000, 40_000]),
+])
+def test_a_deep_backlog_is_split_over_several_partitions(count, sizes):
+    assert split(count) == sizes
+
+
+def test_a_limit_is_shared_in_proportion_to_what_each_nsqd_holds():
+    a, b = (Address("h", 1), "t"), (Address("h", 2), "t")
+    assert allocate({a: 300, b: 100}, None) == {a: 300, b: 100}
+    assert allocate({a: 300, b: 100}, 101) == {a: 76, b: 25}
+    assert allocate({a: 0, b: 5}, 3) == {a: 0, b: 3}
+
+
+async def test_the_batch_reader_splits_the_backlog_and_finishes_what_spark_took(daemon):
+    await publish_batch(daemon, "t", *[b"%d" % i for i in range(12_000)])
+    host, port = daemon.addresses.tcp
+    reader = NsqBatchReader(BatchReadOptions.parse({
+        "nsqd": f"{host}:{port}", "topic": "t", "channel": "c", "maxMessages": "11000",
+        "drainTimeoutMs": "300"}))
+    partitions = await _in_thread(reader.partitions)
+    assert [p.count for p in partitions] == [5500, 5500]
+
+    def read_all():
+        return [body for p in partitions for batch in reader.read(p)
+                for body in batch.column("body").to_pylist()]
+
+    bodies = await _in_thread(read_all)
+    assert len(set(bodies)) == 11_000
+    channel = daemon.broker.topics["t"].channels["c"]
+    assert (len(channel.in_flight), channel.depth) == (0, 1000)
+
+
+async def test_the_driver_touches_the_leases_of_the_batch_in_progress(daemon):
+    await publish_batch(daemon, "t", *[b"%d" % i for i in range(100)])
+    host, port = daemon.addresses.tcp
+    options = SourceOptions.parse({"nsqd": f"{host}:{port}", "topic": "t", "channel": "c",
+                                   "msgTimeoutMs": "1000", "drainTimeoutMs": "300"})
+    source = await _in_thread(open_source, options)
+    try:
+        assert isinstance(source, LeasedSource)
+        end = await _in_thread(source.latest_offset, source.initial_offset(), ReadAllAvailable())
+        (partition,) = source.partitions({}, end)
+        rows = await _in_thread(lambda: sum(b.num_rows for b in partition.read("c", 1000, 300)))
+        assert rows == 100
+        # three msg timeouts pass: touched every half of one, nothing comes back
+        plain = await subscriber(daemon, rdy=100)
+        with trio.move_on_after(3):
+            await plain.read_message()
+            raise AssertionError("a leased message timed out while its batch was in progress")
+        await _in_thread(source.commit, end)
+        channel = daemon.broker.topics["t"].channels["c"]
+        assert (len(channel.in_flight), channel.depth) == (0, 0)
+    finally:
+        await _in_thread(source.stop)
