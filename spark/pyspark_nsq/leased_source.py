@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
+from .consumer import LOOKUPD_POLL_INTERVAL_S
+from .discovery import DiscoveryError, topic_producers
 from .lease_control import LeaseControl
 from .lease_partition import LeasePartition, lease_token
 from .options import DEFAULT_LEASED_IN_FLIGHT, SourceOptions, parse_addresses
@@ -43,9 +46,13 @@ class LeasedSource:
     than that (up to the broker's ``--max-msg-timeout``); ``stop`` ends both.
     """
 
-    def __init__(self, options: SourceOptions, controls: dict[Pair, LeaseControl]):
+    def __init__(self, options: SourceOptions, controls: dict[Pair, LeaseControl], control_token: str):
         self._options = options
         self._controls = controls
+        self._control_token = control_token
+        # with ``lookupd``: the pairs nsqlookupd listed last (planned from), and when it was asked
+        self._active: set[Pair] = set(controls)
+        self._last_lookup = time.monotonic()
         self._query = uuid.uuid4().hex[:12]
         self._finished_through = -1
         self._last: dict | None = None
@@ -79,12 +86,15 @@ class LeasedSource:
         """Finish the batch ending at ``start`` (committed), then plan the next one."""
         self._query = start.get("query") or self._query
         self._finish(start)
+        if self._options.lookupd and time.monotonic() - self._last_lookup >= LOOKUPD_POLL_INTERVAL_S:
+            self._look_up_producers()
         budget = self._options.max_in_flight or DEFAULT_LEASED_IN_FLIGHT
         if isinstance(limit, ReadMaxRows):
             budget = min(budget, limit.max_rows)
-        available = {pair: control.available() for pair, control in self._controls.items()}
+        available = {pair: control.available() for pair, control in self._controls.items()
+                     if pair in self._active}
         if self._remaining is not None:
-            available = {pair: min(count, self._remaining[pair]) for pair, count in available.items()}
+            available = {pair: min(count, self._remaining.get(pair, 0)) for pair, count in available.items()}
         take = allocate(available, budget)
         if not sum(take.values()):
             return start
@@ -98,6 +108,38 @@ class LeasedSource:
                "batch": int(start.get("batch", 0)) + 1, "reads": reads}
         self._last = end
         return end
+
+    def _look_up_producers(self) -> None:
+        """Plan from the producers nsqlookupd lists now: read nodes that started producing a
+        topic, stop planning reads from nodes it no longer lists (their controls stay open
+        to finish leases already taken)."""
+        self._last_lookup = time.monotonic()
+        try:
+            found = {(address, topic) for topic in self._options.topics
+                     for address in topic_producers(self._options.lookupd, topic)}
+        except DiscoveryError as exc:
+            _log.warning("%s; the known nodes are kept", exc)
+            return
+        controls = dict(self._controls)
+        for address, topic in sorted(found - set(controls), key=str):
+            control = LeaseControl(address, topic, self._options.channel, self._control_token)
+            try:
+                leases = control.offers_leases
+            except Exception as exc:  # asked again at the next lookup
+                control.close()
+                _log.warning("nsq source: %s produces %s but cannot be reached: %s", address, topic, exc)
+                found.discard((address, topic))
+                continue
+            if not leases:
+                control.close()
+                _log.warning("nsq source: %s produces %s but offers no leases (a pynsqd extension); "
+                             "this query does not read it", address, topic)
+                found.discard((address, topic))
+                continue
+            _log.info("nsq source: %s produces %s; reading it", address, topic)
+            controls[(address, topic)] = control
+        self._controls = controls  # replaced whole: the touching thread reads it
+        self._active = found
 
     def partitions(self, start: dict, end: dict) -> list[LeasePartition]:
         """One partition per planned read of ``end``, each with its own lease token."""

@@ -27,15 +27,25 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from .discovery import topic_producers
 from .held_source import HeldSource, MessagePartition
 from .lease_control import LeaseControl
 from .lease_partition import LeasePartition
 from .leased_source import LeasedSource
-from .options import SourceOptions
+from .options import Address, SourceOptions
 
 __all__ = ["NsqStreamReader"]
 
 _log = logging.getLogger(__name__)
+
+
+def source_pairs(options: SourceOptions) -> list[tuple[Address, str]]:
+    """Every (nsqd, topic) to read: the ``nsqd`` option's, or each topic's producers as
+    nsqlookupd lists them now (raises :class:`~.discovery.DiscoveryError` when none answers)."""
+    if options.lookupd:
+        return [(address, topic) for topic in options.topics
+                for address in topic_producers(options.lookupd, topic)]
+    return [(address, topic) for address in options.nsqd for topic in options.topics]
 
 
 def open_source(options: SourceOptions) -> LeasedSource | HeldSource:
@@ -45,7 +55,7 @@ def open_source(options: SourceOptions) -> LeasedSource | HeldSource:
     """
     token = f"{uuid.uuid4().hex[:12]}.control"
     controls = {(address, topic): LeaseControl(address, topic, options.channel, token)
-                for address in options.nsqd for topic in options.topics}
+                for address, topic in source_pairs(options)}
     try:
         without = [str(c.address) for c in controls.values() if not c.offers_leases]
     except BaseException:
@@ -54,7 +64,7 @@ def open_source(options: SourceOptions) -> LeasedSource | HeldSource:
         raise
     if not without:
         _log.info("nsq source: the brokers offer leases; executors read the messages")
-        return LeasedSource(options, controls)
+        return LeasedSource(options, controls, token)
     for control in controls.values():
         control.close()
     _log.warning("nsq source: nsqd %s offers no leases (a pynsqd extension); messages pass "
