@@ -19,7 +19,7 @@ import trio
 from broker.config.options import VERSION_TEXT, Options
 from broker.config.tls import TLS_REQUIRED
 from broker.config.unbuilt import unbuilt_warnings
-from broker.core.broker import Broker
+from broker.core.broker import Broker, ShutdownIncomplete
 from broker.lookup import Identity, LookupClient
 from broker.server.auth import AuthClient
 from broker.server.fdlimit import raise_open_files_limit
@@ -162,13 +162,26 @@ def run(options: Options) -> int:
     gc.set_threshold(GC_THRESHOLD, 20, 20)
     try:
         trio.run(_main, options)
-    except (OSError, ValueError, RuntimeError, ExceptionGroup) as exc:
-        # start-up failures (address in use, data path locked, bad metadata) are
-        # reported in one line; anything else keeps its traceback
-        causes = _root_causes(exc)
-        if not all(isinstance(c, (OSError, ValueError, RuntimeError)) for c in causes):
+    except ExceptionGroup as group:
+        incomplete, rest = group.split(ShutdownIncomplete)
+        if incomplete is None:
+            return _start_failure(group)
+        if rest is not None:
             raise
-        for cause in causes:
-            log.critical("failed to start: %s", cause)
+        for cause in _root_causes(incomplete):
+            log.critical("shutdown incomplete: %s", cause)
         return 1
+    except (OSError, ValueError, RuntimeError) as exc:
+        return _start_failure(exc)
     return 0
+
+
+def _start_failure(exc: Exception) -> int:
+    """Exit status 1 for a start-up failure (address in use, data path locked, bad
+    metadata), reported in one line; anything else is re-raised with its traceback."""
+    causes = _root_causes(exc)
+    if not all(isinstance(c, (OSError, ValueError, RuntimeError)) for c in causes):
+        raise exc
+    for cause in causes:
+        log.critical("failed to start: %s", cause)
+    return 1

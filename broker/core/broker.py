@@ -28,9 +28,13 @@ from broker.core.topic import Topic
 from broker.protocol import Limits
 from diskqueue import DiskQueueError
 
-__all__ = ["Broker"]
+__all__ = ["Broker", "ShutdownIncomplete"]
 
 log = logging.getLogger("pynsqd.broker")
+
+
+class ShutdownIncomplete(Exception):
+    """A shutdown could not write everything to disk (a full disk); the details are logged."""
 
 
 class Broker:
@@ -91,16 +95,28 @@ class Broker:
     async def shutdown(self) -> None:
         """Write everything held in memory to disk, close the queues, persist metadata.
 
-        Call after connections are closed; cancels the background tasks.
+        Call after connections are closed; cancels the background tasks. A queue the
+        disk refuses does not stop the others; raises :class:`ShutdownIncomplete` at
+        the end when anything could not be written.
         """
         self.exiting = True
         for topic in self.topics.values():
             topic.close()
+        lost = 0
         for topic in list(self.topics.values()):
-            await topic.close_queues()
-        await self.persist_metadata()
+            lost += await topic.close_queues()
+        problems = []
+        if lost:
+            problems.append(f"{lost} messages could not be written to disk")
+        try:
+            await self.persist_metadata()
+        except OSError as exc:
+            log.error("writing the metadata file failed: %s", exc)
+            problems.append(f"the metadata file could not be written ({exc})")
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
+        if problems:
+            raise ShutdownIncomplete("; ".join(problems) + " (see the errors above)")
 
     # ---------------------------------------------------------------- topics
 

@@ -125,9 +125,10 @@ class Channel:
         self.exiting = True
         self._cancel_scope.cancel()
 
-    async def close_queues(self) -> None:
-        """Shutdown: make the disk state final and close every queue (see the retention)."""
-        await self.retention.close()
+    async def close_queues(self) -> int:
+        """Shutdown: make the disk state final and close every queue (see the retention);
+        the number of messages that could not be written."""
+        return await self.retention.close()
 
     def delete_queues(self) -> None:
         """Remove every file of the channel (it was deleted)."""

@@ -188,8 +188,10 @@ class Retention:
 
     # ---------------------------------------------------------------- end
 
-    async def close(self) -> None:
-        """Shutdown: make the disk state final and close every queue."""
+    async def close(self) -> int:
+        """Shutdown: make the disk state final and close every queue; the number of
+        messages that could not be written (a full disk), each failure logged."""
+        return 0
 
     def delete(self) -> None:
         """Remove every file of the channel."""
@@ -223,22 +225,50 @@ class SpillRetention(Retention):
                 channel.defer_until(msg, msg.due_ns)
             log.info("channel %s: restored %d deferred messages", channel.where, len(records))
 
-    async def close(self) -> None:
+    async def close(self) -> int:
         """Append memory and in-flight messages to the queue (in-flight ones keep their attempts) and
-        stash the deferred ones for the next start."""
+        stash the deferred ones for the next start; returns how many of them could not be written."""
         channel = self.channel
         store = self.buried.store
         assert store is not None and self.ready.backend is not None
-        store.settle(list(self.buried.messages.values()))
+        lost = 0
         ready = self.ready.records()
         ready.extend(encode(m) for m in channel.in_flight_timers.live())
         deferred = [encode(m) for m in channel.deferred_timers.live()]
-        if ready:
-            self.ready.backend.put_many(ready)
-        if deferred:
-            await self.host.queues.stash(store_name(channel, "deferred"), deferred)
+        try:
+            store.settle(list(self.buried.messages.values()))
+            store.commit()
+        except DiskQueueError as exc:
+            lost += len(self.buried.messages)
+            log.error("channel %s: %d buried messages could not be written to disk: %s", channel.where,
+                      len(self.buried.messages), exc)
+        try:
+            if ready:
+                self.ready.backend.put_many(ready)
+        except DiskQueueError as exc:
+            lost += len(ready)
+            log.error("channel %s: %d ready messages could not be written to disk: %s", channel.where,
+                      len(ready), exc)
+            ready = []
+        try:
+            if deferred:
+                await self.host.queues.stash(store_name(channel, "deferred"), deferred)
+        except (DiskQueueError, OSError) as exc:
+            lost += len(deferred)
+            log.error("channel %s: %d deferred messages could not be written to disk: %s", channel.where,
+                      len(deferred), exc)
+            deferred = []
         log.info("channel %s: wrote %d ready and %d deferred messages to disk", channel.where, len(ready),
                  len(deferred))
-        store.commit()
-        for queue in self.queues():
+        await close_all(self.queues(), f"channel {channel.where}")
+        return lost
+
+
+async def close_all(queues: list[DiskQueue], where: str) -> None:
+    """Close every queue; one whose final sync fails (a full disk) is logged and the others
+    still close."""
+    for queue in queues:
+        try:
             await queue.close()
+        except DiskQueueError as exc:
+            log.error("%s: closing disk queue %s failed: %s", where, queue.name, exc)

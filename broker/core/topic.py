@@ -105,25 +105,37 @@ class Topic:
             channel.close()
         self._cancel_scope.cancel()
 
-    async def close_queues(self) -> None:
-        """Shutdown: close every channel's queues, then the topic's own.
+    async def close_queues(self) -> int:
+        """Shutdown: close every channel's queues, then the topic's own; returns how many
+        messages could not be written to disk (each failure is logged, and everything
+        else is still written and closed).
 
         Channels first: in durable mode the records the pump fanned out are
         committed only once the channels' copies are synced.
         """
+        lost = 0
         for channel in self.channels.values():
-            await channel.close_queues()
+            lost += await channel.close_queues()
         backend = self.backend
         if backend is None:
-            return
-        if self.durable and self._uncommitted and not self._commit_stopped:
-            backend.commit(self._uncommitted)
-            self._uncommitted = 0
-        elif not self.durable:
-            records = self.ready.records()
-            if records:
-                backend.put_many(records)
-        await backend.close()
+            return lost
+        try:
+            if self.durable and self._uncommitted and not self._commit_stopped:
+                backend.commit(self._uncommitted)
+                self._uncommitted = 0
+            elif not self.durable:
+                records = self.ready.records()
+                if records:
+                    try:
+                        backend.put_many(records)
+                    except DiskQueueError as exc:
+                        lost += len(records)
+                        log.error("topic %s: %d messages could not be written to disk: %s", self.name,
+                                  len(records), exc)
+            await backend.close()
+        except DiskQueueError as exc:
+            log.error("topic %s: closing its disk queue failed: %s", self.name, exc)
+        return lost
 
     def delete_queues(self) -> None:
         """Remove the topic's files (it was deleted)."""

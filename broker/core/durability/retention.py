@@ -32,7 +32,7 @@ from broker.core.durability.groupcommit import GroupCommit
 from broker.core.durability.parked import ParkedStore
 from broker.core.host import CoreHost
 from broker.core.message import Message, decode_each, encode, now_ns
-from broker.core.retention import Retention, store_name
+from broker.core.retention import Retention, close_all, store_name
 from broker.core.spill import REFILL_BATCH, SpillQueue
 from diskqueue import DiskQueue, DiskQueueError
 
@@ -217,32 +217,39 @@ class DurableRetention(Retention):
         await self.group.wait()
         await self.deferred_store.group.wait()
 
-    async def close(self) -> None:
+    async def close(self) -> int:
         """Append the messages in memory and in flight once more and commit every record read so far.
 
         Deferred and buried messages are records of their stores already; a
         graceful restart then delivers each live message once, without the
-        duplicates a crash would cause.
+        duplicates a crash would cause. When the disk refuses (full), nothing is
+        committed: every message is still a record read but not committed, so
+        the next start delivers it again; none is lost (returns 0).
         """
         channel = self.channel
         buried = self.buried.store
         assert buried is not None
         stores = [buried, self.deferred_store]
-        buried.settle(list(self.buried.messages.values()))
-        self.deferred_store.settle(list(channel.deferred.values()))
         live = list(self.ready.memory)
         live.extend(channel.in_flight_timers.live())
-        if live:
-            self.backend.put_many([encode(m) for m in live])
-        # replacements first, on stable storage in every queue; then the commits
-        for queue in self.queues():
-            await queue.sync()
-        self.backend.commit()
-        self.acks.reset()
-        for store in stores:
-            store.commit()
-        for queue in self.queues():
-            await queue.close()
+        try:
+            buried.settle(list(self.buried.messages.values()))
+            self.deferred_store.settle(list(channel.deferred.values()))
+            if live:
+                self.backend.put_many([encode(m) for m in live])
+            # replacements first, on stable storage in every queue; then the commits
+            for queue in self.queues():
+                await queue.sync()
+            self.backend.commit()
+            self.acks.reset()
+            for store in stores:
+                store.commit()
+        except DiskQueueError as exc:
+            log.error("channel %s: the disk refused the final writes (%s); nothing was committed, so the "
+                      "next start delivers the %d messages in memory or in flight again", channel.where, exc,
+                      len(live))
+        await close_all(self.queues(), f"channel {channel.where}")
+        return 0
 
     def empty(self) -> None:
         super().empty()
