@@ -1,7 +1,8 @@
 """Spark finds the ``nsq`` data source after a regular and after an editable install.
 
 Each test installs this checkout into a fresh virtual environment (sharing the
-system's packages, ``--no-deps``, so nothing is downloaded but the build backend's
+packages of the interpreter running the tests, which may itself be a virtual
+environment, ``--no-deps``, so nothing is downloaded but the build backend's
 setuptools) and runs Spark's own discovery code, ``lookup_data_sources._main``,
 which lists ``pyspark_*`` modules on ``sys.path`` and registers their
 ``DefaultSource``: the code that answers ``spark.readStream.format("nsq")``.
@@ -13,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import venv
 from pathlib import Path
@@ -44,6 +46,13 @@ def _install(tmp_path: Path, *pip_args: str) -> dict:
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
+    # system_site_packages shares the base interpreter's packages; when the tests run in a
+    # virtual environment, pyspark is in that one's site-packages instead, so add it too.
+    inner = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                           check=True, capture_output=True, text=True).stdout.strip()
+    outer = sysconfig.get_paths()["purelib"]
+    if outer != inner:
+        Path(inner, "outer-environment.pth").write_text(outer + "\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", *pip_args],
                    cwd=tmp_path, env=env, check=True, timeout=300)
