@@ -58,7 +58,7 @@ from __future__ import annotations
 import logging
 import os
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import trio
 
@@ -184,6 +184,26 @@ class DiskQueue:
     def depth(self) -> int:
         """Records written and not yet read."""
         return self._depth
+
+    @property
+    def read_seq(self) -> int:
+        """The sequence number of the next record ``read_many`` hands out.
+
+        Records are numbered in write order from 0 for the life of the queue's files
+        (``empty()`` keeps counting), so a batch read in one call is numbered
+        ``read_seq`` (before the call) onwards, unless the call read past damage
+        (see ``damage_found``).
+        """
+        return self._r_seq
+
+    @property
+    def damage_found(self) -> bool:
+        """Whether damaged or missing data was found (on open or while reading).
+
+        Records read after damage in the same segment are numbered as if none had been lost
+        until the reader leaves the segment, so ``read_seq`` may then run behind.
+        """
+        return bool(self._bad or self._records_lost)
 
     @property
     def uncommitted(self) -> int:
@@ -387,40 +407,68 @@ class DiskQueue:
             later.append(w.number)
         for number in [self._r_file, *later]:
             want = max_records - len(out)
-            if want <= 0:
-                break
+            if want <= 0 or (number == w.number and w.fd is None):
+                break  # enough, or the write segment is not created yet
             reading = number == self._r_file
-            start = self._r_pos if reading else HEADER_SIZE
-            if number == w.number:
-                if w.fd is None:
-                    break  # the write segment is not created yet
-                limit: int | None = w.pos
-            elif reading and self._r_end is not None:
-                limit = self._r_end
-            else:
-                limit = self._bad.get(number)
-            own = reading and self._reader is not None
-            try:
-                reader = self._reader if own and self._reader is not None else SegmentReader(
-                    self._segment_path(number), number)
-            except OSError:
-                continue
-            try:
-                # a fresh reader's size is current; the queue's own reader always has a limit
-                end = reader.size if limit is None else limit
-                while want > 0 and start < end:
-                    got, start, problem = reader.read(start, want, end, self._min, self._max)
-                    out.extend(got)
-                    want -= len(got)
-                    resume = None if problem is None else resync(reader.fd, start, end, self._min, self._max)
-                    if resume is None:
-                        break
-                    start = resume
-            except OSError:
-                pass
-            finally:
-                if not own:
-                    reader.close()
+            out.extend(self._segment_records(number, self._r_pos if reading else HEADER_SIZE, want))
+        return out
+
+    def newest_records(self, since_ns: int = 0) -> Iterator[list[bytes]]:
+        """The records each segment file holds, newest segment first, oldest record first within one.
+
+        Unlike ``peek_many`` this includes records already read and committed while their
+        segment file is still on disk: for an owner that wants to know what it wrote last
+        (say, after a crash). With ``since_ns`` (wall-clock nanoseconds) iteration stops at
+        the first segment whose file was last modified before then: it holds nothing
+        written since. Damaged data is read past as ``peek_many`` does; nothing moves.
+        Stop iterating as soon as you know enough: each step reads one whole segment.
+        Raises ``DiskQueueClosed``.
+        """
+        self._check_open()
+        w = self._writer
+        numbers = sorted(set(self._segments) | ({w.number} if w.fd is not None else set()), reverse=True)
+        for number in numbers:
+            if since_ns:
+                try:
+                    if os.stat(self._segment_path(number)).st_mtime_ns < since_ns:
+                        return
+                except OSError:
+                    continue
+            yield self._segment_records(number, HEADER_SIZE, 1 << 62)
+            self._check_open()
+
+    def _segment_records(self, number: int, start: int, want: int) -> list[bytes]:
+        """Up to ``want`` valid records of segment ``number`` from offset ``start`` on, moving nothing."""
+        w = self._writer
+        if number == w.number:
+            limit: int | None = w.pos
+        elif number == self._r_file and self._r_end is not None:
+            limit = self._r_end
+        else:
+            limit = self._bad.get(number)
+        out: list[bytes] = []
+        own = number == self._r_file and self._reader is not None
+        try:
+            reader = self._reader if own and self._reader is not None else SegmentReader(
+                self._segment_path(number), number)
+        except OSError:
+            return out
+        try:
+            # a fresh reader's size is current; the queue's own reader always has a limit
+            end = reader.size if limit is None else limit
+            while want > 0 and start < end:
+                got, start, problem = reader.read(start, want, end, self._min, self._max)
+                out.extend(got)
+                want -= len(got)
+                resume = None if problem is None else resync(reader.fd, start, end, self._min, self._max)
+                if resume is None:
+                    break
+                start = resume
+        except OSError:
+            pass
+        finally:
+            if not own:
+                reader.close()
         return out
 
     def _open_reader(self) -> bool:

@@ -167,14 +167,21 @@ class Channel:
         self.ready.put(msgs)
         self.dispatch()
 
-    def put_records(self, records: list[bytes]) -> None:
-        """Accept ready records fanned out by a durable topic.
+    def put_records(self, records: list[bytes], number: int) -> None:
+        """Accept records copied by a durable topic (deferred ones wait until due).
 
-        Raises the queue's ``DiskQueueError``; the topic then keeps its own
-        records uncommitted, so they are fanned out again after a restart.
+        ``number`` is the topic's number for the last record of the batch being
+        copied (see :meth:`copied_through`). Raises the queue's
+        ``DiskQueueError``; the topic then keeps its own records uncommitted, so
+        they are fanned out again after a restart.
         """
-        self.message_count += self.retention.put_records(records)
+        self.message_count += self.retention.put_records(records, number)
         self.dispatch()
+
+    def copied_through(self) -> tuple[int, int]:
+        """The numbers of the last plain and deferred records a durable topic copied here
+        before a crash, as the channel's files say (-1 when they say nothing)."""
+        return self.retention.copied_through()
 
     def put_deferred(self, msg: Message) -> None:
         """Accept a message from the topic that must wait until ``msg.due_ns``."""
@@ -367,9 +374,7 @@ class Channel:
         if delay_ms > 0:
             moved = self.retention.defer(msgs, now_ns() + delay_ms * 1_000_000)
         else:
-            moved = self.retention.append(msgs)
-            if moved:
-                self.retention.retire(msgs)
+            moved = self.retention.requeue(msgs)
         if not moved:
             for msg in msgs:
                 msg.client = None
@@ -407,9 +412,7 @@ class Channel:
             moved = self.retention.defer([msg], now_ns() + delay_ms * 1_000_000)
         else:
             msg.client = None
-            moved = self.retention.append([msg])
-            if moved:
-                self.retention.retire([msg])
+            moved = self.retention.requeue([msg])
         if not moved:
             msg.client = client
             self.in_flight[msg_id] = msg
@@ -480,9 +483,8 @@ class Channel:
         if expired:
             if self.leases:
                 self.leases.forget(expired)
-            if self.retention.append(expired):
-                self.retention.retire(expired)
-            else:  # keep them (and their records) until the disk takes a write again
+            if not self.retention.requeue(expired):
+                # keep them (and their records) until the disk takes a write again
                 self._hold(expired, now + RETRY_DELAY)
         if due:
             self.retention.release(due)

@@ -15,7 +15,22 @@ time survives a restart (nsqd writes it without the deferral)::
     |      | u8 = 1  | unix epoch)    |                                |
     +------+---------+----------------+--------------------------------+
 
-A plain record can never start with 0xFF: that would be a negative timestamp.
+In durable mode some records also say where they come from, so that after a
+crash the records that an interrupted move left twice can be told apart::
+
+    +------+---------+------------------------+--------------------------------+
+    | 0xFE | kind u8 | number u64             | the record (plain or deferred, |
+    |      |         |                        | as above)                      |
+    +------+---------+------------------------+--------------------------------+
+
+    kind 1 (COPIED):   the last record of a batch a topic copied into a channel's queue or
+                       deferred store; number: the topic's record number (its disk queue
+                       sequence number) of the batch's last record
+    kind 2 (REPLACES): a channel's new record for a message requeued, deferred or timed out;
+                       number: the sequence number, in the channel's queue, of the record
+                       it replaces
+
+A plain record can never start with 0xFF or 0xFE: that would be a negative timestamp.
 """
 
 from __future__ import annotations
@@ -27,12 +42,17 @@ from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["Message", "encode", "decode", "decode_each", "decode_all", "is_deferred_record", "now_ns",
-           "MIN_RECORD_SIZE", "RECORD_OVERHEAD"]
+           "mark_origin", "origin", "COPIED", "REPLACES", "MIN_RECORD_SIZE", "RECORD_OVERHEAD"]
 
 _HEADER = struct.Struct(">qH")
 _DEFERRED = struct.Struct(">BBq")
 _DEFERRED_MARK = 0xFF
 _DEFERRED_VERSION = 1
+_ORIGIN = struct.Struct(">BBQ")
+_ORIGIN_MARK = 0xFE
+#: Kinds of origin prefix (see the module docstring).
+COPIED = 1
+REPLACES = 2
 
 #: timestamp + attempts + id: the smallest valid plain record, and what a body adds to.
 RECORD_OVERHEAD = _HEADER.size + 16
@@ -97,18 +117,30 @@ def decode(record: bytes) -> Message:
     """
     due_ns = 0
     offset = 0
-    if record and record[0] == _DEFERRED_MARK:
-        if len(record) < _DEFERRED.size + RECORD_OVERHEAD:
-            raise ValueError(f"deferred record too short ({len(record)} bytes)")
-        _mark, version, due_ns = _DEFERRED.unpack_from(record, 0)
-        if version != _DEFERRED_VERSION:
-            raise ValueError(f"unknown record version {version}")
-        offset = _DEFERRED.size
+    if record and record[0] >= _ORIGIN_MARK:  # 0xFE or 0xFF: a prefix (a plain record starts below)
+        offset, due_ns = _skip_prefixes(record)
     if len(record) - offset < RECORD_OVERHEAD:
         raise ValueError(f"record too short ({len(record)} bytes)")
     timestamp, attempts = _HEADER.unpack_from(record, offset)
     start = offset + _HEADER.size
     return Message(record[start:start + 16], record[start + 16:], timestamp, attempts, due_ns)
+
+
+def _skip_prefixes(record: bytes) -> tuple[int, int]:
+    """Where nsqd's layout starts in a prefixed record, and its due time (0 if none)."""
+    offset = 0
+    due_ns = 0
+    if record[0] == _ORIGIN_MARK:
+        origin(record)  # raises for a short record or an unknown kind
+        offset = _ORIGIN.size
+    if len(record) > offset and record[offset] == _DEFERRED_MARK:
+        if len(record) - offset < _DEFERRED.size + RECORD_OVERHEAD:
+            raise ValueError(f"deferred record too short ({len(record)} bytes)")
+        _mark, version, due_ns = _DEFERRED.unpack_from(record, offset)
+        if version != _DEFERRED_VERSION:
+            raise ValueError(f"unknown record version {version}")
+        offset += _DEFERRED.size
+    return offset, due_ns
 
 
 def decode_each(records: Iterable[bytes], log: logging.Logger, where: str) -> list[Message | None]:
@@ -129,6 +161,26 @@ def decode_each(records: Iterable[bytes], log: logging.Logger, where: str) -> li
 def decode_all(records: Iterable[bytes], log: logging.Logger, where: str) -> list[Message]:
     """The readable records of ``records`` as messages, in order; unreadable ones are logged and skipped."""
     return [msg for msg in decode_each(records, log, where) if msg is not None]
+
+
+def mark_origin(record: bytes, kind: int, number: int) -> bytes:
+    """``record`` prefixed with where it comes from (``COPIED`` or ``REPLACES`` and a record number)."""
+    return _ORIGIN.pack(_ORIGIN_MARK, kind, number) + record
+
+
+def origin(record: bytes) -> tuple[int, int] | None:
+    """``(kind, number)`` of a record written by :func:`mark_origin`, or None for any other record.
+
+    Raises ``ValueError`` for a prefixed record that is too short or of an unknown kind.
+    """
+    if record[:1] != b"\xfe":
+        return None
+    if len(record) < _ORIGIN.size + RECORD_OVERHEAD:
+        raise ValueError(f"record too short ({len(record)} bytes)")
+    _mark, kind, number = _ORIGIN.unpack_from(record, 0)
+    if kind not in (COPIED, REPLACES):
+        raise ValueError(f"unknown record origin {kind}")
+    return kind, number
 
 
 def is_deferred_record(record: bytes) -> bool:

@@ -88,17 +88,42 @@ class Retention:
 
     # ---------------------------------------------------------------- moves
 
-    def put_records(self, records: list[bytes]) -> int:
-        """Take ready records from a durable topic; returns how many messages they held."""
+    def put_records(self, records: list[bytes], number: int) -> int:
+        """Take records copied from a durable topic; returns how many messages they held.
+
+        ``number`` is the topic's number for the last record of the batch it copies
+        (the records given may be fewer: those the channel already holds are left out);
+        only a durable channel keeps it. Deferred records wait until they are due.
+        """
         msgs = decode_all(records, log, self.ready.where)
-        if msgs:
-            self.ready.put(msgs)
+        wall = now_ns()
+        ready = [m for m in msgs if m.due_ns <= wall]
+        if len(ready) != len(msgs):
+            for msg in msgs:
+                if msg.due_ns > wall:
+                    self.defer([msg], msg.due_ns)
+        for msg in ready:
+            msg.due_ns = 0
+        if ready:
+            self.ready.put(ready)
         return len(msgs)
+
+    def copied_through(self) -> tuple[int, int]:
+        """How far a durable topic's copying into this channel got before a crash (see the durable retention)."""
+        return -1, -1
 
     def append(self, msgs: list[Message]) -> bool:
         """Make ``msgs`` ready again, behind everything ready; False if that failed (nothing moved)."""
         self.ready.put(msgs)
         return True
+
+    def requeue(self, msgs: list[Message]) -> bool:
+        """Make in-flight ``msgs`` ready again (REQ, a timeout), retiring what they were; False if that
+        failed (nothing moved)."""
+        moved = self.append(msgs)
+        if moved:
+            self.retire(msgs)
+        return moved
 
     def defer(self, msgs: list[Message], due_ns: int) -> bool:
         """Hold ``msgs`` until ``due_ns``; False if that failed (nothing moved)."""

@@ -28,7 +28,7 @@ from broker.core.channel import Channel
 from broker.core.durability.ackfloor import COMMIT_INTERVAL
 from broker.core.durability.groupcommit import GroupCommit
 from broker.core.host import CoreHost, RegistryChange
-from broker.core.message import Message, decode_all, is_deferred_record
+from broker.core.message import Message, is_deferred_record
 from broker.core.spill import REFILL_BATCH, SpillQueue
 from broker.protocol import is_ephemeral
 from diskqueue import DiskQueue, DiskQueueClosed, DiskQueueError
@@ -75,6 +75,10 @@ class Topic:
         self._epoch = 0
         self._commit_stopped = False
         self._fanned_out = trio.Event()
+        # durable mode, after a restart: the records below this number were read before it
+        # and may have been copied already (see _not_copied); channel name -> its marks
+        self._resume_end = backend.statistics().records_written if self.durable and backend is not None else 0
+        self._copied: dict[str, tuple[int, int]] = {}
 
     @property
     def backend(self) -> DiskQueue | None:
@@ -239,18 +243,20 @@ class Topic:
         assert backend is not None
         if not backend.depth:
             return False
+        first = backend.read_seq
         records = backend.read_many(REFILL_BATCH)
         if not records:
             return False
         self._uncommitted += len(records)
-        ready = [r for r in records if not is_deferred_record(r)]
-        deferred = [r for r in records if is_deferred_record(r)] if len(ready) != len(records) else []
+        last = first + len(records) - 1
+        resuming = first < self._resume_end
+        if resuming and backend.damage_found:
+            self._stop_resuming("damage was found in its queue")
+            resuming = False
         for channel in list(self.channels.values()):
+            batch = self._not_copied(channel, records, first) if resuming else records
             try:
-                if ready:
-                    channel.put_records(ready)
-                for msg in decode_all(deferred, log, self.ready.where):
-                    channel.put_deferred(msg)
+                channel.put_records(batch, last)
             except DiskQueueError as exc:
                 # Commits cover the oldest records first, so from here on none can be
                 # made: the topic's records stay on disk and a restart fans them out again.
@@ -258,8 +264,34 @@ class Topic:
                 if not self._commit_stopped:
                     log.error("topic %s: a channel refused records; commits stop until a restart", self.name)
                 self._commit_stopped = True
+        if resuming and last + 1 >= self._resume_end:
+            self._stop_resuming(None)
         self._fanned_out.set()
         return True
+
+    def _not_copied(self, channel: Channel, records: list[bytes], first: int) -> list[bytes]:
+        """The records of a batch numbered from ``first`` that ``channel`` did not get before a crash.
+
+        After a restart the topic reads again every record it had not
+        committed, and some were copied already: the channel's newest copies
+        carry the topic's number of the last record copied (per kind, see
+        ``DurableRetention.copied_through``), so the records up to it are left out.
+        """
+        marks = self._copied.get(channel.name)
+        if marks is None:
+            marks = self._copied[channel.name] = channel.copied_through()
+        plain, deferred = marks
+        if max(plain, deferred) < first:
+            return records
+        return [r for n, r in enumerate(records, first) if n > (deferred if is_deferred_record(r) else plain)]
+
+    def _stop_resuming(self, why: str | None) -> None:
+        skipped = self._resume_end
+        self._resume_end = 0
+        self._copied.clear()
+        if why is not None:
+            log.warning("topic %s: %s; records it had not committed before the restart are copied to its "
+                        "channels again, so some may be delivered twice (records up to %d)", self.name, why, skipped)
 
     async def _commit_loop(self) -> None:
         """Durable mode: commit fanned-out records once every channel's copy is durable."""
@@ -286,7 +318,16 @@ class Topic:
                 if epoch == self._epoch and not self._commit_stopped:
                     self._uncommitted -= n
                     backend.commit(n)
+                    await self._checkpoint(backend)
             await trio.sleep(COMMIT_INTERVAL)
+
+    async def _checkpoint(self, backend: DiskQueue) -> None:
+        """Write the moved committed cursor now rather than at the queue's next policy sync:
+        after a crash the topic then reads again only what it fanned out since its last commit step."""
+        try:
+            await backend.sync()
+        except DiskQueueError as exc:
+            self._host.disk_failed(exc)
 
     # ---------------------------------------------------------------- admin
 
@@ -304,3 +345,4 @@ class Topic:
             self._uncommitted = 0
             self._epoch += 1
             self._commit_stopped = False
+            self._stop_resuming(None)

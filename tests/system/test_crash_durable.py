@@ -21,6 +21,7 @@ import collections
 import random
 import time
 
+import pytest
 import trio
 
 from broker.protocol import (
@@ -215,7 +216,7 @@ async def test_kill_9_keeps_deferred_due_times(broker_process, tmp_path):
         await consumer.expect_response(b"OK")
         producer = await connect(proc.tcp)
         for i in range(40):
-            defer_ms = 1500 + 50 * i
+            defer_ms = 4000 + 50 * i  # due well after the restarts below, even on a busy machine
             body = f"deferred-{i}".encode()
             ledger.due[body] = time.time_ns() + defer_ms * 1_000_000
             await producer.send(encode_dpub("crash", defer_ms, body))
@@ -298,3 +299,60 @@ async def _wait_http(proc, path: str, done, timeout: float = 5.0) -> dict:
                 if done(doc):
                     return doc
             await trio.sleep(0.05)
+
+
+async def _depth(proc) -> int:
+    doc = await _wait_http(proc, "/stats?format=json&topic=crash&channel=c", lambda doc: True)
+    return doc["topics"][0]["channels"][0]["depth"]
+
+
+@pytest.mark.parametrize("kind", ["MPUB", "PUB", "DPUB", "DPUB-due"])
+async def test_kill_9_after_the_fan_out_does_not_copy_unconsumed_messages_twice(broker_process, tmp_path, kind):
+    """Killed once the channel holds its copies, before the topic's checkpoint says so.
+
+    Nobody consumed anything: after the restart the channel holds every message once.
+    DPUB-due: deferred for 100 ms, so they are ready again (moved from the deferred
+    store to the queue) when the broker is killed.
+    """
+    data = tmp_path / "data"
+    bodies = [f"m{i}".encode() for i in range(5 if kind == "MPUB" else 20)]
+    defer_ms = {"DPUB": 60_000, "DPUB-due": 100}.get(kind)
+    stats = "/stats?format=json&topic=crash&channel=c"
+
+    def held(doc: dict) -> bool:
+        channel = doc["topics"][0]["channels"][0]
+        counts = channel["depth"], channel["deferred_count"]
+        return counts == ((0, len(bodies)) if kind == "DPUB" else (len(bodies), 0))
+
+    with trio.fail_after(60):
+        proc = broker_process("--durable", data_path=data)
+        for path in ("/topic/create?topic=crash", "/channel/create?topic=crash&channel=c"):
+            assert (await request(proc.http, "POST", path)).status == 200
+        producer = await connect(proc.tcp)
+        if kind == "MPUB":
+            await producer.send(encode_mpub("crash", bodies))
+            await producer.expect_response(b"OK")
+        for body in bodies if kind != "MPUB" else []:
+            await producer.send(encode_pub("crash", body) if defer_ms is None else encode_dpub("crash", defer_ms, body))
+            await producer.expect_response(b"OK")
+        await _wait_http(proc, stats, held)
+        proc.kill()
+        for restart in range(2):  # and once more after a clean restart
+            proc = broker_process("--durable", data_path=data)
+            # the topic's own records reach the channel (or not) before /stats settles
+            await _wait_http(proc, stats, lambda doc: doc["topics"][0]["depth"] == 0)
+            doc = await _wait_http(proc, stats, lambda doc: True)
+            channel = doc["topics"][0]["channels"][0]
+            assert held(doc), f"restart {restart}: depth {channel['depth']}, deferred {channel['deferred_count']}"
+            assert proc.terminate() == 0
+        if kind == "DPUB":
+            return
+        proc = broker_process("--durable", data_path=data)
+        consumer = await connect(proc.tcp)
+        await consumer.send(encode_sub("crash", "c"))
+        await consumer.expect_response(b"OK")
+        await consumer.send(encode_rdy(100))
+        got = [msg.body for msg in await consumer.read_messages(len(bodies))]
+        assert sorted(got) == sorted(bodies)
+        assert await _depth(proc) == 0
+        proc.terminate()

@@ -12,7 +12,7 @@ ledger commits in steps:
 1. take how far each floor advanced, and the set of queues written with
    replacements since the last step;
 2. sync those queues (group commits, shared with everyone else waiting);
-3. ``commit(n)`` each queue; its next sync writes the checkpoint.
+3. ``commit(n)`` each queue and sync it, which writes its checkpoint.
 
 Steps run one at a time (a second could commit over records whose
 replacements the first is still waiting for) and at most every
@@ -88,6 +88,12 @@ class CommitLedger:
                         acks.untake(n)
                 self._unsynced |= unsynced
                 raise
+            committed = []
             for acks, n, epoch, queue in taken:
                 if n and acks.epoch == epoch:
                     queue.commit(n)
+                    committed.append(queue)
+            # The checkpoint at once, not at the queue's next policy sync (up to --sync-timeout
+            # later): a crash then re-delivers only what was finished in the last step or so.
+            for queue in committed:
+                await queue.sync()

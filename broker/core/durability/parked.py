@@ -33,7 +33,7 @@ from collections.abc import Iterable
 
 from broker.core.durability.ackfloor import AckFloor
 from broker.core.durability.groupcommit import GroupCommit
-from broker.core.message import Message, decode_each, encode
+from broker.core.message import REPLACES, Message, decode_each, encode, origin
 from diskqueue import DiskQueue, DiskQueueError
 
 __all__ = ["ParkedStore"]
@@ -56,46 +56,56 @@ class ParkedStore:
     and :meth:`close` or :meth:`delete` at the end.
     """
 
-    __slots__ = ("queue", "acks", "group", "_live")
+    __slots__ = ("queue", "acks", "group", "replaced", "_live")
 
     def __init__(self, queue: DiskQueue):
         self.queue = queue
         self.acks = AckFloor()
         self.group = GroupCommit(queue)
+        self.replaced: list[int] = []
         self._live = 0
 
     def load(self) -> list[Message]:
         """Every message the queue holds past its committed cursor, each with its ticket.
 
         Call once, right after opening. Unreadable records are logged and retired.
+        The numbers of the records that theirs say they replace
+        (:data:`~broker.core.message.REPLACES`) are left in ``replaced``.
         """
         queue = self.queue
         out: list[Message] = []
+        replaced: list[int] = []
         while queue.depth:
             records = queue.read_many(_LOAD_BATCH)
             if not records:
                 break
             ticket = self.acks.issue(len(records))
-            for msg in decode_each(records, log, queue.name):
+            for record, msg in zip(records, decode_each(records, log, queue.name)):
                 if msg is None:
                     self.acks.done(ticket)
                 else:
                     msg.ticket = ticket
                     out.append(msg)
+                    mark = origin(record)
+                    if mark is not None and mark[0] == REPLACES:
+                        replaced.append(mark[1])
                 ticket += 1
         self._live = len(out)
+        self.replaced = replaced
         return out
 
-    def add(self, msgs: list[Message]) -> None:
+    def add(self, msgs: list[Message], records: list[bytes] | None = None) -> None:
         """Append ``msgs`` and give each its ticket.
 
-        Raises the queue's ``DiskQueueError``; the messages then hold no
-        ticket (-1) and whatever part of the batch reached the file is retired
-        at once (a restart may bring it back as a duplicate, never lose it).
+        ``records``: the messages' records when the caller encoded them (with
+        an origin prefix, :func:`~broker.core.message.mark_origin`). Raises the queue's
+        ``DiskQueueError``; the messages then hold no ticket (-1) and whatever
+        part of the batch reached the file is retired at once (a restart may
+        bring it back as a duplicate, never lose it).
         """
         queue = self.queue
         try:
-            queue.put_many([encode(m) for m in msgs])
+            queue.put_many(records if records is not None else [encode(m) for m in msgs])
         except DiskQueueError:
             for msg in msgs:
                 msg.ticket = -1

@@ -31,7 +31,18 @@ from broker.core.durability.ackfloor import AckFloor
 from broker.core.durability.groupcommit import GroupCommit
 from broker.core.durability.parked import ParkedStore
 from broker.core.host import CoreHost
-from broker.core.message import Message, decode_each, encode, now_ns
+from broker.core.message import (
+    COPIED,
+    REPLACES,
+    Message,
+    decode_all,
+    decode_each,
+    encode,
+    is_deferred_record,
+    mark_origin,
+    now_ns,
+    origin,
+)
 from broker.core.retention import Retention, close_all, store_name
 from broker.core.spill import REFILL_BATCH, SpillQueue
 from diskqueue import DiskQueue, DiskQueueError
@@ -45,6 +56,9 @@ log = logging.getLogger("pynsqd.channel")
 
 #: Seconds before a replacement write that failed is tried again.
 RETRY_DELAY = 1.0
+
+#: How far a file's modification time may lag the wall clock of the write that set it.
+_MTIME_SLACK_NS = 1_000_000_000
 
 
 class DurableRetention(Retention):
@@ -61,6 +75,14 @@ class DurableRetention(Retention):
         self.group = GroupCommit(backend)
         # the store a shutdown without --durable writes deferred messages to, kept live
         self.deferred_store = ParkedStore(queues.open(store_name(channel, "deferred"), auto_commit=False))
+        self._copies_failed = False
+        # After a crash, the records an interrupted move left twice (see _drop_left_twice):
+        # records numbered from _open_commit to _open_end were on disk when the queue opened.
+        self._open_commit = backend.read_seq
+        self._open_end = backend.statistics().records_written
+        self._replaced: set[int] = set()  # records of the queue that a deferred-store record replaces
+        self._offset: int | None = None  # a record's number in the queue minus its ticket, while known
+        self._offset_known = False
         ready = SpillQueue(backend, host.options.mem_queue_size, where=f"channel {channel.where}", log=log, write_through=True)
         super().__init__(channel, host, ready, ParkedStore(queues.open(store_name(channel, "buried"),
                                                                        auto_commit=False)))
@@ -75,20 +97,69 @@ class DurableRetention(Retention):
     def restore(self) -> None:
         super().restore()
         msgs = self.deferred_store.load()
+        self._replaced.update(n for n in self.deferred_store.replaced if n >= self._open_commit)
         wall = now_ns()
         due = [m for m in msgs if m.due_ns <= wall]
         for msg in msgs:
             if msg.due_ns > wall:
                 self._hold(msg, msg.due_ns)
         if due:
+            due = self._not_released(due)
+        if due:
             self.release(due)
         log.info("channel %s: %d deferred messages in the store", self.channel.where, len(msgs))
 
     # ---------------------------------------------------------------- moves
 
-    def put_records(self, records: list[bytes]) -> int:
-        self.backend.put_many(records)
-        return len(records)
+    def put_records(self, records: list[bytes], number: int) -> int:
+        """Write a durable topic's records: plain ones to the queue, deferred ones to the deferred store.
+
+        The last record written to each carries ``number`` (see
+        :meth:`copied_through`), in the same write as the copies. Once a write
+        failed, no more numbers are written until a restart: a later number
+        would cover the copies that failure lost. Raises the queue's ``DiskQueueError``.
+        """
+        plain = [r for r in records if not is_deferred_record(r)]
+        deferred = [r for r in records if is_deferred_record(r)] if len(plain) != len(records) else []
+        mark = None if self._copies_failed else number
+        try:
+            if plain:
+                if mark is not None:
+                    plain[-1] = mark_origin(plain[-1], COPIED, mark)
+                self.backend.put_many(plain)
+            if deferred:
+                msgs = decode_all(deferred, log, self.ready.where)
+                if msgs:
+                    if mark is not None:
+                        deferred[-1] = mark_origin(deferred[-1], COPIED, mark)
+                    self.deferred_store.add(msgs, deferred if len(msgs) == len(deferred) else None)
+                wall = now_ns()
+                due = [m for m in msgs if m.due_ns <= wall]
+                for msg in msgs:
+                    if msg.due_ns > wall:
+                        self._hold(msg, msg.due_ns)
+                if due:
+                    self.release(due)
+                return len(plain) + len(msgs)
+        except DiskQueueError:
+            self._copies_failed = True
+            raise
+        return len(plain)
+
+    def copied_through(self) -> tuple[int, int]:
+        """The topic record numbers the newest copies in the queue and in the deferred store carry.
+
+        A durable topic copies its records in order, the plain ones into the
+        queue and the deferred ones into the deferred store, each batch in one
+        write whose last record carries the topic's number for the batch's
+        last record (:data:`~broker.core.message.COPIED`). So a number found
+        here means every earlier record of that kind reached this channel in a
+        write no later than that one: after a crash the topic skips them
+        instead of copying them twice. -1 when nothing says so: no copy left on
+        disk, or damage in the queue, which may have taken copies before the
+        number (copying again makes duplicates, never a loss).
+        """
+        return _newest_copy(self.backend), _newest_copy(self.deferred_store.queue)
 
     def append(self, msgs: list[Message]) -> bool:
         """Append ``msgs`` as new ready records; False (reported) if the write failed."""
@@ -101,6 +172,26 @@ class DurableRetention(Retention):
             return False
         self.ledger.replaced(self.group)
         return True
+
+    def requeue(self, msgs: list[Message]) -> bool:
+        """Append ``msgs`` as new records that name the records they replace, then retire those."""
+        for msg in msgs:
+            msg.due_ns = 0
+        try:
+            self.backend.put_many(self._replacements(msgs))
+        except DiskQueueError as exc:
+            self.host.disk_failed(exc)
+            return False
+        self.ledger.replaced(self.group)
+        self.retire(msgs)
+        return True
+
+    def _replacements(self, msgs: list[Message]) -> list[bytes]:
+        """The new records of ``msgs`` (read from the queue), each naming the record it replaces."""
+        offset = self._offset
+        if offset is None:
+            return [encode(m) for m in msgs]
+        return [encode(m) if m.ticket < 0 else mark_origin(encode(m), REPLACES, m.ticket + offset) for m in msgs]
 
     def defer(self, msgs: list[Message], due_ns: int) -> bool:
         return self._park(msgs, due_ns)
@@ -118,7 +209,7 @@ class DurableRetention(Retention):
             for msg in msgs:
                 msg.due_ns = due_ns
         try:
-            self.deferred_store.add(msgs)
+            self.deferred_store.add(msgs, self._replacements(msgs))
         except DiskQueueError as exc:
             self.host.disk_failed(exc)
             for msg, ticket, due in zip(msgs, old, saved):
@@ -130,6 +221,39 @@ class DurableRetention(Retention):
             self._hold(msg, msg.due_ns)
         self.ledger.replaced(self.deferred_store.group)
         return True
+
+    def _not_released(self, due: list[Message]) -> list[Message]:
+        """The due messages of the deferred store whose release did not reach the queue before a crash.
+
+        A release appends the message to the queue and retires its store record,
+        which is committed a moment later: a crash in between leaves both. The
+        queue's copy was written at or after the message's due time, so only
+        segments modified since the oldest due time are searched; a copy there
+        with at least as many attempts is the released message (a message that
+        came back to the store later, by a REQ with a delay, has more), unless
+        it replaces an older record of the queue: a release never does, and
+        such a record left by a crash is dropped when read (:meth:`_drop_left_twice`).
+        Those store records are retired instead of being released a second time.
+        """
+        want = {m.id: m for m in due}
+        released: set[bytes] = set()
+        since = min(m.due_ns for m in due) - _MTIME_SLACK_NS
+        for records in self.backend.newest_records(since):
+            for record, msg in zip(records, decode_each(records, log, self.ready.where)):
+                if msg is None:
+                    continue
+                held = want.get(msg.id)
+                if held is not None and msg.attempts >= held.attempts and _replaces(record) < 0:
+                    released.add(msg.id)
+            if len(released) == len(want):
+                break
+        if not released:
+            return due
+        self.deferred_store.remove_many([want[i] for i in released])
+        self.ledger.wake()
+        log.info("channel %s: %d deferred messages were released before the restart", self.channel.where,
+                 len(released))
+        return [m for m in due if m.id not in released]
 
     def _hold(self, msg: Message, due_ns: int) -> None:
         """Hold ``msg`` as deferred, dropping the record of an older copy (re-delivered after a crash)."""
@@ -168,16 +292,24 @@ class DurableRetention(Retention):
         backend = self.backend
         if not backend.depth:
             return False
+        first = backend.read_seq
         records = backend.read_many(max(1, min(want, REFILL_BATCH)))
         if not records:
             return False
         acks = self.acks
         memory = self.ready.memory
         ticket = acks.issue(len(records))
+        if not self._offset_known:
+            self._offset, self._offset_known = first - ticket, True
+        elif self._offset is not None and self._offset != first - ticket:
+            self._offset = None  # records were lost to damage: numbers are no longer certain
         wall = now_ns()
         later: list[Message] = []  # records with a due time, for the deferred store
         dropped = False
-        for msg in decode_each(records, log, self.ready.where):
+        msgs = decode_each(records, log, self.ready.where)
+        if first < self._open_end:
+            self._drop_left_twice(records, msgs, first)
+        for msg in msgs:
             if msg is None:
                 acks.done(ticket)
                 ticket += 1
@@ -199,6 +331,33 @@ class DurableRetention(Retention):
         if dropped:
             self.ledger.wake()
         return True
+
+    def _drop_left_twice(self, records: list[bytes], msgs: list[Message | None], first: int) -> None:
+        """After a crash: set to None the messages of ``records`` (numbered from ``first``) that are
+        second copies.
+
+        A REQ, a timeout or a deferral writes the message's new record
+        (naming the one it replaces, :data:`~broker.core.message.REPLACES`)
+        before the old record is committed away; a crash in between leaves
+        both. When both were on disk at the start, the old one is read first
+        and delivered (or held, if a deferral's record is in the deferred
+        store), and the new one is dropped here. Records written since the
+        start are never dropped, nor anything once damage makes the numbers uncertain.
+        """
+        if self.backend.damage_found:
+            self._open_end = 0
+            self._replaced.clear()
+            return
+        replaced = self._replaced
+        for i, record in enumerate(records):
+            number = first + i
+            if number >= self._open_end:
+                break
+            if number in replaced:
+                replaced.discard(number)  # its deferral's record in the deferred store holds it
+                msgs[i] = None
+            elif record[:1] == b"\xfe" and _replaces(record) >= self._open_commit:
+                msgs[i] = None
 
     def _superseded(self, msg: Message) -> bool:
         """Whether a newer copy of ``msg`` waits deferred or buried.
@@ -254,4 +413,34 @@ class DurableRetention(Retention):
     def empty(self) -> None:
         super().empty()
         self.acks.reset()
+        self._offset, self._offset_known = None, False
+        self._open_end = 0
+        self._replaced.clear()
         self.deferred_store.clear()
+
+
+def _newest_copy(queue: DiskQueue) -> int:
+    """The number the newest copied record of ``queue`` carries, or -1 (see ``copied_through``)."""
+    if queue.damage_found:
+        return -1
+    for records in queue.newest_records():
+        for record in reversed(records):
+            if record[:1] == b"\xfe":
+                try:
+                    mark = origin(record)
+                except ValueError:
+                    continue
+                if mark is not None and mark[0] == COPIED:
+                    return -1 if queue.damage_found else mark[1]
+    return -1
+
+
+def _replaces(record: bytes) -> int:
+    """The number of the record ``record`` says it replaces (:data:`~broker.core.message.REPLACES`), or -1."""
+    if record[:1] != b"\xfe":
+        return -1
+    try:
+        mark = origin(record)
+    except ValueError:
+        return -1
+    return mark[1] if mark is not None and mark[0] == REPLACES else -1

@@ -1,0 +1,353 @@
+"""Crash matrix: ``pynsqd --durable`` killed with SIGKILL round after round, every way it is used.
+
+Each cell of {``--mem-queue-size=0``, default} x {ordered consumer, random
+consumer} x {PUB, MPUB, DPUB} gets a data directory of its own and runs
+``--rounds`` rounds: a real broker process starts on it, two publishers (the
+cell's command) and two consumers work against it for a random 0.3-1.5 s, and
+the broker is killed with SIGKILL. A last run drains the channel. Consumers:
+
+- ordered: keeps a full RDY window (200) and FINs every message in delivery order;
+- random: RDY 50; per message FIN (70 %), REQ 0 (10 %), REQ with a delay of
+  50-800 ms (10 %), or no answer, so the broker times it out after ``--msg-timeout=1s`` (10 %).
+
+What it counts, per cell (from what the clients saw, nothing from the broker's insides):
+
+- ``lost``: messages that got ``OK`` and were never FIN'd, even after the drain: must be 0;
+- ``fin_undone``: deliveries of a message after a FIN for it was sent in an earlier run
+  (the crash came before that FIN was on disk);
+- ``copies``: deliveries of a message after a FIN for it was sent earlier in the same run
+  (two copies of one message): must be 0;
+- ``early``: DPUB'd messages delivered before their due time: must be 0;
+- ``redelivered``: deliveries that follow a REQ, a timeout or a crash while in flight (expected).
+
+The random choices are seeded (``--seed``), so a run can be replayed. Exit status 1
+when anything was lost, copied twice or delivered early.
+
+Usage (from the repository root)::
+
+    python tests/bench/crash_matrix.py --rounds 100             # the full run, about 30 minutes
+    python tests/bench/crash_matrix.py --rounds 3 --json        # what CI runs
+    python tests/bench/crash_matrix.py --cells 'default:random:DPUB' --rounds 20 --seed 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import itertools
+import json
+import random
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import trio
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from broker.protocol import (  # noqa: E402
+    FRAME_TYPE_ERROR,
+    FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
+    decode_message,
+    encode_dpub,
+    encode_fin,
+    encode_mpub,
+    encode_pub,
+    encode_rdy,
+    encode_req,
+    encode_sub,
+)
+from tests.support.http_client import request  # noqa: E402
+from tests.support.processes import BrokerProcess  # noqa: E402
+from tests.support.v2client import connect  # noqa: E402
+
+MEMORY = {"mem0": ("--mem-queue-size=0",), "default": ()}
+CONSUMERS = ("ordered", "random")
+COMMANDS = ("PUB", "MPUB", "DPUB")
+TOPIC, CHANNEL = "crash", "c"
+FLAGS = ("--durable", "--msg-timeout=1s")
+#: Slack for comparing this process's wall clock with due times (same machine, same clock).
+CLOCK_SLACK_NS = 20_000_000
+_DISCONNECTED = (EOFError, trio.BrokenResourceError, trio.ClosedResourceError, OSError, trio.TooSlowError,
+                 AssertionError)
+
+
+@dataclass
+class CellResult:
+    """What one cell's clients saw."""
+
+    cell: str
+    rounds: int
+    acknowledged: int = 0
+    delivered: int = 0
+    deliveries: int = 0
+    lost: int = 0
+    fin_undone: int = 0
+    copies: int = 0
+    early: int = 0
+    redelivered: int = 0
+    seconds: float = 0.0
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.copies or self.early)
+
+
+class Ledger:
+    """Every acknowledgement, delivery and answer the clients saw, by message body."""
+
+    def __init__(self) -> None:
+        self.acked: set[bytes] = set()
+        self.due: dict[bytes, int] = {}
+        self.fin_runs: dict[bytes, set[int]] = collections.defaultdict(set)
+        self.last: dict[bytes, tuple[int, str]] = {}  # body -> (run, what the client did with it last)
+        self.run = 0
+        self.deliveries = 0
+        self.fin_undone = 0
+        self.copies = 0
+        self.redelivered = 0
+        self.early: list[str] = []
+        self.examples: list[str] = []
+
+    def delivered(self, body: bytes) -> None:
+        self.deliveries += 1
+        now = time.time_ns()
+        due = self.due.get(body)
+        if due is not None and now < due - CLOCK_SLACK_NS:
+            self.early.append(f"{body!r} delivered {(due - now) / 1e6:.0f} ms early")
+        fins = self.fin_runs.get(body)
+        if fins and self.run in fins:
+            self.copies += 1
+            if len(self.examples) < 5:
+                self.examples.append(f"{body!r} delivered again in run {self.run} after its FIN in that run")
+        elif fins:
+            self.fin_undone += 1
+        elif body in self.last:
+            self.redelivered += 1
+        self.last[body] = (self.run, "in flight")
+
+    def answered(self, body: bytes, what: str) -> None:
+        self.last[body] = (self.run, what)
+        if what == "FIN":
+            self.fin_runs[body].add(self.run)
+
+    def fin_failed(self, body: bytes) -> None:
+        """The broker answered E_FIN_FAILED (the message had timed out first): it comes back, rightly."""
+        self.last[body] = (self.run, "timeout")
+        runs = self.fin_runs.get(body)
+        if runs is not None:
+            runs.discard(self.run)
+            if not runs:
+                del self.fin_runs[body]
+
+
+async def _publisher(address, ledger: Ledger, command: str, name: str, rng: random.Random, stop: trio.Event) -> None:
+    try:
+        client = await connect(address, timeout=10)
+    except OSError:
+        return
+    seq = 0
+    try:
+        while not stop.is_set():
+            if command == "MPUB":
+                bodies = [f"{name}-{seq + i}".encode() for i in range(rng.randrange(2, 50))]
+                frame = encode_mpub(TOPIC, bodies)
+            elif command == "DPUB":
+                defer_ms = rng.randrange(20, 1500)
+                bodies = [f"{name}-{seq}-d{defer_ms}".encode()]
+                ledger.due[bodies[0]] = time.time_ns() + defer_ms * 1_000_000
+                frame = encode_dpub(TOPIC, defer_ms, bodies[0])
+            else:
+                bodies = [f"{name}-{seq}".encode()]
+                frame = encode_pub(TOPIC, bodies[0])
+            seq += len(bodies)
+            await client.send(frame)
+            await client.expect_response(b"OK")
+            ledger.acked.update(bodies)
+    except _DISCONNECTED:
+        return
+    finally:
+        with trio.CancelScope(shield=True):
+            await client.aclose()
+
+
+async def _consumer(address, ledger: Ledger, kind: str, rng: random.Random, stop: trio.Event) -> None:
+    try:
+        client = await connect(address, timeout=10)
+        await client.send(encode_sub(TOPIC, CHANNEL))
+        await client.expect_response(b"OK")
+        await client.send(encode_rdy(200 if kind != "random" else 50))
+    except _DISCONNECTED:
+        return
+    bodies: dict[bytes, bytes] = {}  # message id -> body, of the messages this connection was given
+    try:
+        while not stop.is_set():
+            frame = await client.read_frame()
+            if frame.frame_type == FRAME_TYPE_ERROR and frame.data.startswith(b"E_FIN_FAILED FIN "):
+                ledger.fin_failed(bodies[frame.data.split()[2]])
+                continue
+            if frame.frame_type != FRAME_TYPE_MESSAGE:
+                assert frame.frame_type == FRAME_TYPE_RESPONSE, frame
+                continue
+            msg = decode_message(frame.data)
+            bodies[msg.id] = msg.body
+            ledger.delivered(msg.body)
+            roll = rng.random() if kind == "random" else 0.0
+            if roll < 0.7:
+                ledger.answered(msg.body, "FIN")
+                await client.send(encode_fin(msg.id))
+            elif roll < 0.8:
+                ledger.answered(msg.body, "REQ")
+                await client.send(encode_req(msg.id, 0))
+            elif roll < 0.9:
+                ledger.answered(msg.body, "REQ")
+                await client.send(encode_req(msg.id, rng.randrange(50, 800)))
+            else:
+                ledger.answered(msg.body, "timeout")
+    except _DISCONNECTED:
+        return
+    finally:
+        with trio.CancelScope(shield=True):
+            await client.aclose()
+
+
+async def _stats(proc: BrokerProcess) -> dict | None:
+    reply = await request(proc.http, "GET", f"/stats?format=json&topic={TOPIC}&channel={CHANNEL}")
+    return reply.json() if reply.status == 200 else None
+
+
+def _drained(doc: dict | None) -> bool:
+    if not doc or not doc["topics"]:
+        return False
+    topic = doc["topics"][0]
+    if topic["depth"] or not topic["channels"]:
+        return False
+    channel = topic["channels"][0]
+    return (channel["depth"], channel["in_flight_count"], channel["deferred_count"]) == (0, 0, 0)
+
+
+async def _round(proc: BrokerProcess, ledger: Ledger, command: str, consumer: str, rng: random.Random) -> None:
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        for _ in range(2):
+            nursery.start_soon(_consumer, proc.tcp, ledger, consumer, random.Random(rng.random()), stop)
+        for i in range(2):
+            name = f"r{ledger.run}p{i}"
+            nursery.start_soon(_publisher, proc.tcp, ledger, command, name, random.Random(rng.random()), stop)
+        await trio.sleep(rng.uniform(0.3, 1.5))
+        proc.kill()
+        stop.set()
+
+
+async def _drain(proc: BrokerProcess, ledger: Ledger, timeout: float) -> None:
+    """FIN everything until every acknowledged message is finished and the channel holds nothing."""
+    stop = trio.Event()
+
+    async def watch() -> None:
+        with trio.move_on_after(timeout):
+            while True:
+                finished = {body for body in ledger.acked if body in ledger.fin_runs}
+                if len(finished) == len(ledger.acked) and _drained(await _stats(proc)):
+                    break
+                await trio.sleep(0.1)
+        stop.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        nursery.start_soon(_consumer, proc.tcp, ledger, "ordered", random.Random(0), stop)
+        await stop.wait()
+        nursery.cancel_scope.cancel()
+
+
+async def run_cell(cell: str, rounds: int, seed: int, workdir: Path) -> CellResult:
+    """Run one cell (``memory:consumer:command``) and count what its clients saw."""
+    memory, consumer, command = cell.split(":")
+    rng = random.Random(f"{seed}:{cell}")
+    ledger = Ledger()
+    data = workdir / cell.replace(":", "-") / "data"
+    flags = (*FLAGS, *MEMORY[memory])
+    started = time.monotonic()
+    proc: BrokerProcess | None = None
+    try:
+        for number in range(rounds):
+            ledger.run = number
+            proc = BrokerProcess(data, *flags).start()
+            await _round(proc, ledger, command, consumer, rng)
+        ledger.run = rounds
+        proc = BrokerProcess(data, *flags).start()
+        await _drain(proc, ledger, timeout=60)
+        proc.terminate()
+    finally:
+        if proc is not None:
+            proc.kill()
+    finished = {body for body in ledger.acked if body in ledger.fin_runs}
+    missing = sorted(ledger.acked - finished)
+    result = CellResult(cell=cell, rounds=rounds, acknowledged=len(ledger.acked), delivered=len(ledger.last),
+                        deliveries=ledger.deliveries, lost=len(missing), fin_undone=ledger.fin_undone,
+                        copies=ledger.copies, early=len(ledger.early), redelivered=ledger.redelivered,
+                        seconds=round(time.monotonic() - started, 1))
+    result.examples = ledger.examples + ledger.early[:5] + [f"lost {body!r}" for body in missing[:5]]
+    return result
+
+
+def all_cells() -> list[str]:
+    return [":".join(parts) for parts in itertools.product(MEMORY, CONSUMERS, COMMANDS)]
+
+
+def _table(results: list[CellResult]) -> str:
+    head = ["cell", "rounds", "acknowledged", "lost", "copies", "fin_undone", "redelivered", "early", "seconds"]
+    rows = [[str(getattr(r, name)) for name in head] for r in results]
+    total = CellResult(cell="total", rounds=sum(r.rounds for r in results))
+    for name in head[2:]:
+        setattr(total, name, round(sum(getattr(r, name) for r in results), 1))
+    rows.append([str(getattr(total, name)) for name in head])
+    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
+    return "\n".join(" | ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in [head, *rows])
+
+
+async def main_async(args: argparse.Namespace) -> list[CellResult]:
+    cells = args.cells.split(",") if args.cells else all_cells()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="crash-matrix-") as tmp:
+        for cell in cells:
+            result = await run_cell(cell, args.rounds, args.seed, Path(tmp))
+            results.append(result)
+            if not args.json:
+                print(f"{cell}: {result.acknowledged} acknowledged, {result.lost} lost, {result.copies} copies, "
+                      f"{result.fin_undone} FINs undone, {result.early} early ({result.seconds} s)",
+                      file=sys.stderr, flush=True)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=100, help="SIGKILL rounds per cell (default 100)")
+    parser.add_argument("--seed", type=int, default=20261124, help="seed of every random choice")
+    parser.add_argument("--cells", default="", help="comma-separated memory:consumer:command cells "
+                        f"(default all {len(all_cells())}: memory in {list(MEMORY)}, consumer in "
+                        f"{list(CONSUMERS)}, command in {list(COMMANDS)})")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    for cell in args.cells.split(",") if args.cells else []:
+        if cell not in all_cells():
+            parser.error(f"unknown cell {cell!r}")
+    results = trio.run(main_async, args)
+    if args.json:
+        print(json.dumps([asdict(r) | {"ok": r.ok} for r in results], indent=1))
+    else:
+        print(f"seed {args.seed}, {args.rounds} rounds per cell")
+        print(_table(results))
+        for r in results:
+            for example in r.examples:
+                print(f"  {r.cell}: {example}")
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
