@@ -18,17 +18,19 @@ time survives a restart (nsqd writes it without the deferral)::
 In durable mode some records also say where they come from, so that after a
 crash the records that an interrupted move left twice can be told apart::
 
-    +------+---------+------------------------+--------------------------------+
-    | 0xFE | kind u8 | number u64             | the record (plain or deferred, |
-    |      |         |                        | as above)                      |
-    +------+---------+------------------------+--------------------------------+
+    +------+---------+----------------+------------------+-----------------------------+
+    | 0xFE | kind u8 | source i64     | replaces i64     | the record (plain or        |
+    |      |         |                |                  | deferred, as above)         |
+    +------+---------+----------------+------------------+-----------------------------+
 
-    kind 1 (COPIED):   the last record of a batch a topic copied into a channel's queue or
-                       deferred store; number: the topic's record number (its disk queue
-                       sequence number) of the batch's last record
-    kind 2 (REPLACES): a channel's new record for a message requeued, deferred or timed out;
-                       number: the sequence number, in the channel's queue, of the record
-                       it replaces
+    COPIED (1)    the last record of a batch a topic copied into a channel's queue or
+                  deferred store; source: the topic's record number (its disk queue
+                  sequence number) of the batch's last record; replaces: -1
+    REPLACES (2)  a channel's new record for a message requeued, timed out or deferred;
+                  replaces: the number, in the channel's queue, of the record it replaces
+    RELEASED (3)  the record a deferred message gets in the channel's queue once due;
+                  source: the number of its record in the deferred store (-1 if not
+                  known); replaces: the queue record its deferral replaced, or -1
 
 A plain record can never start with 0xFF or 0xFE: that would be a negative timestamp.
 """
@@ -39,20 +41,22 @@ import logging
 import struct
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["Message", "encode", "decode", "decode_each", "decode_all", "is_deferred_record", "now_ns",
-           "mark_origin", "origin", "COPIED", "REPLACES", "MIN_RECORD_SIZE", "RECORD_OVERHEAD"]
+           "Origin", "mark_origin", "origin", "COPIED", "REPLACES", "RELEASED", "MIN_RECORD_SIZE",
+           "RECORD_OVERHEAD"]
 
 _HEADER = struct.Struct(">qH")
 _DEFERRED = struct.Struct(">BBq")
 _DEFERRED_MARK = 0xFF
 _DEFERRED_VERSION = 1
-_ORIGIN = struct.Struct(">BBQ")
+_ORIGIN = struct.Struct(">BBqq")
 _ORIGIN_MARK = 0xFE
 #: Kinds of origin prefix (see the module docstring).
 COPIED = 1
 REPLACES = 2
+RELEASED = 3
 
 #: timestamp + attempts + id: the smallest valid plain record, and what a body adds to.
 RECORD_OVERHEAD = _HEADER.size + 16
@@ -163,13 +167,21 @@ def decode_all(records: Iterable[bytes], log: logging.Logger, where: str) -> lis
     return [msg for msg in decode_each(records, log, where) if msg is not None]
 
 
-def mark_origin(record: bytes, kind: int, number: int) -> bytes:
-    """``record`` prefixed with where it comes from (``COPIED`` or ``REPLACES`` and a record number)."""
-    return _ORIGIN.pack(_ORIGIN_MARK, kind, number) + record
+class Origin(NamedTuple):
+    """Where a record comes from (see the module docstring)."""
+
+    kind: int
+    source: int
+    replaces: int
 
 
-def origin(record: bytes) -> tuple[int, int] | None:
-    """``(kind, number)`` of a record written by :func:`mark_origin`, or None for any other record.
+def mark_origin(record: bytes, kind: int, *, source: int = 0, replaces: int = -1) -> bytes:
+    """``record`` prefixed with where it comes from (``COPIED``, ``REPLACES`` or ``RELEASED``)."""
+    return _ORIGIN.pack(_ORIGIN_MARK, kind, source, replaces) + record
+
+
+def origin(record: bytes) -> Origin | None:
+    """Where a record written by :func:`mark_origin` comes from, or None for any other record.
 
     Raises ``ValueError`` for a prefixed record that is too short or of an unknown kind.
     """
@@ -177,10 +189,10 @@ def origin(record: bytes) -> tuple[int, int] | None:
         return None
     if len(record) < _ORIGIN.size + RECORD_OVERHEAD:
         raise ValueError(f"record too short ({len(record)} bytes)")
-    _mark, kind, number = _ORIGIN.unpack_from(record, 0)
-    if kind not in (COPIED, REPLACES):
+    _mark, kind, source, replaces = _ORIGIN.unpack_from(record, 0)
+    if kind not in (COPIED, REPLACES, RELEASED):
         raise ValueError(f"unknown record origin {kind}")
-    return kind, number
+    return Origin(kind, source, replaces)
 
 
 def is_deferred_record(record: bytes) -> bool:

@@ -56,30 +56,48 @@ class ParkedStore:
     and :meth:`close` or :meth:`delete` at the end.
     """
 
-    __slots__ = ("queue", "acks", "group", "replaced", "_live")
+    __slots__ = ("queue", "acks", "group", "replaced", "_live", "_offset", "_offset_known")
 
     def __init__(self, queue: DiskQueue):
         self.queue = queue
         self.acks = AckFloor()
         self.group = GroupCommit(queue)
-        self.replaced: list[int] = []
+        self.replaced: dict[bytes, int] = {}
         self._live = 0
+        self._offset: int | None = None  # a record's number in the queue minus its ticket, while known
+        self._offset_known = False
+
+    def number(self, msg: Message) -> int:
+        """The number (disk queue sequence number) of ``msg``'s record, or -1 when not known."""
+        if msg.ticket < 0 or self._offset is None:
+            return -1
+        return msg.ticket + self._offset
+
+    def _issue(self, first: int, n: int) -> int:
+        """Tickets for ``n`` records just read, numbered from ``first``; returns the first ticket."""
+        ticket = self.acks.issue(n)
+        if not self._offset_known:
+            self._offset, self._offset_known = first - ticket, True
+        elif self._offset is not None and self._offset != first - ticket:
+            self._offset = None  # records were lost to damage: numbers are no longer certain
+        return ticket
 
     def load(self) -> list[Message]:
         """Every message the queue holds past its committed cursor, each with its ticket.
 
         Call once, right after opening. Unreadable records are logged and retired.
-        The numbers of the records that theirs say they replace
-        (:data:`~broker.core.message.REPLACES`) are left in ``replaced``.
+        For the messages whose record says it replaces another
+        (:data:`~broker.core.message.REPLACES`), ``replaced`` maps the message id to that number.
         """
         queue = self.queue
         out: list[Message] = []
-        replaced: list[int] = []
+        replaced: dict[bytes, int] = {}
         while queue.depth:
+            first = queue.read_seq
             records = queue.read_many(_LOAD_BATCH)
             if not records:
                 break
-            ticket = self.acks.issue(len(records))
+            ticket = self._issue(first, len(records))
             for record, msg in zip(records, decode_each(records, log, queue.name)):
                 if msg is None:
                     self.acks.done(ticket)
@@ -87,8 +105,10 @@ class ParkedStore:
                     msg.ticket = ticket
                     out.append(msg)
                     mark = origin(record)
-                    if mark is not None and mark[0] == REPLACES:
-                        replaced.append(mark[1])
+                    if mark is not None and mark.kind == REPLACES:
+                        replaced[msg.id] = mark.replaces
+                    else:
+                        replaced.pop(msg.id, None)  # the newest record of a message speaks for it
                 ticket += 1
         self._live = len(out)
         self.replaced = replaced
@@ -114,12 +134,13 @@ class ParkedStore:
         # Read the records straight back: the queue is always fully read, so these
         # are exactly the ones just written, and reading them hands them out.
         got = 0
+        first = queue.read_seq
         while got < len(msgs):
             records = queue.read_many(len(msgs) - got)
             if not records:
                 break
             got += len(records)
-        ticket = self.acks.issue(got)
+        ticket = self._issue(first, got)
         for msg in msgs[:got]:
             msg.ticket = ticket
             ticket += 1
@@ -128,12 +149,13 @@ class ParkedStore:
     def _retire_unread(self) -> None:
         queue = self.queue
         while queue.depth:
+            first = queue.read_seq
             records = queue.read_many(_LOAD_BATCH)
             if not records:
                 break
-            first = self.acks.issue(len(records))
-            for ticket in range(first, first + len(records)):
-                self.acks.done(ticket)
+            ticket = self._issue(first, len(records))
+            for done in range(ticket, ticket + len(records)):
+                self.acks.done(done)
 
     def remove(self, msg: Message) -> None:
         """Retire ``msg``'s record (it left the set)."""
@@ -186,6 +208,7 @@ class ParkedStore:
         self.queue.empty()
         self.acks.reset()
         self._live = 0
+        self._offset, self._offset_known = None, False
 
     async def close(self) -> None:
         """Commit what is retired and close the queue (which syncs).

@@ -33,8 +33,10 @@ from broker.core.durability.parked import ParkedStore
 from broker.core.host import CoreHost
 from broker.core.message import (
     COPIED,
+    RELEASED,
     REPLACES,
     Message,
+    Origin,
     decode_all,
     decode_each,
     encode,
@@ -80,7 +82,9 @@ class DurableRetention(Retention):
         # records numbered from _open_commit to _open_end were on disk when the queue opened.
         self._open_commit = backend.read_seq
         self._open_end = backend.statistics().records_written
-        self._replaced: set[int] = set()  # records of the queue that a deferred-store record replaces
+        self._restored: dict[bytes, int] = {}  # deferred store at the start: message id -> attempts
+        self._continued: set[bytes] = set()  # messages read since the start from a record continuing a committed one
+        self._origins: dict[bytes, int] = {}  # deferred message id -> the queue record its deferral replaced
         self._offset: int | None = None  # a record's number in the queue minus its ticket, while known
         self._offset_known = False
         ready = SpillQueue(backend, host.options.mem_queue_size, where=f"channel {channel.where}", log=log, write_through=True)
@@ -96,8 +100,11 @@ class DurableRetention(Retention):
 
     def restore(self) -> None:
         super().restore()
-        msgs = self.deferred_store.load()
-        self._replaced.update(n for n in self.deferred_store.replaced if n >= self._open_commit)
+        msgs = self._newest(self.deferred_store.load())
+        replaced = self.deferred_store.replaced
+        self._origins.update(replaced)
+        if self._open_end > self._open_commit:
+            self._restored = {m.id: m.attempts for m in msgs}
         wall = now_ns()
         due = [m for m in msgs if m.due_ns <= wall]
         for msg in msgs:
@@ -125,13 +132,13 @@ class DurableRetention(Retention):
         try:
             if plain:
                 if mark is not None:
-                    plain[-1] = mark_origin(plain[-1], COPIED, mark)
+                    plain[-1] = mark_origin(plain[-1], COPIED, source=mark)
                 self.backend.put_many(plain)
             if deferred:
                 msgs = decode_all(deferred, log, self.ready.where)
                 if msgs:
                     if mark is not None:
-                        deferred[-1] = mark_origin(deferred[-1], COPIED, mark)
+                        deferred[-1] = mark_origin(deferred[-1], COPIED, source=mark)
                     self.deferred_store.add(msgs, deferred if len(msgs) == len(deferred) else None)
                 wall = now_ns()
                 due = [m for m in msgs if m.due_ns <= wall]
@@ -191,7 +198,8 @@ class DurableRetention(Retention):
         offset = self._offset
         if offset is None:
             return [encode(m) for m in msgs]
-        return [encode(m) if m.ticket < 0 else mark_origin(encode(m), REPLACES, m.ticket + offset) for m in msgs]
+        return [encode(m) if m.ticket < 0 else mark_origin(encode(m), REPLACES, replaces=m.ticket + offset)
+                for m in msgs]
 
     def defer(self, msgs: list[Message], due_ns: int) -> bool:
         return self._park(msgs, due_ns)
@@ -215,6 +223,10 @@ class DurableRetention(Retention):
             for msg, ticket, due in zip(msgs, old, saved):
                 msg.ticket, msg.due_ns = ticket, due
             return False
+        if self._offset is not None:
+            for msg, ticket in zip(msgs, old):
+                if ticket >= 0:
+                    self._origins[msg.id] = ticket + self._offset
         done = self.acks.done
         for msg, ticket in zip(msgs, old):
             done(ticket)
@@ -222,38 +234,58 @@ class DurableRetention(Retention):
         self.ledger.replaced(self.deferred_store.group)
         return True
 
+    def _newest(self, msgs: list[Message]) -> list[Message]:
+        """The newest record of each message the deferred store holds; older ones (a crash left them
+        before their commit) are retired."""
+        newest: dict[bytes, Message] = {}
+        older = []
+        for msg in msgs:
+            prev = newest.get(msg.id)
+            if prev is not None:
+                older.append(prev)
+            newest[msg.id] = msg
+        if not older:
+            return msgs
+        self.deferred_store.remove_many(older)
+        self.ledger.wake()
+        return list(newest.values())
+
     def _not_released(self, due: list[Message]) -> list[Message]:
         """The due messages of the deferred store whose release did not reach the queue before a crash.
 
         A release appends the message to the queue and retires its store record,
         which is committed a moment later: a crash in between leaves both. The
-        queue's copy was written at or after the message's due time, so only
-        segments modified since the oldest due time are searched; a copy there
-        with at least as many attempts is the released message (a message that
-        came back to the store later, by a REQ with a delay, has more), unless
-        it replaces an older record of the queue: a release never does, and
-        such a record left by a crash is dropped when read (:meth:`_drop_left_twice`).
-        Those store records are retired instead of being released a second time.
+        queue's record names the store record it came from
+        (:data:`~broker.core.message.RELEASED`) and was written at or after the
+        message's due time, so only segments modified since the oldest due time
+        are searched. Those store records are retired instead of being released a
+        second time, and the queue record their deferral replaced is no longer
+        dropped for them: the released record stands for it (see :meth:`_drop_left_twice`).
         """
-        want = {m.id: m for m in due}
-        released: set[bytes] = set()
-        since = min(m.due_ns for m in due) - _MTIME_SLACK_NS
-        for records in self.backend.newest_records(since):
-            for record, msg in zip(records, decode_each(records, log, self.ready.where)):
-                if msg is None:
-                    continue
-                held = want.get(msg.id)
-                if held is not None and msg.attempts >= held.attempts and _replaces(record) < 0:
-                    released.add(msg.id)
-            if len(released) == len(want):
-                break
-        if not released:
+        store = self.deferred_store
+        want = {number: m for m in due if (number := store.number(m)) >= 0}
+        if not want:
             return due
-        self.deferred_store.remove_many([want[i] for i in released])
+        found: list[Message] = []
+        since = min(m.due_ns for m in want.values()) - _MTIME_SLACK_NS
+        for records in self.backend.newest_records(since):
+            for record in records:
+                if record[:1] == b"\xfe":
+                    mark = _origin(record)
+                    if mark is not None and mark.kind == RELEASED and mark.source in want:
+                        found.append(want.pop(mark.source))
+            if not want:
+                break
+        if not found:
+            return due
+        for msg in found:
+            self._restored.pop(msg.id, None)
+        store.remove_many(found)
         self.ledger.wake()
         log.info("channel %s: %d deferred messages were released before the restart", self.channel.where,
-                 len(released))
-        return [m for m in due if m.id not in released]
+                 len(found))
+        gone = {id(m) for m in found}
+        return [m for m in due if id(m) not in gone]
 
     def _hold(self, msg: Message, due_ns: int) -> None:
         """Hold ``msg`` as deferred, dropping the record of an older copy (re-delivered after a crash)."""
@@ -263,16 +295,32 @@ class DurableRetention(Retention):
         self.channel.defer_until(msg, due_ns)
 
     def release(self, msgs: list[Message]) -> None:
-        """Move due messages from the deferred store to the ready queue (retried later if the write fails)."""
+        """Move due messages from the deferred store to the ready queue (retried later if the write fails).
+
+        Each new record names its record in the store and the queue record its
+        deferral replaced (:data:`~broker.core.message.RELEASED`), for a restart after a crash.
+        """
         store = self.deferred_store
-        if self.append(msgs):
-            store.remove_many(msgs)
-            if store.wants_compaction():
-                store.compact(list(self.channel.deferred.values()))
-        else:
+        origins = self._origins
+        records = []
+        for msg in msgs:
+            msg.due_ns = 0
+            records.append(mark_origin(encode(msg), RELEASED, source=store.number(msg),
+                                       replaces=origins.get(msg.id, -1)))
+        try:
+            self.backend.put_many(records)
+        except DiskQueueError as exc:
+            self.host.disk_failed(exc)
             wall = now_ns() + int(RETRY_DELAY * 1e9)
             for msg in msgs:
                 self._hold(msg, wall)
+            return
+        self.ledger.replaced(self.group)
+        for msg in msgs:
+            origins.pop(msg.id, None)
+        store.remove_many(msgs)
+        if store.wants_compaction():
+            store.compact(list(self.channel.deferred.values()))
 
     def retire(self, msgs: list[Message]) -> None:
         done = self.acks.done
@@ -334,38 +382,69 @@ class DurableRetention(Retention):
 
     def _drop_left_twice(self, records: list[bytes], msgs: list[Message | None], first: int) -> None:
         """After a crash: set to None the messages of ``records`` (numbered from ``first``) that are
-        second copies.
+        second copies of one in the queue.
 
-        A REQ, a timeout or a deferral writes the message's new record
-        (naming the one it replaces, :data:`~broker.core.message.REPLACES`)
-        before the old record is committed away; a crash in between leaves
-        both. When both were on disk at the start, the old one is read first
-        and delivered (or held, if a deferral's record is in the deferred
-        store), and the new one is dropped here. Records written since the
-        start are never dropped, nor anything once damage makes the numbers uncertain.
+        A REQ or a timeout writes the message's new record, naming the one it
+        replaces (:data:`~broker.core.message.REPLACES`), and a release names
+        the record the deferral replaced (:data:`~broker.core.message.RELEASED`);
+        the old record is committed away only later, so a crash in between
+        leaves both. When the named record was on disk at the start too, it is
+        read first and stands for the message, and this one is dropped. Records
+        written since the start are never dropped, nor anything once damage
+        makes the numbers uncertain.
+
+        Likewise a record from before the start is dropped when the deferred
+        store held a copy of its message with at least as many attempts at the
+        start (a REQ with a delay wrote it), even if that copy has been released
+        since: the deferral stands. A deferred copy that had been released
+        before the crash is not counted (:meth:`_not_released`): its record in
+        the queue names the record the deferral replaced, as above.
+
+        A record that was itself dropped in an earlier run was retired then, not
+        committed, so it may be read again after a later crash, beside the record
+        that continued the message in that run: of the records whose named record
+        is committed, the first read of each message stands for it and the others are dropped.
         """
         if self.backend.damage_found:
             self._open_end = 0
-            self._replaced.clear()
+            self._restored.clear()
+            self._continued.clear()
             return
-        replaced = self._replaced
+        restored = self._restored
+        seen = self._continued
         for i, record in enumerate(records):
-            number = first + i
-            if number >= self._open_end:
+            if first + i >= self._open_end:
+                self._open_end = 0
+                restored.clear()  # every record from before the start has been read
+                seen.clear()
                 break
-            if number in replaced:
-                replaced.discard(number)  # its deferral's record in the deferred store holds it
+            msg = msgs[i]
+            if msg is None:
+                continue
+            if restored and restored.get(msg.id, -1) >= msg.attempts:
                 msgs[i] = None
-            elif record[:1] == b"\xfe" and _replaces(record) >= self._open_commit:
+            if record[:1] != b"\xfe":
+                continue
+            mark = _origin(record)
+            if mark is None or mark.kind == COPIED:
+                continue
+            if mark.replaces >= self._open_commit:
                 msgs[i] = None
+                continue
+            # The record it continues was committed: this one is the message unless an earlier
+            # run left another continuation of it, read before this one.
+            if msg.id in seen:
+                msgs[i] = None
+            seen.add(msg.id)
 
     def _superseded(self, msg: Message) -> bool:
         """Whether a newer copy of ``msg`` waits deferred or buried.
 
         A REQ with a delay or a burial writes the message's new record to a
-        store before its old record is committed away; a crash in between
-        leaves both, and the old one must not undo the deferral or the burial.
-        The newer copy has at least as many attempts.
+        store before its old records are committed away; a crash in between
+        leaves both, and the old ones must not undo the deferral or the burial.
+        The newer copy has at least as many attempts. (Once the deferred copy
+        is due and back in the queue, :meth:`_drop_left_twice` still knows it.)
         """
         held = self.channel.deferred.get(msg.id) or self.buried.messages.get(msg.id)
         return held is not None and held.attempts >= msg.attempts
@@ -415,7 +494,9 @@ class DurableRetention(Retention):
         self.acks.reset()
         self._offset, self._offset_known = None, False
         self._open_end = 0
-        self._replaced.clear()
+        self._restored.clear()
+        self._continued.clear()
+        self._origins.clear()
         self.deferred_store.clear()
 
 
@@ -426,21 +507,15 @@ def _newest_copy(queue: DiskQueue) -> int:
     for records in queue.newest_records():
         for record in reversed(records):
             if record[:1] == b"\xfe":
-                try:
-                    mark = origin(record)
-                except ValueError:
-                    continue
-                if mark is not None and mark[0] == COPIED:
-                    return -1 if queue.damage_found else mark[1]
+                mark = _origin(record)
+                if mark is not None and mark.kind == COPIED:
+                    return -1 if queue.damage_found else mark.source
     return -1
 
 
-def _replaces(record: bytes) -> int:
-    """The number of the record ``record`` says it replaces (:data:`~broker.core.message.REPLACES`), or -1."""
-    if record[:1] != b"\xfe":
-        return -1
+def _origin(record: bytes) -> Origin | None:
+    """Where ``record`` comes from; None also for a damaged prefix (the record is then read as it is)."""
     try:
-        mark = origin(record)
+        return origin(record)
     except ValueError:
-        return -1
-    return mark[1] if mark is not None and mark[0] == REPLACES else -1
+        return None
