@@ -110,10 +110,10 @@ class Ledger:
         self.run = 0
         self.deliveries = 0
         self.fin_undone = 0
-        self.copies = 0
+        self.suspects: list[tuple[bytes, int]] = []
+        self.failed_fins: set[tuple[bytes, int]] = set()
         self.redelivered = 0
         self.early: list[str] = []
-        self.examples: list[str] = []
 
     def delivered(self, body: bytes) -> None:
         self.deliveries += 1
@@ -123,14 +123,18 @@ class Ledger:
             self.early.append(f"{body!r} delivered {(due - now) / 1e6:.0f} ms early")
         fins = self.fin_runs.get(body)
         if fins and self.run in fins:
-            self.copies += 1
-            if len(self.examples) < 5:
-                self.examples.append(f"{body!r} delivered again in run {self.run} after its FIN in that run")
+            # a copy, unless the FIN comes back E_FIN_FAILED (it came after the timeout that
+            # brought the message back; the two answers may come on different connections)
+            self.suspects.append((body, self.run))
         elif fins:
             self.fin_undone += 1
         elif body in self.last:
             self.redelivered += 1
         self.last[body] = (self.run, "in flight")
+
+    def copies(self) -> list[tuple[bytes, int]]:
+        """Deliveries after a FIN of the same message in the same run that the broker did not refuse."""
+        return [(body, run) for body, run in self.suspects if (body, run) not in self.failed_fins]
 
     def answered(self, body: bytes, what: str) -> None:
         self.last[body] = (self.run, what)
@@ -139,6 +143,7 @@ class Ledger:
 
     def fin_failed(self, body: bytes) -> None:
         """The broker answered E_FIN_FAILED (the message had timed out first): it comes back, rightly."""
+        self.failed_fins.add((body, self.run))
         self.last[body] = (self.run, "timeout")
         runs = self.fin_runs.get(body)
         if runs is not None:
@@ -288,11 +293,13 @@ async def run_cell(cell: str, rounds: int, seed: int, workdir: Path) -> CellResu
             proc.kill()
     finished = {body for body in ledger.acked if body in ledger.fin_runs}
     missing = sorted(ledger.acked - finished)
+    copies = ledger.copies()
     result = CellResult(cell=cell, rounds=rounds, acknowledged=len(ledger.acked), delivered=len(ledger.last),
                         deliveries=ledger.deliveries, lost=len(missing), fin_undone=ledger.fin_undone,
-                        copies=ledger.copies, early=len(ledger.early), redelivered=ledger.redelivered,
+                        copies=len(copies), early=len(ledger.early), redelivered=ledger.redelivered,
                         seconds=round(time.monotonic() - started, 1))
-    result.examples = ledger.examples + ledger.early[:5] + [f"lost {body!r}" for body in missing[:5]]
+    result.examples = [f"{body!r} delivered again in run {run} after its FIN in that run" for body, run in copies[:5]]
+    result.examples += ledger.early[:5] + [f"lost {body!r}" for body in missing[:5]]
     return result
 
 

@@ -356,3 +356,50 @@ async def test_kill_9_after_the_fan_out_does_not_copy_unconsumed_messages_twice(
         assert sorted(got) == sorted(bodies)
         assert await _depth(proc) == 0
         proc.terminate()
+
+
+async def test_kill_9_after_requeues_deferrals_and_releases_delivers_each_message_once(broker_process, tmp_path):
+    """Every move of a message (REQ, REQ with a delay, its release when due) writes a new record
+    before the old one is committed; a crash with all of them on disk leaves one live copy each.
+
+    The first message stays in flight unanswered, so nothing after it can be committed.
+    """
+    data = tmp_path / "data"
+    bodies = [f"m{i}".encode() for i in range(21)]
+    with trio.fail_after(60):
+        proc = broker_process("--durable", data_path=data)
+        producer = await connect(proc.tcp)
+        await producer.send(encode_mpub("crash", bodies))
+        await producer.expect_response(b"OK")
+        consumer = await connect(proc.tcp)
+        await consumer.send(encode_sub("crash", "c"))
+        await consumer.expect_response(b"OK")
+        await consumer.send(encode_rdy(100))
+        first = await consumer.read_messages(21)
+        pinned = next(m for m in first if m.body == b"m0")
+        moving = [m for m in first if m is not pinned]
+        for delay in (0, 300, 0):  # REQ; REQ with a delay (released when due); REQ
+            for msg in moving:
+                await consumer.send(encode_req(msg.id, delay))
+            moving = await consumer.read_messages(20)
+        await _wait_http(proc, "/stats?format=json&topic=crash&channel=c",
+                         lambda doc: doc["topics"][0]["channels"][0]["in_flight_count"] == 21)
+        proc.kill()
+        proc = broker_process("--durable", data_path=data)
+        consumer = await connect(proc.tcp)
+        await consumer.send(encode_sub("crash", "c"))
+        await consumer.expect_response(b"OK")
+        # one at a time, each finished before the next: a second copy cannot hide behind
+        # its first one in flight (the channel skips those)
+        await consumer.send(encode_rdy(1))
+        got: list[bytes] = []
+        with trio.move_on_after(1.5) as idle:
+            while True:
+                (msg,) = await consumer.read_messages(1)
+                got.append(msg.body)
+                await consumer.send(encode_fin(msg.id))
+                idle.deadline = trio.current_time() + 1.5
+        assert sorted(got) == sorted(bodies)
+        doc = await _wait_http(proc, "/stats?format=json&topic=crash&channel=c", lambda doc: True)
+        assert _channel_is_empty(doc), doc["topics"][0]["channels"][0]
+        proc.terminate()
