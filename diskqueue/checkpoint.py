@@ -11,6 +11,7 @@ File ``<name>.diskqueue.meta.dat``, msgpack::
       "bad":       [[segment, end], ...],    corrupt segments at or after "commit": reading
                                              stops at "end" and skips to the next segment
       "accounted": [segment, ...],           segments whose skip loss is already out of "depth"
+      "note":      bin,                      the owner's note (``DiskQueue.note``), optional
     }
 
 ``seq`` counts records ever written to the queue, so ``write.seq - commit.seq`` bounds the
@@ -65,6 +66,7 @@ class Checkpoint:
     depth: int
     bad: tuple[tuple[int, int], ...] = ()
     accounted: tuple[int, ...] = ()
+    note: bytes = b""
 
 
 def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
@@ -78,6 +80,7 @@ def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
             "depth": checkpoint.depth,
             "bad": [list(item) for item in checkpoint.bad],
             "accounted": list(checkpoint.accounted),
+            "note": checkpoint.note,
         }
     )
     return msgpack.packb({"crc": zlib.crc32(body), "body": body})
@@ -105,13 +108,16 @@ def decode_checkpoint(data: bytes) -> Checkpoint:
         depth = _natural(fields["depth"])
         bad = tuple((_natural(f), _natural(e)) for f, e in fields["bad"])
         accounted = tuple(map(_natural, fields["accounted"]))
+        note = fields.get("note", b"")
+        if not isinstance(note, bytes):
+            raise ValueError(f"checkpoint note {note!r} is not bytes")
     except FormatVersionError:
         raise
     except ValueError:
         raise
     except Exception as exc:  # msgpack raises a zoo of types on garbage: all mean "not a checkpoint"
         raise ValueError(f"checkpoint is not readable: {exc!r}") from exc
-    return Checkpoint(commit, write, depth, bad, accounted)
+    return Checkpoint(commit, write, depth, bad, accounted, note)
 
 
 def _natural(value: object) -> int:

@@ -101,7 +101,7 @@ class DiskQueue:
         "_auto", "_log", "_writer", "_segments", "_reader", "_r_file", "_r_pos", "_r_seq",
         "_r_end", "_c_file", "_c_pos", "_c_seq", "_depth", "_pending", "_bad", "_accounted", "_ops", "_dirty", "_meta_dirty", "_records_lost", "_syncs",
         "_last_sync_error", "_sync_lock", "_wakeup", "_guard", "_sync_active",
-        "_deferred_close", "_closed", "_deleted", "_close_done", "_meta_path",
+        "_deferred_close", "_closed", "_deleted", "_close_done", "_meta_path", "_note",
     )
 
     def __init__(
@@ -167,6 +167,7 @@ class DiskQueue:
         self._dirty = bool(found.notes or found.problems)
         self._meta_dirty = self._dirty  # checkpoint content other than the write cursor changed
         self._records_lost = found.lost
+        self._note = found.note
         self._syncs = 0
         self._last_sync_error: str | None = None
         self._sync_lock = trio.Lock()
@@ -195,6 +196,25 @@ class DiskQueue:
         (see ``damage_found``).
         """
         return self._r_seq
+
+    @property
+    def note(self) -> bytes:
+        """The owner's note: bytes kept in the checkpoint beside the cursors it describes.
+
+        Setting it marks the checkpoint for rewriting: the next ``sync()`` (or the policy's)
+        writes it together with the committed cursor as it is then, and after a restart
+        the note is what the last checkpoint held (empty when there was none, it was
+        unreadable, or ``empty()`` dropped it). An owner keeps there what it knows of the
+        records past the committed cursor, such as which are done.
+        """
+        return self._note
+
+    @note.setter
+    def note(self, value: bytes) -> None:
+        self._check_open()
+        if value != self._note:
+            self._note = bytes(value)
+            self._dirty = self._meta_dirty = True
 
     @property
     def damage_found(self) -> bool:
@@ -674,6 +694,7 @@ class DiskQueue:
                 depth=self._depth + self._pending.count,
                 bad=tuple(sorted((f, e) for f, e in self._bad.items() if f >= floor)),
                 accounted=tuple(sorted(f for f in self._accounted if f >= floor)),
+                note=self._note,
             )
             data = encode_checkpoint(checkpoint)
         job = SyncJob(fds=fds, rolled=rolled, created=w.created, data=data,
@@ -752,6 +773,7 @@ class DiskQueue:
         self._pending.clear()
         self._bad.clear()
         self._accounted.clear()
+        self._note = b""
         self._dirty = self._meta_dirty = True
         self._wakeup.set()
 

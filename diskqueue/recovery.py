@@ -64,6 +64,7 @@ class Recovered:
     lost: int = 0
     lost_unknown: bool = False
     checkpoint_state: str = "missing"
+    note: bytes = b""
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -109,6 +110,7 @@ def recover(
             set_aside(meta)
             changed_dir = True
     if checkpoint is not None:
+        state.note = checkpoint.note
         consumed = [n for n in segments if n < checkpoint.commit.file]
         segments = [n for n in segments if n >= checkpoint.commit.file]
         if repair and consumed:

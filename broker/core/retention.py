@@ -62,11 +62,15 @@ class Retention:
             ready = SpillQueue(None, host.options.mem_queue_size, where=f"channel {channel.where}", log=log)
         self.ready = ready
         self.buried = BuriedSet(buried)
-        self.ledger = CommitLedger(self._floors(), host.disk_failed)
+        self.ledger = CommitLedger(self._floors(), host.disk_failed, self._notes())
 
     def _floors(self) -> list:
         store = self.buried.store
         return [] if store is None else [(store.acks, store.queue)]
+
+    def _notes(self) -> list:
+        """What the ledger writes in checkpoints besides the committed cursors (see ``CommitLedger``)."""
+        return []
 
     def queues(self) -> list[DiskQueue]:
         """Every disk queue the channel owns."""

@@ -88,6 +88,21 @@ class AckFloor:
             j = 0
         self._head = j
 
+    def done_ranges(self, limit: int) -> list[tuple[int, int]]:
+        """Up to ``limit`` runs ``(first, end)`` of done tickets past the floor, oldest first (``end`` excluded)."""
+        flags = self._flags
+        head = self._head
+        base = self._floor - head  # ticket = base + index into flags
+        out: list[tuple[int, int]] = []
+        i = flags.find(1, head)
+        while i >= 0 and len(out) < limit:
+            j = flags.find(0, i)
+            if j < 0:
+                j = len(flags)
+            out.append((base + i, base + j))
+            i = flags.find(1, j)
+        return out
+
     def take(self) -> int:
         """How far the floor advanced since the last call: the ``n`` to commit."""
         n = self._advanced

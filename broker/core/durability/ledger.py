@@ -12,7 +12,9 @@ ledger commits in steps:
 1. take how far each floor advanced, and the set of queues written with
    replacements since the last step;
 2. sync those queues (group commits, shared with everyone else waiting);
-3. ``commit(n)`` each queue and sync it, which writes its checkpoint.
+3. ``commit(n)`` each queue, set the notes its owner keeps in the
+   checkpoint (taken in step 1, so they too only speak of records whose
+   replacements are durable), and sync it, which writes its checkpoint.
 
 Steps run one at a time (a second could commit over records whose
 replacements the first is still waiting for) and at most every
@@ -36,13 +38,17 @@ class CommitLedger:
     """The commit steps for one channel's queues; owned by the channel, which runs :meth:`run`.
 
     ``floors`` pairs each queue read without auto-commit with its ack floor;
-    ``on_error`` is told of a failed sync (the step is then retried).
+    ``notes`` pairs queues with a function giving the note (``DiskQueue.note``) to
+    write with their next checkpoint, or None to leave it; ``on_error`` is told of
+    a failed sync (the step is then retried).
     """
 
-    __slots__ = ("_floors", "_unsynced", "_wanted", "_lock", "_on_error")
+    __slots__ = ("_floors", "_notes", "_unsynced", "_wanted", "_lock", "_on_error")
 
-    def __init__(self, floors: list[tuple[AckFloor, DiskQueue]], on_error: Callable[[Exception], None]):
+    def __init__(self, floors: list[tuple[AckFloor, DiskQueue]], on_error: Callable[[Exception], None],
+                 notes: list[tuple[DiskQueue, Callable[[], bytes | None]]] | None = None):
         self._floors = floors
+        self._notes = notes or []
         self._unsynced: set[GroupCommit] = set()
         self._wanted = trio.Event()
         self._lock = trio.Lock()
@@ -78,6 +84,7 @@ class CommitLedger:
         """
         async with self._lock:
             taken = [(acks, acks.take(), acks.epoch, queue) for acks, queue in self._floors]
+            notes = [(queue, note) for queue, make in self._notes if (note := make()) is not None]
             unsynced, self._unsynced = self._unsynced, set()
             try:
                 for group in unsynced:
@@ -92,6 +99,10 @@ class CommitLedger:
             for acks, n, epoch, queue in taken:
                 if n and acks.epoch == epoch:
                     queue.commit(n)
+                    committed.append(queue)
+            for queue, note in notes:
+                queue.note = note
+                if queue.sync_needed and queue not in committed:
                     committed.append(queue)
             # The checkpoint at once, not at the queue's next policy sync (up to --sync-timeout
             # later): a crash then re-delivers only what was finished in the last step or so.

@@ -25,7 +25,10 @@ the channel's queue.
 from __future__ import annotations
 
 import logging
+from bisect import bisect_right
 from typing import TYPE_CHECKING
+
+import msgpack
 
 from broker.core.durability.ackfloor import AckFloor
 from broker.core.durability.groupcommit import GroupCommit
@@ -62,6 +65,9 @@ RETRY_DELAY = 1.0
 #: How far a file's modification time may lag the wall clock of the write that set it.
 _MTIME_SLACK_NS = 1_000_000_000
 
+#: Runs of done records past the committed cursor that a checkpoint lists at most.
+_NOTE_RANGES = 4096
+
 
 class DurableRetention(Retention):
     """A channel's disk queue read without auto-commit, its deferred and buried stores, and their commits.
@@ -85,6 +91,7 @@ class DurableRetention(Retention):
         self._restored: dict[bytes, int] = {}  # deferred store at the start: message id -> attempts
         self._continued: set[bytes] = set()  # messages read since the start from a record continuing a committed one
         self._origins: dict[bytes, int] = {}  # deferred message id -> the queue record its deferral replaced
+        self._done = _decode_done(backend.note, self._open_commit)  # records done before the start
         self._offset: int | None = None  # a record's number in the queue minus its ticket, while known
         self._offset_known = False
         ready = SpillQueue(backend, host.options.mem_queue_size, where=f"channel {channel.where}", log=log, write_through=True)
@@ -94,6 +101,29 @@ class DurableRetention(Retention):
     def _floors(self) -> list:
         store = self.deferred_store
         return [(self.acks, self.backend), (store.acks, store.queue), *super()._floors()]
+
+    def _notes(self) -> list:
+        return [(self.backend, self._done_note)]
+
+    def _done_note(self) -> bytes | None:
+        """The records past the committed cursor that are done, for the queue's checkpoint.
+
+        Finished records (and replaced ones, once the ledger has made their
+        replacements durable: it takes this note before it syncs them) are
+        done, but the committed cursor cannot pass them while an older record
+        is still in flight. Kept in the checkpoint, they are dropped after a
+        crash instead of being delivered again (:meth:`_drop_left_twice`).
+        The first :data:`_NOTE_RANGES` runs are kept. None while record numbers
+        are not known (the note is then left as it is: what it says stays true).
+        """
+        offset = self._offset
+        if offset is None:
+            return None
+        ranges = [(a + offset, b + offset) for a, b in self.acks.done_ranges(_NOTE_RANGES)]
+        if self._done:  # from before the start, for the records not read again yet
+            read = self.backend.read_seq
+            ranges.extend((max(a, read), b) for a, b in self._done if b > read)
+        return _encode_done(ranges)
 
     def queues(self) -> list[DiskQueue]:
         return [*super().queues(), self.deferred_store.queue]
@@ -393,6 +423,10 @@ class DurableRetention(Retention):
         written since the start are never dropped, nor anything once damage
         makes the numbers uncertain.
 
+        Records the checkpoint's note lists as done (:meth:`_done_note`) are
+        dropped: finished ones, and replaced ones, whose replacement then
+        stands for the message even though the record it names was on disk.
+
         Likewise a record from before the start is dropped when the deferred
         store held a copy of its message with at least as many attempts at the
         start (a REQ with a delay wrote it), even if that copy has been released
@@ -406,20 +440,21 @@ class DurableRetention(Retention):
         is committed, the first read of each message stands for it and the others are dropped.
         """
         if self.backend.damage_found:
-            self._open_end = 0
-            self._restored.clear()
-            self._continued.clear()
+            self._forget_the_start()
             return
         restored = self._restored
         seen = self._continued
+        done = self._done
         for i, record in enumerate(records):
-            if first + i >= self._open_end:
-                self._open_end = 0
-                restored.clear()  # every record from before the start has been read
-                seen.clear()
+            number = first + i
+            if number >= self._open_end:
+                self._forget_the_start()  # every record from before the start has been read
                 break
             msg = msgs[i]
             if msg is None:
+                continue
+            if done and _within(done, number):
+                msgs[i] = None  # finished, or replaced by a record that stands for the message now
                 continue
             if restored and restored.get(msg.id, -1) >= msg.attempts:
                 msgs[i] = None
@@ -428,7 +463,7 @@ class DurableRetention(Retention):
             mark = _origin(record)
             if mark is None or mark.kind == COPIED:
                 continue
-            if mark.replaces >= self._open_commit:
+            if mark.replaces >= self._open_commit and not (done and _within(done, mark.replaces)):
                 msgs[i] = None
                 continue
             # The record it continues was committed: this one is the message unless an earlier
@@ -436,6 +471,13 @@ class DurableRetention(Retention):
             if msg.id in seen:
                 msgs[i] = None
             seen.add(msg.id)
+
+    def _forget_the_start(self) -> None:
+        """Stop dropping records from before the start (all read, or numbers no longer certain)."""
+        self._open_end = 0
+        self._restored.clear()
+        self._continued.clear()
+        self._done = []
 
     def _superseded(self, msg: Message) -> bool:
         """Whether a newer copy of ``msg`` waits deferred or buried.
@@ -493,9 +535,7 @@ class DurableRetention(Retention):
         super().empty()
         self.acks.reset()
         self._offset, self._offset_known = None, False
-        self._open_end = 0
-        self._restored.clear()
-        self._continued.clear()
+        self._forget_the_start()
         self._origins.clear()
         self.deferred_store.clear()
 
@@ -519,3 +559,45 @@ def _origin(record: bytes) -> Origin | None:
         return origin(record)
     except ValueError:
         return None
+
+
+def _encode_done(ranges: list[tuple[int, int]]) -> bytes:
+    """Runs of record numbers ``[(first, end), ...]`` (sorted, apart) as the queue's note: gap, length, ..."""
+    if not ranges:
+        return b""
+    flat: list[int] = []
+    previous = 0
+    for first, end in ranges:
+        flat += (first - previous, end - first)
+        previous = end
+    return msgpack.packb(flat)
+
+
+def _decode_done(note: bytes, floor: int) -> list[tuple[int, int]]:
+    """The runs of :func:`_encode_done` that end past ``floor``; none from a note that is not one."""
+    if not note:
+        return []
+    try:
+        flat = msgpack.unpackb(note)
+        ranges = []
+        previous = 0
+        for gap, length in zip(flat[0::2], flat[1::2], strict=True):
+            if type(gap) is not int or type(length) is not int or gap < 0 or length <= 0:
+                raise ValueError(f"bad run {gap!r}, {length!r}")
+            first = previous + gap
+            previous = first + length
+            if previous > floor:
+                ranges.append((max(first, floor), previous))
+        return ranges
+    except Exception as exc:  # msgpack raises a zoo of types on garbage
+        log.warning("ignoring an unreadable note of done records (%r): some may be delivered again", exc)
+        return []
+
+
+def _within(ranges: list[tuple[int, int]], number: int) -> bool:
+    """Whether ``number`` lies in one of the sorted runs ``ranges``."""
+    i = bisect_right(ranges, (number, _END)) - 1
+    return i >= 0 and ranges[i][0] <= number < ranges[i][1]
+
+
+_END = 1 << 63
