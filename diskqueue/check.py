@@ -79,7 +79,7 @@ def check(data_path: str | os.PathLike[str], name: str, *, min_msg_size: int = 0
     size_of: dict[int, int] = {}
     for number in found.segments:
         try:
-            size_of[number] = os.path.getsize(os.path.join(path, segment_filename(name, number)))
+            size_of[number] = fileops.getsize(os.path.join(path, segment_filename(name, number)))
         except OSError:
             continue
         sizes += size_of[number]

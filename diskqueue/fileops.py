@@ -23,6 +23,7 @@ __all__ = [
     "fstat",
     "fsync",
     "ftruncate",
+    "getsize",
     "listdir",
     "makedirs",
     "open",
@@ -59,6 +60,7 @@ unlink = os.unlink
 listdir = os.listdir
 makedirs = os.makedirs
 exists = os.path.exists
+getsize = os.path.getsize
 read_file = _read_file
 
 _NAMES = frozenset(__all__) - {"substitute"}

@@ -10,6 +10,7 @@ creation or truncation), ``pwrite``/``write`` with their offsets and bytes, ``ft
 ``unlink``. A test adds its own events (``mark``: "these messages were acknowledged") to the
 same list, so a point in the list says both what had reached the files and what had been
 promised. ``fsync`` calls are recorded, not made: what is stable is what the model says.
+Reads go to the real calls unrecorded.
 
 :class:`Disk` replays a prefix of the record and answers what a power cut right there may
 leave (:meth:`Disk.power_cut`). The model:
@@ -27,6 +28,10 @@ leave (:meth:`Disk.power_cut`). The model:
 * Modes: ``"random"`` draws every choice; ``"kept"`` keeps everything (the state a killed
   process leaves: every write reached the page cache); ``"lost"`` keeps nothing that was
   not fsynced.
+* After a power cut everything on disk is stable (a new ``Disk`` of the cut's files). After
+  a kill nothing changed: the next process's record continues the same model
+  (:meth:`Disk.killed`), so a power cut during that restart may still lose what the killed
+  process never fsynced.
 
 The record of a run is kept whole, so one run yields as many crash points as wanted, and
 the reconstructed directories are plain directories: a failing one can be kept and
@@ -40,13 +45,14 @@ import random
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from copy import deepcopy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from diskqueue import fileops
 
-__all__ = ["Disk", "Op", "Recorder", "write_directory"]
+__all__ = ["Disk", "Op", "Recorder", "crash_points", "first_seed", "write_directory"]
 
 #: The name the directory itself is recorded under (files are recorded by their name in it).
 DIRECTORY = "."
@@ -215,6 +221,23 @@ class Recorder:
         """``(index in ops, event)`` of every mark, in order."""
         return [(i, op.event) for i, op in enumerate(self.ops) if op.kind == "mark"]
 
+    def crash_points(self, count: int, rng: random.Random) -> list[int]:
+        """``count`` crash points, ascending, each drawn from one of four kinds at random:
+        anywhere; right after a mark ``("acked", ...)`` (the promise is as fresh as it gets);
+        right after an fsync of the directory (a checkpoint or a new file just became
+        durable, and what it depends on may not have); right after a file creation or a
+        rename (before the fsync of the directory that makes it durable). A point ``k``
+        means the first ``k`` operations happened."""
+        acks = [i + 1 for i, event in self.marks() if event[0] == "acked"]
+        installs = [i + 1 for i, op in enumerate(self.ops) if op.kind == "sync" and op.name == DIRECTORY]
+        names = [i + 1 for i, op in enumerate(self.ops)
+                 if op.kind == "rename" or (op.kind == "open" and op.flags & os.O_CREAT)]
+        points = []
+        for _ in range(count):
+            near = rng.choice((None, acks, installs, names))
+            points.append(rng.choice(near) if near else rng.randrange(len(self.ops) + 1))
+        return sorted(points)
+
     def trace(self, end: int, last: int = 60) -> str:
         """The ``last`` records before ``end``, one a line, numbered: for a failure report."""
         start = max(0, end - last)
@@ -314,6 +337,16 @@ class Disk:
         file.pending.append(("truncate", size, b""))
         _resize(file.now, size)
 
+    def killed(self) -> Disk:
+        """A copy of the model as a killed process leaves it, for a restart to go on from:
+        its descriptors are gone, and nothing it wrote is more stable than it was (the page
+        cache keeps it for the next process, a power cut may still lose it). Continue it
+        with :meth:`advance` from 0 over the next process's record."""
+        copy = deepcopy(self)
+        copy.fds.clear()
+        copy.applied = 0
+        return copy
+
     def files_now(self) -> dict[str, bytes]:
         """What the directory holds now, as the running code sees it (nothing lost)."""
         return {name: bytes(file.now) for name, file in self.names.items()}
@@ -384,6 +417,19 @@ class Disk:
                         lost.append(lo)  # reads as zeros if a later sector landed
                 choices.append(f"{name}: write [{offset}, {end}) lost the sectors at {lost}")
         return bytes(buf)
+
+
+def crash_points(default: int) -> int:
+    """``PYNSQD_POWERCUT_POINTS``, the number of crash points a simulation tries, or ``default``."""
+    return int(os.environ.get("PYNSQD_POWERCUT_POINTS") or default)
+
+
+def first_seed() -> int:
+    """``PYNSQD_POWERCUT_SEED``: an integer, ``random`` (a new seed), or unset (a fixed seed)."""
+    value = os.environ.get("PYNSQD_POWERCUT_SEED", "")
+    if value == "random":
+        return random.SystemRandom().randrange(1 << 32)
+    return int(value) if value else 20250611
 
 
 def write_directory(path: Path, files: dict[str, bytes]) -> Path:

@@ -4,9 +4,10 @@ survives, in order, and recovery never fails.
 A seeded random run of ``put_many``, ``read_many``, ``commit``, ``sync(commits=True)``,
 ``sync(commits=False)``, ``empty`` (and the queue's own sync policy, ``run()``, in worker
 threads), with segments small enough to roll often, is recorded by
-``tests/support/powercut.py``. Then, at random points of the record (and right after
-every kind of acknowledgement), the directory is rebuilt as a power cut could leave it,
-the queue is opened on it and read to the end.
+``tests/support/powercut.py``. Then, at crash points of the record (``Recorder.crash_points``:
+anywhere, right after an acknowledgement, right after a checkpoint, right after a file
+creation or rename), the directory is rebuilt as a power cut there could leave it, and the
+queue is opened on it and read to the end.
 
 Power-cut model (implemented by ``powercut.Disk``):
 
@@ -17,8 +18,8 @@ Power-cut model (implemented by ``powercut.Disk``):
   ``ftruncate`` is kept or dropped. ``fdatasync`` makes the file's data and size durable;
 * a created file, a rename or replace and an unlink are durable only after an fsync of
   the directory; before that the directory may show the old or the new name;
-* as well as such random cuts, every crash point is also tried as the two extremes, at
-  random: every write kept (a killed process) and nothing unsynced kept.
+* besides such random cuts, a crash point may get either extreme: every write kept (what
+  a killed process leaves) or nothing kept that was not fsynced.
 
 Acknowledged: a record put before a ``sync()`` (either kind) that then returned. After
 reconstruction, every acknowledged record not committed before the cut is read back, in
@@ -26,7 +27,10 @@ the order written; records read are exactly records written (nothing invented), 
 each at most once; committed records may come back (counted as duplicates). The recovered
 queue then takes a new record, closes, and a reopen reads exactly that record. In a
 quarter of the cases the recovery itself is recorded and cut again at a random point
-before the final recovery (a power cut during the restart).
+before the final recovery: a power cut during the restart that follows a power cut, or
+that follows a kill (the restart then runs on files whose last writes are still only in the
+page cache, and the model goes on from there). ``test_the_simulation_finds_a_missing_fsync``
+shows that the check fails when fsyncs of the directory, or of the data, do nothing.
 
 Run longer (the CI run is seeded and short; the seed is printed)::
 
@@ -41,9 +45,9 @@ the operations recorded before the cut, and keeps the rebuilt directory.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import logging
-import os
 import random
 import shutil
 from collections import deque
@@ -54,7 +58,8 @@ import pytest
 import trio
 
 from diskqueue import DiskQueue
-from tests.support.powercut import Disk, Recorder, write_directory
+from tests.support.paths import REPO
+from tests.support.powercut import Disk, Recorder, crash_points, first_seed, write_directory
 
 NAME = "q"
 #: Crash points tried on each recorded run.
@@ -64,18 +69,6 @@ CI_POINTS = 400
 #: Operations of one recorded run.
 STEPS = 160
 LOG = logging.getLogger("powercut.diskqueue")
-
-
-def crash_points() -> int:
-    return int(os.environ.get("PYNSQD_POWERCUT_POINTS") or CI_POINTS)
-
-
-def first_seed() -> int:
-    """``PYNSQD_POWERCUT_SEED``: an integer, ``random``, or unset (a fixed seed)."""
-    value = os.environ.get("PYNSQD_POWERCUT_SEED", "")
-    if value == "random":
-        return random.SystemRandom().randrange(1 << 32)
-    return int(value) if value else 20250611
 
 
 @dataclass
@@ -93,7 +86,7 @@ class Shape:
 
 @dataclass
 class Promises:
-    """What the marks before a crash point promise: record i was put, acknowledged, committed, emptied."""
+    """What the marks before a crash point promise: which records (by index) were acknowledged, committed, emptied."""
 
     acked: int = 0  # records [0, acked) were acknowledged
     emptied: int = 0  # records [0, emptied) were dropped by empty()
@@ -174,17 +167,9 @@ async def record_run(path: Path, rng: random.Random, make: type[Recorder]) -> tu
     return recorder, shape, written
 
 
-def choose_points(recorder: Recorder, count: int, rng: random.Random) -> list[int]:
-    """Crash points: half anywhere, half right after an acknowledgement."""
-    after_acks = [i + 1 for i, event in recorder.marks() if event[0] == "acked"]
-    points = [rng.randrange(len(recorder.ops) + 1) for _ in range(count - count // 2)]
-    if after_acks:
-        points += [rng.choice(after_acks) for _ in range(count // 2)]
-    return sorted(points)
-
-
-def cut(disk: Disk, rng: random.Random) -> tuple[dict[str, bytes], list[str], str]:
-    mode = rng.choices(["random", "kept", "lost"], weights=[6, 2, 2])[0]
+def cut(disk: Disk, rng: random.Random, mode: str | None = None) -> tuple[dict[str, bytes], list[str], str]:
+    """A power cut (``mode``, or one drawn: mostly random, else everything kept or nothing unsynced)."""
+    mode = mode or rng.choices(["random", "kept", "lost"], weights=[6, 2, 2])[0]
     files, choices = disk.power_cut(rng, mode)
     return files, choices, mode
 
@@ -196,16 +181,16 @@ def drain(q: DiskQueue) -> list[bytes]:
     return out
 
 
-async def restart_cut(path: Path, shape: Shape, rng: random.Random, target: Path) -> tuple[Path, str]:
-    """Record a recovery of ``path`` (open, read everything without committing, close), cut it at a random
-    point into ``target``; returns ``target`` and what was done."""
+async def restart_cut(path: Path, shape: Shape, rng: random.Random, target: Path, disk: Disk) -> tuple[Path, str]:
+    """Record a recovery of ``path`` (open, read everything without committing, close) on
+    top of ``disk``, the model of ``path``; cut it at a random point into ``target``.
+    Returns ``target`` and what was done."""
     recorder = Recorder(path)
     with recorder.installed():
         q = dataclasses.replace(shape, auto_commit=False).open(path)  # reading must not consume them
         drain(q)
         await q.close()
     point = rng.randrange(len(recorder.ops) + 1)
-    disk = Disk(recorder.initial)
     disk.advance(recorder.ops, point)
     files, choices, mode = cut(disk, rng)
     note = (f"then the recovery was cut at {point}/{len(recorder.ops)} ({mode}: {'; '.join(choices) or '-'}); "
@@ -260,12 +245,13 @@ async def explore(tmp_path: Path, seed: int, points: int, recorder: type[Recorde
         pending = next(marks, None)
         promises = Promises()
         share = min(POINTS_PER_RUN, points - run * POINTS_PER_RUN)
-        for n, point in enumerate(choose_points(record, share, rng)):
+        for n, point in enumerate(record.crash_points(share, rng)):
             disk.advance(record.ops, point)
             while pending is not None and pending[0] < point:
                 promises.apply(pending[1])
                 pending = next(marks, None)
-            files, choices, mode = cut(disk, rng)
+            twice = rng.random() < 0.25
+            files, choices, mode = cut(disk, rng, "kept" if twice and rng.random() < 0.5 else None)
             kept = write_directory(base / f"cut{n}", files)
             target = base / f"cut{n}-recovered"
             shutil.copytree(kept, target)
@@ -274,8 +260,11 @@ async def explore(tmp_path: Path, seed: int, points: int, recorder: type[Recorde
                        f"operations before the cut:\n{record.trace(point)}")
             with trio.fail_after(30):
                 try:
-                    if rng.random() < 0.25:
-                        target, note = await restart_cut(target, shape, rng, base / f"cut{n}-restart")
+                    if twice:
+                        # after a kill the restart's writes join the killed process's unsynced ones;
+                        # after a power cut everything on disk is stable
+                        after = disk.killed() if mode == "kept" else Disk(files)
+                        target, note = await restart_cut(target, shape, rng, base / f"cut{n}-restart", after)
                         context += "\n" + note
                         tally.cut_twice += 1
                     tally.returned += await check_recovery(target, shape, written, promises.owed())
@@ -286,7 +275,7 @@ async def explore(tmp_path: Path, seed: int, points: int, recorder: type[Recorde
 
 
 async def test_power_cuts_lose_no_acknowledged_record(tmp_path: Path) -> None:
-    points, seed = crash_points(), first_seed()
+    points, seed = crash_points(CI_POINTS), first_seed()
     print(f"\npower cuts under a DiskQueue: seed {seed}, {points} crash points")
     tally = await explore(tmp_path, seed, points)
     print(f"power cuts under a DiskQueue: {tally.tried} crash points tried ({tally.cut_twice} cut again during "
@@ -315,3 +304,29 @@ async def test_the_simulation_finds_a_missing_fsync(tmp_path: Path, recorder: ty
     """The check can fail: with fsyncs of one kind ignored, acknowledged records are lost."""
     with pytest.raises(AssertionError, match="acknowledged, uncommitted record"):
         await explore(tmp_path, 20250611, 400, recorder)
+
+
+#: What of ``os`` the disk queue may use directly: constants and path arithmetic, no I/O.
+_PURE_OS = {"fspath", "sep", "PathLike", "path.join", "path.dirname", "path.basename", "path.split"}
+
+
+def test_diskqueue_reaches_the_file_system_only_through_fileops() -> None:
+    """The simulation sees only what goes through ``diskqueue/fileops.py``: any other file
+    call in the package would escape it."""
+    escapes = []
+    for source in sorted((REPO / "diskqueue").glob("*.py")):
+        if source.name == "fileops.py":
+            continue
+        for node in ast.walk(ast.parse(source.read_text(), str(source))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os":
+                name = node.attr
+            elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
+                  and isinstance(node.value.value, ast.Name) and node.value.value.id == "os"):
+                name = f"{node.value.attr}.{node.attr}"
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open":
+                name = "open() (builtin)"
+            else:
+                continue
+            if not (name in _PURE_OS or name.startswith("O_") or name == "path"):
+                escapes.append(f"{source.name}:{node.lineno}: os.{name}")
+    assert not escapes, escapes
