@@ -3,8 +3,9 @@
 Segment files of length-prefixed, checksummed records plus an atomically replaced msgpack
 checkpoint; two read cursors (handed out, committed); nsqd's sync policy; corruption
 recovery that counts what it loses. See ``queue.py`` for the API and which calls are
-async, ``format.py`` for the file layout, ``recovery.py`` for what happens on open and
-``check.py`` for verifying a data directory (``python -m diskqueue DATA_PATH [NAME ...]``).
+async, ``format.py`` for the file layout, ``recovery.py`` for what happens on open,
+``check.py`` for verifying a data directory (``python -m diskqueue DATA_PATH [NAME ...]``)
+and ``fileops.py``, through which every call to the file system goes.
 """
 
 from .check import CheckReport, check

@@ -6,6 +6,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from . import fileops
 from .checkpoint import TEMP_SUFFIX, load_checkpoint
 from .format import meta_filename, segment_filename
 from .recovery import recover
@@ -70,7 +71,7 @@ def check(data_path: str | os.PathLike[str], name: str, *, min_msg_size: int = 0
     path = os.fspath(data_path)
     checkpoint, _ = load_checkpoint(os.path.join(path, meta_filename(name)))
     found = recover(path, name, min_msg_size, max_msg_size, repair=False, verify_all=True)
-    entries = sorted(os.listdir(path))
+    entries = sorted(fileops.listdir(path))
     prefix = f"{name}.diskqueue."
     bad_files = tuple(e for e in entries if e.startswith(prefix) and e.endswith(".bad"))
     stray = tuple(e for e in entries if e == meta_filename(name) + TEMP_SUFFIX)
@@ -78,7 +79,7 @@ def check(data_path: str | os.PathLike[str], name: str, *, min_msg_size: int = 0
     size_of: dict[int, int] = {}
     for number in found.segments:
         try:
-            size_of[number] = os.path.getsize(os.path.join(path, segment_filename(name, number)))
+            size_of[number] = fileops.getsize(os.path.join(path, segment_filename(name, number)))
         except OSError:
             continue
         sizes += size_of[number]
@@ -108,7 +109,7 @@ def check(data_path: str | os.PathLike[str], name: str, *, min_msg_size: int = 0
 def queue_names(data_path: str | os.PathLike[str]) -> list[str]:
     """Names of the queues that have segment or checkpoint files in ``data_path``."""
     names = set()
-    for entry in os.listdir(data_path):
+    for entry in fileops.listdir(data_path):
         match = _QUEUE_FILE.fullmatch(entry)
         if match:
             names.add(match.group(1))

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import msgpack
 
+from . import fileops
 from .errors import FormatVersionError
 
 __all__ = [
@@ -130,8 +131,7 @@ def load_checkpoint(path: str) -> tuple[Checkpoint | None, str | None]:
     """Read the checkpoint at ``path``: ``(checkpoint, None)``, ``(None, None)`` when there is
     none, or ``(None, reason)`` when the file exists but is not valid."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = fileops.read_file(path)
     except FileNotFoundError:
         return None, None
     try:
@@ -145,27 +145,27 @@ def load_checkpoint(path: str) -> tuple[Checkpoint | None, str | None]:
 def write_temporary(path: str, data: bytes) -> str:
     """Write ``data`` to ``path + ".tmp"`` and fsync it; returns the temporary path."""
     tmp = path + TEMP_SUFFIX
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    fd = fileops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+            view = view[fileops.write(fd, view) :]
+        fileops.fsync(fd)
     finally:
-        os.close(fd)
+        fileops.close(fd)
     return tmp
 
 
 def fsync_directory(directory: str) -> None:
     """Make renames, creations and removals in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+    fd = fileops.open(directory, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        os.fsync(fd)
+        fileops.fsync(fd)
     finally:
-        os.close(fd)
+        fileops.close(fd)
 
 
 def store_checkpoint(path: str, data: bytes) -> None:
     """Replace the checkpoint at ``path`` atomically and durably (blocking: several fsyncs)."""
-    os.replace(write_temporary(path, data), path)
+    fileops.replace(write_temporary(path, data), path)
     fsync_directory(os.path.dirname(path) or ".")

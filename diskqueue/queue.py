@@ -62,6 +62,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import trio
 
+from . import fileops
 from .checkpoint import Checkpoint, Cursor, encode_checkpoint
 from .checksum import warn_if_slow
 from .errors import DiskQueueClosed, DiskQueueError, DiskQueueIOError, MessageSizeError
@@ -135,7 +136,7 @@ class DiskQueue:
         self._auto = auto_commit
         self._log = logger if logger is not None else logging.getLogger("diskqueue")
         self._meta_path = os.path.join(self.data_path, meta_filename(name))
-        os.makedirs(self.data_path, exist_ok=True)
+        fileops.makedirs(self.data_path, exist_ok=True)
         warn_if_slow(self._log)
 
         found = recover(self.data_path, name, min_msg_size, max_msg_size)
@@ -662,9 +663,9 @@ class DiskQueue:
             self._sync_active = False
             deferred, self._deferred_close = self._deferred_close, []
             for fd in deferred:
-                os.close(fd)
+                fileops.close(fd)
         for _, fd in job.rolled:
-            os.close(fd)
+            fileops.close(fd)
         if job.current and removed:
             gone = set(removed)
             self._segments = [n for n in self._segments if n not in gone]
@@ -825,11 +826,11 @@ class DiskQueue:
             if self._sync_active:
                 self._deferred_close.append(fd)  # a worker thread may be fsyncing it
             else:
-                os.close(fd)
+                fileops.close(fd)
 
     def _unlink(self, path: str) -> None:
         try:
-            os.unlink(path)
+            fileops.unlink(path)
         except FileNotFoundError:
             pass
 

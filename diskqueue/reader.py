@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from . import fileops
 from .format import decode_records, next_record_size
 
 __all__ = ["READ_CHUNK", "SegmentReader"]
@@ -24,8 +25,8 @@ class SegmentReader:
 
     def __init__(self, path: str, number: int) -> None:
         self.number = number
-        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        self.size = os.fstat(self.fd).st_size
+        self.fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self.size = fileops.fstat(self.fd).st_size
         self._buf = b""
         self._buf_start = 0
 
@@ -62,7 +63,7 @@ class SegmentReader:
             size = min(limit - pos, max(READ_CHUNK, need))
             if size < need:
                 return out, pos, "record extends past the end of the segment"
-            buf = os.pread(self.fd, size, pos)
+            buf = fileops.pread(self.fd, size, pos)
             if len(buf) < size:
                 self._buf = b""
                 return out, pos, f"segment ends at {pos + len(buf)}, before {pos + size}"
@@ -73,4 +74,4 @@ class SegmentReader:
     def close(self) -> None:
         """Release the descriptor and the buffer."""
         self._buf = b""
-        os.close(self.fd)
+        fileops.close(self.fd)

@@ -34,6 +34,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from . import fileops
 from .checkpoint import TEMP_SUFFIX, Checkpoint, Cursor, fsync_directory, load_checkpoint
 from .format import HEADER_SIZE, SegmentHeader, meta_filename, segment_filename
 from .scan import list_segments, read_header, scan_segment
@@ -72,9 +73,9 @@ class Recovered:
 def set_aside(path: str) -> str:
     """Rename a damaged file to ``<path>.bad`` (or a unique variant); returns the new path."""
     target = path + ".bad"
-    if os.path.exists(target):
+    if fileops.exists(target):
         target = f"{path}.{time.time_ns()}.bad"
-    os.rename(path, target)
+    fileops.rename(path, target)
     return target
 
 
@@ -96,8 +97,8 @@ def recover(
     """
     changed_dir = False
     meta = os.path.join(data_path, meta_filename(name))
-    if repair and os.path.exists(meta + TEMP_SUFFIX):
-        os.unlink(meta + TEMP_SUFFIX)
+    if repair and fileops.exists(meta + TEMP_SUFFIX):
+        fileops.unlink(meta + TEMP_SUFFIX)
         changed_dir = True
     checkpoint, meta_problem = load_checkpoint(meta)
     segments = list_segments(data_path, name)
@@ -115,7 +116,7 @@ def recover(
         segments = [n for n in segments if n >= checkpoint.commit.file]
         if repair and consumed:
             for n in consumed:
-                os.unlink(os.path.join(data_path, segment_filename(name, n)))
+                fileops.unlink(os.path.join(data_path, segment_filename(name, n)))
             changed_dir = True
             state.notes.append(f"removed {len(consumed)} consumed segment(s)")
     headers: _Headers = {n: read_header(os.path.join(data_path, segment_filename(name, n)), n) for n in segments}
@@ -308,17 +309,17 @@ def _walk(data_path: str, name: str, segments: list[int], headers: _Headers, sta
 
 
 def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        os.fsync(fd)
+        fileops.fsync(fd)
     finally:
-        os.close(fd)
+        fileops.close(fd)
 
 
 def _truncate(path: str, size: int) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    fd = fileops.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
-        os.ftruncate(fd, size)
-        os.fsync(fd)
+        fileops.ftruncate(fd, size)
+        fileops.fsync(fd)
     finally:
-        os.close(fd)
+        fileops.close(fd)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from . import fileops
 from .format import (
     HEADER_SIZE,
     RECORD,
@@ -34,7 +35,7 @@ def list_segments(data_path: str, name: str) -> list[int]:
     """Numbers of the segment files of queue ``name`` in ``data_path``, ascending."""
     pattern = segment_pattern(name)
     found = []
-    for entry in os.listdir(data_path):
+    for entry in fileops.listdir(data_path):
         match = pattern.fullmatch(entry)
         if match:
             found.append(int(match.group(1)))
@@ -48,14 +49,14 @@ def read_header(path: str, number: int) -> tuple[SegmentHeader | None, int, str 
     A missing file is reported as a problem, not raised.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None, 0, "segment file is missing"
     try:
-        size = os.fstat(fd).st_size
-        header, problem = decode_header(os.pread(fd, HEADER_SIZE, 0), number)
+        size = fileops.fstat(fd).st_size
+        header, problem = decode_header(fileops.pread(fd, HEADER_SIZE, 0), number)
     finally:
-        os.close(fd)
+        fileops.close(fd)
     return header, size, problem
 
 
@@ -73,7 +74,7 @@ def resync(fd: int, pos: int, limit: int, min_size: int, max_size: int) -> int |
     try:
         at = pos
         for _ in range(RESYNC_HOPS):
-            head = os.pread(fd, RECORD_HEADER_SIZE, at)
+            head = fileops.pread(fd, RECORD_HEADER_SIZE, at)
             if len(head) < RECORD_HEADER_SIZE:
                 break
             length, _ = RECORD.unpack(head)
@@ -82,14 +83,14 @@ def resync(fd: int, pos: int, limit: int, min_size: int, max_size: int) -> int |
                 break
             if after == limit:
                 return after
-            probe = os.pread(fd, min(limit - after, RECORD_HEADER_SIZE + max_size), after)
+            probe = fileops.pread(fd, min(limit - after, RECORD_HEADER_SIZE + max_size), after)
             if record_end(probe, 0, min_size, max_size) >= 0:
                 return after
             at = after
         slack = 2 * (RECORD_HEADER_SIZE + max_size)
         start = pos + 1
         while start < limit:
-            window = os.pread(fd, min(limit - start, SCAN_CHUNK + slack), start)
+            window = fileops.pread(fd, min(limit - start, SCAN_CHUNK + slack), start)
             if not window:
                 return None
             at_end = start + len(window) >= limit
@@ -138,9 +139,9 @@ def scan_segment(
     follows.
     """
     path = os.path.join(data_path, segment_filename(name, number))
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        size = os.fstat(fd).st_size
+        size = fileops.fstat(fd).st_size
         result = SegmentScan(number, size, start, 0, start)
         if start > size:
             result.problem = f"file is {size} bytes, shorter than offset {start}"
@@ -150,7 +151,7 @@ def scan_segment(
         pos = start
         chunk = SCAN_CHUNK
         while pos < size:
-            buf = os.pread(fd, min(chunk, size - pos), pos)
+            buf = fileops.pread(fd, min(chunk, size - pos), pos)
             payloads, off, problem = decode_records(buf, 0, _ALL, min_size, max_size)
             result.records += len(payloads)
             if pos < mark:
@@ -182,7 +183,7 @@ def scan_segment(
         result.end = pos
         return result
     finally:
-        os.close(fd)
+        fileops.close(fd)
 
 
 def _starting_before(payloads: list[bytes], pos: int, mark: int) -> int:
@@ -198,7 +199,7 @@ def _starting_before(payloads: list[bytes], pos: int, mark: int) -> int:
 
 def _only_zeros(fd: int, pos: int, size: int) -> bool:
     while pos < size:
-        block = os.pread(fd, min(SCAN_CHUNK, size - pos), pos)
+        block = fileops.pread(fd, min(SCAN_CHUNK, size - pos), pos)
         if not block:
             break
         if block.strip(b"\0"):

@@ -10,15 +10,13 @@ files after them.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 
+from . import fileops
 from .checkpoint import TEMP_SUFFIX, fsync_directory, write_temporary
 from .recovery import set_aside
 
 __all__ = ["Guard", "SyncJob"]
-
-_datasync = getattr(os, "fdatasync", os.fsync)
 
 
 class Guard:
@@ -66,7 +64,7 @@ class SyncJob:
     def run(self) -> list[int]:
         """Blocking. Returns the numbers of the segments removed; raises ``OSError``."""
         for fd in self.fds:
-            _datasync(fd)
+            fileops.fdatasync(fd)
         if self.created:
             fsync_directory(self.directory)  # new segments' names before a checkpoint naming them
         if self.data is None:
@@ -74,9 +72,9 @@ class SyncJob:
         tmp = write_temporary(self.meta_path, self.data)
         with self.guard.lock:
             if not self.current:
-                os.unlink(tmp)
+                fileops.unlink(tmp)
                 return []
-            os.replace(tmp, self.meta_path)
+            fileops.replace(tmp, self.meta_path)
         fsync_directory(self.directory)
         removed = []
         for number, path, bad in self.removals:
@@ -87,7 +85,7 @@ class SyncJob:
                     if bad:
                         set_aside(path)
                     else:
-                        os.unlink(path)
+                        fileops.unlink(path)
                 except FileNotFoundError:
                     pass
                 except OSError as exc:
@@ -99,6 +97,6 @@ class SyncJob:
     def abandon_temporary(self) -> None:
         """Remove a temporary checkpoint a failed run may have left."""
         try:
-            os.unlink(self.meta_path + TEMP_SUFFIX)
+            fileops.unlink(self.meta_path + TEMP_SUFFIX)
         except OSError:
             pass

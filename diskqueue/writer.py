@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from . import fileops
 from .format import HEADER_SIZE, encode_header, segment_filename
 
 __all__ = ["SegmentWriter"]
@@ -36,8 +37,8 @@ class SegmentWriter:
         self.dirty = False  # bytes written to ``fd`` since it was last handed to a sync
         self._stale_tail = False  # a failed write may have left bytes past ``pos``
         if exists:
-            self.fd = os.open(self.path(number), _APPEND_FLAGS)
-            if os.fstat(self.fd).st_size > pos:
+            self.fd = fileops.open(self.path(number), _APPEND_FLAGS)
+            if fileops.fstat(self.fd).st_size > pos:
                 self._stale_tail = True
 
     def path(self, number: int) -> str:
@@ -55,13 +56,13 @@ class SegmentWriter:
         fd = self.fd
         assert fd is not None
         if self._stale_tail:
-            os.ftruncate(fd, self.pos)
+            fileops.ftruncate(fd, self.pos)
             self._stale_tail = False
         view = memoryview(data)
         pos = self.pos
         try:
             while view:
-                written = os.pwrite(fd, view, pos)
+                written = fileops.pwrite(fd, view, pos)
                 if written == 0:
                     raise OSError("pwrite wrote no bytes")
                 view = view[written:]
@@ -69,7 +70,7 @@ class SegmentWriter:
         except OSError:
             if pos != self.pos:
                 try:
-                    os.ftruncate(fd, self.pos)
+                    fileops.ftruncate(fd, self.pos)
                 except OSError:
                     self._stale_tail = True  # retried before the next write
             raise
@@ -79,15 +80,15 @@ class SegmentWriter:
 
     def _create(self) -> None:
         path = self.path(self.number)
-        fd = os.open(path, _CREATE_FLAGS, 0o644)
+        fd = fileops.open(path, _CREATE_FLAGS, 0o644)
         try:
             header = encode_header(self.number, self.seq)
-            if os.pwrite(fd, header, 0) != len(header):
+            if fileops.pwrite(fd, header, 0) != len(header):
                 raise OSError(f"short write of the header of {path}")
         except BaseException:
-            os.close(fd)
+            fileops.close(fd)
             try:
-                os.unlink(path)
+                fileops.unlink(path)
             except OSError:
                 pass
             raise

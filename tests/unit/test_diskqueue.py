@@ -12,8 +12,7 @@ import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
 
-import diskqueue.sync
-from diskqueue import DiskQueue, DiskQueueClosed, MessageSizeError
+from diskqueue import DiskQueue, DiskQueueClosed, MessageSizeError, fileops
 from diskqueue.checkpoint import Cursor, load_checkpoint
 from diskqueue.format import HEADER_SIZE, meta_filename, segment_filename
 
@@ -331,14 +330,14 @@ async def test_sync_of_records_only_leaves_commits_to_the_policy(tmp_path: Path)
 def blocking_fsync(monkeypatch: pytest.MonkeyPatch):
     """Make data fsyncs wait until released, to act while a sync is in its worker thread."""
     entered, release = threading.Event(), threading.Event()
-    real = diskqueue.sync._datasync
+    real = fileops.fdatasync
 
     def datasync(fd: int) -> None:
         entered.set()
         release.wait(10)
         real(fd)
 
-    monkeypatch.setattr(diskqueue.sync, "_datasync", datasync)
+    monkeypatch.setattr(fileops, "fdatasync", datasync)
     return entered, release
 
 
@@ -450,7 +449,7 @@ async def until(condition) -> None:
 
 
 async def test_run_retries_a_failed_sync(tmp_path: Path, mock_clock, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = diskqueue.sync._datasync
+    real = fileops.fdatasync
     failures = [OSError(5, "Input/output error")]
 
     def datasync(fd: int) -> None:
@@ -458,7 +457,7 @@ async def test_run_retries_a_failed_sync(tmp_path: Path, mock_clock, monkeypatch
             raise failures.pop()
         real(fd)
 
-    monkeypatch.setattr(diskqueue.sync, "_datasync", datasync)
+    monkeypatch.setattr(fileops, "fdatasync", datasync)
     with trio.fail_after(1000):  # virtual time: the mock clock only moves when jumped
         q = DiskQueue(NAME, tmp_path, sync_every=1, sync_timeout=1.0)
         async with trio.open_nursery() as nursery:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from diskqueue import DiskQueue, DiskQueueIOError, FormatVersionError, check
+from diskqueue import DiskQueue, DiskQueueIOError, FormatVersionError, check, fileops
 from diskqueue.__main__ import main as check_main
 from diskqueue.format import HEADER_SIZE, meta_filename, segment_filename
 from tests.support.paths import REPO
@@ -302,11 +302,11 @@ def test_check_command_line(tmp_path: Path) -> None:
 
 
 class FullDisk:
-    """``os.pwrite`` that behaves like a disk with ``free`` bytes left: short write, then ENOSPC."""
+    """``fileops.pwrite`` that behaves like a disk with ``free`` bytes left: short write, then ENOSPC."""
 
     def __init__(self, free: int) -> None:
         self.free = free
-        self.real = os.pwrite
+        self.real = fileops.pwrite
 
     def __call__(self, fd: int, data, offset: int) -> int:
         if self.free <= 0:
@@ -318,7 +318,7 @@ class FullDisk:
 
 async def test_full_disk_loses_nothing_accepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     disk = FullDisk(1000)
-    monkeypatch.setattr(os, "pwrite", disk)
+    monkeypatch.setattr(fileops, "pwrite", disk)
     accepted: list[bytes] = []
     with trio.fail_after(10):
         q = DiskQueue(NAME, tmp_path / "q", max_bytes_per_file=300)
@@ -352,7 +352,7 @@ async def test_full_disk_loses_nothing_accepted(tmp_path: Path, monkeypatch: pyt
 
 
 async def test_permission_denied_creating_a_segment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_open = os.open
+    real_open = fileops.open
     denied = [True]
 
     def guarded_open(path, flags, *args, **kwargs):
@@ -365,7 +365,7 @@ async def test_permission_denied_creating_a_segment(tmp_path: Path, monkeypatch:
         denied[0] = False
         q.put_many(records(9))  # fills segment 0
         denied[0] = True
-        monkeypatch.setattr(os, "open", guarded_open)
+        monkeypatch.setattr(fileops, "open", guarded_open)
         with pytest.raises(DiskQueueIOError) as info:
             q.put_many(records(3, start=9))
         assert info.value.errno == errno.EACCES and info.value.accepted == 0
