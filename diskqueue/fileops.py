@@ -32,6 +32,7 @@ __all__ = [
     "read_file",
     "rename",
     "replace",
+    "stat",
     "substitute",
     "unlink",
     "write",
@@ -50,6 +51,7 @@ pread = os.pread
 pwrite = os.pwrite
 write = os.write
 fstat = os.fstat
+stat = os.stat
 ftruncate = os.ftruncate
 fsync = os.fsync
 # Data and size only: what a segment's records need (fsync where the platform has no fdatasync).

@@ -451,7 +451,7 @@ class DiskQueue:
         for number in numbers:
             if since_ns:
                 try:
-                    if os.stat(self._segment_path(number)).st_mtime_ns < since_ns:
+                    if fileops.stat(self._segment_path(number)).st_mtime_ns < since_ns:
                         return
                 except OSError:
                     continue
