@@ -403,3 +403,39 @@ async def test_kill_9_after_requeues_deferrals_and_releases_delivers_each_messag
         doc = await _wait_http(proc, "/stats?format=json&topic=crash&channel=c", lambda doc: True)
         assert _channel_is_empty(doc), doc["topics"][0]["channels"][0]
         proc.terminate()
+
+
+async def test_kill_9_does_not_bring_back_messages_finished_behind_one_in_flight(broker_process, tmp_path):
+    """FINs behind a message that stays in flight cannot move the committed cursor; the
+    checkpoint lists them (it is written by the commit step that follows), so a crash a
+    moment later does not deliver them again. Only the one in flight comes back."""
+    data = tmp_path / "data"
+    bodies = [f"m{i}".encode() for i in range(50)]
+    with trio.fail_after(60):
+        proc = broker_process("--durable", data_path=data)
+        producer = await connect(proc.tcp)
+        await producer.send(encode_mpub("crash", bodies))
+        await producer.expect_response(b"OK")
+        consumer = await connect(proc.tcp)
+        await consumer.send(encode_sub("crash", "c"))
+        await consumer.expect_response(b"OK")
+        await consumer.send(encode_rdy(100))
+        got = await consumer.read_messages(50)
+        for msg in got:
+            if msg.body != b"m0":
+                await consumer.send(encode_fin(msg.id))
+        await _wait_http(proc, "/stats?format=json&topic=crash&channel=c",
+                         lambda doc: doc["topics"][0]["channels"][0]["in_flight_count"] == 1)
+        await trio.sleep(0.5)  # a few commit steps (every 100 ms)
+        proc.kill()
+        proc = broker_process("--durable", data_path=data)
+        consumer = await connect(proc.tcp)
+        await consumer.send(encode_sub("crash", "c"))
+        await consumer.expect_response(b"OK")
+        await consumer.send(encode_rdy(100))
+        (msg,) = await consumer.read_messages(1)
+        assert msg.body == b"m0"
+        with trio.move_on_after(1.0):
+            frame = await consumer.read_frame()
+            raise AssertionError(f"a finished message came back: {decode_message(frame.data).body!r}")
+        proc.terminate()

@@ -504,3 +504,20 @@ async def test_max_bytes_per_file_may_change_between_runs(tmp_path: Path) -> Non
         assert q.depth == 75
         assert drain(q) == sent[15:]
         await q.close()
+
+
+async def test_the_owners_note_is_kept_in_the_checkpoint_with_the_cursors(tmp_path: Path) -> None:
+    q = DiskQueue("q", tmp_path, auto_commit=False)
+    q.put_many([b"a", b"b", b"c"])
+    q.read_many(3)
+    q.commit(1)
+    q.note = b"records 2..3 are done"
+    await q.sync()
+    q.note = b"not written: the process dies before the next sync"
+    reopened = DiskQueue("q", tmp_path, auto_commit=False)  # as after a crash
+    assert reopened.note == b"records 2..3 are done"
+    assert reopened.read_seq == 1
+    reopened.empty()
+    assert reopened.note == b""
+    await reopened.close()
+    assert DiskQueue("q", tmp_path).note == b""

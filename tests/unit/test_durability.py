@@ -183,3 +183,26 @@ async def test_ledger_commits_only_after_the_replacements_are_durable(tmp_path):
     await ledger.commit()
     assert queue.uncommitted == 1
     await queue.close()
+
+
+def test_ack_floor_done_ranges_are_the_runs_past_the_floor_matching_a_reference_model():
+    rng = random.Random(7)
+    acks = AckFloor()
+    done: set[int] = set()
+    issued = 0
+    for _ in range(2000):
+        if rng.random() < 0.3:
+            acks.issue(rng.randrange(1, 20))
+            issued = acks.floor + len(acks)
+        elif issued:
+            ticket = rng.randrange(max(0, issued - 60), issued)
+            acks.done(ticket)
+            done.add(ticket)
+        expected = []
+        for ticket in sorted(t for t in done if t >= acks.floor):
+            if expected and expected[-1][1] == ticket:
+                expected[-1] = (expected[-1][0], ticket + 1)
+            else:
+                expected.append((ticket, ticket + 1))
+        assert acks.done_ranges(1 << 20) == expected
+        assert acks.done_ranges(2) == expected[:2]
