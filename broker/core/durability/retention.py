@@ -9,11 +9,14 @@
   :class:`~broker.core.durability.parked.ParkedStore`);
 * the channel's :class:`~broker.core.durability.ledger.CommitLedger` waits until every
   replacement is on stable storage, then moves each queue's committed cursor
-  over its retired prefix. A crash therefore re-delivers everything not
-  finished (and what was finished after the last checkpoint: duplicates), and
-  never loses a message. An old record read again after a crash while a newer
-  copy of its message waits deferred or buried is dropped (``_superseded``),
-  so a crash undoes neither a deferral nor a burial.
+  over its retired prefix, and writes the runs of retired records past it
+  into the queue's checkpoint. A crash therefore re-delivers only what was
+  finished after the last commit step (duplicates), and never loses a
+  message; new records say which they replace, so the second copies a crash
+  leaves are dropped when read (:mod:`~broker.core.durability.restart`). An old
+  record read again after a crash while a newer copy of its message waits
+  deferred or buried is dropped (``_superseded``), so a crash undoes neither a
+  deferral nor a burial.
 
 Disk cost: a record is freed only when every older record of its queue is
 retired, so one message that stays in flight for a long time keeps the
@@ -25,28 +28,24 @@ the channel's queue.
 from __future__ import annotations
 
 import logging
-from bisect import bisect_right
 from typing import TYPE_CHECKING
-
-import msgpack
 
 from broker.core.durability.ackfloor import AckFloor
 from broker.core.durability.groupcommit import GroupCommit
 from broker.core.durability.parked import ParkedStore
+from broker.core.durability.restart import Leftovers, encode_done, newest_copy, record_origin
 from broker.core.host import CoreHost
 from broker.core.message import (
     COPIED,
     RELEASED,
     REPLACES,
     Message,
-    Origin,
     decode_all,
     decode_each,
     encode,
     is_deferred_record,
     mark_origin,
     now_ns,
-    origin,
 )
 from broker.core.retention import Retention, close_all, store_name
 from broker.core.spill import REFILL_BATCH, SpillQueue
@@ -84,14 +83,8 @@ class DurableRetention(Retention):
         # the store a shutdown without --durable writes deferred messages to, kept live
         self.deferred_store = ParkedStore(queues.open(store_name(channel, "deferred"), auto_commit=False))
         self._copies_failed = False
-        # After a crash, the records an interrupted move left twice (see _drop_left_twice):
-        # records numbered from _open_commit to _open_end were on disk when the queue opened.
-        self._open_commit = backend.read_seq
-        self._open_end = backend.statistics().records_written
-        self._restored: dict[bytes, int] = {}  # deferred store at the start: message id -> attempts
-        self._continued: set[bytes] = set()  # messages read since the start from a record continuing a committed one
+        self.leftovers = Leftovers(backend)
         self._origins: dict[bytes, int] = {}  # deferred message id -> the queue record its deferral replaced
-        self._done = _decode_done(backend.note, self._open_commit)  # records done before the start
         self._offset: int | None = None  # a record's number in the queue minus its ticket, while known
         self._offset_known = False
         ready = SpillQueue(backend, host.options.mem_queue_size, where=f"channel {channel.where}", log=log, write_through=True)
@@ -112,7 +105,7 @@ class DurableRetention(Retention):
         replacements durable: it takes this note before it syncs them) are
         done, but the committed cursor cannot pass them while an older record
         is still in flight. Kept in the checkpoint, they are dropped after a
-        crash instead of being delivered again (:meth:`_drop_left_twice`).
+        crash instead of being delivered again (:mod:`~broker.core.durability.restart`).
         The first :data:`_NOTE_RANGES` runs are kept. None while record numbers
         are not known (the note is then left as it is: what it says stays true).
         """
@@ -120,10 +113,8 @@ class DurableRetention(Retention):
         if offset is None:
             return None
         ranges = [(a + offset, b + offset) for a, b in self.acks.done_ranges(_NOTE_RANGES)]
-        if self._done:  # from before the start, for the records not read again yet
-            read = self.backend.read_seq
-            ranges.extend((max(a, read), b) for a, b in self._done if b > read)
-        return _encode_done(ranges)
+        ranges.extend(self.leftovers.done_since(self.backend.read_seq))
+        return encode_done(ranges)
 
     def queues(self) -> list[DiskQueue]:
         return [*super().queues(), self.deferred_store.queue]
@@ -133,8 +124,7 @@ class DurableRetention(Retention):
         msgs = self._newest(self.deferred_store.load())
         replaced = self.deferred_store.replaced
         self._origins.update(replaced)
-        if self._open_end > self._open_commit:
-            self._restored = {m.id: m.attempts for m in msgs}
+        self.leftovers.deferred_at_start(msgs)
         wall = now_ns()
         due = [m for m in msgs if m.due_ns <= wall]
         for msg in msgs:
@@ -196,7 +186,7 @@ class DurableRetention(Retention):
         disk, or damage in the queue, which may have taken copies before the
         number (copying again makes duplicates, never a loss).
         """
-        return _newest_copy(self.backend), _newest_copy(self.deferred_store.queue)
+        return newest_copy(self.backend), newest_copy(self.deferred_store.queue)
 
     def append(self, msgs: list[Message]) -> bool:
         """Append ``msgs`` as new ready records; False (reported) if the write failed."""
@@ -289,8 +279,7 @@ class DurableRetention(Retention):
         (:data:`~broker.core.message.RELEASED`) and was written at or after the
         message's due time, so only segments modified since the oldest due time
         are searched. Those store records are retired instead of being released a
-        second time, and the queue record their deferral replaced is no longer
-        dropped for them: the released record stands for it (see :meth:`_drop_left_twice`).
+        second time (see :mod:`~broker.core.durability.restart` for the queue records).
         """
         store = self.deferred_store
         want = {number: m for m in due if (number := store.number(m)) >= 0}
@@ -301,15 +290,14 @@ class DurableRetention(Retention):
         for records in self.backend.newest_records(since):
             for record in records:
                 if record[:1] == b"\xfe":
-                    mark = _origin(record)
+                    mark = record_origin(record)
                     if mark is not None and mark.kind == RELEASED and mark.source in want:
                         found.append(want.pop(mark.source))
             if not want:
                 break
         if not found:
             return due
-        for msg in found:
-            self._restored.pop(msg.id, None)
+        self.leftovers.released_before(found)
         store.remove_many(found)
         self.ledger.wake()
         log.info("channel %s: %d deferred messages were released before the restart", self.channel.where,
@@ -385,8 +373,8 @@ class DurableRetention(Retention):
         later: list[Message] = []  # records with a due time, for the deferred store
         dropped = False
         msgs = decode_each(records, log, self.ready.where)
-        if first < self._open_end:
-            self._drop_left_twice(records, msgs, first)
+        if self.leftovers.pending(first):
+            self.leftovers.drop(records, msgs, first)
         for msg in msgs:
             if msg is None:
                 acks.done(ticket)
@@ -410,75 +398,6 @@ class DurableRetention(Retention):
             self.ledger.wake()
         return True
 
-    def _drop_left_twice(self, records: list[bytes], msgs: list[Message | None], first: int) -> None:
-        """After a crash: set to None the messages of ``records`` (numbered from ``first``) that are
-        second copies of one in the queue.
-
-        A REQ or a timeout writes the message's new record, naming the one it
-        replaces (:data:`~broker.core.message.REPLACES`), and a release names
-        the record the deferral replaced (:data:`~broker.core.message.RELEASED`);
-        the old record is committed away only later, so a crash in between
-        leaves both. When the named record was on disk at the start too, it is
-        read first and stands for the message, and this one is dropped. Records
-        written since the start are never dropped, nor anything once damage
-        makes the numbers uncertain.
-
-        Records the checkpoint's note lists as done (:meth:`_done_note`) are
-        dropped: finished ones, and replaced ones, whose replacement then
-        stands for the message even though the record it names was on disk.
-
-        Likewise a record from before the start is dropped when the deferred
-        store held a copy of its message with at least as many attempts at the
-        start (a REQ with a delay wrote it), even if that copy has been released
-        since: the deferral stands. A deferred copy that had been released
-        before the crash is not counted (:meth:`_not_released`): its record in
-        the queue names the record the deferral replaced, as above.
-
-        A record that was itself dropped in an earlier run was retired then, not
-        committed, so it may be read again after a later crash, beside the record
-        that continued the message in that run: of the records whose named record
-        is committed, the first read of each message stands for it and the others are dropped.
-        """
-        if self.backend.damage_found:
-            self._forget_the_start()
-            return
-        restored = self._restored
-        seen = self._continued
-        done = self._done
-        for i, record in enumerate(records):
-            number = first + i
-            if number >= self._open_end:
-                self._forget_the_start()  # every record from before the start has been read
-                break
-            msg = msgs[i]
-            if msg is None:
-                continue
-            if done and _within(done, number):
-                msgs[i] = None  # finished, or replaced by a record that stands for the message now
-                continue
-            if restored and restored.get(msg.id, -1) >= msg.attempts:
-                msgs[i] = None
-            if record[:1] != b"\xfe":
-                continue
-            mark = _origin(record)
-            if mark is None or mark.kind == COPIED:
-                continue
-            if mark.replaces >= self._open_commit and not (done and _within(done, mark.replaces)):
-                msgs[i] = None
-                continue
-            # The record it continues was committed: this one is the message unless an earlier
-            # run left another continuation of it, read before this one.
-            if msg.id in seen:
-                msgs[i] = None
-            seen.add(msg.id)
-
-    def _forget_the_start(self) -> None:
-        """Stop dropping records from before the start (all read, or numbers no longer certain)."""
-        self._open_end = 0
-        self._restored.clear()
-        self._continued.clear()
-        self._done = []
-
     def _superseded(self, msg: Message) -> bool:
         """Whether a newer copy of ``msg`` waits deferred or buried.
 
@@ -486,7 +405,7 @@ class DurableRetention(Retention):
         store before its old records are committed away; a crash in between
         leaves both, and the old ones must not undo the deferral or the burial.
         The newer copy has at least as many attempts. (Once the deferred copy
-        is due and back in the queue, :meth:`_drop_left_twice` still knows it.)
+        is due and back in the queue, ``leftovers`` still knows it.)
         """
         held = self.channel.deferred.get(msg.id) or self.buried.messages.get(msg.id)
         return held is not None and held.attempts >= msg.attempts
@@ -535,69 +454,7 @@ class DurableRetention(Retention):
         super().empty()
         self.acks.reset()
         self._offset, self._offset_known = None, False
-        self._forget_the_start()
+        self.leftovers.forget()
         self._origins.clear()
         self.deferred_store.clear()
 
-
-def _newest_copy(queue: DiskQueue) -> int:
-    """The number the newest copied record of ``queue`` carries, or -1 (see ``copied_through``)."""
-    if queue.damage_found:
-        return -1
-    for records in queue.newest_records():
-        for record in reversed(records):
-            if record[:1] == b"\xfe":
-                mark = _origin(record)
-                if mark is not None and mark.kind == COPIED:
-                    return -1 if queue.damage_found else mark.source
-    return -1
-
-
-def _origin(record: bytes) -> Origin | None:
-    """Where ``record`` comes from; None also for a damaged prefix (the record is then read as it is)."""
-    try:
-        return origin(record)
-    except ValueError:
-        return None
-
-
-def _encode_done(ranges: list[tuple[int, int]]) -> bytes:
-    """Runs of record numbers ``[(first, end), ...]`` (sorted, apart) as the queue's note: gap, length, ..."""
-    if not ranges:
-        return b""
-    flat: list[int] = []
-    previous = 0
-    for first, end in ranges:
-        flat += (first - previous, end - first)
-        previous = end
-    return msgpack.packb(flat)
-
-
-def _decode_done(note: bytes, floor: int) -> list[tuple[int, int]]:
-    """The runs of :func:`_encode_done` that end past ``floor``; none from a note that is not one."""
-    if not note:
-        return []
-    try:
-        flat = msgpack.unpackb(note)
-        ranges = []
-        previous = 0
-        for gap, length in zip(flat[0::2], flat[1::2], strict=True):
-            if type(gap) is not int or type(length) is not int or gap < 0 or length <= 0:
-                raise ValueError(f"bad run {gap!r}, {length!r}")
-            first = previous + gap
-            previous = first + length
-            if previous > floor:
-                ranges.append((max(first, floor), previous))
-        return ranges
-    except Exception as exc:  # msgpack raises a zoo of types on garbage
-        log.warning("ignoring an unreadable note of done records (%r): some may be delivered again", exc)
-        return []
-
-
-def _within(ranges: list[tuple[int, int]], number: int) -> bool:
-    """Whether ``number`` lies in one of the sorted runs ``ranges``."""
-    i = bisect_right(ranges, (number, _END)) - 1
-    return i >= 0 and ranges[i][0] <= number < ranges[i][1]
-
-
-_END = 1 << 63
