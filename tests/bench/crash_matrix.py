@@ -187,7 +187,7 @@ async def _consumer(address, ledger: Ledger, kind: str, rng: random.Random, stop
         client = await connect(address, timeout=10)
         await client.send(encode_sub(TOPIC, CHANNEL))
         await client.expect_response(b"OK")
-        await client.send(encode_rdy(200 if kind != "random" else 50))
+        await client.send(encode_rdy({"random": 50, "drain": 2500}.get(kind, 200)))
     except _DISCONNECTED:
         return
     bodies: dict[bytes, bytes] = {}  # message id -> body, of the messages this connection was given
@@ -250,22 +250,26 @@ async def _round(proc: BrokerProcess, ledger: Ledger, command: str, consumer: st
         stop.set()
 
 
-async def _drain(proc: BrokerProcess, ledger: Ledger, timeout: float) -> None:
-    """FIN everything until every acknowledged message is finished and the channel holds nothing."""
+async def _drain(proc: BrokerProcess, ledger: Ledger, stall: float) -> None:
+    """FIN everything until every acknowledged message is finished and the channel holds nothing.
+
+    Gives up once ``stall`` seconds pass without a delivery, so that what is missing is reported.
+    """
     stop = trio.Event()
 
     async def watch() -> None:
-        with trio.move_on_after(timeout):
-            while True:
-                finished = {body for body in ledger.acked if body in ledger.fin_runs}
-                if len(finished) == len(ledger.acked) and _drained(await _stats(proc)):
-                    break
-                await trio.sleep(0.1)
+        seen, quiet_since = -1, trio.current_time()
+        while trio.current_time() - quiet_since < stall:
+            if ledger.deliveries != seen:
+                seen, quiet_since = ledger.deliveries, trio.current_time()
+            if all(body in ledger.fin_runs for body in ledger.acked) and _drained(await _stats(proc)):
+                break
+            await trio.sleep(0.2)
         stop.set()
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(watch)
-        nursery.start_soon(_consumer, proc.tcp, ledger, "ordered", random.Random(0), stop)
+        nursery.start_soon(_consumer, proc.tcp, ledger, "drain", random.Random(0), stop)
         await stop.wait()
         nursery.cancel_scope.cancel()
 
@@ -286,7 +290,7 @@ async def run_cell(cell: str, rounds: int, seed: int, workdir: Path) -> CellResu
             await _round(proc, ledger, command, consumer, rng)
         ledger.run = rounds
         proc = BrokerProcess(data, *flags).start()
-        await _drain(proc, ledger, timeout=60)
+        await _drain(proc, ledger, stall=30)
         proc.terminate()
     finally:
         if proc is not None:
