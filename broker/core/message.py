@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 
 __all__ = ["Message", "encode", "decode", "decode_each", "decode_all", "is_deferred_record", "now_ns",
            "Origin", "mark_origin", "origin", "COPIED", "REPLACES", "RELEASED", "MIN_RECORD_SIZE",
-           "RECORD_OVERHEAD"]
+           "RECORD_OVERHEAD", "MAX_PREFIXES"]
 
 _HEADER = struct.Struct(">qH")
 _DEFERRED = struct.Struct(">BBq")
@@ -61,6 +61,8 @@ RELEASED = 3
 #: timestamp + attempts + id: the smallest valid plain record, and what a body adds to.
 RECORD_OVERHEAD = _HEADER.size + 16
 MIN_RECORD_SIZE = RECORD_OVERHEAD
+#: What the prefixes (a due time, an origin) may add to a record at most.
+MAX_PREFIXES = _DEFERRED.size + _ORIGIN.size
 
 
 class Message:

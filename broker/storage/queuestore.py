@@ -11,15 +11,13 @@ import logging
 from pathlib import Path
 
 from broker.config.options import Options
-from broker.core.message import RECORD_OVERHEAD
+from broker.core.message import MAX_PREFIXES, RECORD_OVERHEAD
 from diskqueue import DiskQueue
 
 __all__ = ["QueueStore"]
 
 log = logging.getLogger("pynsqd.broker")
 
-#: Room for the deferred-record prefix (see :mod:`broker.core.message`).
-_DEFERRED_PREFIX = 10
 #: Records read per call when reading a stash back.
 _READ_BATCH = 4096
 
@@ -39,7 +37,7 @@ class QueueStore:
             self.data_path,
             max_bytes_per_file=opts.max_bytes_per_file,
             min_msg_size=RECORD_OVERHEAD,
-            max_msg_size=opts.max_msg_size + RECORD_OVERHEAD + _DEFERRED_PREFIX,
+            max_msg_size=opts.max_msg_size + RECORD_OVERHEAD + MAX_PREFIXES,  # room for a due time and an origin
             sync_every=opts.sync_every,
             sync_timeout=opts.sync_timeout,
             auto_commit=auto_commit,

@@ -8,6 +8,8 @@ graceful restart in both modes.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import trio
 
@@ -88,6 +90,28 @@ async def test_durable_backlog_waits_for_the_first_channel(start_daemon):
         consumer = await subscriber(d, rdy=100)
         got = await consumer.read_messages(50)
         assert [m.body for m in got] == [b"m%d" % i for i in range(50)]
+
+
+async def test_a_message_of_the_largest_size_takes_every_move_in_durable_mode(start_daemon, caplog):
+    """Records carry prefixes (a due time, where they come from) on top of the largest body:
+    DPUB, its copy into the channel, REQ with a delay and its release all write them."""
+    body = b"x" * 1000
+    async with start_daemon("--durable", "--max-msg-size=1000") as d:
+        consumer = await subscriber(d, rdy=1)
+        producer = await connect(tcp(d))
+        await producer.send(encode_dpub("t", 50, body))
+        await producer.expect_response(b"OK")
+        with trio.fail_after(10):
+            (msg,) = await consumer.read_messages(1)
+            await consumer.send(encode_req(msg.id, 50))
+            (msg,) = await consumer.read_messages(1)
+            await consumer.send(encode_req(msg.id, 0))
+            (msg,) = await consumer.read_messages(1)
+        assert (msg.body, msg.attempts) == (body, 3)
+        await consumer.send(encode_fin(msg.id))
+        channel = d.broker.topics["t"].channels["c"]
+        await wait_for(lambda: channel.backend.uncommitted == 0 and not channel.in_flight)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 # ---------------------------------------------------------------- the ack floor
