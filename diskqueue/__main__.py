@@ -18,10 +18,11 @@ EXIT_OK = 0
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
 
-#: Bytes the broker adds to a message body in its queue records: the 26-byte message header
-#: and the 10-byte prefix of a deferred message. The default bound accepts every record a
-#: broker with the default --max-msg-size writes.
-BROKER_RECORD_OVERHEAD = 36
+#: Bytes the broker adds to a message body in its queue records at most: the 26-byte message
+#: header, the 10-byte prefix of a deferred message and the 18-byte prefix saying where a
+#: durable-mode record comes from. The default bound accepts every record a broker with the
+#: default --max-msg-size writes.
+BROKER_RECORD_OVERHEAD = 54
 BROKER_MAX_MSG_SIZE = 1048576
 
 _DESCRIPTION = """\

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import trio
 
+from broker.core.message import MAX_PREFIXES, RECORD_OVERHEAD
 from diskqueue import DiskQueue
 from tests.support.paths import REPO
 
-#: The largest record a broker with the default --max-msg-size writes: body, header, deferred prefix.
-LARGEST_BROKER_RECORD = 1048576 + 36
+#: The largest record a broker with the default --max-msg-size writes: body, header, prefixes.
+LARGEST_BROKER_RECORD = 1048576 + RECORD_OVERHEAD + MAX_PREFIXES
 
 
 def run_checker(*args: str) -> subprocess.CompletedProcess[str]:
@@ -68,5 +69,5 @@ def test_help_is_plain_text_and_documents_every_option():
     assert text.startswith("usage: python -m diskqueue [-h] [--min-msg-size BYTES] [--max-msg-size BYTES]\n")
     assert "  --min-msg-size BYTES  smallest valid record; shorter ones count as damage\n" in text
     assert "  --max-msg-size BYTES  largest valid record; longer ones count as damage\n" in text
-    assert "(default: 1048612, the broker's default --max-msg-size" in text
+    assert f"(default: {LARGEST_BROKER_RECORD}, the broker's default --max-msg-size" in text
     assert "exit status: 0 when every queue checked is OK, 1 when any has problems,\n" in text
