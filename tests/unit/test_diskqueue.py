@@ -521,3 +521,41 @@ async def test_the_owners_note_is_kept_in_the_checkpoint_with_the_cursors(tmp_pa
     assert reopened.note == b""
     await reopened.close()
     assert DiskQueue("q", tmp_path).note == b""
+
+
+async def test_a_quick_sync_of_records_runs_on_the_calling_thread_and_a_slow_one_sends_the_next_away(
+        tmp_path: Path) -> None:
+    """``inline_sync_below``: fdatasync on the Trio thread while the last sync of records was quick."""
+    calls: list[tuple[str, bool]] = []  # (call, made on the Trio thread)
+    delay = [0.0]
+    main = threading.current_thread()
+
+    def recording(name: str, real):
+        def call(fd: int) -> None:
+            calls.append((name, threading.current_thread() is main))
+            time.sleep(delay[0])
+            real(fd)
+        return call
+
+    previous = fileops.substitute({"fdatasync": recording("fdatasync", fileops.fdatasync),
+                                   "fsync": recording("fsync", fileops.fsync)})
+    try:
+        q = DiskQueue("q", tmp_path, inline_sync_below=0.2)
+        q.put(b"a")
+        await q.sync(commits=False)  # quick: inline
+        delay[0] = 0.3
+        q.put(b"b")
+        await q.sync(commits=False)  # inline too, but slow
+        delay[0] = 0.0
+        q.put(b"c")
+        await q.sync(commits=False)  # so this one goes to a worker thread, and is quick
+        q.put(b"d")
+        await q.sync(commits=False)  # inline again
+        assert [inline for name, inline in calls if name == "fdatasync"] == [True, True, False, True]
+        calls.clear()
+        q.put(b"e")
+        await q.sync()  # with a checkpoint: always in a worker thread
+        assert calls and not any(inline for _, inline in calls)
+        await q.close()
+    finally:
+        fileops.substitute(previous)
