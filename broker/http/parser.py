@@ -192,8 +192,7 @@ class RequestParser:
             request.target += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        request = self._request
-        assert request is not None
+        request: ParsedRequest = self._request  # type: ignore[assignment]  # set by on_url
         lower = name.lower()
         request.headers.append((lower, value))
         special = _SPECIAL_HEADERS.get(lower)
@@ -215,8 +214,7 @@ class RequestParser:
             request.expect = value
 
     def on_headers_complete(self) -> None:
-        request = self._request
-        assert request is not None
+        request: ParsedRequest = self._request  # type: ignore[assignment]  # set by on_url
         parser = self._parser
         request.method = method = parser.get_method()
         version = parser.get_http_version()
@@ -257,8 +255,7 @@ class RequestParser:
         return size
 
     def on_body(self, body: bytes) -> None:
-        request = self._request
-        assert request is not None
+        request: ParsedRequest = self._request  # type: ignore[assignment]  # set by on_url
         request.parts.append(body)
         request.buffered += len(body)
 
