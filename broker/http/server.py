@@ -71,6 +71,8 @@ TEXT_PLAIN = b"text/plain; charset=utf-8"
 #: this many, with bodies of at most this size.
 _CACHED_RESPONSES = 256
 _CACHED_BODY_BYTES = 1024
+#: Responses to pipelined requests are written together up to this size.
+_OUTPUT_BYTES = 256 * 1024
 #: Distinct request targets whose decoded path and query are kept, up to this length.
 _CACHED_TARGETS = 1024
 _CACHED_TARGET_BYTES = 512
@@ -131,7 +133,7 @@ class _Connection:
     """One client connection: its transport, parser, the responses not yet written, and
     whether closing must wait for the client to stop sending."""
 
-    __slots__ = ("stream", "transport", "parser", "remote", "output", "linger")
+    __slots__ = ("stream", "transport", "parser", "remote", "output", "output_bytes", "linger")
 
     def __init__(self, stream: trio.abc.Stream, remote: str, max_header_bytes: int):
         self.stream = stream
@@ -139,6 +141,7 @@ class _Connection:
         self.parser = RequestParser(max_header_bytes)
         self.remote = remote
         self.output: list[bytes] = []
+        self.output_bytes = 0  # of the responses in output
         self.linger = False
 
     async def flush(self) -> None:
@@ -146,6 +149,7 @@ class _Connection:
         output = self.output
         data = output[0] if len(output) == 1 else b"".join(output)
         output.clear()
+        self.output_bytes = 0
         await self.transport.send(data)
 
     async def fill(self, request: ParsedRequest) -> None:
@@ -406,12 +410,15 @@ class HTTP1Server(ConnectionServer):
                 close = await self._drain(request, started[1])
             if request.error is not None:
                 close = True
-            conn.output.append(self._writer.render(response, http10=request.http10, close=close,
-                                                   head=started[0].method == "HEAD"))
+            data = self._writer.render(response, http10=request.http10, close=close, head=started[0].method == "HEAD")
+            conn.output.append(data)
             if close:
                 conn.linger = not request.complete
                 await conn.flush()
                 return
+            conn.output_bytes += len(data)
+            if conn.output_bytes >= _OUTPUT_BYTES:  # many large answers pipelined: write as they come
+                await conn.flush()
 
     def _answer_head_error(self, conn: _Connection, error: HeadError) -> None:
         log.debug("HTTP: bad request from %s: %s %s", conn.remote, error.status, error.text)

@@ -325,3 +325,28 @@ async def test_content_length_with_chunked_transfer_encoding_reads_the_chunks():
                                     b"Connection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
     request, data = handler.requests[0]
     assert (request.content_length, data) == (None, b"hello")
+
+
+async def test_large_answers_to_pipelined_requests_are_written_before_the_batch_is_done():
+    release = trio.Event()
+
+    async def handler(request: Request, body: RequestBody) -> Response:
+        if request.path == "/last":
+            await release.wait()
+        return Response(200, b"x" * 300_000)
+
+    async with serving(handler) as (_, address):
+        stream = await trio.open_tcp_stream(*address)
+        await stream.send_all(b"GET /first HTTP/1.1\r\nHost: h\r\n\r\n"
+                              b"GET /last HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+        received = bytearray()
+        with trio.fail_after(10):
+            # the first answer arrives while the second request is still being handled
+            while len(received) < 300_000:
+                received += await stream.receive_some(65536)
+            release.set()
+            while chunk := await stream.receive_some(65536):
+                received += chunk
+        await stream.aclose()
+    assert received.count(b"HTTP/1.1 200 OK\r\n") == 2
+    assert len(received) > 600_000
