@@ -10,9 +10,10 @@ before it; a body that cannot be read marks its request (:attr:`ParsedRequest.er
 What Go's server refuses and llhttp would accept is refused here with Go's answer:
 a protocol version other than 1.x (``505``), an HTTP/1.1 request without exactly one valid
 ``Host`` (``400``), a ``Transfer-Encoding`` other than ``chunked`` (``501``), a head over the
-size limit (``431``). Go accepts what llhttp's strict mode would not in two places, and so
-does this parser: any 1.x version, and ``Content-Length`` together with a chunked
-``Transfer-Encoding`` (the chunking wins).
+size limit (``431``); an ``Expect`` other than ``100-continue`` is marked for Go's ``417``.
+Go accepts what llhttp's strict mode would not in two places, and so does this parser: any
+1.x version, and ``Content-Length`` together with a chunked ``Transfer-Encoding`` (the
+chunking wins).
 """
 
 from __future__ import annotations
