@@ -269,6 +269,8 @@ class _ResponseWriter:
         self._cache: dict[int, tuple[Response, bytes]] = {}
 
     def render(self, response: Response, *, http10: bool, close: bool, head: bool) -> bytes:
+        """The bytes of ``response``: in HTTP/1.0 or 1.1, saying whether the connection
+        closes, without the body for a HEAD."""
         now = int(time.time())
         if now != self._second:
             self._second = now
