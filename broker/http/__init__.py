@@ -1,4 +1,4 @@
-"""nsqd's HTTP API: an HTTP/1.1 server on h11, nsqd's router and its endpoints.
+"""nsqd's HTTP API: an HTTP/1.1 server on llhttp (httptools), nsqd's router and its endpoints.
 
 :mod:`broker.http.server` knows HTTP and nothing of NSQ; :mod:`broker.http.api`
 puts the endpoint groups (:mod:`~broker.http.publish`, :mod:`~broker.http.status`,
@@ -10,12 +10,12 @@ from broker.http.api import HTTPServer
 from broker.http.query import parse_query
 from broker.http.responses import APIError
 from broker.http.router import Router
-from broker.http.server import BodyReadError, H11Server, Request, RequestBody, Response
+from broker.http.server import BodyReadError, HTTP1Server, Request, RequestBody, Response
 
 __all__ = [
     "APIError",
     "BodyReadError",
-    "H11Server",
+    "HTTP1Server",
     "HTTPServer",
     "Request",
     "RequestBody",

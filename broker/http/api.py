@@ -23,7 +23,7 @@ from broker.http.inspect import InspectEndpoints
 from broker.http.publish import PublishEndpoints
 from broker.http.responses import JSON_HEADERS, APIError, v1_error
 from broker.http.router import Endpoint, Router
-from broker.http.server import H11Server, Request, RequestBody, Response
+from broker.http.server import HTTP1Server, Request, RequestBody, Response
 from broker.http.status import StatusEndpoints
 from broker.observe import GC_PAUSES
 from broker.server.net import Addresses
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 __all__ = ["HTTPServer"]
 
 log = logging.getLogger("pynsqd.http")
+
+#: Go's answer to ``OPTIONS *``.
+_OPTIONS_ANY = Response(200)
 
 
 class HTTPServer:
@@ -63,7 +66,7 @@ class HTTPServer:
         }
         self._router = Router(routes)
         self._unlogged = frozenset(publish.routes().values())  # nsqd does not log publishes
-        self._server = H11Server(self.handle, ssl_context=ssl_context)
+        self._server = HTTP1Server(self.handle, ssl_context=ssl_context)
 
     async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until the connections are closed; reports started once listening."""
@@ -82,9 +85,9 @@ class HTTPServer:
         await self._server.close_connections(grace)
 
     async def handle(self, request: Request, body: RequestBody) -> Response:
-        """Answer one request (the :class:`H11Server` handler)."""
+        """Answer one request (the :class:`HTTP1Server` handler)."""
         if request.method == "OPTIONS" and request.path == "*":
-            return Response(200)
+            return _OPTIONS_ANY
         if self._tls_required is not None:
             return self._tls_required
         started = time.perf_counter_ns()

@@ -13,11 +13,11 @@ import struct
 from typing import TYPE_CHECKING
 
 from broker.gocompat import MILLISECOND, parse_int64, to_ns, wrap_int64
-from broker.http.query import first, parse_bool, request_params
+from broker.http.query import first, parse_bool, query_params, request_params
 from broker.http.responses import OK, APIError
 from broker.http.router import Endpoint
 from broker.http.server import BodyReadError, Request, RequestBody, Response
-from broker.http.targets import new_topic
+from broker.http.targets import new_topic, topic_name
 from broker.protocol import Mpub, ProtocolError
 from broker.protocol.bodies import MpubBody
 
@@ -30,6 +30,10 @@ __all__ = ["PublishEndpoints", "read_text_mpub", "read_binary_mpub"]
 log = logging.getLogger("pynsqd.http")
 
 _LENGTH = struct.Struct(">i")
+#: Query strings of ``/pub`` whose parameters are kept parsed: at most this many, of at
+#: most this length (publishers repeat theirs, so the parse is done once per publisher).
+_CACHED_QUERIES = 1024
+_CACHED_QUERY_LENGTH = 256
 
 
 class PublishEndpoints:
@@ -37,6 +41,7 @@ class PublishEndpoints:
 
     def __init__(self, broker: Broker):
         self.broker = broker
+        self._pub_queries: dict[str, tuple[str, str | None]] = {}
 
     def routes(self) -> dict[tuple[str, str], Endpoint]:
         """This group's entries for the :class:`~broker.http.router.Router`."""
@@ -56,10 +61,12 @@ class PublishEndpoints:
             raise APIError(413, "MSG_TOO_BIG")
         if not data:
             raise APIError(400, "MSG_EMPTY")
-        params = request_params(request)
-        topic = new_topic(self.broker, params)
+        name, defer = self._pub_query(request.raw_query)
+        broker = self.broker
+        topic = broker.topics.get(name)
+        if topic is None:
+            topic = broker.get_topic(name)
         defer_ns = 0
-        defer = first(params, "defer")
         if defer is not None:
             try:
                 defer_ns = wrap_int64(parse_int64(defer) * MILLISECOND)
@@ -68,6 +75,19 @@ class PublishEndpoints:
             if defer_ns < 0 or defer_ns > to_ns(opts.max_req_timeout):
                 raise APIError(400, "INVALID_DEFER")
         return await self._put(topic, [data], defer_ns)
+
+    def _pub_query(self, raw_query: str) -> tuple[str, str | None]:
+        """The topic name (valid) and the ``defer`` value of a ``/pub`` query; raises
+        :class:`APIError` as nsqd answers a bad one."""
+        found = self._pub_queries.get(raw_query)
+        if found is None:
+            params = query_params(raw_query)
+            found = (topic_name(params), first(params, "defer"))
+            if len(raw_query) <= _CACHED_QUERY_LENGTH:
+                if len(self._pub_queries) >= _CACHED_QUERIES:
+                    self._pub_queries.clear()
+                self._pub_queries[raw_query] = found
+        return found
 
     async def mpub(self, request: Request, body: RequestBody, param: str) -> Response:
         """``POST /mpub?topic=&binary=``: one message per line, or the binary ``MPUB`` body."""

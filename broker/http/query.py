@@ -8,7 +8,7 @@ import re
 from broker.http.responses import APIError
 from broker.http.server import Request
 
-__all__ = ["Params", "parse_query", "request_params", "first", "parse_bool", "count_param"]
+__all__ = ["Params", "parse_query", "query_params", "request_params", "first", "parse_bool", "count_param"]
 
 log = logging.getLogger("pynsqd.http")
 
@@ -61,8 +61,13 @@ def parse_query(raw: str) -> Params:
 
 def request_params(request: Request) -> Params:
     """The request's query parameters; ``400 INVALID_REQUEST`` if they do not parse."""
+    return query_params(request.raw_query)
+
+
+def query_params(raw_query: str) -> Params:
+    """The parameters of a raw query string; ``400 INVALID_REQUEST`` if they do not parse."""
     try:
-        return parse_query(request.raw_query)
+        return parse_query(raw_query)
     except ValueError as exc:
         log.error("failed to parse request params - %s", exc)
         raise APIError(400, "INVALID_REQUEST") from None

@@ -7,6 +7,7 @@ status. Every V1 response carries ``X-NSQ-Content-Type: nsq; version=1.0``.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from broker.gocompat import go_json
@@ -46,8 +47,9 @@ def v1_json(body: bytes) -> Response:
     return Response(200, body, JSON_HEADERS)
 
 
+@lru_cache(maxsize=256)
 def v1_error(status: int, text: str) -> Response:
-    """A V1 error: ``{"message":"<text>"}`` with ``status``."""
+    """A V1 error: ``{"message":"<text>"}`` with ``status`` (one shared object per error)."""
     return Response(status, go_json({"message": text}), JSON_HEADERS)
 
 

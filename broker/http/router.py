@@ -126,6 +126,11 @@ class Router:
         """The endpoint and path parameter for ``request``, or the router's own response."""
         method = request.method
         path = request.path
+        methods = self._static.get(path)
+        if methods is not None:
+            endpoint = methods.get(method)
+            if endpoint is not None:
+                return endpoint, ""
         found = self._match(method, path)
         if found is not None:
             return found

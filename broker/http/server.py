@@ -1,20 +1,25 @@
-"""HTTP/1.1 over Trio streams with h11: one task per connection, keep-alive, bounded input.
+"""HTTP/1.1 over Trio: one task per connection, keep-alive, pipelining, bounded input.
 
-This module knows HTTP, not NSQ: it parses requests with h11, hands each one to a
-handler (``async (Request, RequestBody) -> Response``) and writes the response. The
-behaviour at the edges follows Go's ``net/http`` server, which nsqd uses:
+This module knows HTTP, not NSQ: requests are parsed by :mod:`broker.http.parser` (llhttp),
+each one is handed to a handler (``async (Request, RequestBody) -> Response``) and the
+responses are written in order. The behaviour at the edges follows Go's ``net/http``
+server, which nsqd uses:
 
 * the request line and headers together may take :data:`MAX_HEADER_BYTES`; beyond that
   the answer is ``431 Request Header Fields Too Large`` and the connection closes;
 * a handler reads the body through :meth:`RequestBody.read` with a byte limit, so a
   large body is never held in memory; ``100 Continue`` is sent when a client waits for
-  it and the handler starts reading;
+  it and the handler starts reading; any other ``Expect`` is ``417``;
 * a body the handler left unread is discarded (up to :data:`MAX_DRAIN_BYTES`) so the
   connection can be reused; a longer one closes the connection (``Connection: close``);
-* malformed requests get ``400 Bad Request`` in Go's plain-text form and a close.
+* malformed requests get Go's plain-text answer (``400 Bad Request``, ``505``, ``501``)
+  and a close; an HTTP/1.0 request is answered in HTTP/1.0 and keeps its connection only
+  with ``Connection: keep-alive``.
 
-Responses carry ``Date`` and ``Content-Length``; a body without ``Content-Type`` gets
-Go's sniffed ``text/plain; charset=utf-8``.
+Requests that arrive together (pipelined) are parsed in one pass and their responses
+written together, one write per batch. Responses carry ``Date`` and ``Content-Length``; a
+body without ``Content-Type`` gets Go's sniffed ``text/plain; charset=utf-8``. The bytes of
+a small response are built once per second and reused.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import h11
 import trio
 
+from broker.http.parser import HeadError, ParsedRequest, RequestParser
+from broker.http.transport import RECEIVE_SIZE, Transport, open_transport
 from broker.server.net import ConnectionServer, peer_address
 
 __all__ = [
@@ -41,7 +47,7 @@ __all__ = [
     "RequestBody",
     "BodyReadError",
     "Handler",
-    "H11Server",
+    "HTTP1Server",
     "TEXT_PLAIN",
 ]
 
@@ -53,8 +59,6 @@ MAX_HEADER_BYTES = (1 << 20) + 4096
 #: Unread request body discarded after a response so the connection can be reused
 #: (Go's ``maxPostHandlerReadBytes``); more than this closes the connection.
 MAX_DRAIN_BYTES = 256 * 1024
-#: Bytes asked of the socket per read.
-RECEIVE_SIZE = 64 * 1024
 #: After closing our side while the client may still be sending, how long to keep
 #: reading (and dropping) its data so that the kernel does not answer it with a reset
 #: that destroys the response in flight (Go's ``rstAvoidanceDelay``).
@@ -63,20 +67,34 @@ LINGER_SECONDS = 0.5
 #: What Go's content sniffing says about text bodies.
 TEXT_PLAIN = b"text/plain; charset=utf-8"
 
+#: Responses whose bytes are kept for reuse (within the second of their ``Date``): at most
+#: this many, with bodies of at most this size.
+_CACHED_RESPONSES = 256
+_CACHED_BODY_BYTES = 1024
+#: Responses to pipelined requests are written together up to this size.
+_OUTPUT_BYTES = 256 * 1024
+#: Distinct request targets whose decoded path and query are kept, up to this length.
+_CACHED_TARGETS = 1024
+_CACHED_TARGET_BYTES = 512
 
-@dataclass(frozen=True, slots=True)
+
 class Request:
     """One request's head. ``path`` is percent-decoded; ``raw_query`` is not.
 
-    ``content_length`` is None for a chunked body.
+    ``headers`` are (lower-case name, value) pairs as received; ``content_length`` is None
+    for a chunked body.
     """
 
-    method: str
-    path: str
-    raw_query: str
-    headers: tuple[tuple[bytes, bytes], ...]
-    content_length: int | None
-    remote: str
+    __slots__ = ("method", "path", "raw_query", "headers", "content_length", "remote")
+
+    def __init__(self, method: str, path: str, raw_query: str, headers: tuple[tuple[bytes, bytes], ...],
+                 content_length: int | None, remote: str):
+        self.method = method
+        self.path = path
+        self.raw_query = raw_query
+        self.headers = headers
+        self.content_length = content_length
+        self.remote = remote
 
     def header(self, name: bytes) -> bytes | None:
         """The first value of header ``name`` (lower case), or None."""
@@ -89,11 +107,13 @@ class Request:
 @dataclass(frozen=True, slots=True)
 class Response:
     """A complete response. ``headers`` are (name, value) byte pairs; ``Date`` and
-    ``Content-Length`` are added when it is sent."""
+    ``Content-Length`` are added when it is sent. ``reason`` replaces the status's usual
+    phrase in the status line."""
 
     status: int
     body: bytes = b""
     headers: tuple[tuple[bytes, bytes], ...] = ()
+    reason: bytes | None = None
 
 
 class BodyReadError(Exception):
@@ -104,52 +124,60 @@ Handler = Callable[[Request, "RequestBody"], Awaitable[Response]]
 
 
 _REASONS = {status.value: status.phrase.encode() for status in http.HTTPStatus}
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_EXPECTATION_FAILED = Response(417)
+_BAD_REQUEST = HeadError(400)
 
 
 class _Connection:
-    """One client connection: its stream, h11 state and the cancel scope of an idle wait."""
+    """One client connection: its transport, parser, the responses not yet written, and
+    whether closing must wait for the client to stop sending."""
 
-    __slots__ = ("stream", "h11", "remote", "idle_scope")
+    __slots__ = ("stream", "transport", "parser", "remote", "output", "output_bytes", "linger")
 
     def __init__(self, stream: trio.abc.Stream, remote: str, max_header_bytes: int):
         self.stream = stream
-        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header_bytes)
+        self.transport: Transport = open_transport(stream)
+        self.parser = RequestParser(max_header_bytes)
         self.remote = remote
-        self.idle_scope: trio.CancelScope | None = None
+        self.output: list[bytes] = []
+        self.output_bytes = 0  # of the responses in output
+        self.linger = False
 
-    async def receive(self) -> None:
-        """Feed the next chunk from the socket (b"" at EOF) to h11."""
+    async def flush(self) -> None:
+        """Write the responses waiting in :attr:`output` (one write)."""
+        output = self.output
+        data = output[0] if len(output) == 1 else b"".join(output)
+        output.clear()
+        self.output_bytes = 0
+        await self.transport.send(data)
+
+    async def fill(self, request: ParsedRequest) -> None:
+        """Receive more of ``request``'s body, after writing what waits in :attr:`output`
+        (a ``100 Continue`` among it); marks the request's error if the client is gone."""
         try:
-            data = bytes(await self.stream.receive_some(RECEIVE_SIZE))
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            data = b""
-        self.h11.receive_data(data)
-
-    async def send(self, *events) -> None:
-        await self.stream.send_all(b"".join(self.h11.send(event) or b"" for event in events))
+            if self.output:
+                await self.flush()
+        except trio.BrokenResourceError:
+            request.error = "connection closed"
+            return
+        data = await self.transport.receive()
+        if data:
+            self.parser.feed(data)
+        else:
+            self.parser.eof()
 
 
 class RequestBody:
     """The body of the request being handled; read it at most once, with a limit."""
 
-    __slots__ = ("_conn", "complete", "received")
+    __slots__ = ("_conn", "_request", "complete", "received")
 
-    def __init__(self, conn: _Connection):
+    def __init__(self, conn: _Connection, request: ParsedRequest):
         self._conn = conn
+        self._request = request
         self.complete = False
         self.received = 0
-
-    async def _next_event(self):
-        conn = self._conn
-        while True:
-            try:
-                event = conn.h11.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise BodyReadError(str(exc)) from exc
-            if event is h11.NEED_DATA:
-                await conn.receive()
-                continue
-            return event
 
     async def read(self, limit: int) -> bytes:
         """Up to ``limit`` bytes of the body (fewer only if the body is shorter).
@@ -160,38 +188,43 @@ class RequestBody:
         """
         if self.complete or limit <= 0:
             return b""
-        conn = self._conn
-        if conn.h11.they_are_waiting_for_100_continue:
-            try:
-                await conn.send(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue"))
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                raise BodyReadError("connection closed") from exc
-        parts = []
-        got = 0
-        while got < limit:
-            event = await self._next_event()
-            if type(event) is h11.Data:
-                parts.append(event.data)
-                got += len(event.data)
-            elif type(event) is h11.EndOfMessage:
-                self.complete = True
-                break
-            else:
-                raise BodyReadError(f"unexpected {type(event).__name__} in request body")
-        self.received += got
+        request = self._request
+        if request.expect_continue:  # as Go: on the first read, even if the body came anyway
+            request.expect_continue = False
+            self._conn.output.append(_CONTINUE)
+        while request.buffered < limit and not request.complete:
+            if request.error is not None:
+                raise BodyReadError(request.error)
+            await self._conn.fill(request)
+        parts = request.parts
         data = parts[0] if len(parts) == 1 else b"".join(parts)
-        return data if got <= limit else data[:limit]
+        parts.clear()
+        if len(data) > limit:
+            parts.append(data[limit:])
+            data = data[:limit]
+        request.buffered -= len(data)
+        self.received += len(data)
+        if request.complete and not request.buffered:
+            self.complete = True
+        return data
 
     async def discard(self, limit: int) -> bool:
-        """Read and drop up to ``limit`` more bytes; True if the body ended within them."""
+        """Read and drop up to ``limit`` more bytes; True if the body ended within them.
+        Raises :class:`BodyReadError` if the body cannot be read."""
+        request = self._request
         dropped = 0
-        while not self.complete and dropped <= limit:
-            event = await self._next_event()
-            if type(event) is h11.Data:
-                dropped += len(event.data)
-            elif type(event) is h11.EndOfMessage:
+        while True:
+            dropped += request.buffered
+            request.parts.clear()
+            request.buffered = 0
+            if request.complete:
                 self.complete = True
-        return self.complete
+                return True
+            if request.error is not None:
+                raise BodyReadError(request.error)
+            if dropped > limit:
+                return False
+            await self._conn.fill(request)
 
 
 _PERCENT = re.compile(rb"%([0-9A-Fa-f]{2})")
@@ -221,21 +254,70 @@ def _split_target(target: bytes) -> tuple[bytes, bytes]:
     return path, query
 
 
-class _DateHeader:
-    """The ``Date`` value, formatted once per second."""
+class _ResponseWriter:
+    """Renders responses to bytes; the bytes of small ones are kept for the current second.
 
-    __slots__ = ("_second", "_value")
+    The cache is keyed by the response object (kept alive with its bytes, so that its id
+    is not reused) and by how it is sent: HTTP/1.0 or 1.1, closing or not, to a HEAD.
+    """
+
+    __slots__ = ("_second", "_date", "_cache")
 
     def __init__(self) -> None:
         self._second = -1
-        self._value = b""
+        self._date = b""
+        self._cache: dict[int, tuple[Response, bytes]] = {}
 
-    def value(self) -> bytes:
+    def render(self, response: Response, *, http10: bool, close: bool, head: bool) -> bytes:
+        """The bytes of ``response``: in HTTP/1.0 or 1.1, saying whether the connection
+        closes, without the body for a HEAD."""
         now = int(time.time())
         if now != self._second:
             self._second = now
-            self._value = email.utils.formatdate(now, usegmt=True).encode()
-        return self._value
+            self._date = b"Date: " + email.utils.formatdate(now, usegmt=True).encode() + b"\r\n"
+            self._cache.clear()
+        key = id(response) * 8 + http10 * 4 + close * 2 + head
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] is response:
+            return cached[1]
+        data = self._render(response, http10, close, head)
+        if len(response.body) <= _CACHED_BODY_BYTES:
+            if len(self._cache) >= _CACHED_RESPONSES:
+                self._cache.clear()
+            self._cache[key] = (response, data)
+        return data
+
+    def _render(self, response: Response, http10: bool, close: bool, head: bool) -> bytes:
+        status = response.status
+        body = response.body
+        reason = response.reason if response.reason is not None else _REASONS.get(status, b"")
+        lines = [b"HTTP/1.0 %d %s\r\n" % (status, reason) if http10 else b"HTTP/1.1 %d %s\r\n" % (status, reason)]
+        typed = False
+        for name, value in response.headers:
+            lines.append(b"%s: %s\r\n" % (name, value))
+            typed = typed or name.lower() == b"content-type"
+        if body and not typed:
+            lines.append(b"Content-Type: " + TEXT_PLAIN + b"\r\n")
+        if http10:
+            if not close:
+                lines.append(b"Connection: keep-alive\r\n")
+        elif close:
+            lines.append(b"Connection: close\r\n")
+        lines.append(b"Content-Length: %d\r\n" % len(body))
+        lines.append(self._date)
+        lines.append(b"\r\n")
+        if not head:
+            lines.append(body)
+        return b"".join(lines)
+
+
+def _head_error_response(error: HeadError) -> Response:
+    """Go's own answer to a request it cannot read: ``<code> <reason>[: <text>]`` in plain text."""
+    reason = _REASONS.get(error.status, b"Error")
+    if error.text:
+        reason += b": " + error.text.encode()
+    body = error.body if error.body is not None else b"%d %s" % (error.status, reason)
+    return Response(error.status, body, ((b"Content-Type", TEXT_PLAIN),), reason if error.text else None)
 
 
 async def _linger(stream: trio.abc.Stream) -> None:
@@ -250,8 +332,8 @@ async def _linger(stream: trio.abc.Stream) -> None:
             pass
 
 
-class H11Server(ConnectionServer):
-    """Serves HTTP/1.1 on listeners with ``handler``; owns the connection tasks.
+class HTTP1Server(ConnectionServer):
+    """Serves HTTP/1.x on listeners with ``handler``; owns the connection tasks.
 
     :meth:`serve` runs until :meth:`stop_listening` and :meth:`close_connections` are
     done. Requests on one connection are handled one after another; at shutdown idle
@@ -265,14 +347,15 @@ class H11Server(ConnectionServer):
         self.max_header_bytes = max_header_bytes
         self._connections: set[_Connection] = set()
         self._closing = False
-        self._date = _DateHeader()
+        self._writer = _ResponseWriter()
+        self._targets: dict[bytes, tuple[str, str] | None] = {}
+        self._methods: dict[bytes, str] = {}
 
     def ask_to_close(self) -> None:
         """Close idle connections now, busy ones after their response."""
         self._closing = True
         for conn in list(self._connections):
-            if conn.idle_scope is not None:
-                conn.idle_scope.cancel()
+            conn.transport.wake()
 
     async def handle_connection(self, stream: trio.abc.Stream) -> None:
         """Answer the requests of one connection until either side ends it."""
@@ -283,115 +366,110 @@ class H11Server(ConnectionServer):
         conn = _Connection(stream, remote, self.max_header_bytes)
         self._connections.add(conn)
         try:
-            while True:
-                event = await self._next_request(conn)
-                if event is None:
-                    break
-                if not await self._respond(conn, event):
-                    break
-                conn.h11.start_next_cycle()
-        except h11.RemoteProtocolError as exc:
-            await self._send_protocol_error(conn, exc)
+            await self._serve(conn)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
+            conn.linger = False
         finally:
-            if conn.h11.their_state in (h11.SEND_BODY, h11.ERROR):
+            if conn.linger:
                 await _linger(stream)
             self._connections.discard(conn)
 
-    async def _next_request(self, conn: _Connection) -> h11.Request | None:
-        """The next request's head, or None when the peer is gone or we are closing."""
-        checked_idle = False
+    async def _serve(self, conn: _Connection) -> None:
+        parser = conn.parser
+        ready = parser.ready
+        transport = conn.transport
         while True:
-            event = conn.h11.next_event()
-            if event is h11.NEED_DATA:
-                if not checked_idle:
-                    checked_idle = True
-                    idle = conn.h11.their_state is h11.IDLE and not conn.h11.trailing_data[0]
-                else:
-                    idle = False
-                if idle:
+            if not ready:
+                if conn.output:
+                    await conn.flush()
+                if parser.failed:
+                    return
+                if parser.idle:
                     if self._closing:
-                        return None
-                    with trio.CancelScope() as scope:
-                        conn.idle_scope = scope
-                        await conn.receive()
-                    conn.idle_scope = None
-                    if scope.cancelled_caught:
-                        return None
+                        return
+                    data = await transport.receive_idle()
+                    if data is None:
+                        return
                 else:
-                    await conn.receive()
+                    data = await transport.receive()
+                if not data:
+                    return
+                parser.feed(data)
                 continue
-            if type(event) is h11.Request:
-                return event
-            return None  # ConnectionClosed (or PAUSED, which cannot happen between cycles)
-
-    async def _respond(self, conn: _Connection, event: h11.Request) -> bool:
-        """Handle one request and send the response; True to keep the connection."""
-        raw_path, raw_query = _split_target(event.target)
-        path = _decode_path(raw_path)
-        if path is None:
-            await self._send_plain_error(conn, 400)
-            return False
-        content_length: int | None = 0
-        for name, value in event.headers:
-            if name == b"content-length":
-                content_length = int(value)
-            elif name == b"transfer-encoding":
-                content_length = None
-        request = Request(
-            method=event.method.decode("ascii", "replace"),
-            path=path,
-            raw_query=raw_query.decode("utf-8", "surrogateescape"),
-            headers=tuple(event.headers),
-            content_length=content_length,
-            remote=conn.remote,
-        )
-        body = RequestBody(conn)
-        response = await self.handler(request, body)
-        close = self._closing
-        if not body.complete and not close:
-            if conn.h11.they_are_waiting_for_100_continue:
-                # The client may or may not send the body now; the stream's state is unknown.
+            request = ready.popleft()
+            if type(request) is HeadError:
+                self._answer_head_error(conn, request)
+                await conn.flush()
+                return
+            assert type(request) is ParsedRequest
+            started = self._start(conn, request)
+            if started is None:
+                await conn.flush()
+                return
+            response = await self.handler(*started)
+            close = self._closing or not request.keep_alive
+            if not request.complete and not close:
+                close = await self._drain(request, started[1])
+            if request.error is not None:
                 close = True
-            elif content_length is not None and content_length - body.received >= MAX_DRAIN_BYTES:
-                close = True
-            else:
-                try:
-                    close = not await body.discard(MAX_DRAIN_BYTES)
-                except BodyReadError:
-                    close = True
-        await self._send_response(conn, response, head_only=request.method == "HEAD", close=close)
-        return conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE
+            data = self._writer.render(response, http10=request.http10, close=close, head=started[0].method == "HEAD")
+            conn.output.append(data)
+            if close:
+                conn.linger = not request.complete
+                await conn.flush()
+                return
+            conn.output_bytes += len(data)
+            if conn.output_bytes >= _OUTPUT_BYTES:  # many large answers pipelined: write as they come
+                await conn.flush()
 
-    async def _send_response(self, conn: _Connection, response: Response, *, head_only: bool, close: bool) -> None:
-        headers = list(response.headers)
-        body = response.body
-        if body and not any(name.lower() == b"content-type" for name, _ in headers):
-            headers.append((b"Content-Type", TEXT_PLAIN))
-        if close:
-            headers.append((b"Connection", b"close"))
-        headers.append((b"Date", self._date.value()))
-        headers.append((b"Content-Length", str(len(body)).encode()))
-        status = response.status
-        events: list[h11.Event] = [h11.Response(status_code=status, headers=headers, reason=_REASONS.get(status, b""))]
-        if body and not head_only:
-            events.append(h11.Data(data=body))
-        events.append(h11.EndOfMessage())
-        await conn.send(*events)
+    def _answer_head_error(self, conn: _Connection, error: HeadError) -> None:
+        log.debug("HTTP: bad request from %s: %s %s", conn.remote, error.status, error.text)
+        conn.output.append(self._writer.render(_head_error_response(error), http10=False, close=True, head=False))
+        conn.linger = True
 
-    async def _send_plain_error(self, conn: _Connection, status: int) -> None:
-        """Go's own answer to a request it cannot parse: ``<code> <reason>`` and a close."""
-        if conn.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
-            return
-        reason = _REASONS.get(status, b"Error")
-        response = Response(status, b"%d %s" % (status, reason), ((b"Content-Type", TEXT_PLAIN),))
+    def _target(self, target: bytes) -> tuple[str, str] | None:
+        """(decoded path, raw query) of a request target; None for a bad escape."""
         try:
-            await self._send_response(conn, response, head_only=False, close=True)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError):
+            return self._targets[target]
+        except KeyError:
             pass
+        raw_path, raw_query = _split_target(target)
+        path = _decode_path(raw_path)
+        found = None if path is None else (path, raw_query.decode("utf-8", "surrogateescape"))
+        if len(target) <= _CACHED_TARGET_BYTES:
+            if len(self._targets) >= _CACHED_TARGETS:
+                self._targets.clear()
+            self._targets[target] = found
+        return found
 
-    async def _send_protocol_error(self, conn: _Connection, exc: h11.RemoteProtocolError) -> None:
-        status = exc.error_status_hint or 400
-        log.debug("HTTP: bad request from %s: %s", conn.remote, exc)
-        await self._send_plain_error(conn, status)
+    def _start(self, conn: _Connection, parsed: ParsedRequest) -> tuple[Request, RequestBody] | None:
+        """The handler's arguments for a request, or None when the server answers it itself
+        (a bad target, an Expect it cannot meet): then that answer is queued and the
+        connection must close."""
+        if parsed.expect_failed:
+            conn.output.append(self._writer.render(_EXPECTATION_FAILED, http10=parsed.http10, close=True, head=False))
+            conn.linger = not parsed.complete
+            return None
+        target = self._target(parsed.target)
+        if target is None:
+            self._answer_head_error(conn, _BAD_REQUEST)
+            return None
+        method = self._methods.get(parsed.method)
+        if method is None:
+            method = self._methods[parsed.method] = parsed.method.decode("ascii", "replace")
+        request = Request(method, target[0], target[1], tuple(parsed.headers), parsed.content_length, conn.remote)
+        return request, RequestBody(conn, parsed)
+
+    async def _drain(self, parsed: ParsedRequest, body: RequestBody) -> bool:
+        """Discard what the handler left of a body, so that the connection can serve the
+        next request; True if the connection must close instead."""
+        content_length = parsed.content_length
+        if parsed.expect_continue:
+            # The client may or may not send the body now; the stream's state is unknown.
+            return True
+        if content_length is not None and content_length - body.received >= MAX_DRAIN_BYTES:
+            return True
+        try:
+            return not await body.discard(MAX_DRAIN_BYTES)
+        except BodyReadError:
+            return True

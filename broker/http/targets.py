@@ -15,19 +15,24 @@ if TYPE_CHECKING:
     from broker.core.channel import Channel
     from broker.core.topic import Topic
 
-__all__ = ["new_topic", "existing_topic", "existing_channel", "persist_metadata"]
+__all__ = ["topic_name", "new_topic", "existing_topic", "existing_channel", "persist_metadata"]
 
 log = logging.getLogger("pynsqd.http")
 
 
-def new_topic(broker: Broker, params: Params) -> Topic:
-    """nsqd's ``getTopicFromQuery``: the named topic, created if new."""
+def topic_name(params: Params) -> str:
+    """The ``topic`` parameter, checked as nsqd's ``getTopicFromQuery`` checks it."""
     name = first(params, "topic")
     if name is None:
         raise APIError(400, "MISSING_ARG_TOPIC")
     if not is_valid_name(name):
         raise APIError(400, "INVALID_TOPIC")
-    return broker.get_topic(name)
+    return name
+
+
+def new_topic(broker: Broker, params: Params) -> Topic:
+    """nsqd's ``getTopicFromQuery``: the named topic, created if new."""
+    return broker.get_topic(topic_name(params))
 
 
 def existing_topic(broker: Broker, params: Params) -> tuple[Topic, str]:

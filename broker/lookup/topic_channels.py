@@ -11,7 +11,7 @@ import json
 import logging
 from urllib.parse import quote
 
-import h11
+import httptools
 import trio
 
 from broker.lookup.peer import split_address
@@ -42,7 +42,7 @@ async def get_topic_channels(address: str, topic: str, connect_timeout: float, r
         try:
             with trio.fail_after(request_timeout):
                 status, body = await _exchange(stream, address, target)
-        except (OSError, trio.BrokenResourceError, trio.TooSlowError, h11.ProtocolError) as exc:
+        except (OSError, trio.BrokenResourceError, trio.TooSlowError, httptools.HttpParserError) as exc:
             raise LookupHTTPError(f"Get \"http://{address}{target}\": {exc or 'i/o timeout'}") from exc
     if status != 200:
         raise LookupHTTPError(f"got response {status} from http://{address}{target}")
@@ -78,23 +78,45 @@ async def query_topic_channels(addresses: list[str], topic: str, connect_timeout
     return sorted(found)
 
 
+class _Answer:
+    """What llhttp reads of lookupd's answer: its status, its body, and whether it ended."""
+
+    def __init__(self) -> None:
+        self.status = 0
+        self.body = bytearray()
+        self.framed = False  # the length is given (Content-Length or chunked), not the close
+        self.head_done = False
+        self.complete = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() in (b"content-length", b"transfer-encoding"):
+            self.framed = True
+
+    def on_headers_complete(self) -> None:
+        self.head_done = True
+
+    def on_body(self, data: bytes) -> None:
+        self.body += data
+        if len(self.body) > MAX_ANSWER_SIZE:
+            raise httptools.HttpParserError("answer too large")
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+
 async def _exchange(stream: trio.abc.Stream, address: str, target: str) -> tuple[int, bytes]:
-    conn = h11.Connection(h11.CLIENT)
-    request = h11.Request(method="GET", target=target, headers=[
-        ("Host", address), ("Accept", "application/vnd.nsq; version=1.0"), ("Connection", "close"),
-    ])
-    await stream.send_all(conn.send(request) + conn.send(h11.EndOfMessage()))
-    status = 0
-    body = bytearray()
-    while True:
-        event = conn.next_event()
-        if event is h11.NEED_DATA:
-            conn.receive_data(bytes(await stream.receive_some(_READ_SIZE)))
-        elif isinstance(event, h11.Response):
-            status = event.status_code
-        elif isinstance(event, h11.Data):
-            body += event.data
-            if len(body) > MAX_ANSWER_SIZE:
-                raise h11.RemoteProtocolError("answer too large")
-        elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-            return status, bytes(body)
+    answer = _Answer()
+    parser = httptools.HttpResponseParser(answer)
+    await stream.send_all(f"GET {target} HTTP/1.1\r\nHost: {address}\r\n"
+                          "Accept: application/vnd.nsq; version=1.0\r\nConnection: close\r\n\r\n".encode())
+    while not answer.complete:
+        data = bytes(await stream.receive_some(_READ_SIZE))
+        if not data:
+            if answer.head_done and not answer.framed:  # a body that runs to the close
+                break
+            raise httptools.HttpParserError("connection closed before the answer ended")
+        try:
+            parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            raise exc.__context__ or exc from None
+    return parser.get_status_code(), bytes(answer.body)

@@ -4,7 +4,7 @@ Two servers are measured with the same load, alternately, ``--rounds`` times eac
 (the best of each is compared, which discounts load from elsewhere on the machine):
 
 1. pynsqd (``python -m broker``) on a fresh data directory, publishing every request;
-2. the ceiling: the same HTTP stack (Trio + h11, :class:`broker.http.server.H11Server`)
+2. the ceiling: the same HTTP stack (Trio + llhttp, :class:`broker.http.server.HTTP1Server`)
    with a handler that answers nsqd's ``200 OK`` without doing anything.
 
 The load comes from a separate process: ``--connections`` threads, each sending
@@ -36,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PYNSQD = "pynsqd /pub"
-CEILING = "trivial h11 server"
+CEILING = "trivial HTTP server"
 _LISTEN = re.compile(rb"HTTP: listening on (\S+):(\d+)")
 
 
@@ -44,11 +44,11 @@ _LISTEN = re.compile(rb"HTTP: listening on (\S+):(\d+)")
 
 
 def serve_trivial() -> None:
-    """Run the ceiling server: H11Server answering every request like nsqd's /pub does."""
+    """Run the ceiling server: HTTP1Server answering every request like nsqd's /pub does."""
     sys.path.insert(0, str(ROOT))
     import trio
 
-    from broker.http.server import H11Server, Request, RequestBody, Response
+    from broker.http.server import HTTP1Server, Request, RequestBody, Response
 
     ok = Response(200, b"OK", ((b"X-Nsq-Content-Type", b"nsq; version=1.0"),))
 
@@ -57,7 +57,7 @@ def serve_trivial() -> None:
         return ok
 
     async def main() -> None:
-        server = H11Server(handler)
+        server = HTTP1Server(handler)
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
         host, port = listeners[0].socket.getsockname()[:2]
         async with trio.open_nursery() as nursery:

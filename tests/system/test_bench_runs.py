@@ -1,12 +1,18 @@
-"""The benchmark tool's short real runs against a ``pynsqd`` process."""
+"""The benchmark tools' short real runs: ``pynsqd bench`` against a ``pynsqd`` process, and the
+side-by-side matrix (``tests/bench/run_matrix.py``) against pynsqd and nsqd."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 
 import pytest
 
 from broker.bench import main
+from tests.support.nsq_programs import nsq_bin_missing
+from tests.support.paths import REPO
 
 
 @pytest.fixture
@@ -40,3 +46,22 @@ def test_channels_against_the_broker(bench_broker, capsys):
     assert result["subscribe_ms"]["count"] == 5
     assert result["closed_by_server"] == 0
     assert result["duration_s"] >= 0.5
+
+
+@pytest.mark.skipif(nsq_bin_missing() is not None, reason=str(nsq_bin_missing()))
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (Debian: apt-get install wrk)")
+def test_run_matrix_compares_pynsqd_with_nsqd_side_by_side():
+    # the two PUB rows: nsq's bench_writer over TCP and wrk over HTTP, one short round each
+    done = subprocess.run([sys.executable, str(REPO / "tests/bench/run_matrix.py"), "--rounds=1", "--runfor=1s",
+                           "--only=PUB 100B", "--json"], capture_output=True, text=True, timeout=180, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert [(row["scenario"], row["role"]) for row in result["summary"]] == [
+        ("nsq PUB 100B x8 writer", "writer"), ("http /pub 100B x16", "writer")]
+    for row in result["summary"]:
+        assert row["nsqd"]["median"] > 0 and row["pynsqd"]["median"] > 0
+        assert row["ratio"] == pytest.approx(row["pynsqd"]["median"] / row["nsqd"]["median"])
+    runs = result["runs"]
+    assert sorted(run["broker_name"] for run in runs) == ["nsqd", "nsqd", "pynsqd", "pynsqd"]
+    # every run published what the tool reported, to a broker of its own
+    assert all(run["error"] is None and run["writer"]["messages"] > 0 for run in runs)

@@ -134,8 +134,10 @@ async def test_log_and_metrics_show_the_peer(lookupd, broker_process):
     await post(node.http, "/topic/create?topic=logged")
     await post(node.http, "/channel/create?topic=logged&channel=c")
     await wait_registered(lookupd, node.tcp[1], ["logged"])
-    log = node.log_text()
     address = lookupd.address("TCP")
+    # the channel is registered after the topic: its line may come a moment later
+    await wait_for(lambda: f"INFO: LOOKUPD({address}): channel REGISTER logged c" in node.log_text(), timeout=10)
+    log = node.log_text()
     assert f"INFO: LOOKUP({address}): adding peer" in log
     assert (f"INFO: LOOKUPD({address}): peer info {{TCPPort:{lookupd.tcp[1]} HTTPPort:{lookupd.http[1]} "
             "Version:1.3.0 BroadcastAddress:127.0.0.1}") in log

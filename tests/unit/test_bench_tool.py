@@ -367,15 +367,54 @@ def test_writer_loop_counts_oks_not_heartbeats():
 # -- the matrix runner's profile summary ---------------------------------------
 
 
-def test_matrix_runner_summarizes_collapsed_stacks(monkeypatch):
+def _load_run_matrix(monkeypatch):
     spec = importlib.util.spec_from_file_location("run_matrix", REPO / "tests" / "bench" / "run_matrix.py")
     run_matrix = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "run_matrix", run_matrix)  # dataclasses look their module up
     spec.loader.exec_module(run_matrix)
+    return run_matrix
+
+
+def test_matrix_runner_summarizes_collapsed_stacks(monkeypatch):
+    run_matrix = _load_run_matrix(monkeypatch)
     collapsed = "main (a.py:1);loop (a.py:9);parse (p.py:3) 30\nmain (a.py:1);loop (a.py:10) 10\n 5\n"
     summary = run_matrix.summarize_stacks(collapsed)
     assert summary["samples"] == 40
     assert summary["top"][0] == {"function": "parse (p.py)", "self_pct": 75.0, "inclusive_pct": 75.0, "samples": 30}
     assert summary["top"][1]["function"] == "loop (a.py)" and summary["top"][1]["inclusive_pct"] == 100.0
-    assert len(run_matrix.matrix([])) == 24
-    assert [s.name for s in run_matrix.matrix(["1000B", "MPUB", "both", "mem=0"])] == ["1000B MPUB200 both mem=0"]
+
+
+def test_matrix_runner_rows(monkeypatch):
+    run_matrix = _load_run_matrix(monkeypatch)
+    assert [s.name for s in run_matrix.scenarios([], with_matrix=False)] == [
+        "nsq PUB 100B x8 writer", "nsq MPUB200 100B writer", "nsq MPUB200 100B both", "nsq MPUB200 1000B both",
+        "nsq MPUB200 100B writer mem=0", "http /pub 100B x16", "http /mpub 100x100B x16"]
+    assert len(run_matrix.scenarios([], with_matrix=True)) == 24
+    # --only chooses among every row, the matrix's included
+    assert [s.name for s in run_matrix.scenarios(["1000B", "MPUB", "both", "mem=0"], with_matrix=False)] == [
+        "1000B MPUB200 both mem=0"]
+    assert [s.name for s in run_matrix.scenarios(["PUB 100B"], with_matrix=False)] == [
+        "nsq PUB 100B x8 writer", "http /pub 100B x16"]
+
+
+def test_matrix_runner_compares_the_medians_of_each_broker(monkeypatch):
+    run_matrix = _load_run_matrix(monkeypatch)
+    both = run_matrix.Scenario("nsq", 100, 200, "both")
+
+    def run(broker, round_, rate, error=None):
+        result = None if error else {"msgs_per_s": rate, "duration_s": 10.0}
+        return run_matrix.Outcome(both, broker, round_, writer=result, reader=result and dict(result, msgs_per_s=rate / 2),
+                                  broker_cpu_s=5.0, measured_s=10.0, error=error)
+
+    outcomes = [run("nsqd", 0, 100), run("pynsqd", 0, 300), run("pynsqd", 1, 200), run("nsqd", 1, 400),
+                run("nsqd", 2, 200), run("pynsqd", 2, 0, error="broker did not start\nlog")]
+    writer, reader = run_matrix.summarize(outcomes, ["nsqd", "pynsqd"])
+    assert (writer["role"], writer["nsqd"]["runs"], writer["nsqd"]["median"]) == ("writer", [100, 400, 200], 200)
+    assert (writer["pynsqd"]["runs"], writer["pynsqd"]["median"]) == ([300, 200], 250)
+    assert writer["pynsqd"]["errors"] == ["broker did not start"]
+    assert writer["ratio"] == 1.25 and reader["ratio"] == 1.25
+    assert writer["nsqd"]["cpu_percent"] == 50.0
+    table = run_matrix.comparison_table([writer, reader]).splitlines()
+    assert table[2].startswith("| nsq MPUB200 100B both: writer |")
+    assert [cell.strip() for cell in table[2].split("|")[2:7]] == ["200", "250", "1.25", "50%", "50%"]
+    assert table[2].rstrip(" |").endswith("0.1 0.4 0.2; 0.3 0.2 (1 failed)")

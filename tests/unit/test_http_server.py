@@ -1,13 +1,15 @@
-"""The HTTP/1.1 layer on its own: a trivial handler behind :class:`H11Server` on 127.0.0.1:0."""
+"""The HTTP/1.x layer on its own: a trivial handler behind :class:`HTTP1Server` on 127.0.0.1:0."""
 
 from __future__ import annotations
 
+import re
 from contextlib import asynccontextmanager
 
+import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
 
-from broker.http.server import MAX_DRAIN_BYTES, BodyReadError, H11Server, Request, RequestBody, Response
+from broker.http.server import MAX_DRAIN_BYTES, BodyReadError, HTTP1Server, Request, RequestBody, Response
 from tests.support.http_client import HTTPClient, raw_exchange
 from tests.support.waiting import wait_for
 
@@ -38,7 +40,7 @@ class Recorder:
 
 @asynccontextmanager
 async def serving(handler):
-    server = H11Server(handler)
+    server = HTTP1Server(handler)
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     address = listeners[0].socket.getsockname()[:2]
     async with trio.open_nursery() as nursery:
@@ -156,7 +158,7 @@ async def test_absolute_form_target():
 
 async def test_close_connections_closes_idle_ones_and_finishes_busy_ones():
     handler = Recorder()
-    server = H11Server(handler)
+    server = HTTP1Server(handler)
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     address = listeners[0].socket.getsockname()[:2]
     async with trio.open_nursery() as nursery:
@@ -192,7 +194,7 @@ async def test_close_connections_closes_idle_ones_and_finishes_busy_ones():
 async def test_close_connections_cancels_after_the_grace_period():
     handler = Recorder()
     handler.release = trio.Event()  # never set: the request hangs
-    server = H11Server(handler)
+    server = HTTP1Server(handler)
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     address = listeners[0].socket.getsockname()[:2]
     async with trio.open_nursery() as nursery:
@@ -204,3 +206,147 @@ async def test_close_connections_cancels_after_the_grace_period():
         with trio.fail_after(5):
             await server.close_connections(0.1)
         await stream.aclose()
+
+
+# --------------------------------------------------------------------------- bytes on the wire
+
+_PIPELINE = (
+    b"POST /a?x=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello"
+    b"POST /b HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nX-Trailer: t\r\n\r\n"
+    b"GET /c HTTP/1.1\r\nhost: h\r\nX-Long: " + b"v" * 300 + b"\r\n\r\n"
+    b"POST /d HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n"
+    b"GET /e HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"
+)
+
+
+def _without_dates(answer: bytes) -> bytes:
+    return re.sub(rb"Date: [^\r]*\r\n", b"", answer)
+
+
+async def _send_bytewise(address, data: bytes) -> bytes:
+    """Send ``data`` one byte per read of the server's (it has taken each before the next)."""
+    stream = await trio.open_tcp_stream(*address)
+    received = bytearray()
+    with trio.fail_after(30):
+        for i in range(len(data)):
+            await stream.send_all(data[i:i + 1])
+            await wait_all_tasks_blocked()
+        while chunk := await stream.receive_some(65536):
+            received += chunk
+    await stream.aclose()
+    return bytes(received)
+
+
+async def test_pipelined_requests_split_at_every_byte_are_answered_as_when_sent_at_once():
+    whole_handler, split_handler = Recorder(limit=100), Recorder(limit=100)
+    async with serving(whole_handler) as (_, address):
+        whole = await raw_exchange(address, _PIPELINE)
+    async with serving(split_handler) as (_, address):
+        split = await _send_bytewise(address, _PIPELINE)
+    assert _without_dates(split) == _without_dates(whole)
+    assert whole.count(b"HTTP/1.1 200 OK\r\n") == 5
+    assert [(r.method, r.path, data) for r, data in split_handler.requests] == [
+        ("POST", "/a", b"hello"), ("POST", "/b", b"abcde"), ("GET", "/c", b""), ("POST", "/d", b""), ("GET", "/e", b"")]
+    assert split_handler.requests[2][0].header(b"x-long") == b"v" * 300
+
+
+async def test_a_bad_request_after_good_ones_is_answered_after_them():
+    handler = Recorder(limit=100)
+    async with serving(handler) as (_, address):
+        answer = await raw_exchange(address, b"GET /ok HTTP/1.1\r\nHost: h\r\n\r\nNOT HTTP AT ALL\r\n\r\n")
+    first, _, rest = answer.partition(b"GET /ok  0")
+    assert first.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert rest.startswith(b"HTTP/1.1 400 Bad Request\r\n") and rest.endswith(b"\r\n\r\n400 Bad Request")
+    assert len(handler.requests) == 1
+
+
+@pytest.mark.parametrize("head, status_line, body", [
+    # Go's net/http answers, checked against nsqd 1.3.0 with the same bytes
+    (b"GET /x HTTP/1.1\r\n\r\n", b"HTTP/1.1 400 Bad Request: missing required Host header",
+     b"400 Bad Request: missing required Host header"),
+    (b"GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", b"HTTP/1.1 400 Bad Request", b"400 Bad Request"),
+    (b"GET /x HTTP/1.1\r\nHost: a b\r\n\r\n", b"HTTP/1.1 400 Bad Request: malformed Host header",
+     b"400 Bad Request: malformed Host header"),
+    (b"GET /x HTTP/2.0\r\nHost: h\r\n\r\n", b"HTTP/1.1 505 HTTP Version Not Supported: unsupported protocol version",
+     b"505 HTTP Version Not Supported: unsupported protocol version"),
+    (b"GET /x\r\n\r\n", b"HTTP/1.1 400 Bad Request", b"400 Bad Request"),
+    (b"POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n", b"HTTP/1.1 501 Not Implemented",
+     b"Unsupported transfer encoding"),
+    (b"POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+     b"HTTP/1.1 501 Not Implemented", b"Unsupported transfer encoding"),
+    (b"GET /x HTTP/1.1\r\nHost: h\r\nX-A: a\x01b\r\n\r\n", b"HTTP/1.1 400 Bad Request: invalid header value",
+     b"400 Bad Request: invalid header value"),
+    (b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nExpect: teapot\r\n\r\nabc",
+     b"HTTP/1.1 417 Expectation Failed", b""),
+])
+async def test_unservable_heads_get_gos_answer_and_a_close(head, status_line, body):
+    handler = Recorder(limit=100)
+    async with serving(handler) as (_, address):
+        answer = await raw_exchange(address, head)
+    assert answer.startswith(status_line + b"\r\n")
+    assert b"Connection: close\r\n" in answer
+    assert answer.partition(b"\r\n\r\n")[2] == body
+    assert handler.requests == []
+
+
+@pytest.mark.parametrize("extra, answered", [((1 << 20) + 3000, True), ((1 << 20) + 5000, False)])
+async def test_the_head_limit_is_gos_one_megabyte_plus_4096(extra, answered):
+    async with serving(Recorder()) as (_, address):
+        # sent in pieces, as a big head arrives: the limit holds across reads
+        answer = await raw_exchange(address, b"GET /x HTTP/1.1\r\nHost: h\r\nConnection: close\r\nX-Big: "
+                                    + b"a" * extra + b"\r\n\r\n")
+    if answered:
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+    else:
+        assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
+
+
+async def test_http_1_0_is_answered_in_1_0_and_kept_alive_only_when_asked():
+    async with serving(Recorder()) as (_, address):
+        answer = await raw_exchange(address, b"GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+                                              b"GET /b HTTP/1.0\r\n\r\nGET /never HTTP/1.0\r\n\r\n")
+    first, second = answer.split(b"HTTP/1.0 200 OK\r\n")[1:]
+    assert b"Connection: keep-alive\r\n" in first and first.endswith(b"GET /a  0")
+    assert b"Connection" not in second and second.endswith(b"GET /b  0")
+
+
+async def test_100_continue_is_sent_on_the_first_read_even_if_the_body_came_with_the_head():
+    async with serving(Recorder(limit=100)) as (_, address):
+        answer = await raw_exchange(address, b"POST /x HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\n"
+                                              b"Content-Length: 3\r\nConnection: close\r\n\r\nabc")
+    assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
+    assert answer.endswith(b"POST /x  3")
+
+
+async def test_content_length_with_chunked_transfer_encoding_reads_the_chunks():
+    handler = Recorder(limit=100)
+    async with serving(handler) as (_, address):
+        await raw_exchange(address, b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n"
+                                    b"Connection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+    request, data = handler.requests[0]
+    assert (request.content_length, data) == (None, b"hello")
+
+
+async def test_large_answers_to_pipelined_requests_are_written_before_the_batch_is_done():
+    release = trio.Event()
+
+    async def handler(request: Request, body: RequestBody) -> Response:
+        if request.path == "/last":
+            await release.wait()
+        return Response(200, b"x" * 300_000)
+
+    async with serving(handler) as (_, address):
+        stream = await trio.open_tcp_stream(*address)
+        await stream.send_all(b"GET /first HTTP/1.1\r\nHost: h\r\n\r\n"
+                              b"GET /last HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+        received = bytearray()
+        with trio.fail_after(10):
+            # the first answer arrives while the second request is still being handled
+            while len(received) < 300_000:
+                received += await stream.receive_some(65536)
+            release.set()
+            while chunk := await stream.receive_some(65536):
+                received += chunk
+        await stream.aclose()
+    assert received.count(b"HTTP/1.1 200 OK\r\n") == 2
+    assert len(received) > 600_000
