@@ -248,6 +248,58 @@ async def test_garbled_checkpoint_replays_from_oldest_segment(tmp_path: Path) ->
         await q.close()
 
 
+def replace_with_directory(path: Path) -> None:
+    """What a confused restore or a file system repair can leave: a directory where a file was."""
+    if path.exists():
+        path.unlink()
+    path.mkdir()
+    (path / "inside").write_bytes(b"x")
+
+
+async def test_a_directory_in_place_of_the_checkpoint_is_set_aside(tmp_path: Path) -> None:
+    sent = records(20)
+    with trio.fail_after(10):
+        await written(tmp_path, sent)
+        replace_with_directory(tmp_path / meta_filename(NAME))
+        q = reopen(tmp_path)  # nothing consumed yet: replaying every segment loses nothing
+        assert q.depth == 20 and drain(q) == sent
+        await q.close()
+        assert (tmp_path / (meta_filename(NAME) + ".bad") / "inside").exists()
+        q = reopen(tmp_path)
+        assert q.depth == 0
+        await q.close()
+
+
+async def test_a_directory_in_place_of_the_temporary_checkpoint_is_set_aside(tmp_path: Path) -> None:
+    sent = records(20)
+    with trio.fail_after(10):
+        await written(tmp_path, sent)
+        replace_with_directory(tmp_path / (meta_filename(NAME) + ".tmp"))
+        q = reopen(tmp_path)
+        assert drain(q) == sent
+        await q.close()  # writes the checkpoint through the temporary file
+        assert (tmp_path / (meta_filename(NAME) + ".tmp.bad") / "inside").exists()
+        q = reopen(tmp_path)
+        assert q.depth == 0
+        await q.close()
+
+
+@pytest.mark.parametrize("number", [0, 2, 4], ids=["oldest", "middle", "newest"])
+async def test_a_directory_in_place_of_a_segment_costs_its_records_only(tmp_path: Path, number: int) -> None:
+    sent = records(45)  # segments 0..4, 9 records each
+    with trio.fail_after(10):
+        await written(tmp_path, sent)
+        replace_with_directory(seg(tmp_path, number))
+        q = reopen(tmp_path)
+        kept = sent[: number * PER_SEGMENT] + sent[(number + 1) * PER_SEGMENT:]
+        assert drain(q) == kept
+        assert q.statistics().records_lost == PER_SEGMENT
+        q.put(b"after")
+        assert drain(q) == [b"after"]
+        await q.close()
+        assert (tmp_path / (segment_filename(NAME, number) + ".bad") / "inside").exists()
+
+
 async def test_missing_checkpoint_keeps_everything_on_disk(tmp_path: Path) -> None:
     sent = records(20)
     with trio.fail_after(10):
@@ -333,7 +385,12 @@ async def test_full_disk_loses_nothing_accepted(tmp_path: Path, monkeypatch: pyt
                     raise
                 accepted += sent
                 batch += 1
-        assert info.value.errno == errno.ENOSPC and "No space left" in str(info.value)
+        # named as nsqd names a failed write (Go's form of the OS error), plus what of the batch was written
+        written = (f" (the first {info.value.accepted} record(s) of the batch were written)"
+                   if info.value.accepted else "")
+        failed_in = seg(tmp_path / "q", q.statistics().write_cursor[0])
+        assert info.value.errno == errno.ENOSPC
+        assert str(info.value) == f"write {failed_in}: no space left on device{written}"
         assert q.depth == len(accepted)
         shutil.copytree(tmp_path / "q", tmp_path / "crash")
         for number in range(q.statistics().write_cursor[0] + 1):
