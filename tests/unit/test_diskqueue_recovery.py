@@ -16,6 +16,7 @@ import trio
 from diskqueue import DiskQueue, DiskQueueIOError, FormatVersionError, check, fileops
 from diskqueue.__main__ import main as check_main
 from diskqueue.format import HEADER_SIZE, meta_filename, segment_filename
+from tests.support.mounts import tmpfs
 from tests.support.paths import REPO
 
 NAME = "topic"
@@ -434,43 +435,28 @@ async def test_permission_denied_creating_a_segment(tmp_path: Path, monkeypatch:
         await q.close()
 
 
-def _mount_tmpfs(path: Path, size: str) -> bool:
-    if not sys.platform.startswith("linux") or os.geteuid() != 0 or shutil.which("mount") is None:
-        return False
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                            capture_output=True, timeout=30)
-    return result.returncode == 0
-
-
 async def test_full_tmpfs(tmp_path: Path) -> None:
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if not _mount_tmpfs(mount, "256k"):
-        pytest.skip("cannot mount a tmpfs here (needs root on Linux)")
-    try:
-        with trio.fail_after(30):
-            (mount / "ballast").write_bytes(b"\0" * 32768)
-            q = DiskQueue(NAME, mount, max_bytes_per_file=16384)
-            accepted: list[bytes] = []
-            i = 0
-            while True:
-                sent = [b"%06d" % (i + k) + b"x" * 994 for k in range(10)]
-                try:
-                    q.put_many(sent)
-                except DiskQueueIOError as exc:
-                    assert exc.errno == errno.ENOSPC
-                    accepted += sent[: exc.accepted]
-                    break
-                accepted += sent
-                i += 10
-            with pytest.raises(DiskQueueIOError):
-                await q.sync()  # even the checkpoint cannot be written
-            assert q.read_many(10**6) == accepted
-            os.unlink(mount / "ballast")
-            q.put(b"after")
-            await q.close()
-            q = DiskQueue(NAME, mount, max_bytes_per_file=16384)
-            assert q.read_many(10) == [b"after"]
-            await q.close()
-    finally:
-        subprocess.run(["umount", str(mount)], capture_output=True, timeout=30)
+    with tmpfs(tmp_path / "small", "256k") as mount, trio.fail_after(30):
+        (mount / "ballast").write_bytes(b"\0" * 32768)
+        q = DiskQueue(NAME, mount, max_bytes_per_file=16384)
+        accepted: list[bytes] = []
+        i = 0
+        while True:
+            sent = [b"%06d" % (i + k) + b"x" * 994 for k in range(10)]
+            try:
+                q.put_many(sent)
+            except DiskQueueIOError as exc:
+                assert exc.errno == errno.ENOSPC
+                accepted += sent[: exc.accepted]
+                break
+            accepted += sent
+            i += 10
+        with pytest.raises(DiskQueueIOError):
+            await q.sync()  # even the checkpoint cannot be written
+        assert q.read_many(10**6) == accepted
+        os.unlink(mount / "ballast")
+        q.put(b"after")
+        await q.close()
+        q = DiskQueue(NAME, mount, max_bytes_per_file=16384)
+        assert q.read_many(10) == [b"after"]
+        await q.close()
