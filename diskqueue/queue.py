@@ -65,7 +65,14 @@ import trio
 from . import fileops
 from .checkpoint import Checkpoint, Cursor, encode_checkpoint
 from .checksum import warn_if_slow
-from .errors import DiskQueueClosed, DiskQueueError, DiskQueueIOError, MessageSizeError, describe_os_error
+from .errors import (
+    DiskQueueClosed,
+    DiskQueueError,
+    DiskQueueIOError,
+    MessageSizeError,
+    describe_os_error,
+    os_error_reason,
+)
 from .format import HEADER_SIZE, RECORD_HEADER_SIZE, frame_records, meta_filename, segment_filename
 from .pending import Uncommitted
 from .reader import SegmentReader
@@ -664,7 +671,7 @@ class DiskQueue:
             self._sync_failed(job)
             if isinstance(exc, OSError):
                 self._last_sync_error = str(exc)
-                raise DiskQueueIOError(f"disk queue {self.name!r}: sync failed: {exc}",
+                raise DiskQueueIOError(f"disk queue {self.name!r}: sync failed: {_sync_problem(exc)}",
                                        errno=exc.errno) from exc
             raise
         finally:
@@ -847,3 +854,13 @@ class DiskQueue:
 
     def __repr__(self) -> str:
         return f"<DiskQueue {self.name!r} depth={self._depth} uncommitted={self._pending.count}>"
+
+
+def _sync_problem(exc: OSError) -> str:
+    """What failed in a sync, in Go's words: the checkpoint's file when the call names one
+    (creating the temporary file, renaming it), else the reason (a write or an fsync)."""
+    if exc.filename2 is not None:
+        return describe_os_error("rename", exc.filename, exc, exc.filename2)
+    if exc.filename is not None:
+        return describe_os_error("open", exc.filename, exc)
+    return os_error_reason(exc)

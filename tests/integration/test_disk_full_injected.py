@@ -1,0 +1,109 @@
+"""A full disk, injected: an in-process broker whose disk queues and ``nsqd.dat`` answer ``ENOSPC``.
+
+``tests/system/test_disk_full.py`` fills a real tmpfs under a real process, where mounting is
+allowed (root). These tests run everywhere: the broker's file layer (``diskqueue.fileops``)
+refuses writes while the test says so (:class:`~tests.support.diskfaults.FaultyDisk`), so the
+moments the disk refuses and takes writes again are exact.
+"""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+import trio
+
+from broker.protocol import FRAME_TYPE_ERROR, encode_mpub, encode_pub
+from tests.support.diskfaults import FaultyDisk
+from tests.support.http_client import request
+from tests.support.publishers import KINDS, Consumer, Ledger, publish_once, publish_until
+from tests.support.v2client import connect
+
+
+async def _ping(daemon) -> tuple[int, bytes]:
+    reply = await request(daemon.addresses.http, "GET", "/ping")
+    return reply.status, reply.body
+
+
+@pytest.mark.parametrize("mode", ["default", "durable"])
+async def test_every_publisher_is_refused_and_nothing_accepted_is_lost(start_daemon, mode: str) -> None:
+    disk = FaultyDisk()
+    ledger = Ledger("t", 100)
+    flags = ["--mem-queue-size=0"] + (["--durable"] if mode == "durable" else [])
+    with disk.installed(), trio.fail_after(60):
+        async with start_daemon(*flags) as d:
+            tcp, http = d.addresses.tcp, d.addresses.http
+            await request(http, "POST", "/topic/create?topic=t")
+            await request(http, "POST", "/channel/create?topic=t&channel=c")
+            for kind in KINDS:
+                assert await publish_once(kind, tcp, http, ledger) is None
+            consumer = await Consumer.subscribe(tcp, "t", "c")
+            await consumer.drain(set(ledger.acked))
+
+            disk.fail(errno.ENOSPC)
+            await publish_until(tcp, http, ledger, refusals=3)
+            for kind in ("PUB", "MPUB", "DPUB"):
+                assert all(answer.startswith(b"E_%s_FAILED %s failed write " % (kind.encode(), kind.encode()))
+                           and answer.endswith(b": no space left on device") for answer in ledger.refused[kind])
+            for kind in ("HTTP /pub", "HTTP /mpub"):
+                assert set(ledger.refused[kind]) == {b'503 {"message":"EXITING"}'}
+            status, body = await _ping(d)  # the last failure: a write, or a sync of a checkpoint
+            assert status == 500 and body.startswith(b"NOK - ") and body.endswith(b"no space left on device")
+
+            disk.fail(None)
+            for kind in KINDS:
+                assert await publish_once(kind, tcp, http, ledger) is None, kind
+            assert await _ping(d) == (200, b"OK")
+            await consumer.drain(ledger.acked)
+            assert not consumer.delivered.keys() - ledger.acked  # nothing refused was queued
+            await consumer.aclose()
+
+
+async def test_ping_stays_nok_until_the_disk_takes_a_write(start_daemon) -> None:
+    # nsqd's health changes only with the outcome of a disk write: a publish that fits in
+    # memory says nothing about the disk, which still refuses (it used to clear the error)
+    disk = FaultyDisk()
+    with disk.installed(), trio.fail_after(30):
+        async with start_daemon("--mem-queue-size=100") as d:
+            publisher = await connect(d.addresses.tcp)
+            disk.fail(errno.ENOSPC)
+            await publisher.send(encode_mpub("t", [b"m%d" % i for i in range(150)]))  # past memory: spills
+            frame = await publisher.read_frame()
+            assert frame.frame_type == FRAME_TYPE_ERROR and frame.data.startswith(b"E_MPUB_FAILED")
+            publisher = await connect(d.addresses.tcp)
+            await publisher.send(encode_pub("t", b"fits in memory"))
+            await publisher.expect_response(b"OK")
+            status, body = await _ping(d)
+            assert status == 500 and body.endswith(b"no space left on device")
+
+            disk.fail(None)
+            await publisher.send(encode_mpub("t", [b"m%d" % i for i in range(150)]))
+            await publisher.expect_response(b"OK")
+            assert await _ping(d) == (200, b"OK")
+
+
+@pytest.mark.xfail(strict=True, reason="a durable topic copies the records a channel refused again only after "
+                                       "a restart (broker/core/topic.py _move_records): see the README's "
+                                       "durability table")
+async def test_durable_messages_a_channel_refused_are_delivered_once_the_disk_takes_writes(start_daemon) -> None:
+    # Only the channel's files refuse: the topic writes (the publisher gets OK), then
+    # copying the records to the channel fails. Once the disk takes writes again, the
+    # channel must get them without a restart.
+    disk = FaultyDisk(lambda name: name.startswith("t:c."))
+    with disk.installed(), trio.fail_after(30):
+        async with start_daemon("--durable") as d:
+            await request(d.addresses.http, "POST", "/topic/create?topic=t")
+            await request(d.addresses.http, "POST", "/channel/create?topic=t&channel=c")
+            ledger = Ledger("t", 100)
+            disk.fail(errno.ENOSPC)
+            for _ in range(10):
+                assert await publish_once("PUB", d.addresses.tcp, d.addresses.http, ledger) is None
+            with trio.move_on_after(1):  # the topic's pump copies (and fails) meanwhile
+                while not disk.refused:
+                    await trio.sleep(0.01)
+            disk.fail(None)
+            for _ in range(10):
+                assert await publish_once("PUB", d.addresses.tcp, d.addresses.http, ledger) is None
+            consumer = await Consumer.subscribe(d.addresses.tcp, "t", "c")
+            consumer.client.timeout = 3
+            await consumer.drain(ledger.acked)
