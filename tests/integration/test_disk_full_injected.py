@@ -82,6 +82,26 @@ async def test_ping_stays_nok_until_the_disk_takes_a_write(start_daemon) -> None
             assert await _ping(d) == (200, b"OK")
 
 
+async def test_durable_publish_creating_a_topic_is_answered_once_nsqd_dat_is_written(start_daemon) -> None:
+    # --durable: OK means a crash keeps the message, and a crash would forget a topic that
+    # nsqd.dat does not name; while nsqd.dat cannot be written the publisher waits (nsqd,
+    # not durable, answers OK at once)
+    disk = FaultyDisk(lambda name: name.startswith("nsqd.dat"))
+    with disk.installed(), trio.fail_after(30):
+        async with start_daemon("--durable") as d:
+            disk.fail(errno.ENOSPC)
+            publisher = await connect(d.addresses.tcp)
+            await publisher.send(encode_pub("new", b"first"))
+            with trio.move_on_after(1.5) as waited:
+                await publisher.read_frame()
+            assert waited.cancelled_caught
+            status, body = await _ping(d)
+            assert (status, body.startswith(b"NOK - failed to persist metadata - write "),
+                    body.endswith(b"/nsqd.dat.tmp: no space left on device")) == (500, True, True), body
+            disk.fail(None)
+            await publisher.expect_response(b"OK")  # the metadata writer retries every second
+
+
 @pytest.mark.xfail(strict=True, reason="a durable topic copies the records a channel refused again only after "
                                        "a restart (broker/core/topic.py _move_records): see the README's "
                                        "durability table")

@@ -1,13 +1,13 @@
 """Damaged disk queue files under a real pynsqd: it starts, says what it lost, and loses nothing else.
 
-One broker fills four channels' queues (small segments, ``--mem-queue-size=0``), part of
-one is consumed, and it stops. Then each queue gets one kind of damage: a checkpoint of
-random bytes (after part of the queue was consumed), a segment of random bytes, and a
-directory in place of a checkpoint and of a segment (what a confused restore or a file
-system repair leaves). A broker started on the directory must deliver every message of
-every queue but those of the damaged segments, name each loss in its log, and set the
-damaged files aside (``.bad``). A checkpoint lost after consumption may bring consumed
-messages back (duplicates), never lose one. (Bytes flipped inside a segment:
+One broker (default mode, and ``--durable``) fills four channels' queues (small segments,
+``--mem-queue-size=0``), part of one is consumed, and it stops. Then each queue gets one
+kind of damage: a checkpoint of random bytes (after part of the queue was consumed), a
+segment of random bytes, and a directory in place of a checkpoint and of a segment (what a
+confused restore or a file system repair leaves). A broker started on the directory must
+deliver every message of every queue but those of the damaged segments, name each loss in
+its log, and set the damaged files aside (``.bad``). A checkpoint lost after consumption may
+bring consumed messages back (duplicates), never lose one. (Bytes flipped inside a segment:
 ``test_diskqueue_resync_live.py``.)
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
 import trio
 
 from broker.protocol import encode_fin, encode_mpub, encode_rdy, encode_sub
@@ -63,8 +64,9 @@ async def _drain(address: tuple[str, int], topic: str, want: set[bytes]) -> set[
     return got
 
 
-async def test_damaged_queue_files_cost_only_what_they_held(broker_process) -> None:
-    flags = ("--mem-queue-size=0", f"--max-bytes-per-file={SEGMENT}")
+@pytest.mark.parametrize("mode", ["default", "durable"])
+async def test_damaged_queue_files_cost_only_what_they_held(broker_process, mode: str) -> None:
+    flags = ("--mem-queue-size=0", f"--max-bytes-per-file={SEGMENT}") + (("--durable",) if mode == "durable" else ())
     proc = broker_process(*flags)
     bodies = {topic: _bodies(topic) for topic in ("a", "b", "d", "e")}
     with trio.fail_after(60):
