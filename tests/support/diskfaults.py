@@ -1,13 +1,12 @@
 """A disk that refuses, simulated: ``diskqueue.fileops`` calls that fail with a chosen errno.
 
 :class:`FaultyDisk` takes the place of the file layer the disk queues and ``nsqd.dat`` go
-through (``diskqueue/fileops.py``). While :attr:`FaultyDisk.error` is set, every call that
-would change a file whose name ``matches`` fails with that ``OSError`` (``ENOSPC`` for a full
-disk, ``EROFS`` for a file system gone read-only): ``pwrite``/``write``, ``ftruncate``,
-``fsync``/``fdatasync``, creating or truncating ``open``, ``rename``/``replace``, ``unlink``.
-Reads and opening existing files to read them go through, as on a real full disk. A full
-disk refuses new data, not fsyncs or names: with ``ENOSPC`` only writes, truncations that
-grow nothing and creations fail (:data:`FULL_DISK_CALLS`).
+through (``diskqueue/fileops.py``). While :attr:`FaultyDisk.error` is set, calls on files
+whose name ``matches`` fail with that ``OSError``: with ``EROFS`` (a file system gone
+read-only) every call that would change a file (``pwrite``/``write``, ``ftruncate``,
+``fsync``/``fdatasync``, opening for writing, ``rename``/``replace``, ``unlink``); with
+``ENOSPC`` (a full disk) only those that need new space: writes and creating a file. Reads
+go through, as on a real full or read-only disk.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ __all__ = ["FULL_DISK_CALLS", "FaultyDisk"]
 
 #: The calls a full disk refuses (a read-only file system refuses every change).
 FULL_DISK_CALLS = frozenset({"pwrite", "write", "create"})
-_EVERY_CHANGE = frozenset({"pwrite", "write", "create", "ftruncate", "fsync", "rename", "unlink"})
+_EVERY_CHANGE = FULL_DISK_CALLS | {"open", "ftruncate", "fsync", "rename", "unlink"}
 _WRITING = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
@@ -46,6 +45,7 @@ class FaultyDisk:
 
     @property
     def calls_failing(self) -> frozenset[str]:
+        """The kinds of call that fail now (see the module docstring)."""
         return FULL_DISK_CALLS if self.error == errno.ENOSPC else _EVERY_CHANGE
 
     def fail(self, error: int | None) -> None:

@@ -18,7 +18,7 @@ the disk does. What a user must see, as with nsqd 1.3.0:
   also after a SIGKILL while the disk is full and a restart once space is free (a start while
   the disk is still full is refused with nsqd's FATAL line: ``nsqd.dat`` cannot be written).
 
-Where a tmpfs cannot be mounted, ``tests/integration/test_disk_full_injected.py`` runs the
+Where a tmpfs cannot be mounted, ``tests/integration/test_disk_faults_injected.py`` runs the
 same publishers against an in-process broker whose disk refuses through ``diskqueue.fileops``.
 """
 

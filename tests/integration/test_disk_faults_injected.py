@@ -1,9 +1,11 @@
-"""A full disk, injected: an in-process broker whose disk queues and ``nsqd.dat`` answer ``ENOSPC``.
+"""A disk that refuses, injected: an in-process broker whose disk queues and ``nsqd.dat`` answer
+``ENOSPC`` (full) or ``EROFS`` (gone read-only) while a test says so.
 
-``tests/system/test_disk_full.py`` fills a real tmpfs under a real process, where mounting is
-allowed (root). These tests run everywhere: the broker's file layer (``diskqueue.fileops``)
-refuses writes while the test says so (:class:`~tests.support.diskfaults.FaultyDisk`), so the
-moments the disk refuses and takes writes again are exact.
+``tests/system/test_disk_full.py`` and ``test_read_only_data_path.py`` do this to real file
+systems under a real process, where mounting is allowed (root). These tests run everywhere:
+the broker's file layer (``diskqueue.fileops``) refuses through
+:class:`~tests.support.diskfaults.FaultyDisk`, so the moments the disk refuses and takes
+writes again are exact.
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ async def _ping(daemon) -> tuple[int, bytes]:
 
 
 @pytest.mark.parametrize("mode", ["default", "durable"])
-async def test_every_publisher_is_refused_and_nothing_accepted_is_lost(start_daemon, mode: str) -> None:
+@pytest.mark.parametrize("error, reason", [(errno.ENOSPC, b"no space left on device"),
+                                           (errno.EROFS, b"read-only file system")], ids=["full", "read-only"])
+async def test_every_publisher_is_refused_and_nothing_accepted_is_lost(start_daemon, mode: str, error: int,
+                                                                        reason: bytes) -> None:
     disk = FaultyDisk()
     ledger = Ledger("t", 100)
     flags = ["--mem-queue-size=0"] + (["--durable"] if mode == "durable" else [])
@@ -40,15 +45,15 @@ async def test_every_publisher_is_refused_and_nothing_accepted_is_lost(start_dae
             consumer = await Consumer.subscribe(tcp, "t", "c")
             await consumer.drain(set(ledger.acked))
 
-            disk.fail(errno.ENOSPC)
+            disk.fail(error)
             await publish_until(tcp, http, ledger, refusals=3)
             for kind in ("PUB", "MPUB", "DPUB"):
                 assert all(answer.startswith(b"E_%s_FAILED %s failed write " % (kind.encode(), kind.encode()))
-                           and answer.endswith(b": no space left on device") for answer in ledger.refused[kind])
+                           and answer.endswith(b": " + reason) for answer in ledger.refused[kind])
             for kind in ("HTTP /pub", "HTTP /mpub"):
                 assert set(ledger.refused[kind]) == {b'503 {"message":"EXITING"}'}
             status, body = await _ping(d)  # the last failure: a write, or a sync of a checkpoint
-            assert status == 500 and body.startswith(b"NOK - ") and body.endswith(b"no space left on device")
+            assert status == 500 and body.startswith(b"NOK - ") and body.endswith(reason)
 
             disk.fail(None)
             for kind in KINDS:
