@@ -26,7 +26,7 @@ from broker.server.fdlimit import raise_open_files_limit
 from broker.server.net import Addresses, bound_address, describe_address, open_listeners
 from broker.server.tcp import TCPServer
 from broker.server.tls import client_context, server_context
-from broker.storage import DataDirectory
+from broker.storage import DataDirectory, DataPathError, MetadataLoadError, MetadataWriteError
 
 if TYPE_CHECKING:
     from broker.http.api import HTTPServer
@@ -183,5 +183,16 @@ def _start_failure(exc: Exception) -> int:
     if not all(isinstance(c, (OSError, ValueError, RuntimeError)) for c in causes):
         raise exc
     for cause in causes:
-        log.critical("failed to start: %s", cause)
+        log.critical("%s", _start_failure_line(cause))
     return 1
+
+
+def _start_failure_line(cause: BaseException) -> str:
+    """The FATAL line of a start-up failure; nsqd's words where nsqd has them."""
+    if isinstance(cause, DataPathError):
+        return f"failed to instantiate nsqd - {cause}"
+    if isinstance(cause, MetadataLoadError):
+        return f"failed to load metadata - {cause}"
+    if isinstance(cause, MetadataWriteError):
+        return f"failed to persist metadata - {cause}"
+    return f"failed to start: {cause}"

@@ -15,6 +15,8 @@ from .errors import (
     DiskQueueIOError,
     FormatVersionError,
     MessageSizeError,
+    describe_os_error,
+    os_error_reason,
 )
 from .queue import DiskQueue
 from .statistics import DiskQueueStatistics
@@ -29,4 +31,6 @@ __all__ = [
     "FormatVersionError",
     "MessageSizeError",
     "check",
+    "describe_os_error",
+    "os_error_reason",
 ]

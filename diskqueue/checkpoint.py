@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import msgpack
 
 from . import fileops
-from .errors import FormatVersionError
+from .errors import FormatVersionError, describe_os_error
 
 __all__ = [
     "CHECKPOINT_VERSION",
@@ -134,6 +134,8 @@ def load_checkpoint(path: str) -> tuple[Checkpoint | None, str | None]:
         data = fileops.read_file(path)
     except FileNotFoundError:
         return None, None
+    except OSError as exc:  # a directory in its place, a read error: as unusable as garbage
+        return None, describe_os_error("read", path, exc)
     try:
         return decode_checkpoint(data), None
     except FormatVersionError:

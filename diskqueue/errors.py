@@ -2,13 +2,35 @@
 
 from __future__ import annotations
 
+import os
+
 __all__ = [
     "DiskQueueClosed",
     "DiskQueueError",
     "DiskQueueIOError",
     "FormatVersionError",
     "MessageSizeError",
+    "describe_os_error",
+    "os_error_reason",
 ]
+
+
+def describe_os_error(operation: str, path: str, exc: OSError, target: str | None = None) -> str:
+    """``<operation> <path>: <reason>``, e.g. ``write /data/t.diskqueue.000000.dat: no space left on device``
+    (``rename <path> <target>: <reason>`` when given a ``target``).
+
+    The form Go's ``os`` package gives its errors (nsqd's disk queue reports a failed write
+    so), the reason being the C library's message with its first letter in lower case, as
+    Go's table of errno messages has them.
+    """
+    paths = path if target is None else f"{path} {target}"
+    return f"{operation} {paths}: {os_error_reason(exc)}"
+
+
+def os_error_reason(exc: OSError) -> str:
+    """The reason of an OS error as Go words it: ``no space left on device``, ``read-only file system``."""
+    reason = os.strerror(exc.errno) if exc.errno is not None else str(exc)
+    return reason[:1].lower() + reason[1:]
 
 
 class DiskQueueError(Exception):

@@ -72,7 +72,14 @@ import trio
 from . import fileops
 from .checkpoint import Checkpoint, Cursor, encode_checkpoint
 from .checksum import warn_if_slow
-from .errors import DiskQueueClosed, DiskQueueError, DiskQueueIOError, MessageSizeError
+from .errors import (
+    DiskQueueClosed,
+    DiskQueueError,
+    DiskQueueIOError,
+    MessageSizeError,
+    describe_os_error,
+    os_error_reason,
+)
 from .format import HEADER_SIZE, RECORD_HEADER_SIZE, frame_records, meta_filename, segment_filename
 from .pending import Uncommitted
 from .reader import SegmentReader
@@ -209,6 +216,13 @@ class DiskQueue:
         return self._r_seq
 
     @property
+    def write_seq(self) -> int:
+        """The sequence number the next record written gets: every ``put_many`` that
+        wrote something moved it, so comparing it before and after a call tells whether
+        the call wrote to the disk."""
+        return self._writer.seq
+
+    @property
     def note(self) -> bytes:
         """The owner's note: bytes kept in the checkpoint beside the cursors it describes.
 
@@ -329,11 +343,12 @@ class DiskQueue:
         try:
             w.write(data, count)
         except OSError as exc:
-            raise DiskQueueIOError(
-                f"disk queue {self.name!r}: writing {count} record(s) to segment {w.number:06d} "
-                f"failed: {exc}; {accepted} record(s) of the batch were accepted",
-                errno=exc.errno, accepted=accepted,
-            ) from exc
+            # creating the segment is the only call here that names a file
+            what = describe_os_error("open", exc.filename, exc) if exc.filename else \
+                describe_os_error("write", w.path(w.number), exc)
+            if accepted:
+                what += f" (the first {accepted} record(s) of the batch were written)"
+            raise DiskQueueIOError(what, errno=exc.errno, accepted=accepted) from exc
         if not self._segments or self._segments[-1] != w.number:
             self._segments.append(w.number)
         self._depth += count
@@ -674,7 +689,7 @@ class DiskQueue:
             self._sync_failed(job)
             if isinstance(exc, OSError):
                 self._last_sync_error = str(exc)
-                raise DiskQueueIOError(f"disk queue {self.name!r}: sync failed: {exc}",
+                raise DiskQueueIOError(f"disk queue {self.name!r}: sync failed: {_sync_problem(exc)}",
                                        errno=exc.errno) from exc
             raise
         finally:
@@ -857,3 +872,13 @@ class DiskQueue:
 
     def __repr__(self) -> str:
         return f"<DiskQueue {self.name!r} depth={self._depth} uncommitted={self._pending.count}>"
+
+
+def _sync_problem(exc: OSError) -> str:
+    """What failed in a sync, in Go's words: the checkpoint's file when the call names one
+    (creating the temporary file, renaming it), else the reason (a write or an fsync)."""
+    if exc.filename2 is not None:
+        return describe_os_error("rename", exc.filename, exc, exc.filename2)
+    if exc.filename is not None:
+        return describe_os_error("open", exc.filename, exc)
+    return os_error_reason(exc)

@@ -98,7 +98,10 @@ def recover(
     changed_dir = False
     meta = os.path.join(data_path, meta_filename(name))
     if repair and fileops.exists(meta + TEMP_SUFFIX):
-        fileops.unlink(meta + TEMP_SUFFIX)
+        try:
+            fileops.unlink(meta + TEMP_SUFFIX)
+        except IsADirectoryError:
+            set_aside(meta + TEMP_SUFFIX)  # else every checkpoint written would fail on it
         changed_dir = True
     checkpoint, meta_problem = load_checkpoint(meta)
     segments = list_segments(data_path, name)

@@ -7,9 +7,11 @@ All functions here block on file I/O.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 
 from . import fileops
+from .errors import describe_os_error
 from .format import (
     HEADER_SIZE,
     RECORD,
@@ -46,18 +48,23 @@ def list_segments(data_path: str, name: str) -> list[int]:
 def read_header(path: str, number: int) -> tuple[SegmentHeader | None, int, str | None]:
     """``(header or None, file size, problem)`` for the segment file at ``path``.
 
-    A missing file is reported as a problem, not raised.
+    A missing file, something else than a regular file in its place (a directory) and a
+    read error are reported as problems, not raised.
     """
     try:
         fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None, 0, "segment file is missing"
     try:
-        size = fileops.fstat(fd).st_size
+        info = fileops.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None, 0, "not a regular file"
         header, problem = decode_header(fileops.pread(fd, HEADER_SIZE, 0), number)
+    except OSError as exc:
+        return None, 0, f"header unreadable: {describe_os_error('read', path, exc)}"
     finally:
         fileops.close(fd)
-    return header, size, problem
+    return header, info.st_size, problem
 
 
 def resync(fd: int, pos: int, limit: int, min_size: int, max_size: int) -> int | None:

@@ -208,6 +208,8 @@ class Broker:
         starting = self._starting.get(topic.name)
         if starting is not None:
             await starting.wait()  # as nsqd: the first publish returns once the channels exist
+        backend = topic.backend
+        written = backend.write_seq if backend is not None else 0
         try:
             topic.put_many(msgs)
             if topic.group is not None:
@@ -216,8 +218,8 @@ class Broker:
         except DiskQueueError as exc:
             self.disk_failed(exc)
             raise
-        if self.health_error is not None and topic.backend is not None:
-            self.health_error = None
+        if self.health_error is not None and backend is not None and backend.write_seq != written:
+            self.health_error = None  # the disk took a write again (one to memory says nothing of it)
 
     def disk_failed(self, exc: Exception) -> None:
         """Record a failed disk write or sync: logged, and ``/ping`` reports it until a write succeeds."""

@@ -7,6 +7,8 @@ prints values. Each module mirrors one part of Go's standard library:
 * :mod:`~broker.gocompat.strconv` -- ``ParseInt``, ``ParseBool``, ``Quote`` and floats in messages;
 * :mod:`~broker.gocompat.fmt` -- ``%v`` of config values;
 * :mod:`~broker.gocompat.json` -- ``encoding/json``'s ``Marshal`` and ``Unmarshal``;
+* :mod:`~broker.gocompat.jsonscan` -- ``encoding/json``'s syntax errors;
+* :mod:`~broker.gocompat.unmarshal` -- ``json.Unmarshal`` into a struct, with its type errors;
 * :mod:`~broker.gocompat.durations` -- ``time.ParseDuration`` and ``Duration.String``.
 """
 

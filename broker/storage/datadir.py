@@ -9,11 +9,17 @@ from pathlib import Path
 from broker.config.options import Options
 from broker.storage.metadata import MetadataFile
 from broker.storage.queuestore import QueueStore
+from diskqueue import describe_os_error, os_error_reason
 
-__all__ = ["DataDirectory", "DataPathLocked"]
+__all__ = ["DataDirectory", "DataPathError", "DataPathLocked"]
 
 
-class DataPathLocked(RuntimeError):
+class DataPathError(RuntimeError):
+    """The data directory cannot be created or locked; the message is nsqd's
+    (``failed to lock data-path: ...``)."""
+
+
+class DataPathLocked(DataPathError):
     """Another process holds the data directory."""
 
 
@@ -31,15 +37,36 @@ class DataDirectory:
         self._lock_fd: int | None = None
 
     def lock(self) -> None:
-        """Create and lock the directory. Raises :class:`DataPathLocked` if another broker holds it."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDONLY)
+        """Create and lock the directory, and check that the metadata file can be written there.
+
+        Raises :class:`DataPathLocked` if another broker holds it, :class:`DataPathError`
+        if it cannot be created or opened, and
+        :class:`~broker.storage.metadata.MetadataWriteError` when it is read-only (nothing
+        has been read or changed then).
+        """
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DataPathError(f"failed to lock data-path: {describe_os_error('mkdir', str(self.path), exc)}") \
+                from None
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError as exc:
+            raise DataPathError(f"failed to lock data-path: {describe_os_error('open', str(self.path), exc)}") \
+                from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except OSError as exc:
             os.close(fd)
-            raise DataPathLocked(f"--data-path={self.path} in use (possibly by another instance of nsqd)") from None
+            raise DataPathLocked(f"failed to lock data-path: cannot flock directory {self.path} - "
+                                 f"{os_error_reason(exc)} "
+                                 "(possibly in use by another instance of nsqd)") from None
         self._lock_fd = fd
+        try:
+            self.metadata.check_writable()
+        except OSError:
+            self.unlock()
+            raise
 
     def unlock(self) -> None:
         """Release the lock (a no-op if not held)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,71 +23,118 @@ from typing import Any
 import trio
 
 from broker.config.options import NSQD_COMPAT_VERSION
-from broker.gocompat import go_unmarshal
+from broker.gocompat.jsonscan import syntax_error
+from broker.gocompat.unmarshal import GO_BOOL, GO_STRING, GoSlice, GoStruct, unmarshal
 from broker.protocol import is_valid_name
-from diskqueue.checkpoint import store_checkpoint
+from diskqueue import describe_os_error
+from diskqueue.checkpoint import TEMP_SUFFIX, store_checkpoint
 
-__all__ = ["METADATA_FILE", "MetadataFile", "load", "save", "dump"]
+__all__ = ["METADATA_FILE", "MetadataFile", "MetadataLoadError", "MetadataWriteError", "load", "save", "dump"]
 
 log = logging.getLogger("pynsqd.metadata")
 
 METADATA_FILE = "nsqd.dat"
 
+#: nsqd's ``Metadata`` struct, which it reads ``nsqd.dat`` into (its errors name these types).
+_CHANNEL = GoStruct("nsqd.ChannelMetadata", {"name": GO_STRING, "paused": GO_BOOL})
+_TOPIC = GoStruct("nsqd.TopicMetadata", {"name": GO_STRING, "paused": GO_BOOL, "channels": GoSlice(_CHANNEL)})
+_METADATA = GoStruct("nsqd.Metadata", {"topics": GoSlice(_TOPIC), "version": GO_STRING})
+
+#: Bytes checked before the rest of the file is read: garbage (zeros, random bytes, another
+#: file's contents) shows at once, and a huge damaged file is then never read whole.
+_PREFIX = 65536
+
+
+class MetadataLoadError(ValueError):
+    """``nsqd.dat`` exists but cannot be read or is not nsqd's metadata; the message is nsqd's:
+    ``failed to parse metadata in <path> - <what Go's JSON decoder says>`` or
+    ``failed to read metadata from <path> - <the OS error>``."""
+
+
+class MetadataWriteError(OSError):
+    """``nsqd.dat`` could not be replaced; the message is the OS error as nsqd words it
+    (``open <data>/nsqd.dat.tmp: read-only file system``), ``errno`` the OS's."""
+
+    def __init__(self, message: str, errno: int | None):
+        super().__init__(message)
+        self.errno = errno
+
 
 def load(data_path: Path) -> list[dict]:
-    """The topic entries of ``nsqd.dat`` (empty if there is none).
+    """The topic entries of ``nsqd.dat`` (empty if there is none), read as nsqd reads the file.
 
-    Invalid names are skipped with a warning, as nsqd does. Raises ValueError
-    if the file exists but is not valid JSON of the expected shape.
+    Invalid names are skipped with a warning, as nsqd does. Raises
+    :class:`MetadataLoadError` when the file cannot be read or does not decode into
+    nsqd's metadata (an empty file included), with nsqd's message; the file is left as it is.
     """
     path = data_path / METADATA_FILE
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    raw = _read(path)
+    if raw is None:
         return []
     try:
-        return _entries(go_unmarshal(raw))
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"failed to parse metadata {path}: {exc}") from exc
+        problem = syntax_error(raw, complete=len(raw) < _PREFIX)
+        if problem is not None:
+            raise ValueError(problem)
+        if len(raw) == _PREFIX:
+            raw += _read_rest(path, _PREFIX)
+        doc = unmarshal(raw, _METADATA)
+    except ValueError as exc:
+        raise MetadataLoadError(f"failed to parse metadata in {path} - {exc}") from None
+    return _entries(doc)
 
 
-def _entries(doc: Any) -> list[dict]:
-    """The topic entries of a decoded ``nsqd.dat``; TypeError names the first value of a wrong type."""
-    if not isinstance(doc, dict):
-        raise TypeError(f"the document is {_kind(doc)}, not an object")
-    topics = doc.get("topics") or []
-    if not isinstance(topics, list):
-        raise TypeError(f"topics is {_kind(topics)}, not a list")
+def _read(path: Path) -> bytes | None:
+    """The first :data:`_PREFIX` bytes of the file (all of it when shorter), None if there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise MetadataLoadError(f"failed to read metadata from {path} - {describe_os_error('open', str(path), exc)}") \
+            from None
+    try:
+        chunks = []
+        size = 0
+        while size < _PREFIX:
+            chunk = os.read(fd, _PREFIX - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    except OSError as exc:  # a directory named nsqd.dat opens, and its read fails
+        raise MetadataLoadError(f"failed to read metadata from {path} - {describe_os_error('read', str(path), exc)}") \
+            from None
+    finally:
+        os.close(fd)
+
+
+def _read_rest(path: Path, offset: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read()
+    except OSError as exc:
+        raise MetadataLoadError(f"failed to read metadata from {path} - {describe_os_error('read', str(path), exc)}") \
+            from None
+
+
+def _entries(doc: dict[str, Any]) -> list[dict]:
+    """The topic entries nsqd would create from a decoded ``nsqd.dat``, in its order."""
     result = []
-    for entry in topics:
-        if not isinstance(entry, dict):
-            raise TypeError(f"a topic entry is {_kind(entry)}, not an object")
-        name = entry.get("name", "")
-        if not isinstance(name, str):
-            raise TypeError(f"a topic name is {_kind(name)}, not a string")
-        channel_entries = entry.get("channels") or []
-        if not isinstance(channel_entries, list) or not all(isinstance(ch, dict) for ch in channel_entries):
-            raise TypeError(f"the channels of topic {name!r} are not a list of objects")
+    for topic in doc["topics"]:
+        name = topic["name"]
         if not is_valid_name(name):
-            log.warning("skipping creation of invalid topic %r", name)
+            log.warning("skipping creation of invalid topic %s", name)
             continue
         channels = []
-        for ch in channel_entries:
-            if not isinstance(ch.get("name", ""), str):
-                raise TypeError(f"a channel name of topic {name!r} is {_kind(ch['name'])}, not a string")
-            if not is_valid_name(ch.get("name", "")):
-                log.warning("skipping creation of invalid channel %r", ch.get("name"))
+        for channel in topic["channels"]:
+            if not is_valid_name(channel["name"]):
+                log.warning("skipping creation of invalid channel %s", channel["name"])
                 continue
-            channels.append(ch)
-        result.append({"name": name, "paused": bool(entry.get("paused")), "channels": channels})
+            channels.append(channel)
+        result.append({"name": name, "paused": topic["paused"], "channels": channels})
     return result
-
-
-_KINDS = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array", dict: "an object"}
-
-
-def _kind(value: Any) -> str:
-    return _KINDS.get(type(value), "null")
 
 
 def dump(topics: list[dict], version: str) -> bytes:
@@ -102,9 +150,19 @@ def save(data_path: Path, payload: bytes) -> None:
     """Atomically and durably replace ``nsqd.dat`` with ``payload`` (blocking: run it in a thread).
 
     The disk queue's checkpoint writer does exactly this: temporary file, fsync,
-    rename, fsync of the directory.
+    rename, fsync of the directory. Raises :class:`MetadataWriteError`.
     """
-    store_checkpoint(str(data_path / METADATA_FILE), payload)
+    path = str(data_path / METADATA_FILE)
+    try:
+        store_checkpoint(path, payload)
+    except OSError as exc:
+        if exc.filename2 is not None:
+            what = describe_os_error("rename", exc.filename, exc, exc.filename2)
+        elif exc.filename is not None:
+            what = describe_os_error("open", exc.filename, exc)
+        else:  # writing or syncing the temporary file
+            what = describe_os_error("write", path + TEMP_SUFFIX, exc)
+        raise MetadataWriteError(what, exc.errno) from exc
 
 
 class MetadataFile:
@@ -128,6 +186,20 @@ class MetadataFile:
         """The topic entries of the file (see :func:`load`)."""
         return load(self.data_path)
 
+    def check_writable(self) -> None:
+        """Create (and remove) the temporary file every rewrite starts with.
+
+        Raises :class:`MetadataWriteError` where the file could not be rewritten (a
+        read-only data path, no permission), before anything was read or changed.
+        """
+        tmp = str(self.data_path / METADATA_FILE) + TEMP_SUFFIX
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise MetadataWriteError(describe_os_error("open", tmp, exc), exc.errno) from None
+        os.close(fd)
+        os.unlink(tmp)
+
     def changed(self) -> None:
         """Schedule a rewrite (done by :meth:`run`)."""
         self._version += 1
@@ -140,7 +212,7 @@ class MetadataFile:
             await self._written.wait()
 
     async def persist(self, entries: Callable[[], list[dict]]) -> None:
-        """Write the file now (in a worker thread). Raises OSError."""
+        """Write the file now (in a worker thread). Raises :class:`MetadataWriteError` (an OSError)."""
         async with self._lock:
             version = self._version
             payload = dump(entries(), NSQD_COMPAT_VERSION)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BrokerProcess", "broker_args"]
+__all__ = ["BrokerProcess", "Exited", "broker_args", "run_to_exit"]
 
 _LISTEN = re.compile(r"(TCP|HTTP): listening on (\S+)")
 
@@ -91,3 +95,36 @@ class BrokerProcess:
 def _split(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     return host.strip("[]"), int(port)
+
+
+@dataclass(frozen=True)
+class Exited:
+    """How a program that was expected to stop by itself ended: status, output, peak memory."""
+
+    status: int
+    output: str
+    max_rss: int  # bytes
+
+    @property
+    def fatal_lines(self) -> list[str]:
+        """The text after ``FATAL: `` of each FATAL line (timestamps left out, so nsqd's and pynsqd's compare)."""
+        return [line.partition("FATAL: ")[2] for line in self.output.splitlines() if "FATAL: " in line]
+
+
+def run_to_exit(data_path: Path, *extra: str, program: list[str] | None = None, timeout: float = 30.0) -> Exited:
+    """Start ``pynsqd`` (or ``program``) on ``data_path`` as :class:`BrokerProcess` would, and
+    wait for it to exit by itself (a start-up failure); it is killed after ``timeout`` seconds."""
+    argv = [*(program or [sys.executable, "-m", "broker"]), *broker_args(data_path, *extra)]
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        timer = threading.Timer(timeout, proc.kill)  # Popen.kill does nothing once the child is reaped
+        timer.start()
+        try:
+            # wait4, not Popen.wait: it also returns the child's own peak memory
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        output = out.read().decode("utf-8", "replace")
+    return Exited(proc.returncode, output, usage.ru_maxrss * 1024)

@@ -16,6 +16,7 @@ import trio
 from diskqueue import DiskQueue, DiskQueueIOError, FormatVersionError, check, fileops
 from diskqueue.__main__ import main as check_main
 from diskqueue.format import HEADER_SIZE, meta_filename, segment_filename
+from tests.support.mounts import tmpfs
 from tests.support.paths import REPO
 
 NAME = "topic"
@@ -248,6 +249,58 @@ async def test_garbled_checkpoint_replays_from_oldest_segment(tmp_path: Path) ->
         await q.close()
 
 
+def replace_with_directory(path: Path) -> None:
+    """What a confused restore or a file system repair can leave: a directory where a file was."""
+    if path.exists():
+        path.unlink()
+    path.mkdir()
+    (path / "inside").write_bytes(b"x")
+
+
+async def test_a_directory_in_place_of_the_checkpoint_is_set_aside(tmp_path: Path) -> None:
+    sent = records(20)
+    with trio.fail_after(10):
+        await written(tmp_path, sent)
+        replace_with_directory(tmp_path / meta_filename(NAME))
+        q = reopen(tmp_path)  # nothing consumed yet: replaying every segment loses nothing
+        assert q.depth == 20 and drain(q) == sent
+        await q.close()
+        assert (tmp_path / (meta_filename(NAME) + ".bad") / "inside").exists()
+        q = reopen(tmp_path)
+        assert q.depth == 0
+        await q.close()
+
+
+async def test_a_directory_in_place_of_the_temporary_checkpoint_is_set_aside(tmp_path: Path) -> None:
+    sent = records(20)
+    with trio.fail_after(10):
+        await written(tmp_path, sent)
+        replace_with_directory(tmp_path / (meta_filename(NAME) + ".tmp"))
+        q = reopen(tmp_path)
+        assert drain(q) == sent
+        await q.close()  # writes the checkpoint through the temporary file
+        assert (tmp_path / (meta_filename(NAME) + ".tmp.bad") / "inside").exists()
+        q = reopen(tmp_path)
+        assert q.depth == 0
+        await q.close()
+
+
+@pytest.mark.parametrize("number", [0, 2, 4], ids=["oldest", "middle", "newest"])
+async def test_a_directory_in_place_of_a_segment_costs_its_records_only(tmp_path: Path, number: int) -> None:
+    sent = records(45)  # segments 0..4, 9 records each
+    with trio.fail_after(10):
+        await written(tmp_path, sent)
+        replace_with_directory(seg(tmp_path, number))
+        q = reopen(tmp_path)
+        kept = sent[: number * PER_SEGMENT] + sent[(number + 1) * PER_SEGMENT:]
+        assert drain(q) == kept
+        assert q.statistics().records_lost == PER_SEGMENT
+        q.put(b"after")
+        assert drain(q) == [b"after"]
+        await q.close()
+        assert (tmp_path / (segment_filename(NAME, number) + ".bad") / "inside").exists()
+
+
 async def test_missing_checkpoint_keeps_everything_on_disk(tmp_path: Path) -> None:
     sent = records(20)
     with trio.fail_after(10):
@@ -333,7 +386,12 @@ async def test_full_disk_loses_nothing_accepted(tmp_path: Path, monkeypatch: pyt
                     raise
                 accepted += sent
                 batch += 1
-        assert info.value.errno == errno.ENOSPC and "No space left" in str(info.value)
+        # named as nsqd names a failed write (Go's form of the OS error), plus what of the batch was written
+        written = (f" (the first {info.value.accepted} record(s) of the batch were written)"
+                   if info.value.accepted else "")
+        failed_in = seg(tmp_path / "q", q.statistics().write_cursor[0])
+        assert info.value.errno == errno.ENOSPC
+        assert str(info.value) == f"write {failed_in}: no space left on device{written}"
         assert q.depth == len(accepted)
         shutil.copytree(tmp_path / "q", tmp_path / "crash")
         for number in range(q.statistics().write_cursor[0] + 1):
@@ -377,43 +435,28 @@ async def test_permission_denied_creating_a_segment(tmp_path: Path, monkeypatch:
         await q.close()
 
 
-def _mount_tmpfs(path: Path, size: str) -> bool:
-    if not sys.platform.startswith("linux") or os.geteuid() != 0 or shutil.which("mount") is None:
-        return False
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                            capture_output=True, timeout=30)
-    return result.returncode == 0
-
-
 async def test_full_tmpfs(tmp_path: Path) -> None:
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if not _mount_tmpfs(mount, "256k"):
-        pytest.skip("cannot mount a tmpfs here (needs root on Linux)")
-    try:
-        with trio.fail_after(30):
-            (mount / "ballast").write_bytes(b"\0" * 32768)
-            q = DiskQueue(NAME, mount, max_bytes_per_file=16384)
-            accepted: list[bytes] = []
-            i = 0
-            while True:
-                sent = [b"%06d" % (i + k) + b"x" * 994 for k in range(10)]
-                try:
-                    q.put_many(sent)
-                except DiskQueueIOError as exc:
-                    assert exc.errno == errno.ENOSPC
-                    accepted += sent[: exc.accepted]
-                    break
-                accepted += sent
-                i += 10
-            with pytest.raises(DiskQueueIOError):
-                await q.sync()  # even the checkpoint cannot be written
-            assert q.read_many(10**6) == accepted
-            os.unlink(mount / "ballast")
-            q.put(b"after")
-            await q.close()
-            q = DiskQueue(NAME, mount, max_bytes_per_file=16384)
-            assert q.read_many(10) == [b"after"]
-            await q.close()
-    finally:
-        subprocess.run(["umount", str(mount)], capture_output=True, timeout=30)
+    with tmpfs(tmp_path / "small", "256k") as mount, trio.fail_after(30):
+        (mount / "ballast").write_bytes(b"\0" * 32768)
+        q = DiskQueue(NAME, mount, max_bytes_per_file=16384)
+        accepted: list[bytes] = []
+        i = 0
+        while True:
+            sent = [b"%06d" % (i + k) + b"x" * 994 for k in range(10)]
+            try:
+                q.put_many(sent)
+            except DiskQueueIOError as exc:
+                assert exc.errno == errno.ENOSPC
+                accepted += sent[: exc.accepted]
+                break
+            accepted += sent
+            i += 10
+        with pytest.raises(DiskQueueIOError):
+            await q.sync()  # even the checkpoint cannot be written
+        assert q.read_many(10**6) == accepted
+        os.unlink(mount / "ballast")
+        q.put(b"after")
+        await q.close()
+        q = DiskQueue(NAME, mount, max_bytes_per_file=16384)
+        assert q.read_many(10) == [b"after"]
+        await q.close()

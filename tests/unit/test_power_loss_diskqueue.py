@@ -307,7 +307,7 @@ async def test_the_simulation_finds_a_missing_fsync(tmp_path: Path, recorder: ty
 
 
 #: What of ``os`` the disk queue may use directly: constants and path arithmetic, no I/O.
-_PURE_OS = {"fspath", "sep", "PathLike", "path.join", "path.dirname", "path.basename", "path.split"}
+_PURE_OS = {"fspath", "sep", "PathLike", "path.join", "path.dirname", "path.basename", "path.split", "strerror"}
 
 
 def test_diskqueue_reaches_the_file_system_only_through_fileops() -> None:
