@@ -10,7 +10,9 @@ One disk-error policy per queue, chosen by its owner:
 
 * no disk queue (ephemeral): messages past the memory limit are dropped, as nsqd does;
 * ``on_error`` given: a failed spill is reported to it and the messages stay
-  in memory past the limit, so a full disk loses nothing until the process ends;
+  in memory past the limit (``over_limit``), so a full disk loses nothing until
+  the process ends; the owner stops adding to such a queue and calls
+  ``spill_excess`` until the disk takes the write;
 * otherwise the disk queue's ``DiskQueueError`` is raised and nothing of the
   batch is kept (a publish then fails).
 """
@@ -79,6 +81,33 @@ class SpillQueue:
             memory.extend(msgs)
             return
         memory.extend(head)
+
+    @property
+    def over_limit(self) -> bool:
+        """Whether memory holds more than the limit because a spill was refused."""
+        return self.backend is not None and len(self.memory) > self.limit
+
+    def spill_excess(self) -> bool:
+        """Write what memory holds past the limit to disk; True once memory is within it.
+
+        A refusal is reported to ``on_error`` (the messages stay in memory).
+        """
+        memory = self.memory
+        backend = self.backend
+        excess = len(memory) - self.limit
+        if backend is None or excess <= 0:
+            return True
+        tail = [memory[i] for i in range(len(memory) - excess, len(memory))]
+        try:
+            backend.put_many([encode(m) for m in tail])
+        except DiskQueueError as exc:
+            if self._on_error is None:
+                raise
+            self._on_error(exc)
+            return False
+        for _ in range(excess):
+            memory.pop()
+        return True
 
     def read(self, limit: int) -> list[Message]:
         """Up to ``limit`` messages from disk (none from memory), unreadable records skipped."""

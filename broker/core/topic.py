@@ -14,7 +14,8 @@ queue is read without auto-commit: the pump hands the records to each
 channel's queue as they are, and a commit task moves the topic's committed
 cursor over them only after every channel's copy is on stable storage (and
 the metadata naming those channels is written). A crash in between fans the
-same records out again: duplicates, never a loss.
+same records out again: duplicates, never a loss. A batch a channel's disk
+refuses is copied to it again, every second, before the pump reads on.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import trio
 from broker.core.channel import Channel
 from broker.core.durability.ackfloor import COMMIT_INTERVAL
 from broker.core.durability.groupcommit import GroupCommit
+from broker.core.durability.retention import RETRY_DELAY
 from broker.core.host import CoreHost, RegistryChange
 from broker.core.message import Message, is_deferred_record
 from broker.core.spill import REFILL_BATCH, SpillQueue
@@ -73,7 +75,8 @@ class Topic:
         # durable mode: records fanned out and not yet committed
         self._uncommitted = 0
         self._epoch = 0
-        self._commit_stopped = False
+        # durable mode: batches a channel's disk refused, copied again before anything else
+        self._refused: dict[str, tuple[Channel, list[bytes], int]] = {}
         self._fanned_out = trio.Event()
         # durable mode, after a restart: the records below this number were read before it
         # and may have been copied already (see _not_copied); channel name -> its marks
@@ -124,7 +127,7 @@ class Topic:
         if backend is None:
             return lost
         try:
-            if self.durable and self._uncommitted and not self._commit_stopped:
+            if self.durable and self._uncommitted and not self._refused:
                 backend.commit(self._uncommitted)
                 self._uncommitted = 0
             elif not self.durable:
@@ -215,6 +218,9 @@ class Topic:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
             while self._can_pump():
+                if (self._refused and not self._copy_refused()) or self._held_back():
+                    await trio.sleep(RETRY_DELAY)  # the disk refused again: wait for it
+                    continue
                 if not move():
                     break
                 await trio.lowlevel.checkpoint()
@@ -258,14 +264,38 @@ class Topic:
             try:
                 channel.put_records(batch, last)
             except DiskQueueError as exc:
-                # Commits cover the oldest records first, so from here on none can be
-                # made: the topic's records stay on disk and a restart fans them out again.
+                # The pump copies this batch to the channel again before it reads on, and
+                # nothing is committed meanwhile (commits cover the oldest records first).
                 self._host.disk_failed(exc)
-                if not self._commit_stopped:
-                    log.error("topic %s: a channel refused records; commits stop until a restart", self.name)
-                self._commit_stopped = True
+                self._refused[channel.name] = (channel, batch, last)
         if resuming and last + 1 >= self._resume_end:
             self._stop_resuming(None)
+        self._fanned_out.set()
+        return True
+
+    def _held_back(self) -> bool:
+        """Whether a channel holds more in memory than it may because its disk refused a spill.
+
+        Each such channel tries its spill again; while one still cannot, the topic
+        keeps its messages (a topic that must spill and cannot refuses publishes),
+        so memory stays bounded whatever the disk does.
+        """
+        full = [c.ready for c in self.channels.values() if c.ready.over_limit]
+        return bool(full) and not all([ready.spill_excess() for ready in full])
+
+    def _copy_refused(self) -> bool:
+        """Durable mode: copy again the batches channels refused; False if a disk still refuses.
+
+        A batch the disk took in part is copied whole: duplicates, never a loss.
+        """
+        for name, (channel, batch, last) in list(self._refused.items()):
+            if self.channels.get(name) is channel:
+                try:
+                    channel.put_records(batch, last)
+                except DiskQueueError as exc:
+                    self._host.disk_failed(exc)
+                    return False
+            del self._refused[name]
         self._fanned_out.set()
         return True
 
@@ -301,7 +331,7 @@ class Topic:
             await self._fanned_out.wait()
             self._fanned_out = trio.Event()
             n, epoch = self._uncommitted, self._epoch
-            if not n or self._commit_stopped:
+            if not n or self._refused:
                 continue
             channels = list(self.channels.values())
             try:
@@ -315,7 +345,7 @@ class Topic:
                 self._host.disk_failed(exc)
                 self._fanned_out.set()
             else:
-                if epoch == self._epoch and not self._commit_stopped:
+                if epoch == self._epoch and not self._refused:
                     self._uncommitted -= n
                     backend.commit(n)
                     await self._checkpoint(backend)
@@ -344,5 +374,5 @@ class Topic:
         if self.backend is not None:
             self._uncommitted = 0
             self._epoch += 1
-            self._commit_stopped = False
+            self._refused.clear()
             self._stop_resuming(None)

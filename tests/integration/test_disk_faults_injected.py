@@ -15,11 +15,12 @@ import errno
 import pytest
 import trio
 
-from broker.protocol import FRAME_TYPE_ERROR, encode_mpub, encode_pub
+from broker.core.spill import REFILL_BATCH
+from broker.protocol import FRAME_TYPE_ERROR, encode_fin, encode_mpub, encode_pub
 from tests.support.diskfaults import FaultyDisk
 from tests.support.http_client import request
 from tests.support.publishers import KINDS, Consumer, Ledger, publish_once, publish_until
-from tests.support.v2client import connect
+from tests.support.v2client import connect, subscriber
 
 
 async def _ping(daemon) -> tuple[int, bytes]:
@@ -107,9 +108,6 @@ async def test_durable_publish_creating_a_topic_is_answered_once_nsqd_dat_is_wri
             await publisher.expect_response(b"OK")  # the metadata writer retries every second
 
 
-@pytest.mark.xfail(strict=True, reason="a durable topic copies the records a channel refused again only after "
-                                       "a restart (broker/core/topic.py _move_records): see the README's "
-                                       "durability table")
 async def test_durable_messages_a_channel_refused_are_delivered_once_the_disk_takes_writes(start_daemon) -> None:
     # Only the channel's files refuse: the topic writes (the publisher gets OK), then
     # copying the records to the channel fails. Once the disk takes writes again, the
@@ -132,3 +130,34 @@ async def test_durable_messages_a_channel_refused_are_delivered_once_the_disk_ta
             consumer = await Consumer.subscribe(d.addresses.tcp, "t", "c")
             consumer.client.timeout = 3
             await consumer.drain(ledger.acked)
+
+
+async def test_a_channel_that_cannot_spill_holds_its_topic_back_instead_of_growing_in_memory(start_daemon) -> None:
+    """Default mode: the channel's disk queue refuses, the topic's takes writes. The channel
+    keeps --mem-queue-size messages in memory and the topic keeps the rest (on its disk), so
+    memory stays bounded; once the channel's disk takes writes every message arrives, in order."""
+    disk = FaultyDisk(lambda name: name.startswith("t:c."))
+    with disk.installed(), trio.fail_after(60):
+        async with start_daemon("--mem-queue-size=10") as d:
+            await request(d.addresses.http, "POST", "/topic/create?topic=t")
+            await request(d.addresses.http, "POST", "/channel/create?topic=t&channel=c")
+            disk.fail(errno.ENOSPC)
+            producer = await connect(d.addresses.tcp)
+            bodies = [b"m%04d" % i for i in range(5000)]
+            for start in range(0, len(bodies), 100):
+                await producer.send(encode_mpub("t", bodies[start:start + 100]))
+                await producer.expect_response(b"OK")
+            await trio.sleep(0.3)  # the topic's pump has had every chance to move them
+            topic = d.broker.topics["t"]
+            channel = topic.channels["c"]
+            # at most one more pump batch than it may hold (REFILL_BATCH from the topic's disk)
+            assert len(channel.memory) <= 10 + REFILL_BATCH, len(channel.memory)
+            assert topic.depth + channel.depth == len(bodies)
+            disk.fail(None)
+            consumer = await subscriber(d, rdy=1)
+            got = []
+            for _ in bodies:
+                (msg,) = await consumer.read_messages(1)
+                got.append(msg.body)
+                await consumer.send(encode_fin(msg.id))
+            assert got == bodies
