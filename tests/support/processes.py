@@ -119,12 +119,44 @@ def run_to_exit(data_path: Path, *extra: str, program: list[str] | None = None, 
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         timer = threading.Timer(timeout, proc.kill)  # Popen.kill does nothing once the child is reaped
         timer.start()
+        peak = _PeakMemory(proc.pid)
         try:
-            # wait4, not Popen.wait: it also returns the child's own peak memory
-            _, status, usage = os.wait4(proc.pid, 0)
+            _, status, _usage = os.wait4(proc.pid, 0)
         finally:
             timer.cancel()
+            peak.stop()
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         output = out.read().decode("utf-8", "replace")
-    return Exited(proc.returncode, output, usage.ru_maxrss * 1024)
+    return Exited(proc.returncode, output, peak.bytes)
+
+
+class _PeakMemory:
+    """The peak resident memory of a running process, read from ``/proc/<pid>/status`` (VmHWM)
+    every few milliseconds until :meth:`stop`.
+
+    Not the ``ru_maxrss`` that ``wait4`` returns: on Linux that also counts the memory of the
+    process that forked it (the test runner, hundreds of MB late in a run) until it exec'd.
+    """
+
+    def __init__(self, pid: int):
+        self.bytes = 0
+        self._path = f"/proc/{pid}/status"
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._done.is_set():
+            try:
+                with open(self._path) as status:
+                    for line in status:
+                        if line.startswith("VmHWM:"):
+                            self.bytes = max(self.bytes, int(line.split()[1]) * 1024)
+            except (OSError, ValueError):
+                pass  # gone, or a zombie without memory
+            self._done.wait(0.005)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
