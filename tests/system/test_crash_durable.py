@@ -152,6 +152,15 @@ async def _round(proc, ledger: Ledger, rng: random.Random, kill_after: float) ->
         stop.set()
 
 
+async def _subscribe(proc, rdy: int):
+    """A consumer of ``crash``/``c`` on ``proc`` with ``rdy`` messages in flight at most."""
+    client = await connect(proc.tcp)
+    await client.send(encode_sub("crash", "c"))
+    await client.expect_response(b"OK")
+    await client.send(encode_rdy(rdy))
+    return client
+
+
 def _channel_is_empty(doc: dict) -> bool:
     """The ``crash``/``c`` channel of a ``/stats`` answer holds nothing: nothing more can be delivered."""
     (channel,) = doc["topics"][0]["channels"]
@@ -245,10 +254,7 @@ async def test_kill_9_keeps_the_delay_of_a_requeue(broker_process, tmp_path):
         bodies = [f"req-{i}".encode() for i in range(20)]
         await producer.send(encode_mpub("crash", bodies))
         await producer.expect_response(b"OK")
-        consumer = await connect(proc.tcp)
-        await consumer.send(encode_sub("crash", "c"))
-        await consumer.expect_response(b"OK")
-        await consumer.send(encode_rdy(20))
+        consumer = await _subscribe(proc, rdy=20)
         for msg in await consumer.read_messages(20):
             delay_ms = 1500 + 50 * int(msg.body.split(b"-")[1])
             ledger.due[msg.body] = time.time_ns() + delay_ms * 1_000_000
@@ -272,10 +278,7 @@ async def test_kill_9_keeps_buried_messages(broker_process, tmp_path):
         producer = await connect(proc.tcp)
         await producer.send(encode_mpub("crash", [b"a", b"b", b"c"]))
         await producer.expect_response(b"OK")
-        consumer = await connect(proc.tcp)
-        await consumer.send(encode_sub("crash", "c"))
-        await consumer.expect_response(b"OK")
-        await consumer.send(encode_rdy(10))
+        consumer = await _subscribe(proc, rdy=10)
         msgs = await consumer.read_messages(3)
         for msg in msgs:
             await consumer.send(encode_req(msg.id, 0))
@@ -348,10 +351,7 @@ async def test_kill_9_after_the_fan_out_does_not_copy_unconsumed_messages_twice(
         if kind == "DPUB":
             return
         proc = broker_process("--durable", data_path=data)
-        consumer = await connect(proc.tcp)
-        await consumer.send(encode_sub("crash", "c"))
-        await consumer.expect_response(b"OK")
-        await consumer.send(encode_rdy(100))
+        consumer = await _subscribe(proc, rdy=100)
         got = [msg.body for msg in await consumer.read_messages(len(bodies))]
         assert sorted(got) == sorted(bodies)
         assert await _depth(proc) == 0
@@ -371,10 +371,7 @@ async def test_kill_9_after_requeues_deferrals_and_releases_delivers_each_messag
         producer = await connect(proc.tcp)
         await producer.send(encode_mpub("crash", bodies))
         await producer.expect_response(b"OK")
-        consumer = await connect(proc.tcp)
-        await consumer.send(encode_sub("crash", "c"))
-        await consumer.expect_response(b"OK")
-        await consumer.send(encode_rdy(100))
+        consumer = await _subscribe(proc, rdy=100)
         first = await consumer.read_messages(21)
         pinned = next(m for m in first if m.body == b"m0")
         moving = [m for m in first if m is not pinned]
@@ -386,12 +383,9 @@ async def test_kill_9_after_requeues_deferrals_and_releases_delivers_each_messag
                          lambda doc: doc["topics"][0]["channels"][0]["in_flight_count"] == 21)
         proc.kill()
         proc = broker_process("--durable", data_path=data)
-        consumer = await connect(proc.tcp)
-        await consumer.send(encode_sub("crash", "c"))
-        await consumer.expect_response(b"OK")
         # one at a time, each finished before the next: a second copy cannot hide behind
         # its first one in flight (the channel skips those)
-        await consumer.send(encode_rdy(1))
+        consumer = await _subscribe(proc, rdy=1)
         got: list[bytes] = []
         with trio.move_on_after(1.5) as idle:
             while True:
@@ -416,10 +410,7 @@ async def test_kill_9_does_not_bring_back_messages_finished_behind_one_in_flight
         producer = await connect(proc.tcp)
         await producer.send(encode_mpub("crash", bodies))
         await producer.expect_response(b"OK")
-        consumer = await connect(proc.tcp)
-        await consumer.send(encode_sub("crash", "c"))
-        await consumer.expect_response(b"OK")
-        await consumer.send(encode_rdy(100))
+        consumer = await _subscribe(proc, rdy=100)
         got = await consumer.read_messages(50)
         for msg in got:
             if msg.body != b"m0":
@@ -429,10 +420,7 @@ async def test_kill_9_does_not_bring_back_messages_finished_behind_one_in_flight
         await trio.sleep(0.5)  # a few commit steps (every 100 ms)
         proc.kill()
         proc = broker_process("--durable", data_path=data)
-        consumer = await connect(proc.tcp)
-        await consumer.send(encode_sub("crash", "c"))
-        await consumer.expect_response(b"OK")
-        await consumer.send(encode_rdy(100))
+        consumer = await _subscribe(proc, rdy=100)
         (msg,) = await consumer.read_messages(1)
         assert msg.body == b"m0"
         with trio.move_on_after(1.0):

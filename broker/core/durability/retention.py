@@ -125,11 +125,7 @@ class DurableRetention(Retention):
         replaced = self.deferred_store.replaced
         self._origins.update(replaced)
         self.leftovers.deferred_at_start(msgs)
-        wall = now_ns()
-        due = [m for m in msgs if m.due_ns <= wall]
-        for msg in msgs:
-            if msg.due_ns > wall:
-                self._hold(msg, msg.due_ns)
+        due = self._hold_until_due(msgs)
         if due:
             due = self._not_released(due)
         if due:
@@ -160,11 +156,7 @@ class DurableRetention(Retention):
                     if mark is not None:
                         deferred[-1] = mark_origin(deferred[-1], COPIED, source=mark)
                     self.deferred_store.add(msgs, deferred if len(msgs) == len(deferred) else None)
-                wall = now_ns()
-                due = [m for m in msgs if m.due_ns <= wall]
-                for msg in msgs:
-                    if msg.due_ns > wall:
-                        self._hold(msg, msg.due_ns)
+                due = self._hold_until_due(msgs)
                 if due:
                     self.release(due)
                 return len(plain) + len(msgs)
@@ -304,6 +296,14 @@ class DurableRetention(Retention):
                  len(found))
         gone = {id(m) for m in found}
         return [m for m in due if id(m) not in gone]
+
+    def _hold_until_due(self, msgs: list[Message]) -> list[Message]:
+        """Hold the messages of the deferred store that are not due yet; returns those that are."""
+        wall = now_ns()
+        for msg in msgs:
+            if msg.due_ns > wall:
+                self._hold(msg, msg.due_ns)
+        return [m for m in msgs if m.due_ns <= wall]
 
     def _hold(self, msg: Message, due_ns: int) -> None:
         """Hold ``msg`` as deferred, dropping the record of an older copy (re-delivered after a crash)."""
