@@ -84,6 +84,21 @@ async def test_durable_mode_delivers_to_every_channel(start_daemon):
             assert sorted(m.body for m in await client.read_messages(3)) == [b"a", b"b", b"c"]
 
 
+async def test_durable_topic_defers_for_an_ephemeral_channel_too(start_daemon):
+    async with start_daemon("--durable") as d:
+        eph = await subscriber(d, channel="e#ephemeral", rdy=10)
+        producer = await connect(tcp(d))
+        await producer.send(encode_dpub("t", 300, b"later"))
+        await producer.expect_response(b"OK")
+        await producer.send(encode_pub("t", b"now"))
+        await producer.expect_response(b"OK")
+        start = trio.current_time()
+        (first,) = await eph.read_messages(1)
+        assert first.body == b"now"
+        (second,) = await eph.read_messages(1)
+        assert second.body == b"later" and trio.current_time() - start > 0.2
+
+
 async def test_durable_backlog_waits_for_the_first_channel(start_daemon):
     async with start_daemon("--durable") as d:
         await publish(d, "t", *[b"m%d" % i for i in range(50)])
