@@ -109,7 +109,8 @@ class Client:
         self._flush_pending = False
         self._sending = False  # the writer task is in a send: only it may write now
         sock = getattr(stream, "socket", None)
-        self._fd = sock.fileno() if sock is not None else -1
+        self.fd = sock.fileno() if sock is not None else -1  # the socket's, for the life of the connection
+        self._fd = self.fd  # while output may go straight to the socket (no upgrade)
         # transport upgrades: the server's TLS context (None: no TLS), what IDENTIFY agreed
         self.ssl_context: ssl.SSLContext | None = None
         self.upgrade: Upgrade | None = None

@@ -10,6 +10,7 @@ of 100 FINs frees 100 slots and refills them in one pass.
 from __future__ import annotations
 
 import logging
+import os
 import ssl
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,8 @@ from broker.server.commands import ASYNC_HANDLERS, SYNC_HANDLERS, fin_run
 from broker.server.compression import CompressionError
 from broker.server.connection import Client
 from broker.server.net import ConnectionServer, peer_address
+from broker.server.poller import ReadPoller, open_poller
+from broker.server.upgrade import Upgrade
 from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
@@ -33,6 +36,9 @@ log = logging.getLogger("pynsqd.tcp")
 
 RECEIVE_SIZE = 256 * 1024
 
+read = os.read
+checkpoint = trio.lowlevel.checkpoint
+
 
 class TCPServer(ConnectionServer):
     """Accepts V2 connections for a :class:`Broker`; owns their tasks."""
@@ -43,6 +49,22 @@ class TCPServer(ConnectionServer):
         self._client_numbers = 0
         self.ssl_context = ssl_context  # None: IDENTIFY answers tls_v1 false
         self.authd = authd  # None: AUTH is disabled
+        self.poller: ReadPoller | None = None  # while serving, on platforms with epoll
+
+    async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Accept on every listener (see :class:`ConnectionServer`), with the read poller's task beside."""
+        poller = self.poller = open_poller()
+        if poller is None:
+            await super().serve(listeners, task_status=task_status)
+            return
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(poller.run)
+                await super().serve(listeners, task_status=task_status)
+                nursery.cancel_scope.cancel()  # every connection has ended
+        finally:
+            self.poller = None
+            poller.close()
 
     def ask_to_close(self) -> None:
         """Ask every client to flush what is queued and close."""
@@ -90,19 +112,61 @@ class TCPServer(ConnectionServer):
     async def _read_loop(self, client: Client, conn: ServerConnection) -> None:
         """Read, parse and apply commands until EOF, a fatal error or close.
 
-        After an IDENTIFY that agreed TLS or compression, reading waits until the writer
-        has upgraded the stream (:mod:`broker.server.upgrade`); then it reads from the
-        upgraded stream and decompresses what it reads.
+        A plain connection reads its socket directly (:meth:`_read_socket`), until TLS
+        comes between; then it reads the TLS stream (:meth:`_read_stream`).
         """
+        poller = self.poller
+        fd = client.fd
+        if poller is not None and fd >= 0:
+            poller.register(fd)
+            try:
+                if not await self._read_socket(client, conn, poller, fd):
+                    return
+            finally:
+                poller.unregister(fd)
+        await self._read_stream(client, conn)
+
+    async def _read_socket(self, client: Client, conn: ServerConnection, poller: ReadPoller, fd: int) -> bool:
+        """Read the socket ``fd`` until the connection ends (False) or upgrades to TLS (True).
+
+        Reads go straight to the socket; after a read drained it, the connection waits
+        on ``poller`` for the next bytes.
+        """
+        drained = False  # the last read emptied the socket: wait for the next edge first
         while not client.closing:
             upgrade = client.upgrade
             if upgrade is not None:
-                await upgrade.done.wait()
-                if upgrade.failed:
-                    return
+                if not await self._finish_upgrade(client, conn, upgrade):
+                    return False
                 if client.tls:
-                    conn.tls_required = False
-                if upgrade.leftover and not await self._receive(client, conn, upgrade.leftover):
+                    return True
+                continue
+            if drained:
+                await poller.wait_readable(fd)
+            try:
+                data = read(fd, RECEIVE_SIZE)
+            except BlockingIOError:
+                drained = True
+                continue
+            except OSError:  # reset by the peer
+                return False
+            client.note_read()
+            # b"" tells the parser the input ended: a command cut off in its body
+            # then gets nsqd's "failed to read" error before the close.
+            if not await self._receive(client, conn, data) or not data:
+                return False
+            # a short read emptied the socket; after a full one more may be there
+            drained = len(data) < RECEIVE_SIZE
+            if not drained:
+                await checkpoint()  # the other connections run before this one reads on
+        return False
+
+    async def _read_stream(self, client: Client, conn: ServerConnection) -> None:
+        """Read the connection's stream (TLS, or a socket where there is no poller) until it ends."""
+        while not client.closing:
+            upgrade = client.upgrade
+            if upgrade is not None:
+                if not await self._finish_upgrade(client, conn, upgrade):
                     return
                 continue
             try:
@@ -112,10 +176,18 @@ class TCPServer(ConnectionServer):
             if isinstance(data, bytearray):  # the Stream interface allows it; sockets and TLS give bytes
                 data = bytes(data)
             client.note_read()
-            # b"" tells the parser the input ended: a command cut off in its body
-            # then gets nsqd's "failed to read" error before the close.
             if not await self._receive(client, conn, data) or not data:
                 return
+
+    async def _finish_upgrade(self, client: Client, conn: ServerConnection, upgrade: Upgrade) -> bool:
+        """Wait until the writer has upgraded the stream after IDENTIFY (:mod:`broker.server.upgrade`),
+        then apply the bytes received past IDENTIFY. False when the connection must close."""
+        await upgrade.done.wait()
+        if upgrade.failed:
+            return False
+        if client.tls:
+            conn.tls_required = False
+        return not upgrade.leftover or await self._receive(client, conn, upgrade.leftover)
 
     async def _receive(self, client: Client, conn: ServerConnection, data: bytes) -> bool:
         """Apply received bytes, decompressed first when the stream is compressed.
