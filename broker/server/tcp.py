@@ -19,7 +19,7 @@ import trio
 from broker.config.tls import TLS_NOT_REQUIRED
 from broker.protocol import FinRun, Identify, ProtocolError, ServerConnection
 from broker.server.auth import AuthClient
-from broker.server.commands import ASYNC_HANDLERS, SYNC_HANDLERS, fin_run
+from broker.server.commands import ASYNC_HANDLERS, NOW_HANDLERS, SYNC_HANDLERS, fin_run
 from broker.server.compression import CompressionError
 from broker.server.connection import Client
 from broker.server.net import ConnectionServer, peer_address
@@ -215,6 +215,7 @@ class TCPServer(ConnectionServer):
         """
         broker = self.broker
         sync_handlers = SYNC_HANDLERS
+        now_handlers = NOW_HANDLERS
         async_handlers = ASYNC_HANDLERS
         conn.receive_data(data)
         client.batching = True
@@ -233,10 +234,13 @@ class TCPServer(ConnectionServer):
                         if handler is not None:
                             handler(broker, client, event)
                         else:
-                            # while the handler waits, other tasks' output is not held back
-                            client.batching = False
-                            response = await async_handlers[event_type](broker, client, event)
-                            client.batching = True
+                            now = now_handlers.get(event_type)
+                            response = now(broker, client, event) if now is not None else None
+                            if response is None:
+                                # while the handler waits, other tasks' output is not held back
+                                client.batching = False
+                                response = await async_handlers[event_type](broker, client, event)
+                                client.batching = True
                             client.send_response(response)
                     except ProtocolError as err:
                         if err.fatal:
