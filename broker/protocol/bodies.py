@@ -28,6 +28,9 @@ __all__ = ["BodySpec", "SizedBody", "MpubBody"]
 
 _LENGTH = struct.Struct(">i")
 _unpack_length = _LENGTH.unpack_from
+_new = object.__new__
+_set_mpub_topic = Mpub.__dict__["topic"].__set__
+_set_mpub_bodies = Mpub.__dict__["bodies"].__set__
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +196,11 @@ class MpubBody:
             total = grown
             pos = stop
             index += 1
-        return pos, Mpub(self.topic, bodies)
+        # built field by field: a frozen dataclass's __init__ goes through object.__setattr__
+        event = _new(Mpub)
+        _set_mpub_topic(event, self.topic)
+        _set_mpub_bodies(event, bodies)
+        return pos, event
 
     def eof_error(self) -> ProtocolError:
         if self.phase == _BODY_SIZE:

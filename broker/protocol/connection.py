@@ -94,7 +94,7 @@ class ServerConnection:
 
     __slots__ = (
         "limits", "state", "heartbeats_enabled", "tls_required", "fin_runs",
-        "_buf", "_whole", "_searched", "_magic_seen", "_body", "_error", "_eof",
+        "_buf", "_whole", "_searched", "_magic_seen", "_body", "_error", "_eof", "_paused",
     )
 
     def __init__(self, limits: Limits = Limits()):
@@ -114,6 +114,7 @@ class ServerConnection:
         self._body: SizedBody | MpubBody | None = None
         self._error: ProtocolError | None = None
         self._eof = False
+        self._paused = False  # the last call stopped after an IDENTIFY
 
     # ------------------------------------------------------------------ input
 
@@ -142,7 +143,8 @@ class ServerConnection:
         next call), because what IDENTIFY negotiates changes how the following
         bytes are read: heartbeats (SUB), TLS, compression. If an error follows
         some good commands, those are returned and the error is raised on the
-        next call; after an error every call raises it again.
+        next call; after an error every call raises it again. :attr:`has_more`
+        tells whether another call is needed before more bytes are received.
 
         At the end of input, a command cut off inside its body raises the
         error nsqd sends when its body read fails; a partial line is dropped
@@ -151,6 +153,7 @@ class ServerConnection:
         if self._error is not None:
             raise self._error
         events: list = []
+        self._paused = False
         try:
             self._parse(events)
         except ProtocolError as exc:
@@ -158,6 +161,13 @@ class ServerConnection:
             if not events:
                 raise
         return events
+
+    @property
+    def has_more(self) -> bool:
+        """Whether the last :meth:`next_events` stopped short of what was received: after an
+        IDENTIFY, or before an error (the next call returns or raises it). Otherwise the
+        next call returns nothing until more bytes are received."""
+        return self._paused or self._error is not None
 
     def take_trailing_data(self) -> bytes:
         """Return and forget the bytes received but not parsed yet.
@@ -185,7 +195,8 @@ class ServerConnection:
     def _parse(self, events: list) -> None:
         if not self._magic_seen and not self._read_magic():
             return
-        if not self._ready():
+        # a partial line or body is pending: check that it is complete before scanning it again
+        if (self._searched or self._body is not None) and not self._ready():
             if self._eof and self._body is not None:
                 raise self._body.eof_error()
             return
@@ -213,6 +224,7 @@ class ServerConnection:
                     self._body = None
                     append(event)
                     if type(event) is Identify:
+                        self._paused = True
                         break
                     continue
                 if fin_fast and startswith(b"FIN ", pos):

@@ -222,8 +222,6 @@ class TCPServer(ConnectionServer):
         try:
             while True:
                 events = conn.next_events()
-                if not events:
-                    return True
                 for event in events:
                     event_type = type(event)
                     if event_type is FinRun:
@@ -252,6 +250,8 @@ class TCPServer(ConnectionServer):
                             # what follows IDENTIFY belongs to the upgraded stream
                             client.upgrade.leftover = conn.take_trailing_data()
                             return True
+                if not conn.has_more:
+                    return True
         except ProtocolError as err:
             log.info("TCP: client(%s) error: %s %s", client.remote_address, err.code, err.description)
             if err.payload:  # an over-long line closes without a frame, as in nsqd

@@ -536,6 +536,21 @@ def test_parsing_pauses_after_identify():
     assert err.value.payload == b"E_INVALID cannot SUB with heartbeats disabled"
 
 
+def test_has_more_says_when_another_call_is_needed_before_more_bytes():
+    conn = ServerConnection(SMALL)
+    conn.receive_data(MAGIC_V2 + encode_nop() + encode_identify({}) + encode_nop())
+    assert conn.next_events() == [Nop(), Identify({})]
+    assert conn.has_more  # paused after IDENTIFY
+    assert conn.next_events() == [Nop()]
+    assert not conn.has_more
+    assert conn.next_events() == []
+    conn.receive_data(encode_nop() + b"BAD\n")
+    assert conn.next_events() == [Nop()]
+    assert conn.has_more  # the error comes with the next call
+    with pytest.raises(ProtocolError):
+        conn.next_events()
+
+
 def test_trailing_data_after_identify_upgrade():
     conn = ServerConnection(SMALL)
     conn.receive_data(MAGIC_V2 + encode_identify({"tls_v1": True}) + b"\x16\x03\x01handshake")
