@@ -671,6 +671,25 @@ def test_fin_runs_come_as_one_event_when_asked():
         conn.next_events()
 
 
+_RUN_IDS = [b"%016x" % i for i in range(4)]
+
+
+@pytest.mark.parametrize("bad, events_after, error", [
+    (b"FIN " + _RUN_IDS[3] + b"\n", [Fin(_RUN_IDS[3])], None),
+    (b"FIN 0123 456789abcde\n", [], b"E_INVALID invalid message ID"),  # a space in the id
+    (b"FIN 0123456789abcde\r\n", [], b"E_INVALID invalid message ID"),  # "\r" dropped: 15 bytes
+    (b"FIX " + _RUN_IDS[3] + b"\n", [], b"E_INVALID invalid command FIX"),
+    (b"FIN " + _RUN_IDS[3][:15] + b"\n\n", [], b"E_INVALID invalid message ID"),  # the newline a byte early
+    (b"NOP\nNOP\nNOP\nNOP\nNOP\n", [Nop()] * 5, None),  # as long as a FIN line, not one
+])
+def test_a_chunk_of_fin_lines_is_read_line_by_line_wherever_one_is_not_a_fin(bad, events_after, error):
+    # two good lines, the line under test, two more: whole, each chunk is FIN-line sized
+    data = b"".join(b"FIN " + i + b"\n" for i in _RUN_IDS[:2]) + bad + b"".join(
+        b"FIN " + i + b"\n" for i in _RUN_IDS[:2])
+    expected = [Fin(i) for i in _RUN_IDS[:2]] + events_after + ([] if error else [Fin(i) for i in _RUN_IDS[:2]])
+    check(data, expected, error, state=SUBSCRIBED)
+
+
 def test_large_mpub_in_random_chunks():
     bodies = [b"%05d" % i * 20 for i in range(200)]
     data = encode_mpub("t", bodies)
