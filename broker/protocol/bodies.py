@@ -172,6 +172,24 @@ class MpubBody:
         total = self.total
         max_msg_size = self.max_msg_size
         unpack = _unpack_length
+        # First the messages that are whole and within every limit, with the fewest checks:
+        # none may end past what was received, nor past where the body would outgrow
+        # max_body_size. The careful loop below takes the first one that is not (it may only
+        # need more bytes) and gives nsqd's error for it.
+        first = pos
+        limit = min(end, pos + max_body_size - total)
+        while index < count:
+            start = pos + 4
+            if start > limit:
+                break
+            size = unpack(data, pos)[0]
+            stop = start + size
+            if size <= 0 or size > max_msg_size or stop > limit:
+                break
+            append(data[start:stop])
+            pos = stop
+            index += 1
+        total += pos - first
         while index < count:
             if end - pos < 4:
                 self.total = total
