@@ -13,6 +13,12 @@ An edge that arrives while its connection is busy is remembered, so the
 connection's next wait returns at once and its read finds the bytes (or, if it
 read them already, nothing; then it waits again).
 
+A waiting connection may leave an input handler (:meth:`ReadPoller.wait_readable`'s
+``on_input``): the poller's task then calls it on each edge instead of waking the
+connection's task, and wakes the task only when the handler says it cannot finish
+alone. A request that needs nothing awaited (a PUB answered at once) then costs no
+task switch: only the poller's, shared by every connection that became readable.
+
 epoll is Linux's; :func:`open_poller` returns None elsewhere and the connections
 read through their Trio streams.
 """
@@ -20,13 +26,18 @@ read through their Trio streams.
 from __future__ import annotations
 
 import select
+from collections.abc import Callable
 
 import trio
 
-__all__ = ["ReadPoller", "open_poller"]
+__all__ = ["InputHandler", "ReadPoller", "open_poller"]
 
 #: Most events taken from the epoll set per wake-up; more stay there for the next one.
 MAX_EVENTS = 1024
+
+#: Called by the poller's task on an edge of a socket whose connection waits: True if it
+#: took care of the input itself (see :meth:`ReadPoller.wait_readable`).
+InputHandler = Callable[[], bool]
 
 
 class ReadPoller:
@@ -39,8 +50,9 @@ class ReadPoller:
 
     def __init__(self) -> None:
         self._epoll = select.epoll()
-        self._waiting: dict[int, trio.lowlevel.Task] = {}
+        self._waiting: dict[int, tuple[trio.lowlevel.Task, InputHandler | None]] = {}
         self._ready: set[int] = set()  # edges that came while nobody waited
+        self._failed: dict[int, Exception] = {}  # what an input handler raised, for its waiting task
 
     def register(self, fd: int) -> None:
         """Watch ``fd`` (a socket) for input, hang-ups and errors."""
@@ -52,16 +64,20 @@ class ReadPoller:
         Called by the task that reads ``fd``, when it stops reading it.
         """
         self._ready.discard(fd)
+        self._failed.pop(fd, None)
         try:
             self._epoll.unregister(fd)
         except (OSError, ValueError):  # closed already, or the poller was closed
             pass
 
-    async def wait_readable(self, fd: int) -> None:
+    async def wait_readable(self, fd: int, on_input: InputHandler | None = None) -> None:
         """Return once ``fd`` received something since it was last drained (a checkpoint).
 
-        The caller has read ``fd`` until a short read or ``EAGAIN``. Raises
-        ``trio.BusyResourceError`` if another task waits for ``fd`` already.
+        The caller has read ``fd`` until a short read or ``EAGAIN``. With ``on_input``, each
+        edge while waiting first calls ``on_input()`` in the poller's task: True means it
+        took care of the input (the wait goes on), False that the caller must (the wait
+        returns); an exception it raises is raised here. Raises ``trio.BusyResourceError``
+        if another task waits for ``fd`` already.
         """
         if fd in self._ready:
             self._ready.discard(fd)
@@ -69,13 +85,16 @@ class ReadPoller:
             return
         if fd in self._waiting:
             raise trio.BusyResourceError("another task is already reading this socket")
-        self._waiting[fd] = trio.lowlevel.current_task()
+        self._waiting[fd] = (trio.lowlevel.current_task(), on_input)
 
         def abort(_: object) -> trio.lowlevel.Abort:
             self._waiting.pop(fd, None)
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
+        failed = self._failed.pop(fd, None)
+        if failed is not None:
+            raise failed
 
     async def run(self) -> None:
         """Wake the waiting connections as their sockets receive bytes; runs until cancelled."""
@@ -87,11 +106,19 @@ class ReadPoller:
         while True:
             await trio.lowlevel.wait_readable(epoll_fd)
             for fd, _ in poll(0, MAX_EVENTS):
-                task = waiting.pop(fd, None)
-                if task is None:
+                waiter = waiting.get(fd)
+                if waiter is None:
                     ready.add(fd)
-                else:
-                    reschedule(task)
+                    continue
+                task, on_input = waiter
+                if on_input is not None:
+                    try:
+                        if on_input():
+                            continue
+                    except Exception as exc:  # the connection's own task raises it
+                        self._failed[fd] = exc
+                del waiting[fd]
+                reschedule(task)
 
     def close(self) -> None:
         """Release the epoll descriptor (after :meth:`run` has stopped)."""

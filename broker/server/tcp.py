@@ -129,11 +129,17 @@ class TCPServer(ConnectionServer):
     async def _read_socket(self, client: Client, conn: ServerConnection, poller: ReadPoller, fd: int) -> bool:
         """Read the socket ``fd`` until the connection ends (False) or upgrades to TLS (True).
 
-        Reads go straight to the socket; after a read drained it, the connection waits
-        on ``poller`` for the next bytes.
+        Reads go straight to the socket. Once a read drained it, the connection waits on
+        ``poller`` and leaves it an :class:`_InlineInput`: the poller's task applies what
+        arrives next itself while that needs nothing awaited, and wakes this task otherwise.
         """
+        inline = _InlineInput(self, client, conn, fd)
         drained = False  # the last read emptied the socket: wait for the next edge first
         while not client.closing:
+            if client.unapplied:  # a command the poller's task could not apply: it must be awaited
+                if not await self._apply_rest(client, conn):
+                    return False
+                continue
             upgrade = client.upgrade
             if upgrade is not None:
                 if not await self._finish_upgrade(client, conn, upgrade):
@@ -142,7 +148,9 @@ class TCPServer(ConnectionServer):
                     return True
                 continue
             if drained:
-                await poller.wait_readable(fd)
+                await poller.wait_readable(fd, inline)
+                drained = False
+                continue  # what the poller's task left (see _InlineInput) comes first
             try:
                 data = read(fd, RECEIVE_SIZE)
             except BlockingIOError:
@@ -209,20 +217,56 @@ class TCPServer(ConnectionServer):
         return True
 
     async def _apply(self, client: Client, conn: ServerConnection, data: bytes) -> bool:
-        """Feed ``data`` to the parser and apply every complete command.
+        """Feed ``data`` to the parser and apply every complete command, awaiting those that must wait.
 
         Returns False after a fatal error (its frame is queued, if it has one).
         """
+        done = self._apply_now(client, conn, data)
+        return done if done is not None else await self._apply_rest(client, conn)
+
+    def _apply_now(self, client: Client, conn: ServerConnection, data: bytes) -> bool | None:
+        """Feed ``data`` to the parser and apply, in order, the complete commands up to the first
+        that must be awaited. True: all applied; False: a fatal error, the connection must close;
+        None: ``client.unapplied`` holds that command and the rest of its batch
+        (:meth:`_apply_rest` applies them)."""
+        conn.receive_data(data)
+        return self._apply_commands(client, conn, None)
+
+    async def _apply_rest(self, client: Client, conn: ServerConnection) -> bool:
+        """Apply ``client.unapplied``: await its first command, then go on as :meth:`_apply_now`
+        does, awaiting each command that must wait. Returns False after a fatal error."""
+        broker = self.broker
+        while True:
+            event, *rest = client.unapplied
+            client.unapplied = []
+            try:
+                response = await ASYNC_HANDLERS[type(event)](broker, client, event)
+            except ProtocolError as err:
+                if err.fatal:
+                    return self._fail(client, err)
+                client.batching = True
+                client.send_error(err)
+            except Exception as exc:
+                return self._fail(client, exc)
+            else:
+                client.batching = True
+                client.send_response(response)
+            done = self._apply_commands(client, conn, rest)
+            if done is not None:
+                return done
+
+    def _apply_commands(self, client: Client, conn: ServerConnection, events: list | None) -> bool | None:
+        """Apply ``events``, then every complete command the parser holds, up to the first that must
+        be awaited (see :meth:`_apply_now`); ``events`` None starts with the parser's."""
         broker = self.broker
         sync_handlers = SYNC_HANDLERS
         now_handlers = NOW_HANDLERS
-        async_handlers = ASYNC_HANDLERS
-        conn.receive_data(data)
         client.batching = True
         try:
-            while True:
+            if events is None:
                 events = conn.next_events()
-                for event in events:
+            while True:
+                for index, event in enumerate(events):
                     event_type = type(event)
                     if event_type is FinRun:
                         fin_run(broker, client, event.msg_ids)
@@ -235,10 +279,10 @@ class TCPServer(ConnectionServer):
                             now = now_handlers.get(event_type)
                             response = now(broker, client, event) if now is not None else None
                             if response is None:
-                                # while the handler waits, other tasks' output is not held back
+                                client.unapplied = events[index:]
+                                # while the command waits, other tasks' output is not held back
                                 client.batching = False
-                                response = await async_handlers[event_type](broker, client, event)
-                                client.batching = True
+                                return None
                             client.send_response(response)
                     except ProtocolError as err:
                         if err.fatal:
@@ -249,23 +293,70 @@ class TCPServer(ConnectionServer):
                         if client.upgrade is not None:
                             # what follows IDENTIFY belongs to the upgraded stream
                             client.upgrade.leftover = conn.take_trailing_data()
-                            return True
+                            return self._end_batch(client, True)
                 if not conn.has_more:
-                    return True
-        except ProtocolError as err:
-            log.info("TCP: client(%s) error: %s %s", client.remote_address, err.code, err.description)
-            if err.payload:  # an over-long line closes without a frame, as in nsqd
-                client.send_error(err)
-            return False
-        except DiskQueueError as exc:
+                    return self._end_batch(client, True)
+                events = conn.next_events()
+        except Exception as exc:
+            return self._fail(client, exc)
+
+    def _fail(self, client: Client, exc: Exception) -> bool:
+        """The connection ends after ``exc``: a fatal protocol error (its frame is queued, if it has
+        one), a failed disk write under a command, or a fault of ours. Returns False."""
+        if isinstance(exc, ProtocolError):
+            log.info("TCP: client(%s) error: %s %s", client.remote_address, exc.code, exc.description)
+            if exc.payload:  # an over-long line closes without a frame, as in nsqd
+                client.send_error(exc)
+        elif isinstance(exc, DiskQueueError):
             # a disk write under a command failed: that client goes, the others stay
-            broker.disk_failed(exc)
+            self.broker.disk_failed(exc)
             log.error("TCP: client(%s) closed after a disk error", client.remote_address)
+        else:
+            log.error("TCP: client(%s) closed after an internal error", client.remote_address, exc_info=exc)
+        return self._end_batch(client, False)
+
+    @staticmethod
+    def _end_batch(client: Client, result: bool) -> bool:
+        """A batch of commands is applied: the channel dispatches once and the output goes out."""
+        if client.channel is not None:
+            client.channel.dispatch(client)
+        client.end_batch()
+        return result
+
+
+class _InlineInput:
+    """What a plain connection waiting for input leaves the :class:`ReadPoller`: called in the
+    poller's task on an edge, it reads the socket and applies what came while nothing needs
+    awaiting, so a request costs the connection's task no wake-up.
+
+    It returns False (wake the connection's task) when the task has something to do: a
+    command to await (``client.unapplied``), an upgrade after IDENTIFY, a connection that
+    ends (it asked it to close), or a full read (more may be waiting). Compressed input is
+    left to the task.
+    """
+
+    __slots__ = ("server", "client", "conn", "fd")
+
+    def __init__(self, server: TCPServer, client: Client, conn: ServerConnection, fd: int):
+        self.server = server
+        self.client = client
+        self.conn = conn
+        self.fd = fd
+
+    def __call__(self) -> bool:
+        client = self.client
+        if client.closing or client.codec is not None:
             return False
-        except Exception:
-            log.exception("TCP: client(%s) closed after an internal error", client.remote_address)
+        try:
+            data = read(self.fd, RECEIVE_SIZE)
+        except BlockingIOError:  # an edge for bytes read already
+            return True
+        except OSError:  # reset by the peer
+            client.close_soon()
             return False
-        finally:
-            if client.channel is not None:
-                client.channel.dispatch(client)
-            client.end_batch()
+        client.note_read()
+        done = self.server._apply_now(client, self.conn, data)
+        if done is False or not data:
+            client.close_soon()
+            return False
+        return done is True and len(data) < RECEIVE_SIZE and client.upgrade is None and not client.closing

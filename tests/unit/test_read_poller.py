@@ -144,3 +144,59 @@ async def test_an_unregistered_socket_leaves_no_edge_behind(pair, autojump_clock
             assert scope.cancelled_caught  # the old connection's edge is gone
             nursery.cancel_scope.cancel()
     poller.close()
+
+
+async def test_an_input_handler_takes_the_input_until_it_says_the_task_must(pair):
+    a, b = pair
+    poller = ReadPoller()
+    poller.register(b.fileno())
+    handled = []
+
+    def on_input() -> bool:
+        data = _drain(b)
+        handled.append(data)
+        return data != b"stop"  # False: the waiting task takes over
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            await _serve(poller, nursery)
+            woken = trio.Event()
+
+            async def reader() -> None:
+                await poller.wait_readable(b.fileno(), on_input)
+                woken.set()
+
+            nursery.start_soon(reader)
+            for chunk in (b"one", b"two"):
+                await trio.testing.wait_all_tasks_blocked()
+                a.send(chunk)
+            await trio.testing.wait_all_tasks_blocked()
+            assert handled == [b"one", b"two"] and not woken.is_set()
+            a.send(b"stop")
+            await woken.wait()
+            assert handled == [b"one", b"two", b"stop"]
+            nursery.cancel_scope.cancel()
+    poller.close()
+
+
+async def test_what_an_input_handler_raises_is_raised_in_the_waiting_task(pair):
+    a, b = pair
+    poller = ReadPoller()
+    poller.register(b.fileno())
+
+    def on_input() -> bool:
+        raise ValueError("bad input")
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            await _serve(poller, nursery)
+            a.send(b"x")
+            with pytest.raises(ValueError, match="bad input"):
+                await poller.wait_readable(b.fileno(), on_input)
+            # the poller goes on serving
+            assert _drain(b) == b"x"
+            a.send(b"y")
+            await poller.wait_readable(b.fileno())
+            assert _drain(b) == b"y"
+            nursery.cancel_scope.cancel()
+    poller.close()
