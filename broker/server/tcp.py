@@ -5,6 +5,13 @@ feeds every chunk received to the parser and applies all complete commands
 before reading again, and the client's writer (:meth:`Client.run_writer`).
 After a batch of commands the client's channel dispatches once, so a chunk
 of 100 FINs frees 100 slots and refills them in one pass.
+
+A plain connection's reader reads its socket with ``os.read`` and, once a read
+drained it, waits on the server's :class:`~broker.server.poller.ReadPoller`
+(one edge-triggered epoll set). While it waits, the poller's task applies what
+arrives itself (:class:`_InlineInput`) as long as no command must be awaited,
+so a request answered at once costs no task switch; the reader takes over for
+the rest. A TLS connection reads its ``trio.SSLStream`` instead.
 """
 
 from __future__ import annotations
