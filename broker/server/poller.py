@@ -104,8 +104,11 @@ class ReadPoller:
         ready = self._ready
         reschedule = trio.lowlevel.reschedule
         while True:
-            await trio.lowlevel.wait_readable(epoll_fd)
-            for fd, _ in poll(0, MAX_EVENTS):
+            events = poll(0, MAX_EVENTS)
+            if not events:
+                await trio.lowlevel.wait_readable(epoll_fd)
+                continue
+            for fd, _ in events:
                 waiter = waiting.get(fd)
                 if waiter is None:
                     ready.add(fd)
@@ -119,6 +122,9 @@ class ReadPoller:
                         self._failed[fd] = exc
                 del waiting[fd]
                 reschedule(task)
+            # the woken tasks and everyone else run before the next look (which may find more
+            # and need no re-arming of the epoll descriptor's one-shot registration in Trio)
+            await trio.lowlevel.checkpoint()
 
     def close(self) -> None:
         """Release the epoll descriptor (after :meth:`run` has stopped)."""
