@@ -16,6 +16,7 @@ the owner; topics and channels get a :class:`~broker.core.host.CoreHost`.
 from __future__ import annotations
 
 import logging
+from itertools import repeat
 from typing import Any
 
 import trio
@@ -208,7 +209,7 @@ class Broker:
         timestamp = now_ns()
         due = timestamp + defer_ns if defer_ns else 0
         ids = self.guid.next_ids(len(bodies))
-        return [Message(msg_id, body, timestamp, 0, due) for msg_id, body in zip(ids, bodies)]
+        return list(map(Message, ids, bodies, repeat(timestamp), repeat(0), repeat(due)))
 
     async def publish(self, topic: Topic, msgs: list[Message]) -> None:
         """Queue ``msgs`` on ``topic`` as one batch.
