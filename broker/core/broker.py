@@ -16,6 +16,7 @@ the owner; topics and channels get a :class:`~broker.core.host.CoreHost`.
 from __future__ import annotations
 
 import logging
+from itertools import repeat
 from typing import Any
 
 import trio
@@ -191,10 +192,24 @@ class Broker:
         Each gets a fresh id and the current wall-clock timestamp; ``defer_ns``
         > 0 makes them deferred by that long. Raises as :meth:`publish`.
         """
+        await self.publish(topic, self._new_messages(bodies, defer_ns))
+
+    def publish_bodies_now(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0) -> bool:
+        """:meth:`publish_bodies` when it needs no wait: not in durable mode (the answer waits
+        for the disk) and not while ``topic`` is starting (see :meth:`publish`).
+
+        Returns False, having done nothing, in those cases; raises as :meth:`publish`.
+        """
+        if topic.group is not None or topic.name in self._starting:
+            return False
+        self._put(topic, self._new_messages(bodies, defer_ns))
+        return True
+
+    def _new_messages(self, bodies: list[bytes], defer_ns: int) -> list[Message]:
         timestamp = now_ns()
         due = timestamp + defer_ns if defer_ns else 0
         ids = self.guid.next_ids(len(bodies))
-        await self.publish(topic, [Message(msg_id, body, timestamp, 0, due) for msg_id, body in zip(ids, bodies)])
+        return list(map(Message, ids, bodies, repeat(timestamp), repeat(0), repeat(due)))
 
     async def publish(self, topic: Topic, msgs: list[Message]) -> None:
         """Queue ``msgs`` on ``topic`` as one batch.
@@ -208,18 +223,38 @@ class Broker:
         starting = self._starting.get(topic.name)
         if starting is not None:
             await starting.wait()  # as nsqd: the first publish returns once the channels exist
-        backend = topic.backend
-        written = backend.write_seq if backend is not None else 0
+        if topic.group is None:
+            self._put(topic, msgs)
+            return
+        written = self._write_seq(topic)
         try:
             topic.put_many(msgs)
-            if topic.group is not None:
-                await topic.group.wait()
-                await self.wait_metadata_persisted()  # a topic created by this publish
+            await topic.group.wait()
+            await self.wait_metadata_persisted()  # a topic created by this publish
         except DiskQueueError as exc:
             self.disk_failed(exc)
             raise
-        if self.health_error is not None and backend is not None and backend.write_seq != written:
-            self.health_error = None  # the disk took a write again (one to memory says nothing of it)
+        self._disk_written(topic, written)
+
+    def _put(self, topic: Topic, msgs: list[Message]) -> None:
+        """Queue ``msgs`` on a topic that is not durable; raises as :meth:`publish`."""
+        written = self._write_seq(topic)
+        try:
+            topic.put_many(msgs)
+        except DiskQueueError as exc:
+            self.disk_failed(exc)
+            raise
+        self._disk_written(topic, written)
+
+    @staticmethod
+    def _write_seq(topic: Topic) -> int:
+        backend = topic.backend
+        return backend.write_seq if backend is not None else 0
+
+    def _disk_written(self, topic: Topic, written: int) -> None:
+        """Clear the health error once the disk took a write again (one to memory says nothing of it)."""
+        if self.health_error is not None and topic.backend is not None and topic.backend.write_seq != written:
+            self.health_error = None
 
     def disk_failed(self, exc: Exception) -> None:
         """Record a failed disk write or sync: logged, and ``/ping`` reports it until a write succeeds."""

@@ -20,6 +20,7 @@ MAX_NODE_ID = 1024
 _EPOCH_TICKS = 1288834974288  # same fixed epoch nsqd uses (ms since unix epoch)
 _SEQUENCE_BITS = 12
 _SEQUENCE_MASK = (1 << _SEQUENCE_BITS) - 1
+_SEQUENCE_HEX = [b"%03x" % n for n in range(_SEQUENCE_MASK + 1)]
 
 
 class GuidFactory:
@@ -40,17 +41,21 @@ class GuidFactory:
         if tick > self._last_tick:
             self._last_tick = tick
             self._sequence = 0
+        sequence = self._sequence
+        if count == 1 and sequence <= _SEQUENCE_MASK:  # one PUB: the general loop costs it three times as much
+            self._sequence = sequence + 1
+            return [b"%016x" % ((self._last_tick << 22) | self._node_bits | sequence)]
         ids: list[bytes] = []
         node = self._node_bits
         while count:
             if self._sequence > _SEQUENCE_MASK:
                 self._last_tick += 1
                 self._sequence = 0
-            # a run of consecutive sequence numbers within one tick
+            # a run of consecutive sequence numbers within one tick: the sequence is the last
+            # three hex digits, so the ids share their first 13 and are joined in one C loop
             take = min(count, _SEQUENCE_MASK + 1 - self._sequence)
-            base = (self._last_tick << 22) | node
-            start = base | self._sequence
-            ids.extend([b"%016x" % v for v in range(start, start + take)])
+            prefix = b"%013x" % (((self._last_tick << 22) | node) >> _SEQUENCE_BITS)
+            ids.extend(map(prefix.__add__, _SEQUENCE_HEX[self._sequence:self._sequence + take]))
             self._sequence += take
             count -= take
         return ids

@@ -9,7 +9,7 @@ only the count is kept, which costs one integer add per FIN.
 from __future__ import annotations
 
 import random
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 import trio
@@ -94,6 +94,8 @@ LATENCY_BUCKETS: tuple[float, ...] = (
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
 )
 _BOUNDS_NS = tuple(round(bound * 1e9) for bound in LATENCY_BUCKETS)
+#: From this many latencies at once, sorting them and bisecting per bucket beats a bisect per latency.
+_SORT_FROM = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +110,8 @@ class HistogramStats:
 class LatencyHistogram:
     """Publish-to-FIN latencies of one channel in fixed buckets; one per channel, owned by it.
 
-    :meth:`observe_many` is called for every run of FINs: one bisect and an add per message.
+    :meth:`observe_many` is called for every run of FINs: one bisect and an add per message,
+    or for a large run one sort and a bisect per bucket.
     """
 
     __slots__ = ("_counts", "_sum_ns")
@@ -121,6 +124,19 @@ class LatencyHistogram:
         """Record latencies in nanoseconds (negative ones count as 0)."""
         counts = self._counts
         bounds = _BOUNDS_NS
+        if len(latencies_ns) >= _SORT_FROM:
+            # a large FIN run: sorted once, each bucket is one bisect (C loops, not one per message)
+            ordered = sorted(latencies_ns)
+            start = bisect_right(ordered, 0)  # none of them adds to the sum
+            counts[0] += start
+            positive = start
+            for index, bound in enumerate(bounds):
+                stop = bisect_right(ordered, bound, start)
+                counts[index] += stop - start
+                start = stop
+            counts[-1] += len(ordered) - start
+            self._sum_ns += sum(ordered[positive:])
+            return
         total = 0
         for latency_ns in latencies_ns:
             if latency_ns > 0:

@@ -58,6 +58,7 @@ from .frames import (
     encode_message_frame,
     encode_response,
     message_frame_header,
+    pack_message_frame_header,
 )
 from .identify import IDENTIFY_FIELDS, decode_identify
 from .lease import LEASE_IDENTIFY_FIELD, LEASE_OPS, Lease, encode_lease, is_valid_lease_token
@@ -78,6 +79,7 @@ __all__ = [
     "ProtocolError", "LINE_TOO_LONG",
     "is_valid_name", "is_ephemeral", "go_quote",
     "encode_frame", "encode_response", "encode_error", "encode_message_frame", "message_frame_header",
+    "pack_message_frame_header",
     "OK_FRAME", "CLOSE_WAIT_FRAME", "HEARTBEAT_FRAME", "BAD_PROTOCOL_FRAME",
     "Frame", "MessageFrame", "FrameDecoder", "decode_message",
     "encode_identify", "encode_auth", "encode_sub", "encode_pub", "encode_mpub", "encode_dpub",

@@ -28,6 +28,9 @@ __all__ = ["BodySpec", "SizedBody", "MpubBody"]
 
 _LENGTH = struct.Struct(">i")
 _unpack_length = _LENGTH.unpack_from
+_new = object.__new__
+_set_mpub_topic = Mpub.__dict__["topic"].__set__
+_set_mpub_bodies = Mpub.__dict__["bodies"].__set__
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +172,24 @@ class MpubBody:
         total = self.total
         max_msg_size = self.max_msg_size
         unpack = _unpack_length
+        # First the messages that are whole and within every limit, with the fewest checks:
+        # none may end past what was received, nor past where the body would outgrow
+        # max_body_size. The careful loop below takes the first one that is not (it may only
+        # need more bytes) and gives nsqd's error for it.
+        first = pos
+        limit = min(end, pos + max_body_size - total)
+        while index < count:
+            start = pos + 4
+            if start > limit:
+                break
+            size = unpack(data, pos)[0]
+            stop = start + size
+            if size <= 0 or size > max_msg_size or stop > limit:
+                break
+            append(data[start:stop])
+            pos = stop
+            index += 1
+        total += pos - first
         while index < count:
             if end - pos < 4:
                 self.total = total
@@ -193,7 +214,11 @@ class MpubBody:
             total = grown
             pos = stop
             index += 1
-        return pos, Mpub(self.topic, bodies)
+        # built field by field: a frozen dataclass's __init__ goes through object.__setattr__
+        event = _new(Mpub)
+        _set_mpub_topic(event, self.topic)
+        _set_mpub_bodies(event, bodies)
+        return pos, event
 
     def eof_error(self) -> ProtocolError:
         if self.phase == _BODY_SIZE:

@@ -33,6 +33,7 @@ __all__ = [
     "encode_error",
     "encode_message_frame",
     "message_frame_header",
+    "pack_message_frame_header",
     "decode_message",
     "OK_FRAME",
     "CLOSE_WAIT_FRAME",
@@ -86,6 +87,12 @@ def encode_response(data: bytes) -> bytes:
 def encode_error(payload: bytes) -> bytes:
     """An error frame (type 1) carrying a :attr:`ProtocolError.payload`."""
     return _FRAME_HEADER.pack(len(payload) + 4, FRAME_TYPE_ERROR) + payload
+
+
+#: ``pack_message_frame_header(body_len + 4 + MESSAGE_HEADER_LENGTH, FRAME_TYPE_MESSAGE, timestamp_ns,
+#: attempts & 0xFFFF, msg_id)`` is :func:`message_frame_header` without the call and the id check,
+#: for a caller whose ids are 16 bytes by construction (a broker's messages).
+pack_message_frame_header = _MESSAGE_FRAME_HEADER.pack
 
 
 def message_frame_header(timestamp_ns: int, attempts: int, msg_id: bytes, body_len: int) -> bytes:

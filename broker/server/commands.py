@@ -5,7 +5,8 @@ parameters, names and sizes; handlers apply a command to the domain and queue
 the response. Handlers are plain functions except SUB and the publish
 commands, which are async because in durable mode their ``OK`` waits for the
 disk: the group fsync of a publish, and the metadata naming a new topic or
-channel. They return the response and the connection queues it, so that it
+channel. A publish that needs no wait (the usual case) is applied by its plain
+``*_now`` function instead, which costs no coroutine. They return the response and the connection queues it, so that it
 goes out with the rest of the chunk's output (see :mod:`broker.server.connection`).
 Errors are raised as :class:`~broker.protocol.ProtocolError`.
 """
@@ -26,7 +27,8 @@ if TYPE_CHECKING:
     from broker.core.broker import Broker
     from broker.server.connection import Client
 
-__all__ = ["SYNC_HANDLERS", "ASYNC_HANDLERS", "SyncHandler", "AsyncHandler", "fin_run", "check_auth"]
+__all__ = ["SYNC_HANDLERS", "NOW_HANDLERS", "ASYNC_HANDLERS", "SyncHandler", "NowHandler", "AsyncHandler", "fin_run",
+           "check_auth"]
 
 log = logging.getLogger("pynsqd.tcp")
 
@@ -34,6 +36,8 @@ log = logging.getLogger("pynsqd.tcp")
 SyncHandler = Callable[["Broker", "Client", Any], None]
 #: A command whose answer may wait (for the disk); returns the response to queue.
 AsyncHandler = Callable[["Broker", "Client", Any], Awaitable[bytes]]
+#: The same command applied at once when it can be: the response, or None to await its AsyncHandler.
+NowHandler = Callable[["Broker", "Client", Any], "bytes | None"]
 
 
 def identify(broker: Broker, client: Client, cmd: p.Identify) -> None:
@@ -190,6 +194,18 @@ async def dpub(broker: Broker, client: Client, cmd: p.Dpub) -> bytes:
     return await _publish(broker, client, "DPUB", cmd.topic, [cmd.body], cmd.defer_ms)
 
 
+def pub_now(broker: Broker, client: Client, cmd: p.Pub) -> bytes | None:
+    return _publish_now(broker, client, "PUB", cmd.topic, [cmd.body], 0)
+
+
+def mpub_now(broker: Broker, client: Client, cmd: p.Mpub) -> bytes | None:
+    return _publish_now(broker, client, "MPUB", cmd.topic, cmd.bodies, 0)
+
+
+def dpub_now(broker: Broker, client: Client, cmd: p.Dpub) -> bytes | None:
+    return _publish_now(broker, client, "DPUB", cmd.topic, [cmd.body], cmd.defer_ms)
+
+
 async def _publish(broker: Broker, client: Client, verb: str, topic_name: str,
                    bodies: list[bytes], defer_ms: int) -> bytes:
     """Queue the bodies as one all-or-nothing batch; returns the ``OK`` to answer.
@@ -199,17 +215,37 @@ async def _publish(broker: Broker, client: Client, verb: str, topic_name: str,
     """
     if client.authd is not None:  # checked here, not in check_auth: a PUB should not pay for a coroutine
         await check_auth(client, verb, topic_name, "")
-    code = f"E_{verb}_FAILED"
     if broker.exiting:
-        raise ProtocolError(code, f"{verb} failed exiting")
+        raise ProtocolError(f"E_{verb}_FAILED", f"{verb} failed exiting")
     try:
         await broker.publish_bodies(broker.get_topic(topic_name), bodies, defer_ms * MILLISECOND)
     except ProtocolError:
         raise
     except Exception as exc:  # a failed disk write: the client must hear about it
-        raise ProtocolError(code, f"{verb} failed {exc}") from exc
+        raise _publish_failed(verb, exc) from exc
     client.pub_counts[topic_name] = client.pub_counts.get(topic_name, 0) + len(bodies)
     return b"OK"
+
+
+def _publish_now(broker: Broker, client: Client, verb: str, topic_name: str,
+                 bodies: list[bytes], defer_ms: int) -> bytes | None:
+    """:func:`_publish` when nothing needs awaiting (no auth server, not durable, not exiting,
+    the topic started): the ``OK`` to answer, or None (nothing done: await :func:`_publish`)."""
+    if client.authd is not None or broker.exiting:
+        return None
+    try:
+        if not broker.publish_bodies_now(broker.get_topic(topic_name), bodies, defer_ms * MILLISECOND):
+            return None
+    except ProtocolError:
+        raise
+    except Exception as exc:  # a failed disk write: the client must hear about it
+        raise _publish_failed(verb, exc) from exc
+    client.pub_counts[topic_name] = client.pub_counts.get(topic_name, 0) + len(bodies)
+    return b"OK"
+
+
+def _publish_failed(verb: str, exc: Exception) -> ProtocolError:
+    return ProtocolError(f"E_{verb}_FAILED", f"{verb} failed {exc}")
 
 
 SYNC_HANDLERS: dict[type, SyncHandler] = {
@@ -221,6 +257,14 @@ SYNC_HANDLERS: dict[type, SyncHandler] = {
     p.Cls: cls,
     p.Nop: nop,
     p.Lease: lease,
+}
+
+#: Commands that usually complete at once: None means the command must wait, and its
+#: entry in :data:`ASYNC_HANDLERS` runs instead.
+NOW_HANDLERS: dict[type, NowHandler] = {
+    p.Pub: pub_now,
+    p.Mpub: mpub_now,
+    p.Dpub: dpub_now,
 }
 
 ASYNC_HANDLERS: dict[type, AsyncHandler] = {

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from broker.config.options import NSQD_COMPAT_VERSION
-from broker.protocol import HEARTBEAT_FRAME, ProtocolError, State, encode_error, encode_response
+from broker.protocol import HEARTBEAT_FRAME, OK_FRAME, ProtocolError, State, encode_error, encode_response
 from broker.protocol.lease import LEASE_IDENTIFY_FIELD, is_valid_lease_token
 from broker.server.compression import Codec, DeflateCodec, SnappyCodec
 from broker.server.output import OutputBuffer
@@ -102,14 +102,17 @@ class Client:
         self._out_event = trio.Event()
         self._closed = trio.Event()
         self._timer_scope: trio.CancelScope | None = None
-        self.last_read = trio.current_time()
+        self._clock = trio.lowlevel.current_clock()
+        self.last_read = self._clock.current_time()
         self.send_started: float | None = None
         self.closing = False
         self.batching = False  # the reader is applying a chunk of commands
+        self.unapplied: list = []  # commands of a chunk not applied yet, the first to be awaited
         self._flush_pending = False
         self._sending = False  # the writer task is in a send: only it may write now
         sock = getattr(stream, "socket", None)
-        self._fd = sock.fileno() if sock is not None else -1
+        self.fd = sock.fileno() if sock is not None else -1  # the socket's, for the life of the connection
+        self._fd = self.fd  # while output may go straight to the socket (no upgrade)
         # transport upgrades: the server's TLS context (None: no TLS), what IDENTIFY agreed
         self.ssl_context: ssl.SSLContext | None = None
         self.upgrade: Upgrade | None = None
@@ -321,7 +324,7 @@ class Client:
 
     def send_response(self, data: bytes) -> None:
         """Queue a response frame and make the writer flush."""
-        self.output.add(encode_response(data))
+        self.output.add(OK_FRAME if data == b"OK" else encode_response(data))
         self.wake_writer()
 
     def send_error(self, err: ProtocolError) -> None:
@@ -383,7 +386,7 @@ class Client:
 
     def note_read(self) -> None:
         """The connection received bytes: the read deadline starts again."""
-        self.last_read = trio.current_time()
+        self.last_read = self._clock.current_time()
 
     def wake_timers(self) -> None:
         """Make the timer task re-plan (the heartbeat interval changed)."""

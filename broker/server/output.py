@@ -17,7 +17,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import TYPE_CHECKING
 
-from broker.protocol import MESSAGE_HEADER_LENGTH, message_frame_header
+from broker.protocol import FRAME_TYPE_MESSAGE, MESSAGE_HEADER_LENGTH, pack_message_frame_header
 
 if TYPE_CHECKING:
     from broker.core.message import Message
@@ -26,6 +26,8 @@ __all__ = ["OutputBuffer", "MESSAGE_FRAME_OVERHEAD"]
 
 #: A message frame's bytes around its body: size, frame type, then timestamp, attempts and id.
 MESSAGE_FRAME_OVERHEAD = 4 + 4 + MESSAGE_HEADER_LENGTH
+#: A message frame's size field: what follows it (frame type, message header, body) less the body.
+_FRAME_SIZE = 4 + MESSAGE_HEADER_LENGTH
 
 
 class OutputBuffer:
@@ -54,13 +56,14 @@ class OutputBuffer:
         """Queue a message frame for each of ``msgs``, with its current attempts."""
         append = self.chunks.append
         end = self._ends.append
-        header = message_frame_header
+        pack = pack_message_frame_header
         pos = start = self.queued
         for msg in msgs:
             body = msg.body
-            append(header(msg.timestamp, msg.attempts, msg.id, len(body)))
+            size = len(body)
+            append(pack(_FRAME_SIZE + size, FRAME_TYPE_MESSAGE, msg.timestamp, msg.attempts & 0xFFFF, msg.id))
             append(body)
-            pos += MESSAGE_FRAME_OVERHEAD + len(body)
+            pos += MESSAGE_FRAME_OVERHEAD + size
             end(pos)
         self._msgs.extend(msgs)
         self.size += pos - start

@@ -5,11 +5,19 @@ feeds every chunk received to the parser and applies all complete commands
 before reading again, and the client's writer (:meth:`Client.run_writer`).
 After a batch of commands the client's channel dispatches once, so a chunk
 of 100 FINs frees 100 slots and refills them in one pass.
+
+A plain connection's reader reads its socket with ``os.read`` and, once a read
+drained it, waits on the server's :class:`~broker.server.poller.ReadPoller`
+(one edge-triggered epoll set). While it waits, the poller's task applies what
+arrives itself (:class:`_InlineInput`) as long as no command must be awaited,
+so a request answered at once costs no task switch; the reader takes over for
+the rest. A TLS connection reads its ``trio.SSLStream`` instead.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import ssl
 from typing import TYPE_CHECKING
 
@@ -18,10 +26,12 @@ import trio
 from broker.config.tls import TLS_NOT_REQUIRED
 from broker.protocol import FinRun, Identify, ProtocolError, ServerConnection
 from broker.server.auth import AuthClient
-from broker.server.commands import ASYNC_HANDLERS, SYNC_HANDLERS, fin_run
+from broker.server.commands import ASYNC_HANDLERS, NOW_HANDLERS, SYNC_HANDLERS, fin_run
 from broker.server.compression import CompressionError
 from broker.server.connection import Client
 from broker.server.net import ConnectionServer, peer_address
+from broker.server.poller import ReadPoller, open_poller
+from broker.server.upgrade import Upgrade
 from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
@@ -33,6 +43,9 @@ log = logging.getLogger("pynsqd.tcp")
 
 RECEIVE_SIZE = 256 * 1024
 
+read = os.read
+checkpoint = trio.lowlevel.checkpoint
+
 
 class TCPServer(ConnectionServer):
     """Accepts V2 connections for a :class:`Broker`; owns their tasks."""
@@ -43,6 +56,22 @@ class TCPServer(ConnectionServer):
         self._client_numbers = 0
         self.ssl_context = ssl_context  # None: IDENTIFY answers tls_v1 false
         self.authd = authd  # None: AUTH is disabled
+        self.poller: ReadPoller | None = None  # while serving, on platforms with epoll
+
+    async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Accept on every listener (see :class:`ConnectionServer`), with the read poller's task beside."""
+        poller = self.poller = open_poller()
+        if poller is None:
+            await super().serve(listeners, task_status=task_status)
+            return
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(poller.run)
+                await super().serve(listeners, task_status=task_status)
+                nursery.cancel_scope.cancel()  # every connection has ended
+        finally:
+            self.poller = None
+            poller.close()
 
     def ask_to_close(self) -> None:
         """Ask every client to flush what is queued and close."""
@@ -90,19 +119,69 @@ class TCPServer(ConnectionServer):
     async def _read_loop(self, client: Client, conn: ServerConnection) -> None:
         """Read, parse and apply commands until EOF, a fatal error or close.
 
-        After an IDENTIFY that agreed TLS or compression, reading waits until the writer
-        has upgraded the stream (:mod:`broker.server.upgrade`); then it reads from the
-        upgraded stream and decompresses what it reads.
+        A plain connection reads its socket directly (:meth:`_read_socket`), until TLS
+        comes between; then it reads the TLS stream (:meth:`_read_stream`).
         """
+        poller = self.poller
+        fd = client.fd
+        if poller is not None and fd >= 0:
+            poller.register(fd)
+            try:
+                if not await self._read_socket(client, conn, poller, fd):
+                    return
+            finally:
+                poller.unregister(fd)
+        await self._read_stream(client, conn)
+
+    async def _read_socket(self, client: Client, conn: ServerConnection, poller: ReadPoller, fd: int) -> bool:
+        """Read the socket ``fd`` until the connection ends (False) or upgrades to TLS (True).
+
+        Reads go straight to the socket. Once a read drained it, the connection waits on
+        ``poller`` and leaves it an :class:`_InlineInput`: the poller's task applies what
+        arrives next itself while that needs nothing awaited, and wakes this task otherwise.
+        """
+        inline = _InlineInput(self, client, conn, fd)
+        drained = False  # the last read emptied the socket: wait for the next edge first
+        while not client.closing:
+            if client.unapplied:  # a command the poller's task could not apply: it must be awaited
+                if not await self._apply_rest(client, conn):
+                    return False
+                continue
+            upgrade = client.upgrade
+            if upgrade is not None:
+                if not await self._finish_upgrade(client, conn, upgrade):
+                    return False
+                if client.tls:
+                    return True
+                continue
+            if drained:
+                await poller.wait_readable(fd, inline)
+                drained = False
+                continue  # what the poller's task left (see _InlineInput) comes first
+            try:
+                data = read(fd, RECEIVE_SIZE)
+            except BlockingIOError:
+                drained = True
+                continue
+            except OSError:  # reset by the peer
+                return False
+            client.note_read()
+            # b"" tells the parser the input ended: a command cut off in its body
+            # then gets nsqd's "failed to read" error before the close.
+            if not await self._receive(client, conn, data) or not data:
+                return False
+            # a short read emptied the socket; after a full one more may be there
+            drained = len(data) < RECEIVE_SIZE
+            if not drained:
+                await checkpoint()  # the other connections run before this one reads on
+        return False
+
+    async def _read_stream(self, client: Client, conn: ServerConnection) -> None:
+        """Read the connection's stream (TLS, or a socket where there is no poller) until it ends."""
         while not client.closing:
             upgrade = client.upgrade
             if upgrade is not None:
-                await upgrade.done.wait()
-                if upgrade.failed:
-                    return
-                if client.tls:
-                    conn.tls_required = False
-                if upgrade.leftover and not await self._receive(client, conn, upgrade.leftover):
+                if not await self._finish_upgrade(client, conn, upgrade):
                     return
                 continue
             try:
@@ -112,10 +191,18 @@ class TCPServer(ConnectionServer):
             if isinstance(data, bytearray):  # the Stream interface allows it; sockets and TLS give bytes
                 data = bytes(data)
             client.note_read()
-            # b"" tells the parser the input ended: a command cut off in its body
-            # then gets nsqd's "failed to read" error before the close.
             if not await self._receive(client, conn, data) or not data:
                 return
+
+    async def _finish_upgrade(self, client: Client, conn: ServerConnection, upgrade: Upgrade) -> bool:
+        """Wait until the writer has upgraded the stream after IDENTIFY (:mod:`broker.server.upgrade`),
+        then apply the bytes received past IDENTIFY. False when the connection must close."""
+        await upgrade.done.wait()
+        if upgrade.failed:
+            return False
+        if client.tls:
+            conn.tls_required = False
+        return not upgrade.leftover or await self._receive(client, conn, upgrade.leftover)
 
     async def _receive(self, client: Client, conn: ServerConnection, data: bytes) -> bool:
         """Apply received bytes, decompressed first when the stream is compressed.
@@ -137,21 +224,56 @@ class TCPServer(ConnectionServer):
         return True
 
     async def _apply(self, client: Client, conn: ServerConnection, data: bytes) -> bool:
-        """Feed ``data`` to the parser and apply every complete command.
+        """Feed ``data`` to the parser and apply every complete command, awaiting those that must wait.
 
         Returns False after a fatal error (its frame is queued, if it has one).
         """
+        done = self._apply_now(client, conn, data)
+        return done if done is not None else await self._apply_rest(client, conn)
+
+    def _apply_now(self, client: Client, conn: ServerConnection, data: bytes) -> bool | None:
+        """Feed ``data`` to the parser and apply, in order, the complete commands up to the first
+        that must be awaited. True: all applied; False: a fatal error, the connection must close;
+        None: ``client.unapplied`` holds that command and the rest of its batch
+        (:meth:`_apply_rest` applies them)."""
+        conn.receive_data(data)
+        return self._apply_commands(client, conn, None)
+
+    async def _apply_rest(self, client: Client, conn: ServerConnection) -> bool:
+        """Apply ``client.unapplied``: await its first command, then go on as :meth:`_apply_now`
+        does, awaiting each command that must wait. Returns False after a fatal error."""
+        broker = self.broker
+        while True:
+            event, *rest = client.unapplied
+            client.unapplied = []
+            try:
+                response = await ASYNC_HANDLERS[type(event)](broker, client, event)
+            except ProtocolError as err:
+                if err.fatal:
+                    return self._fail(client, err)
+                client.batching = True
+                client.send_error(err)
+            except Exception as exc:
+                return self._fail(client, exc)
+            else:
+                client.batching = True
+                client.send_response(response)
+            done = self._apply_commands(client, conn, rest)
+            if done is not None:
+                return done
+
+    def _apply_commands(self, client: Client, conn: ServerConnection, events: list | None) -> bool | None:
+        """Apply ``events``, then every complete command the parser holds, up to the first that must
+        be awaited (see :meth:`_apply_now`); ``events`` None starts with the parser's."""
         broker = self.broker
         sync_handlers = SYNC_HANDLERS
-        async_handlers = ASYNC_HANDLERS
-        conn.receive_data(data)
+        now_handlers = NOW_HANDLERS
         client.batching = True
         try:
-            while True:
+            if events is None:
                 events = conn.next_events()
-                if not events:
-                    return True
-                for event in events:
+            while True:
+                for index, event in enumerate(events):
                     event_type = type(event)
                     if event_type is FinRun:
                         fin_run(broker, client, event.msg_ids)
@@ -161,10 +283,13 @@ class TCPServer(ConnectionServer):
                         if handler is not None:
                             handler(broker, client, event)
                         else:
-                            # while the handler waits, other tasks' output is not held back
-                            client.batching = False
-                            response = await async_handlers[event_type](broker, client, event)
-                            client.batching = True
+                            now = now_handlers.get(event_type)
+                            response = now(broker, client, event) if now is not None else None
+                            if response is None:
+                                client.unapplied = events[index:]
+                                # while the command waits, other tasks' output is not held back
+                                client.batching = False
+                                return None
                             client.send_response(response)
                     except ProtocolError as err:
                         if err.fatal:
@@ -175,21 +300,70 @@ class TCPServer(ConnectionServer):
                         if client.upgrade is not None:
                             # what follows IDENTIFY belongs to the upgraded stream
                             client.upgrade.leftover = conn.take_trailing_data()
-                            return True
-        except ProtocolError as err:
-            log.info("TCP: client(%s) error: %s %s", client.remote_address, err.code, err.description)
-            if err.payload:  # an over-long line closes without a frame, as in nsqd
-                client.send_error(err)
-            return False
-        except DiskQueueError as exc:
+                            return self._end_batch(client, True)
+                if not conn.has_more:
+                    return self._end_batch(client, True)
+                events = conn.next_events()
+        except Exception as exc:
+            return self._fail(client, exc)
+
+    def _fail(self, client: Client, exc: Exception) -> bool:
+        """The connection ends after ``exc``: a fatal protocol error (its frame is queued, if it has
+        one), a failed disk write under a command, or a fault of ours. Returns False."""
+        if isinstance(exc, ProtocolError):
+            log.info("TCP: client(%s) error: %s %s", client.remote_address, exc.code, exc.description)
+            if exc.payload:  # an over-long line closes without a frame, as in nsqd
+                client.send_error(exc)
+        elif isinstance(exc, DiskQueueError):
             # a disk write under a command failed: that client goes, the others stay
-            broker.disk_failed(exc)
+            self.broker.disk_failed(exc)
             log.error("TCP: client(%s) closed after a disk error", client.remote_address)
+        else:
+            log.error("TCP: client(%s) closed after an internal error", client.remote_address, exc_info=exc)
+        return self._end_batch(client, False)
+
+    @staticmethod
+    def _end_batch(client: Client, result: bool) -> bool:
+        """A batch of commands is applied: the channel dispatches once and the output goes out."""
+        if client.channel is not None:
+            client.channel.dispatch(client)
+        client.end_batch()
+        return result
+
+
+class _InlineInput:
+    """What a plain connection waiting for input leaves the :class:`ReadPoller`: called in the
+    poller's task on an edge, it reads the socket and applies what came while nothing needs
+    awaiting, so a request costs the connection's task no wake-up.
+
+    It returns False (wake the connection's task) when the task has something to do: a
+    command to await (``client.unapplied``), an upgrade after IDENTIFY, a connection that
+    ends (it asked it to close), or a full read (more may be waiting). Compressed input is
+    left to the task.
+    """
+
+    __slots__ = ("server", "client", "conn", "fd")
+
+    def __init__(self, server: TCPServer, client: Client, conn: ServerConnection, fd: int):
+        self.server = server
+        self.client = client
+        self.conn = conn
+        self.fd = fd
+
+    def __call__(self) -> bool:
+        client = self.client
+        if client.closing or client.codec is not None:
             return False
-        except Exception:
-            log.exception("TCP: client(%s) closed after an internal error", client.remote_address)
+        try:
+            data = read(self.fd, RECEIVE_SIZE)
+        except BlockingIOError:  # an edge for bytes read already
+            return True
+        except OSError:  # reset by the peer
+            client.close_soon()
             return False
-        finally:
-            if client.channel is not None:
-                client.channel.dispatch(client)
-            client.end_batch()
+        client.note_read()
+        done = self.server._apply_now(client, self.conn, data)
+        if done is False or not data:
+            client.close_soon()
+            return False
+        return done is True and len(data) < RECEIVE_SIZE and client.upgrade is None and not client.closing

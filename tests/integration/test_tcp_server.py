@@ -440,3 +440,32 @@ async def test_a_run_of_fins_in_one_chunk_reports_each_bad_id_in_order(daemon):
     client = channel.clients[0]
     assert (client.finish_count, client.in_flight_count) == (2, 0)
     await consumer.expect_quiet()
+
+
+async def test_commands_that_must_wait_are_answered_in_order_with_those_around_them(start_daemon):
+    # --durable makes every publish wait for the disk and SUB for nsqd.dat: in one chunk,
+    # the commands before, between and after them are applied and answered in order
+    async with start_daemon("--durable") as d:
+        client = await connect(tcp(d))
+        await client.send(encode_pub("t", b"a") + encode_nop() + encode_mpub("t", [b"b", b"c"])
+                          + encode_dpub("t", 0, b"d") + encode_sub("other", "c") + encode_rdy(5)
+                          + encode_pub("t", b"e"))
+        for _ in range(5):  # PUB, MPUB, DPUB, SUB, PUB (NOP and RDY answer nothing)
+            await client.expect_response(b"OK")
+        await publish(d, "other", b"for the subscriber")
+        assert (await client.read_message()).body == b"for the subscriber"
+        consumer = await subscriber(d, rdy=5)
+        assert [m.body for m in await consumer.read_messages(5)] == [b"a", b"b", b"c", b"d", b"e"]
+
+
+async def test_many_publishers_one_message_at_a_time_are_each_answered(daemon):
+    # one request in flight per connection: what the poller's task applies by itself
+    clients = [await connect(tcp(daemon)) for _ in range(8)]
+    for round_number in range(50):
+        for number, client in enumerate(clients):
+            await client.send(encode_pub("t", b"%d-%d" % (number, round_number)))
+        for client in clients:
+            await client.expect_response(b"OK")
+    consumer = await subscriber(daemon, rdy=400)
+    bodies = [m.body for m in await consumer.read_messages(400)]
+    assert sorted(bodies) == sorted(b"%d-%d" % (n, r) for n in range(8) for r in range(50))

@@ -30,12 +30,15 @@ class BrokerProcess:
     """A real ``pynsqd`` process (``python -m broker``); ports parsed from its log.
 
     ``program`` runs another nsqd-compatible program instead (nsq's own ``nsqd``), which
-    takes the same flags and logs its listeners the same way.
+    takes the same flags and logs its listeners the same way; ``cwd`` is where it runs
+    (``python -m broker`` in another checkout runs that checkout's code).
     """
 
     def __init__(self, data_path: Path, *extra: str, log_path: Path | None = None,
-                 program: list[str] | None = None, preexec_fn: Callable[[], None] | None = None):
+                 program: list[str] | None = None, preexec_fn: Callable[[], None] | None = None,
+                 cwd: Path | None = None):
         self.program = program or [sys.executable, "-m", "broker"]
+        self.cwd = cwd
         self.data_path = data_path
         self.extra = extra
         self.preexec_fn = preexec_fn  # run in the child before exec (e.g. to set rlimits)
@@ -52,6 +55,7 @@ class BrokerProcess:
         self.proc = subprocess.Popen(
             [*self.program, *broker_args(self.data_path, *self.extra)],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL, preexec_fn=self.preexec_fn,
+            cwd=self.cwd,
         )
         log.close()
         deadline = time.monotonic() + timeout

@@ -24,3 +24,10 @@ def test_ids_stay_unique_and_increasing_past_a_full_tick_of_sequence_numbers():
 def test_node_id_must_be_in_range(node_id):
     with pytest.raises(ValueError):
         GuidFactory(node_id)
+
+
+def test_ids_taken_one_at_a_time_stay_unique_and_increasing_past_a_full_tick():
+    factory = GuidFactory(3)
+    ids = [factory.next_id() for _ in range(3 * 4096)]  # more than one tick's sequence numbers, whatever the clock
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)

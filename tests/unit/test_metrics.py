@@ -102,6 +102,18 @@ def test_process_metrics_are_included(exposition):
     assert "python_gc_collections_total" in names
 
 
+def test_a_large_fin_run_fills_the_histogram_as_its_latencies_one_by_one():
+    bounds = [round(b * 1e9) for b in LATENCY_BUCKETS]
+    # every bound, one below and one above it, zero, negatives, beyond the last bound
+    latencies = [x for b in bounds for x in (b - 1, b, b + 1)] + [0, -5, -1, 10**13, 7] * 3
+    together, one_by_one = LatencyHistogram(), LatencyHistogram()
+    together.observe_many(latencies)
+    for latency in latencies:
+        one_by_one.observe_many([latency])
+    assert together.snapshot() == one_by_one.snapshot()
+    assert together.snapshot().count == len(latencies)
+
+
 def test_histogram_buckets():
     histogram = LatencyHistogram()
     histogram.observe_many([-5])

@@ -536,6 +536,21 @@ def test_parsing_pauses_after_identify():
     assert err.value.payload == b"E_INVALID cannot SUB with heartbeats disabled"
 
 
+def test_has_more_says_when_another_call_is_needed_before_more_bytes():
+    conn = ServerConnection(SMALL)
+    conn.receive_data(MAGIC_V2 + encode_nop() + encode_identify({}) + encode_nop())
+    assert conn.next_events() == [Nop(), Identify({})]
+    assert conn.has_more  # paused after IDENTIFY
+    assert conn.next_events() == [Nop()]
+    assert not conn.has_more
+    assert conn.next_events() == []
+    conn.receive_data(encode_nop() + b"BAD\n")
+    assert conn.next_events() == [Nop()]
+    assert conn.has_more  # the error comes with the next call
+    with pytest.raises(ProtocolError):
+        conn.next_events()
+
+
 def test_trailing_data_after_identify_upgrade():
     conn = ServerConnection(SMALL)
     conn.receive_data(MAGIC_V2 + encode_identify({"tls_v1": True}) + b"\x16\x03\x01handshake")
@@ -654,6 +669,25 @@ def test_fin_runs_come_as_one_event_when_asked():
     assert conn.next_events() == [FinRun([ID])]
     with pytest.raises(ProtocolError, match="E_INVALID"):
         conn.next_events()
+
+
+_RUN_IDS = [b"%016x" % i for i in range(4)]
+
+
+@pytest.mark.parametrize("bad, events_after, error", [
+    (b"FIN " + _RUN_IDS[3] + b"\n", [Fin(_RUN_IDS[3])], None),
+    (b"FIN 0123 456789abcde\n", [], b"E_INVALID invalid message ID"),  # a space in the id
+    (b"FIN 0123456789abcde\r\n", [], b"E_INVALID invalid message ID"),  # "\r" dropped: 15 bytes
+    (b"FIX " + _RUN_IDS[3] + b"\n", [], b"E_INVALID invalid command FIX"),
+    (b"FIN " + _RUN_IDS[3][:15] + b"\n\n", [], b"E_INVALID invalid message ID"),  # the newline a byte early
+    (b"NOP\nNOP\nNOP\nNOP\nNOP\n", [Nop()] * 5, None),  # as long as a FIN line, not one
+])
+def test_a_chunk_of_fin_lines_is_read_line_by_line_wherever_one_is_not_a_fin(bad, events_after, error):
+    # two good lines, the line under test, two more: whole, each chunk is FIN-line sized
+    data = b"".join(b"FIN " + i + b"\n" for i in _RUN_IDS[:2]) + bad + b"".join(
+        b"FIN " + i + b"\n" for i in _RUN_IDS[:2])
+    expected = [Fin(i) for i in _RUN_IDS[:2]] + events_after + ([] if error else [Fin(i) for i in _RUN_IDS[:2]])
+    check(data, expected, error, state=SUBSCRIBED)
 
 
 def test_large_mpub_in_random_chunks():
