@@ -48,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help="queue to check (topic, or topic:channel); default: every queue in DATA_PATH")
     parser.add_argument("--min-msg-size", type=int, default=0, metavar="BYTES",
-                        help="smallest valid record; shorter ones count as damage (default: %(default)s)")
+                        help="smallest valid record; shorter ones count as damage (default: %(default)s; "
+                             "the broker reads its queues with 26, the size of a message with an empty body)")
     parser.add_argument("--max-msg-size", type=int, default=BROKER_MAX_MSG_SIZE + BROKER_RECORD_OVERHEAD,
                         metavar="BYTES",
                         help="largest valid record; longer ones count as damage (default: %(default)s, the "

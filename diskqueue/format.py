@@ -27,8 +27,12 @@ Record::
 * ``length`` counts the payload only; it must lie in ``[min_msg_size, max_msg_size]``.
 * ``CRC-32C`` is the CRC-32C (Castagnoli) of the payload, except that an empty payload,
   whose CRC-32C is 0, stores ``EMPTY_PAYLOAD_CRC`` (0xFFFFFFFF): so a zero-filled region
-  (a file extended by a crash before its data landed) never reads as a valid record. The
-  segment header's own checksum is zlib's CRC-32.
+  (a file extended by a crash before its data landed) never reads as a valid record. An
+  empty record's header is still a constant that damage can forge (zero a length and flip
+  the checksum's bytes, or flip a run of empty records: their flipped bytes hold the same
+  header four bytes on); a queue whose ``min_msg_size`` is above 0 refuses those as
+  implausible lengths (the broker's records are at least 26 bytes). The segment header's
+  own checksum is zlib's CRC-32.
 * ``version`` is ``FORMAT_VERSION``; a reader refuses a segment whose header checksum is
   valid but whose version is newer than it knows (``FormatVersionError``) instead of
   treating it as corrupt. ``hdr len`` lets a later version grow the header.

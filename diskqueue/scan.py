@@ -70,16 +70,18 @@ def read_header(path: str, number: int) -> tuple[SegmentHeader | None, int, str 
 def resync(fd: int, pos: int, limit: int, min_size: int, max_size: int) -> int | None:
     """Where reading can resume after the invalid record at ``pos``, before ``limit``; None if nowhere.
 
-    When the record's length is plausible and the record after it is valid (or it ends
-    exactly at ``limit``), that is just past it: only the damaged record is skipped; the
-    same goes for a run of up to ``RESYNC_HOPS`` damaged records whose lengths are intact.
-    Otherwise the first offset past ``pos`` where ``find_record`` finds a record. Reads the
-    file in windows of ``SCAN_CHUNK`` plus room for two records of ``max_size``. Returns
-    ``limit`` when the damage runs to it exactly, None when no valid record follows or the
-    file cannot be read.
+    When the record's length is plausible and the record after it is valid, that is just
+    past it: only the damaged record is skipped; the same goes for a run of up to
+    ``RESYNC_HOPS`` damaged records whose lengths are intact. Otherwise the first offset past
+    ``pos`` where ``find_record`` finds a record. A length that leads exactly to ``limit`` has
+    no record after it to vouch for it (a damaged length can happen to, and would skip the
+    valid records it covers): the scan comes first then, and ``limit`` is the answer only when
+    it finds nothing. Reads the file in windows of ``SCAN_CHUNK`` plus room for two records of
+    ``max_size``. Returns None when no valid record follows or the file cannot be read.
     """
     try:
         at = pos
+        ends_at_limit = False
         for _ in range(RESYNC_HOPS):
             head = fileops.pread(fd, RECORD_HEADER_SIZE, at)
             if len(head) < RECORD_HEADER_SIZE:
@@ -89,7 +91,8 @@ def resync(fd: int, pos: int, limit: int, min_size: int, max_size: int) -> int |
             if not min_size <= length <= max_size or after > limit:
                 break
             if after == limit:
-                return after
+                ends_at_limit = True
+                break
             probe = fileops.pread(fd, min(limit - after, RECORD_HEADER_SIZE + max_size), after)
             if record_end(probe, 0, min_size, max_size) >= 0:
                 return after
@@ -108,7 +111,7 @@ def resync(fd: int, pos: int, limit: int, min_size: int, max_size: int) -> int |
             start += stop
     except OSError:
         return None
-    return None
+    return limit if ends_at_limit else None
 
 
 @dataclass(slots=True)

@@ -129,3 +129,23 @@ async def test_damage_in_the_write_segment_is_read_past(tmp_path: Path) -> None:
         assert q.read_many(5) == [b"later"]
         assert q.statistics().records_lost == 1 and q.depth == 0
         await q.close()
+
+
+async def test_a_damaged_length_that_reaches_the_end_exactly_does_not_skip_the_records_it_covers(tmp_path) -> None:
+    """The first record's length turned from 2 into 13 points exactly at the end of the segment:
+    no record follows to vouch for it, so the scan finds the intact last record and keeps it."""
+    sent = [b"\0\0", b"\0\0\0"]
+    segment = await write_queue(tmp_path, sent)
+    data = bytearray(segment.read_bytes())
+    assert len(data) == HEADER_SIZE + 2 * RECORD_HEADER_SIZE + 5
+    data[HEADER_SIZE + 3] = 13  # the length's low byte: the record would end where the segment does
+    segment.write_bytes(bytes(data))
+
+    report = check(tmp_path, NAME)
+    q = DiskQueue(NAME, tmp_path)
+    try:
+        assert drain(q) == [b"\0\0\0"]
+        assert q.statistics().records_lost == 1
+    finally:
+        await q.close()
+    assert (report.records, report.records_lost) == (1, 1)

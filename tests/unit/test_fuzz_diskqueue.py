@@ -5,6 +5,12 @@ header changed). With one damaged span, exactly the touched records are lost; wi
 reading may also give up a record between two close spans (resynchronising wants two valid
 records in a row), but what is delivered is always the sent records in order, and what is
 reported lost is exactly what was not delivered.
+
+The queues here refuse empty records (``min_msg_size=1``), as the broker's do (its records are
+at least 26 bytes): the header of an empty record is a constant (length 0, checksum
+0xFFFFFFFF), which damage can forge (zero a length and flip the checksum's bytes; or flip a
+run of empty records, whose flipped bytes hold the same header four bytes further on).
+:func:`test_a_forged_empty_record_is_refused_by_a_minimum_size` shows both sides.
 See ``test_fuzz_protocol.py`` for the longer run's command.
 """
 
@@ -71,7 +77,7 @@ def _apply(path: Path, damage: list[Damage], segments: int, seed: bytes) -> dict
 
 
 async def _drain(path: Path) -> tuple[list[bytes], int, int]:
-    q = DiskQueue(NAME, path, max_bytes_per_file=MAX_BYTES, logger=logging.getLogger("fuzz.diskqueue"))
+    q = DiskQueue(NAME, path, max_bytes_per_file=MAX_BYTES, min_msg_size=1, logger=logging.getLogger("fuzz.diskqueue"))
     depth_at_open = q.depth
     out: list[bytes] = []
     while got := q.read_many(37):
@@ -83,7 +89,7 @@ async def _drain(path: Path) -> tuple[list[bytes], int, int]:
 
 
 @fuzz(150)
-@given(st.lists(st.binary(max_size=90), min_size=1, max_size=120), st.lists(DAMAGE, min_size=1, max_size=3),
+@given(st.lists(st.binary(min_size=1, max_size=90), min_size=1, max_size=120), st.lists(DAMAGE, min_size=1, max_size=3),
        st.binary(min_size=1, max_size=64))
 def test_damage_never_crashes_and_loss_is_counted_exactly(
     payloads: list[bytes], damage: list[Damage], seed: bytes
@@ -92,7 +98,7 @@ def test_damage_never_crashes_and_loss_is_counted_exactly(
         path = Path(tmp)
 
         async def write() -> None:
-            q = DiskQueue(NAME, path, max_bytes_per_file=MAX_BYTES)
+            q = DiskQueue(NAME, path, max_bytes_per_file=MAX_BYTES, min_msg_size=1)
             q.put_many(payloads)
             await q.close()
 
@@ -103,7 +109,7 @@ def test_damage_never_crashes_and_loss_is_counted_exactly(
         touched = {i for i, (number, start, end) in enumerate(spans)
                    if any(start <= k < end or k < HEADER_SIZE for k in changed.get(number, ()))}
 
-        report = check(path, NAME)
+        report = check(path, NAME, min_msg_size=1)
         got, lost, depth_at_open = trio.run(_drain, path)
         assert_subsequence(got, payloads)
         assert lost == len(payloads) - len(got)
@@ -118,6 +124,38 @@ def test_damage_never_crashes_and_loss_is_counted_exactly(
 def assert_subsequence(got: list[bytes], sent: list[bytes]) -> None:
     it = iter(sent)
     assert all(any(g == s for s in it) for g in got), "records delivered out of order or invented"
+
+
+def test_a_forged_empty_record_is_refused_by_a_minimum_size(tmp_path: Path) -> None:
+    """Zeroing the first record's header and then flipping its checksum's bytes leaves the
+    header of a valid empty record: a queue that allows empty records reads one; a queue with
+    a minimum size above 0 refuses the length, resynchronises and counts the record lost."""
+    payloads = [b"\x00" * 3, b"\x00" * 4]
+
+    async def write() -> None:
+        q = DiskQueue(NAME, tmp_path, max_bytes_per_file=MAX_BYTES)
+        q.put_many(payloads)
+        await q.close()
+
+    trio.run(write)
+    segment = tmp_path / segment_filename(NAME, 0)
+    data = bytearray(segment.read_bytes())
+    data[HEADER_SIZE:HEADER_SIZE + RECORD_HEADER_SIZE] = bytes(4) + b"\xff" * 4
+    segment.write_bytes(bytes(data))
+    saved = tmp_path / "saved"
+    shutil.copytree(tmp_path, saved, ignore=shutil.ignore_patterns("saved"))
+
+    async def drain(path: Path, min_size: int) -> tuple[list[bytes], int]:
+        q = DiskQueue(NAME, path, max_bytes_per_file=MAX_BYTES, min_msg_size=min_size)
+        out: list[bytes] = []
+        while got := q.read_many(10):
+            out += got
+        lost = q.statistics().records_lost
+        await q.close()
+        return out, lost
+
+    assert trio.run(drain, saved, 0) == ([b"", b"\x00" * 4], 0)
+    assert trio.run(drain, tmp_path, 1) == ([b"\x00" * 4], 1)
 
 
 @FUZZ
