@@ -9,13 +9,13 @@ its own peer task a second per command and nothing else.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import trio
 
+from broker.gocompat import go_unmarshal
 from broker.lookup.commands import MAGIC_V1, ResponseBuffer, ResponseTooLarge
 
 __all__ = ["LookupPeer", "LookupPeerError", "PeerInfo", "split_address"]
@@ -49,7 +49,7 @@ class PeerInfo:
     @classmethod
     def parse(cls, response: bytes) -> PeerInfo:
         """The IDENTIFY answer's fields; raises ValueError when it is not such a JSON object."""
-        data = json.loads(response)
+        data = go_unmarshal(response)
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         return cls(int(data.get("tcp_port") or 0), int(data.get("http_port") or 0),

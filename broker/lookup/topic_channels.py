@@ -7,13 +7,13 @@ in the cluster gets it (``internal/clusterinfo``'s ``GetLookupdTopicChannels``).
 
 from __future__ import annotations
 
-import json
 import logging
 from urllib.parse import quote
 
 import httptools
 import trio
 
+from broker.gocompat import go_unmarshal
 from broker.lookup.peer import split_address
 
 __all__ = ["LookupHTTPError", "get_topic_channels", "query_topic_channels"]
@@ -47,7 +47,7 @@ async def get_topic_channels(address: str, topic: str, connect_timeout: float, r
     if status != 200:
         raise LookupHTTPError(f"got response {status} from http://{address}{target}")
     try:
-        channels = json.loads(body)["channels"]
+        channels = go_unmarshal(body)["channels"]
     except (ValueError, KeyError, TypeError) as exc:
         raise LookupHTTPError(f"bad answer from http://{address}{target}: {exc}") from exc
     if not isinstance(channels, list):

@@ -24,6 +24,8 @@ from urllib.parse import urlencode
 import httpx
 import trio
 
+from broker.gocompat import go_unmarshal
+
 __all__ = ["AuthError", "Authorization", "AuthState", "AuthClient", "PERMISSIONS"]
 
 #: The permissions an auth server may grant.
@@ -97,7 +99,7 @@ def parse_state(body: bytes, now: float) -> AuthState:
     """An auth server's JSON answer as an :class:`AuthState`; raises :class:`AuthError`
     with nsqd's reasons (unknown permission, bad regular expression, ``ttl`` not > 0)."""
     try:
-        doc = json.loads(body)
+        doc = go_unmarshal(body)
     except ValueError as exc:
         raise AuthError(f"invalid JSON - {exc}") from exc
     if not isinstance(doc, dict):

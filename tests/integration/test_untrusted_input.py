@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import logging
 import struct
+from functools import partial
 from pathlib import Path
 
 import pytest
 import trio
 
+from broker.lookup.peer import PeerInfo
+from broker.lookup.topic_channels import LookupHTTPError, get_topic_channels
+from broker.server.auth import AuthError, parse_state
 from broker.storage.metadata import load
 from tests.support.http_client import request
 from tests.support.v2client import connect
@@ -114,3 +118,31 @@ def test_metadata_file_nsqd_reads_is_read(tmp_path: Path, doc: bytes, topics: li
     # and skips invalid names with a warning)
     (tmp_path / "nsqd.dat").write_bytes(doc)
     assert load(tmp_path) == topics
+
+
+def test_auth_server_answer_of_hostile_json_is_an_auth_error() -> None:
+    for body in (DEEP, b"[NaN]", b"\xff{"):
+        with pytest.raises(AuthError, match="^invalid JSON - "):
+            parse_state(body, 0.0)
+
+
+def test_lookupd_identify_answer_of_hostile_json_is_a_value_error() -> None:
+    for body in (DEEP, b'{"tcp_port": NaN}', b"\xff{"):
+        with pytest.raises(ValueError):
+            PeerInfo.parse(body)
+
+
+async def test_lookupd_channels_answer_of_hostile_json_is_a_lookup_error() -> None:
+    """A lookupd whose ``/channels`` answer nests 100,000 arrays: a clear error, not a RecursionError."""
+
+    async def lookupd(stream: trio.SocketStream) -> None:
+        await stream.receive_some(65536)
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(DEEP) + DEEP)
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, lookupd, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        with trio.fail_after(10), pytest.raises(LookupHTTPError, match="bad answer from"):
+            await get_topic_channels(f"127.0.0.1:{port}", "t", 2, 5)
+        nursery.cancel_scope.cancel()
