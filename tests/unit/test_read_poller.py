@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 import trio
@@ -34,122 +36,93 @@ def _drain(sock: socket.socket) -> bytes:
         data += chunk
 
 
-async def _serve(poller: ReadPoller, nursery: trio.Nursery) -> None:
-    nursery.start_soon(poller.run)
-    await trio.testing.wait_all_tasks_blocked()
+@asynccontextmanager
+async def _running(sock: socket.socket) -> AsyncIterator[tuple[ReadPoller, trio.Nursery]]:
+    """A poller watching ``sock``, its task running in a nursery the test may use too;
+    stopped and closed afterwards. Everything inside must finish within 5 s."""
+    poller = ReadPoller()
+    poller.register(sock.fileno())
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poller.run)
+            await trio.testing.wait_all_tasks_blocked()
+            yield poller, nursery
+            nursery.cancel_scope.cancel()
+    poller.close()
 
 
 async def test_a_waiting_task_wakes_when_bytes_arrive(pair):
     a, b = pair
-    poller = ReadPoller()
-    poller.register(b.fileno())
     received = []
-    with trio.fail_after(5):
-        async with trio.open_nursery() as nursery:
-            await _serve(poller, nursery)
+    async with _running(b) as (poller, nursery):
+        async def reader() -> None:
+            for _ in range(3):
+                await poller.wait_readable(b.fileno())
+                received.append(_drain(b))
 
-            async def reader() -> None:
-                for _ in range(3):
-                    await poller.wait_readable(b.fileno())
-                    received.append(_drain(b))
-
-            nursery.start_soon(reader)
-            for count, chunk in enumerate((b"one", b"two", b"three")):
-                await trio.testing.wait_all_tasks_blocked()
-                assert len(received) == count  # the reader waits: nothing came yet
-                a.send(chunk)
+        nursery.start_soon(reader)
+        for count, chunk in enumerate((b"one", b"two", b"three")):
             await trio.testing.wait_all_tasks_blocked()
-            nursery.cancel_scope.cancel()
-    poller.close()
+            assert len(received) == count  # the reader waits: nothing came yet
+            a.send(chunk)
+        await trio.testing.wait_all_tasks_blocked()
     assert received == [b"one", b"two", b"three"]
 
 
 async def test_bytes_that_arrive_while_nobody_waits_are_not_missed(pair):
     a, b = pair
-    poller = ReadPoller()
-    poller.register(b.fileno())
-    with trio.fail_after(5):
-        async with trio.open_nursery() as nursery:
-            await _serve(poller, nursery)
-            assert _drain(b) == b""
-            a.send(b"early")  # the edge comes while the reader is busy elsewhere
-            await trio.testing.wait_all_tasks_blocked()
-            await poller.wait_readable(b.fileno())
-            assert _drain(b) == b"early"
-            nursery.cancel_scope.cancel()
-    poller.close()
+    async with _running(b) as (poller, nursery):
+        assert _drain(b) == b""
+        a.send(b"early")  # the edge comes while the reader is busy elsewhere
+        await trio.testing.wait_all_tasks_blocked()
+        await poller.wait_readable(b.fileno())
+        assert _drain(b) == b"early"
 
 
 async def test_a_closed_peer_wakes_the_reader(pair):
     a, b = pair
-    poller = ReadPoller()
-    poller.register(b.fileno())
-    with trio.fail_after(5):
-        async with trio.open_nursery() as nursery:
-            await _serve(poller, nursery)
-            a.close()
-            await poller.wait_readable(b.fileno())
-            assert b.recv(10) == b""
-            nursery.cancel_scope.cancel()
-    poller.close()
+    async with _running(b) as (poller, nursery):
+        a.close()
+        await poller.wait_readable(b.fileno())
+        assert b.recv(10) == b""
 
 
 async def test_a_wait_can_be_cancelled_and_the_socket_waited_for_again(pair, autojump_clock):
     a, b = pair
-    poller = ReadPoller()
-    poller.register(b.fileno())
-    with trio.fail_after(5):
-        async with trio.open_nursery() as nursery:
-            await _serve(poller, nursery)
-            with trio.move_on_after(0.01) as scope:
-                await poller.wait_readable(b.fileno())
-            assert scope.cancelled_caught
-            a.send(b"later")
+    async with _running(b) as (poller, nursery):
+        with trio.move_on_after(0.01) as scope:
             await poller.wait_readable(b.fileno())
-            assert _drain(b) == b"later"
-            nursery.cancel_scope.cancel()
-    poller.close()
+        assert scope.cancelled_caught
+        a.send(b"later")
+        await poller.wait_readable(b.fileno())
+        assert _drain(b) == b"later"
 
 
 async def test_two_readers_of_one_socket_are_refused(pair):
     a, b = pair
-    poller = ReadPoller()
-    poller.register(b.fileno())
-    with trio.fail_after(5):
-        async with trio.open_nursery() as nursery:
-            await _serve(poller, nursery)
-            nursery.start_soon(poller.wait_readable, b.fileno())
-            await trio.testing.wait_all_tasks_blocked()
-            with pytest.raises(trio.BusyResourceError):
-                await poller.wait_readable(b.fileno())
-            nursery.cancel_scope.cancel()
-    poller.close()
+    async with _running(b) as (poller, nursery):
+        nursery.start_soon(poller.wait_readable, b.fileno())
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(trio.BusyResourceError):
+            await poller.wait_readable(b.fileno())
 
 
 async def test_an_unregistered_socket_leaves_no_edge_behind(pair, autojump_clock):
     a, b = pair
-    poller = ReadPoller()
     fd = b.fileno()
-    poller.register(fd)
-    with trio.fail_after(5):
-        async with trio.open_nursery() as nursery:
-            await _serve(poller, nursery)
-            a.send(b"x")
-            await trio.testing.wait_all_tasks_blocked()  # the edge is remembered for fd
-            poller.unregister(fd)
-            poller.register(fd)  # as a new connection that got the same number
-            assert _drain(b) == b"x"
-            with trio.move_on_after(0.01) as scope:
-                await poller.wait_readable(fd)
-            assert scope.cancelled_caught  # the old connection's edge is gone
-            nursery.cancel_scope.cancel()
-    poller.close()
+    async with _running(b) as (poller, nursery):
+        a.send(b"x")
+        await trio.testing.wait_all_tasks_blocked()  # the edge is remembered for fd
+        poller.unregister(fd)
+        poller.register(fd)  # as a new connection that got the same number
+        assert _drain(b) == b"x"
+        with trio.move_on_after(0.01) as scope:
+            await poller.wait_readable(fd)
+        assert scope.cancelled_caught  # the old connection's edge is gone
 
 
 async def test_an_input_handler_takes_the_input_until_it_says_the_task_must(pair):
     a, b = pair
-    poller = ReadPoller()
-    poller.register(b.fileno())
     handled = []
 
     def on_input() -> bool:
@@ -157,46 +130,36 @@ async def test_an_input_handler_takes_the_input_until_it_says_the_task_must(pair
         handled.append(data)
         return data != b"stop"  # False: the waiting task takes over
 
-    with trio.fail_after(5):
-        async with trio.open_nursery() as nursery:
-            await _serve(poller, nursery)
-            woken = trio.Event()
+    async with _running(b) as (poller, nursery):
+        woken = trio.Event()
 
-            async def reader() -> None:
-                await poller.wait_readable(b.fileno(), on_input)
-                woken.set()
+        async def reader() -> None:
+            await poller.wait_readable(b.fileno(), on_input)
+            woken.set()
 
-            nursery.start_soon(reader)
-            for chunk in (b"one", b"two"):
-                await trio.testing.wait_all_tasks_blocked()
-                a.send(chunk)
+        nursery.start_soon(reader)
+        for chunk in (b"one", b"two"):
             await trio.testing.wait_all_tasks_blocked()
-            assert handled == [b"one", b"two"] and not woken.is_set()
-            a.send(b"stop")
-            await woken.wait()
-            assert handled == [b"one", b"two", b"stop"]
-            nursery.cancel_scope.cancel()
-    poller.close()
+            a.send(chunk)
+        await trio.testing.wait_all_tasks_blocked()
+        assert handled == [b"one", b"two"] and not woken.is_set()
+        a.send(b"stop")
+        await woken.wait()
+        assert handled == [b"one", b"two", b"stop"]
 
 
 async def test_what_an_input_handler_raises_is_raised_in_the_waiting_task(pair):
     a, b = pair
-    poller = ReadPoller()
-    poller.register(b.fileno())
 
     def on_input() -> bool:
         raise ValueError("bad input")
 
-    with trio.fail_after(5):
-        async with trio.open_nursery() as nursery:
-            await _serve(poller, nursery)
-            a.send(b"x")
-            with pytest.raises(ValueError, match="bad input"):
-                await poller.wait_readable(b.fileno(), on_input)
-            # the poller goes on serving
-            assert _drain(b) == b"x"
-            a.send(b"y")
-            await poller.wait_readable(b.fileno())
-            assert _drain(b) == b"y"
-            nursery.cancel_scope.cancel()
-    poller.close()
+    async with _running(b) as (poller, nursery):
+        a.send(b"x")
+        with pytest.raises(ValueError, match="bad input"):
+            await poller.wait_readable(b.fileno(), on_input)
+        # the poller goes on serving
+        assert _drain(b) == b"x"
+        a.send(b"y")
+        await poller.wait_readable(b.fileno())
+        assert _drain(b) == b"y"
