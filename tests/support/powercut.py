@@ -295,7 +295,9 @@ class Disk:
                 self.fds[op.fd] = None
                 return
             file = self.names.get(op.name)
-            if (file is None) != bool(op.flags & os.O_CREAT):
+            # O_CREAT opens an existing file too (a temporary file a killed process left,
+            # say); only O_EXCL must find none, and only a plain open must find one
+            if (file is None and not op.flags & os.O_CREAT) or (file is not None and op.flags & os.O_EXCL):
                 raise AssertionError(f"model out of step: {op} (the model {'lacks' if file is None else 'has'} it)")
             if file is None:
                 file = self.names[op.name] = _File()

@@ -48,6 +48,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import logging
+import os
 import random
 import shutil
 from collections import deque
@@ -59,7 +60,7 @@ import trio
 
 from diskqueue import DiskQueue
 from tests.support.paths import REPO
-from tests.support.powercut import Disk, Recorder, crash_points, first_seed, write_directory
+from tests.support.powercut import Disk, Op, Recorder, crash_points, first_seed, write_directory
 
 NAME = "q"
 #: Crash points tried on each recorded run.
@@ -330,3 +331,21 @@ def test_diskqueue_reaches_the_file_system_only_through_fileops() -> None:
             if not (name in _PURE_OS or name.startswith("O_") or name == "path"):
                 escapes.append(f"{source.name}:{node.lineno}: os.{name}")
     assert not escapes, escapes
+
+
+def test_the_model_reopens_a_temporary_file_a_killed_process_left() -> None:
+    """A kill between creating ``nsqd.dat.tmp`` and renaming it leaves the file; the next
+    process creates it again with O_TRUNC, which opens and empties it (O_EXCL would fail)."""
+    create = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    disk = Disk({})
+    first = [Op("open", fd=3, name="nsqd.dat.tmp", flags=create),
+             Op("write", fd=3, name="nsqd.dat.tmp", offset=0, data=b"old")]
+    disk.advance(first, len(first))
+    restarted = disk.killed()
+    second = [Op("open", fd=3, name="nsqd.dat.tmp", flags=create),
+              Op("write", fd=3, name="nsqd.dat.tmp", offset=0, data=b"new!")]
+    restarted.advance(second, len(second))
+    assert restarted.files_now() == {"nsqd.dat.tmp": b"new!"}
+    with pytest.raises(AssertionError, match="model out of step"):
+        exclusive = Op("open", fd=4, name="nsqd.dat.tmp", flags=create | os.O_EXCL)
+        restarted.advance([*second, exclusive], len(second) + 1)
