@@ -6,8 +6,9 @@ the response. Handlers are plain functions except SUB and the publish
 commands, which are async because in durable mode their ``OK`` waits for the
 disk: the group fsync of a publish, and the metadata naming a new topic or
 channel. A publish that needs no wait (the usual case) is applied by its plain
-``*_now`` function instead, which costs no coroutine. They return the response and the connection queues it, so that it
-goes out with the rest of the chunk's output (see :mod:`broker.server.connection`).
+``*_now`` function instead, which costs no coroutine. They return the response and
+the connection queues it, so that it goes out with the rest of the chunk's output
+(see :mod:`broker.server.connection`).
 Errors are raised as :class:`~broker.protocol.ProtocolError`.
 """
 
