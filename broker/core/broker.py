@@ -26,12 +26,16 @@ from broker.core.guid import GuidFactory
 from broker.core.host import BrokerStorage, CoreHost, RegistryChange, RegistryListener
 from broker.core.message import Message, now_ns
 from broker.core.topic import Topic
-from broker.protocol import Limits
+from broker.gocompat import go_quote_str
+from broker.protocol import Limits, is_ephemeral, is_valid_name
 from diskqueue import DiskQueueError
 
 __all__ = ["Broker", "ShutdownIncomplete"]
 
 log = logging.getLogger("pynsqd.broker")
+
+#: How much of a bad name from a peer the log shows (a peer may send megabytes).
+_SHOWN_NAME_LENGTH = 100
 
 
 class ShutdownIncomplete(Exception):
@@ -150,14 +154,34 @@ class Broker:
                 for channel_name in await listener.channels_for(topic.name):
                     if topic.exiting:
                         return
-                    if not channel_name.endswith("#ephemeral"):  # nobody consumes it here yet
-                        topic.get_channel(channel_name)
+                    self._create_peer_channel(topic, channel_name)
         finally:
             if self._starting.get(topic.name) is started:
                 del self._starting[topic.name]
             started.set()
         if not topic.exiting:
             await topic.run()
+
+    @staticmethod
+    def _create_peer_channel(topic: Topic, name: str) -> None:
+        """Create a channel a peer named, if the name is one a client could give.
+
+        A name is checked as a client's is (nsqd creates whatever lookupd lists), and a
+        channel whose files cannot be made is logged and left out: a peer's word never
+        stops the topic, nor loses what it was given.
+        """
+        if not is_valid_name(name):
+            shown = go_quote_str(name[:_SHOWN_NAME_LENGTH])
+            if len(name) > _SHOWN_NAME_LENGTH:
+                shown += f"... ({len(name)} characters)"
+            log.warning("TOPIC(%s): skipping invalid channel name %s from nsqlookupd", topic.name, shown)
+            return
+        if is_ephemeral(name):  # nobody consumes it here yet
+            return
+        try:
+            topic.get_channel(name)
+        except (OSError, ValueError, DiskQueueError) as exc:
+            log.error("TOPIC(%s): failed to create channel %s named by nsqlookupd - %s", topic.name, name, exc)
 
     def listen(self, listener: RegistryListener) -> None:
         """Keep ``listener`` informed of topics and channels created and deleted, and of new options."""

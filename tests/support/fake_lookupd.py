@@ -2,7 +2,9 @@
 
 It answers as nsqlookupd does: the IDENTIFY with a JSON description of itself, every other
 command with ``OK``, each answer size-prefixed. Each connection's conversation is a list: the
-magic, ``("IDENTIFY", body)``, then the command lines as bytes.
+magic, ``("IDENTIFY", body)``, then the command lines as bytes. Given ``channels``, it also
+plays lookupd's HTTP API: every ``GET /channels?topic=`` is answered with those names, whatever
+they are, and the IDENTIFY answer gives its address, as a real lookupd's does.
 """
 
 from __future__ import annotations
@@ -15,17 +17,45 @@ import trio
 __all__ = ["start_fake_lookupd"]
 
 
-async def start_fake_lookupd(nursery: trio.Nursery, conversations: list[list], port: int = 0) -> str:
-    """Listen on 127.0.0.1:``port`` in ``nursery``; return ``host:port``. Each connection appends its conversation."""
+async def start_fake_lookupd(nursery: trio.Nursery, conversations: list[list], port: int = 0, *,
+                             channels: list | None = None) -> str:
+    """Listen on 127.0.0.1:``port`` in ``nursery``; return ``host:port``. Each connection appends its conversation.
+
+    With ``channels``, an HTTP listener answers ``/channels`` with ``{"channels": channels}``.
+    """
+    identity = {"tcp_port": 4160, "http_port": 4161, "version": "1.3.0", "broadcast_address": "",
+                "hostname": "recorder"}
+    if channels is not None:
+        answer = json.dumps({"channels": channels}).encode()
+        http = await nursery.start(functools.partial(trio.serve_tcp, functools.partial(_answer_http, answer), 0,
+                                                     host="127.0.0.1"))
+        identity.update(http_port=http[0].socket.getsockname()[1], broadcast_address="127.0.0.1")
 
     async def handler(stream: trio.SocketStream) -> None:
-        await _record_conversation(stream, conversations)
+        await _record_conversation(stream, conversations, identity)
 
     listeners = await nursery.start(functools.partial(trio.serve_tcp, handler, port, host="127.0.0.1"))
     return "127.0.0.1:%d" % listeners[0].socket.getsockname()[1]
 
 
-async def _record_conversation(stream: trio.SocketStream, conversations: list[list]) -> None:
+async def _answer_http(answer: bytes, stream: trio.SocketStream) -> None:
+    """One HTTP request, whatever it asks, answered with ``answer`` as JSON; then the close."""
+    request = b""
+    try:
+        while b"\r\n\r\n" not in request:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            request += data
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                              b"Connection: close\r\n\r\n%s" % (len(answer), answer))
+    except trio.BrokenResourceError:
+        pass
+    finally:
+        await stream.aclose()
+
+
+async def _record_conversation(stream: trio.SocketStream, conversations: list[list], identity: dict) -> None:
     """Play nsqlookupd for one connection: record what arrives, answer as lookupd does."""
     conversation: list = []
     conversations.append(conversation)
@@ -53,8 +83,7 @@ async def _record_conversation(stream: trio.SocketStream, conversations: list[li
             if line == b"IDENTIFY\n":
                 body = json.loads(await need(int.from_bytes(await need(4), "big")))
                 conversation.append(("IDENTIFY", body))
-                await answer(json.dumps({"tcp_port": 4160, "http_port": 4161, "version": "1.3.0",
-                                         "broadcast_address": "", "hostname": "recorder"}).encode())
+                await answer(json.dumps(identity).encode())
             else:
                 conversation.append(line)
                 await answer(b"OK")

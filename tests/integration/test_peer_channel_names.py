@@ -1,0 +1,89 @@
+"""Channel names an nsqlookupd gives for a new topic pass the rule a client's names pass.
+
+nsqd creates whatever ``GET /channels?topic=`` lists; a name that cannot be a file (``x/y``,
+300 characters) then fails only that channel's writes. pynsqd refuses such a name as it
+refuses it from a client: logged and skipped, the topic and its good channels unharmed, and
+every acknowledged message kept across a restart.
+"""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests.integration.test_untrusted_input import no_traceback_logged
+from tests.support.diskfaults import FaultyDisk
+from tests.support.fake_lookupd import start_fake_lookupd
+from tests.support.http_client import request
+from tests.support.v2client import publish, subscriber
+from tests.support.waiting import wait_for
+
+BAD_NAMES = ["x/y", "a" * 300, "", "has space", "a" * 65, "caf\u00e9", "x\ny", "a#ephemeral#ephemeral", "../x"]
+GOOD = ["ok_chan", "b" * 64, ".."]  # ".." is a name nsqd's rule allows: its files are "newtopic:...diskqueue..."
+
+
+async def channel_depths(daemon, topic: str) -> dict[str, int]:
+    stats = (await request(daemon.addresses.http, "GET", f"/stats?format=json&topic={topic}")).json()
+    return {ch["channel_name"]: ch["depth"] for t in stats["topics"] for ch in t["channels"]}
+
+
+@pytest.mark.parametrize("mode", [[], ["--durable"]], ids=["memory", "durable"])
+async def test_bad_channel_names_from_lookupd_are_skipped_and_nothing_acknowledged_is_lost(
+        start_daemon, nursery, tmp_path, caplog: pytest.LogCaptureFixture, mode: list[str]) -> None:
+    conversations: list[list] = []
+    # names that are not strings are ignored as before; a #ephemeral one waits for its consumer
+    answer = [*GOOD[:1], *BAD_NAMES, 7, None, *GOOD[1:], "eph#ephemeral"]
+    address = await start_fake_lookupd(nursery, conversations, channels=answer)
+    flags = [f"--lookupd-tcp-address={address}", "--broadcast-address=127.0.0.1", *mode]
+    with trio.fail_after(30):
+        async with start_daemon(*flags) as daemon:
+            # a first topic's REGISTER follows the lookupd's IDENTIFY answer: it is known from then on
+            assert (await request(daemon.addresses.http, "POST", "/topic/create?topic=first")).status == 200
+            await wait_for(lambda: conversations and b"REGISTER first\n" in conversations[0], timeout=10)
+
+            await publish(daemon, "newtopic", *[b"m%d" % i for i in range(6)])
+            assert await channel_depths(daemon, "newtopic") == {name: 6 for name in GOOD}
+            assert (await request(daemon.addresses.http, "GET", "/ping")).body == b"OK"
+
+        skipped = [r.getMessage() for r in caplog.records if r.getMessage().startswith("TOPIC(newtopic): skipping invalid channel name")]
+        assert len(skipped) == len(BAD_NAMES), skipped
+        assert any(line.endswith(' "x/y" from nsqlookupd') for line in skipped), skipped
+        assert any(line.endswith('... (300 characters) from nsqlookupd') for line in skipped), skipped
+        no_traceback_logged(caplog)
+
+        async with start_daemon(*mode) as daemon:  # what was acknowledged is all there after a restart
+            assert await channel_depths(daemon, "newtopic") == {name: 6 for name in GOOD}
+            client = await subscriber(daemon, "newtopic", "ok_chan", rdy=10)
+            assert [m.body for m in await client.read_messages(6)] == [b"m%d" % i for i in range(6)]
+            await client.aclose()
+    channel_files = {p.name for p in (tmp_path / "data").iterdir() if p.name.startswith("newtopic:")}
+    assert channel_files and all(name.startswith(tuple(f"newtopic:{good}." for good in GOOD))
+                                 for name in channel_files), channel_files
+    assert not (tmp_path / "data" / "newtopic:x").exists()
+
+
+async def test_a_channel_the_disk_refuses_does_not_stop_the_topic(start_daemon, nursery,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """A channel the disk will not let open costs that channel only.
+
+    Its damaged checkpoint must be set aside (renamed ``.bad``) on a disk that refuses every change.
+    """
+    conversations: list[list] = []
+    address = await start_fake_lookupd(nursery, conversations, channels=["blocked", "ok_chan"])
+    disk = FaultyDisk(matches=lambda name: name.startswith("newtopic:blocked"))
+    disk.fail(errno.EROFS)
+    with trio.fail_after(30), disk.installed():
+        async with start_daemon(f"--lookupd-tcp-address={address}", "--broadcast-address=127.0.0.1",
+                                "--durable") as daemon:
+            assert (await request(daemon.addresses.http, "POST", "/topic/create?topic=first")).status == 200
+            await wait_for(lambda: conversations and b"REGISTER first\n" in conversations[0], timeout=10)
+            (Path(daemon.broker.options.data_path) / "newtopic:blocked.diskqueue.meta.dat").write_bytes(b"\xff" * 40)
+            await publish(daemon, "newtopic", b"one", b"two")
+            assert await channel_depths(daemon, "newtopic") == {"ok_chan": 2}
+            assert (await request(daemon.addresses.http, "GET", "/ping")).body == b"OK"
+    assert disk.refused
+    assert any(r.getMessage().startswith("TOPIC(newtopic): failed to create channel blocked named by nsqlookupd")
+               for r in caplog.records)
