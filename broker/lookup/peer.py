@@ -26,6 +26,8 @@ log = logging.getLogger("pynsqd.lookup")
 IO_TIMEOUT = 1.0
 
 _READ_SIZE = 65536
+_MAX_PORT = 65535
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class LookupPeerError(OSError):
@@ -52,8 +54,8 @@ class PeerInfo:
         data = go_unmarshal(response)
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
-        return cls(int(data.get("tcp_port") or 0), int(data.get("http_port") or 0),
-                   str(data.get("version") or ""), str(data.get("broadcast_address") or ""))
+        return cls(_go_int(data, "tcp_port"), _go_int(data, "http_port"),
+                   _go_string(data, "version"), _go_string(data, "broadcast_address"))
 
     def http_address(self) -> str | None:
         """``host:port`` of the lookupd's HTTP API, or None without a broadcast address."""
@@ -63,11 +65,33 @@ class PeerInfo:
         return f"[{host}]:{self.http_port}" if ":" in host else f"{host}:{self.http_port}"
 
 
+def _go_int(data: dict, key: str) -> int:
+    """``data[key]`` as Go's decoder fills an ``int`` field: an integer within int64, 0 if absent or null."""
+    value = data.get(key)
+    if value is None:
+        return 0
+    if type(value) is not int or not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"json: cannot unmarshal {value!r:.40} into Go struct field peerInfo.{key} of type int")
+    return value
+
+
+def _go_string(data: dict, key: str) -> str:
+    """``data[key]`` as Go's decoder fills a ``string`` field: a JSON string, "" if absent or null."""
+    value = data.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"json: cannot unmarshal {value!r:.40} into Go struct field peerInfo.{key} of type string")
+    return value
+
+
 def split_address(address: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port`` as ``(host, port)``; raises ValueError without a numeric port."""
+    """``host:port`` or ``[v6]:port`` as ``(host, port)``; raises ValueError without a port in 0-65535."""
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not (port.isascii() and port.isdigit()):
         raise ValueError(f"address {address} has no port")
+    if len(port) > 5 or int(port) > _MAX_PORT:
+        raise ValueError(f"address {address:.300}: invalid port")
     return host.strip("[]"), int(port)
 
 

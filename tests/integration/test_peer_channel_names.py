@@ -1,14 +1,18 @@
-"""Channel names an nsqlookupd gives for a new topic pass the rule a client's names pass.
+"""What an nsqlookupd says is checked as a client's input is.
+
+Channel names it gives for a new topic pass the rule a client's names pass.
 
 nsqd creates whatever ``GET /channels?topic=`` lists; a name that cannot be a file (``x/y``,
 300 characters) then fails only that channel's writes. pynsqd refuses such a name as it
 refuses it from a client: logged and skipped, the topic and its good channels unharmed, and
-every acknowledged message kept across a restart.
+every acknowledged message kept across a restart. Its IDENTIFY answer is read as nsqd's Go
+decoder reads it: a port that is not an int64 integer is a parsing error, not an exception.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 from pathlib import Path
 
 import pytest
@@ -87,3 +91,27 @@ async def test_a_channel_the_disk_refuses_does_not_stop_the_topic(start_daemon, 
     assert disk.refused
     assert any(r.getMessage().startswith("TOPIC(newtopic): failed to create channel blocked named by nsqlookupd")
                for r in caplog.records)
+
+
+@pytest.mark.parametrize("answer", [
+    b'{"tcp_port": 4160, "http_port": 1e400, "broadcast_address": "127.0.0.1"}',
+    b'{"tcp_port": 4160, "http_port": 1%s, "broadcast_address": "127.0.0.1"}' % (b"0" * 400),
+    b'{"tcp_port": 4160, "http_port": 99999999, "broadcast_address": "127.0.0.1"}',
+    b'{"tcp_port": [4160], "http_port": 4161, "broadcast_address": "127.0.0.1"}',
+    b'{"tcp_port": 4160, "http_port": 4161, "broadcast_address": ["127.0.0.1"]}',
+], ids=["infinite", "400-digits", "past-65535", "array", "address-array"])
+async def test_a_hostile_identify_answer_from_lookupd_costs_nothing(start_daemon, nursery, answer: bytes,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    conversations: list[list] = []
+    address = await start_fake_lookupd(nursery, conversations, identify_answer=answer)
+    caplog.set_level(logging.INFO)
+    with trio.fail_after(30):
+        async with start_daemon(f"--lookupd-tcp-address={address}", "--broadcast-address=127.0.0.1") as daemon:
+            assert (await request(daemon.addresses.http, "POST", "/topic/create?topic=first")).status == 200
+            # the answer was read: refused as nsqd refuses it, or taken
+            await wait_for(lambda: "parsing response" in caplog.text or "peer info" in caplog.text, timeout=10)
+            for n in range(3):  # each new topic asks the lookupd for its channels
+                await publish(daemon, f"new{n}", b"one", b"two")
+                assert await channel_depths(daemon, f"new{n}") == {}
+            assert (await request(daemon.addresses.http, "GET", "/ping")).body == b"OK"
+    no_traceback_logged(caplog)

@@ -18,10 +18,11 @@ __all__ = ["start_fake_lookupd"]
 
 
 async def start_fake_lookupd(nursery: trio.Nursery, conversations: list[list], port: int = 0, *,
-                             channels: list | None = None) -> str:
+                             channels: list | None = None, identify_answer: bytes | None = None) -> str:
     """Listen on 127.0.0.1:``port`` in ``nursery``; return ``host:port``. Each connection appends its conversation.
 
-    With ``channels``, an HTTP listener answers ``/channels`` with ``{"channels": channels}``.
+    With ``channels``, an HTTP listener answers ``/channels`` with ``{"channels": channels}``;
+    ``identify_answer`` replaces the IDENTIFY answer's bytes, whatever they are.
     """
     identity = {"tcp_port": 4160, "http_port": 4161, "version": "1.3.0", "broadcast_address": "",
                 "hostname": "recorder"}
@@ -32,7 +33,8 @@ async def start_fake_lookupd(nursery: trio.Nursery, conversations: list[list], p
         identity.update(http_port=http[0].socket.getsockname()[1], broadcast_address="127.0.0.1")
 
     async def handler(stream: trio.SocketStream) -> None:
-        await _record_conversation(stream, conversations, identity)
+        answer = json.dumps(identity).encode() if identify_answer is None else identify_answer
+        await _record_conversation(stream, conversations, answer)
 
     listeners = await nursery.start(functools.partial(trio.serve_tcp, handler, port, host="127.0.0.1"))
     return "127.0.0.1:%d" % listeners[0].socket.getsockname()[1]
@@ -55,7 +57,7 @@ async def _answer_http(answer: bytes, stream: trio.SocketStream) -> None:
         await stream.aclose()
 
 
-async def _record_conversation(stream: trio.SocketStream, conversations: list[list], identity: dict) -> None:
+async def _record_conversation(stream: trio.SocketStream, conversations: list[list], identified: bytes) -> None:
     """Play nsqlookupd for one connection: record what arrives, answer as lookupd does."""
     conversation: list = []
     conversations.append(conversation)
@@ -83,7 +85,7 @@ async def _record_conversation(stream: trio.SocketStream, conversations: list[li
             if line == b"IDENTIFY\n":
                 body = json.loads(await need(int.from_bytes(await need(4), "big")))
                 conversation.append(("IDENTIFY", body))
-                await answer(json.dumps(identity).encode())
+                await answer(identified)
             else:
                 conversation.append(line)
                 await answer(b"OK")
