@@ -47,6 +47,9 @@ class Subscriber(Protocol):
     timeout_count: int
     #: The lease token negotiated in IDENTIFY (None: messages belong to the connection).
     lease: str | None
+    #: Who the subscriber is, for its leases: a lease is settled only by its owner
+    #: (the AUTH identity with auth servers configured, else "" for every subscriber).
+    lease_owner: str
 
     def send_messages(self, msgs: list[Message]) -> None: ...
 
