@@ -51,6 +51,10 @@ _DEADLINE = operator.attrgetter("deadline")
 #: A message frame's bytes besides the body: size and frame type, then the message header.
 _FRAME_OVERHEAD = 8 + MESSAGE_HEADER_LENGTH
 
+#: Why a LEASE FIN, REQ or TOUCH naming another identity's lease fails (cf. nsqd's "client does not own message").
+_NOT_OWNER = b"lease belongs to another identity"
+
+
 def _failed(code: str, verb: str, msg_id: bytes, reason: bytes) -> ProtocolError:
     """nsqd's non-fatal ``E_<VERB>_FAILED <VERB> <id> failed <reason>``, id bytes as sent."""
     return ProtocolError.with_raw_description(code, verb.encode() + b" " + msg_id + b" failed " + reason, fatal=False)
@@ -287,21 +291,22 @@ class Channel:
                 break
         client.send_messages(sent)
         if client.lease is not None and sent:
-            self._lease_out(client, client.lease, sent)
+            self._lease_out(client, client.lease_owner, client.lease, sent)
         self.in_flight_timers.push_many(deadline, sent)
         if skipped:
             self.retention.retire(skipped)
         if dead:
             self.retention.bury(dead)
 
-    def _lease_out(self, client: Subscriber, token: str, sent: list[Message]) -> None:
-        """Hand delivered messages to ``token``: they leave the client's window, and
-        each delivery spends one of the credit a leasing connection's RDYs add up to."""
+    def _lease_out(self, client: Subscriber, owner: str, token: str, sent: list[Message]) -> None:
+        """Hand delivered messages to the lease of ``owner`` and ``token``: they leave the
+        client's window, and each delivery spends one of the credit a leasing
+        connection's RDYs add up to."""
         for msg in sent:
             msg.client = None
         client.in_flight_count -= len(sent)
         client.rdy = max(0, client.rdy - len(sent))
-        self.leases.add(token, sent)
+        self.leases.add(owner, token, sent)
 
     # ---------------------------------------------------------------- client commands
 
@@ -349,24 +354,30 @@ class Channel:
 
     # ---------------------------------------------------------------- leases (broker.core.leases)
 
-    def finish_lease(self, token: str) -> int:
-        """LEASE FIN: finish every message still leased under ``token``; returns how many."""
-        finished = self.leases.take(token, self.in_flight)
+    def finish_lease(self, owner: str, token: str) -> int:
+        """LEASE FIN: finish every message ``owner`` still leases under ``token``; returns how many.
+
+        Raises the non-fatal ``E_FIN_FAILED`` when ``owner`` holds nothing under
+        ``token`` but another owner does (nothing changes then).
+        """
+        finished = self._settle(owner, token, "E_FIN_FAILED", "LEASE FIN")
         for msg in finished:
             del self.in_flight[msg.id]
         if finished:
             self._retire_finished(finished)
         return len(finished)
 
-    def requeue_lease(self, token: str, delay_ms: int) -> int:
-        """LEASE REQ: requeue what ``token`` holds, now or after ``delay_ms``; returns how many.
+    def requeue_lease(self, owner: str, token: str, delay_ms: int) -> int:
+        """LEASE REQ: requeue what ``owner`` leases under ``token``, now or after ``delay_ms``;
+        returns how many.
 
-        Raises the non-fatal ``E_REQ_FAILED`` when exiting or when the disk refuses
+        Raises the non-fatal ``E_REQ_FAILED`` when exiting, when ``owner`` holds
+        nothing under ``token`` but another owner does, or when the disk refuses
         the write (the messages then stay leased).
         """
         if self.exiting:
             raise _failed("E_REQ_FAILED", "LEASE REQ", token.encode(), b"exiting")
-        msgs = self.leases.take(token, self.in_flight)
+        msgs = self._settle(owner, token, "E_REQ_FAILED", "LEASE REQ")
         if not msgs:
             return 0
         for msg in msgs:
@@ -379,16 +390,22 @@ class Channel:
             for msg in msgs:
                 msg.client = None
                 self.in_flight[msg.id] = msg
-            self.leases.add(token, msgs)
+            self.leases.add(owner, token, msgs)
             raise _failed("E_REQ_FAILED", "LEASE REQ", token.encode(), b"disk write failed")
         self.requeue_count += len(msgs)
         self.dispatch()
         return len(msgs)
 
-    def touch_lease(self, token: str, msg_timeout: float) -> int:
-        """LEASE TOUCH: restart the timeouts of ``token``'s messages (never past delivery +
-        max-msg-timeout); returns how many are leased."""
-        msgs = self.leases.peek(token, self.in_flight)
+    def touch_lease(self, owner: str, token: str, msg_timeout: float) -> int:
+        """LEASE TOUCH: restart the timeouts of what ``owner`` leases under ``token`` (never
+        past delivery + max-msg-timeout); returns how many are leased.
+
+        Raises the non-fatal ``E_TOUCH_FAILED`` when ``owner`` holds nothing under
+        ``token`` but another owner does.
+        """
+        msgs = self.leases.peek(owner, token, self.in_flight)
+        if not msgs:
+            self._refuse_other_owners(owner, token, "E_TOUCH_FAILED", "LEASE TOUCH")
         now = trio.current_time()
         limit = self.options.max_msg_timeout
         for msg in msgs:
@@ -397,6 +414,19 @@ class Channel:
                 msg.deadline = deadline
                 self.in_flight_timers.push(deadline, msg)
         return len(msgs)
+
+    def _settle(self, owner: str, token: str, code: str, verb: str) -> list[Message]:
+        """Take what ``owner`` leases under ``token`` out of its lease (still in flight)."""
+        msgs = self.leases.take(owner, token, self.in_flight)
+        if not msgs:
+            self._refuse_other_owners(owner, token, code, verb)
+        return msgs
+
+    def _refuse_other_owners(self, owner: str, token: str, code: str, verb: str) -> None:
+        """A token names a lease only for its owner: naming another's is refused, not answered 0,
+        so that a client learns why its settle did nothing."""
+        if self.leases.held_by_others(owner, token, self.in_flight):
+            raise _failed(code, verb, token.encode(), _NOT_OWNER)
 
     def requeue(self, client: Subscriber, msg_id: bytes, delay_ms: int) -> None:
         """REQ: back to the queue now, or after ``delay_ms``. Raises ``E_REQ_FAILED``.

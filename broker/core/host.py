@@ -48,6 +48,12 @@ class Subscriber(Protocol):
     #: The lease token negotiated in IDENTIFY (None: messages belong to the connection).
     lease: str | None
 
+    @property
+    def lease_owner(self) -> str:
+        """Who the subscriber is, for its leases: a lease is settled only by its owner
+        (the AUTH identity with auth servers configured, else "" for every subscriber)."""
+        ...
+
     def send_messages(self, msgs: list[Message]) -> None: ...
 
     def wake_writer(self) -> None: ...

@@ -13,7 +13,12 @@ that negotiated a lease, by the ``LEASE`` command::
                                    those its topic has yet to fan out
 
 Each is answered by a response frame holding a decimal count: the messages
-settled, or the ready depth. On a leasing connection ``RDY n`` adds ``n`` to a
+settled, or the ready depth. A lease belongs to its token and to who took it:
+with auth servers configured, FIN, REQ and TOUCH settle only what the sender's
+AUTH identity leased under the token, and naming a token under which only
+another identity holds messages is refused with the non-fatal
+``E_<OP>_FAILED LEASE <OP> <token> failed lease belongs to another identity``.
+Without AUTH the token is the only proof, so it should hold a random part. On a leasing connection ``RDY n`` adds ``n`` to a
 credit (at most ``--max-rdy-count``) that each delivery spends, rather than
 setting a window: leased messages do not hold the connection's window. ``CLS``
 ends the credit; every message sent before its ``CLOSE_WAIT`` is leased.

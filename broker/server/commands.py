@@ -164,7 +164,8 @@ def lease(broker: Broker, client: Client, cmd: p.Lease) -> None:
     """LEASE: settle the messages of a lease token, or count what could be leased.
 
     Answers with a decimal count. Fatal ``E_INVALID`` on a connection that did not
-    negotiate a lease in IDENTIFY (see :mod:`broker.protocol.lease`).
+    negotiate a lease in IDENTIFY (see :mod:`broker.protocol.lease`); non-fatal
+    ``E_<OP>_FAILED`` for a token only another AUTH identity holds messages under.
     """
     if client.lease is None:
         raise ProtocolError("E_INVALID", "cannot LEASE without a lease in IDENTIFY")
@@ -175,11 +176,11 @@ def lease(broker: Broker, client: Client, cmd: p.Lease) -> None:
         topic = broker.topics.get(channel.topic_name)
         count = channel.depth + (topic.depth if topic is not None else 0)
     elif cmd.op == "FIN":
-        count = channel.finish_lease(cmd.token)
+        count = channel.finish_lease(client.lease_owner, cmd.token)
     elif cmd.op == "REQ":
-        count = channel.requeue_lease(cmd.token, cmd.timeout_ms)
+        count = channel.requeue_lease(client.lease_owner, cmd.token, cmd.timeout_ms)
     else:
-        count = channel.touch_lease(cmd.token, client.msg_timeout)
+        count = channel.touch_lease(client.lease_owner, cmd.token, client.msg_timeout)
     client.send_response(b"%d" % count)
 
 

@@ -12,6 +12,7 @@ one whose socket does not drain within one interval, as nsqd does.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -237,6 +238,19 @@ class Client:
     @property
     def auth_identity_url(self) -> str:
         return self.auth_state.identity_url if self.auth_state is not None else ""
+
+    @property
+    def lease_owner(self) -> str:
+        """Who this client's leases belong to (see :mod:`broker.core.leases`): ``""`` without auth
+        servers, where a lease token is the only proof; else the AUTH identity, or, when the
+        auth server names none, a digest of the secret, so that clients the server tells
+        apart only by their secrets do not share leases."""
+        state = self.auth_state
+        if state is None:
+            return ""
+        if state.identity:
+            return "identity:" + state.identity
+        return "secret:" + hashlib.sha256(self.auth_secret.encode()).hexdigest()
 
     def mark_upgrade(self) -> None:
         """The IDENTIFY response is queued: what IDENTIFY agreed starts after it (see

@@ -34,7 +34,7 @@ from broker.protocol import (
 from .connection import CONNECT_TIMEOUT_S, Connection, NsqError
 from .discovery import topic_producers
 from .lease_control import LeaseControl
-from .lease_partition import LeasePartition, lease_token
+from .lease_partition import LeasePartition, lease_secret, lease_token
 from .options import MAX_RDY_COUNT, Address, BatchReadOptions
 from .partitioning import allocate, split
 from .schema import MessageColumns
@@ -96,7 +96,8 @@ class NsqBatchReader(DataSourceReader):
                 control.close()
         take = allocate(available, self._options.max_messages)
         sizes = [(pair, size) for pair, count in take.items() if count for size in split(count)]
-        return [LeasePartition(address, topic, size, lease_token(query, 0, index))
+        secret = lease_secret()
+        return [LeasePartition(address, topic, size, lease_token(query, 0, index, secret))
                 for index, ((address, topic), size) in enumerate(sizes)]
 
     def read(self, partition: InputPartition):

@@ -8,12 +8,19 @@ driver finishes the token when Spark commits the batch, or until their
 msg_timeout, when the broker delivers them again.
 
 Before reading, the reader gives back (``LEASE REQ``) whatever an earlier attempt
-of the same partition leased: a retried task, or the replay of an uncommitted
-batch after a restart, must not have those finished with its own.
+of the same partition leased: a retried task must not have those finished with
+its own.
+
+Without AUTH a lease token is the only proof of who may settle a lease, so each
+token ends in a random part (:func:`lease_secret`, 128 bits) that the driver keeps
+in memory and in the partitions it sends to the executors, never in an offset:
+the checkpoint and Spark's progress reports show the query and batch, which do not
+let anyone name the token.
 """
 
 from __future__ import annotations
 
+import secrets
 import struct
 from collections.abc import Iterator
 
@@ -36,7 +43,7 @@ from .connection import CONNECT_TIMEOUT_S, Connection, NsqError
 from .options import MAX_RDY_COUNT, Address
 from .schema import MessageColumns
 
-__all__ = ["LeasePartition", "lease_token", "ROWS_PER_RECORD_BATCH"]
+__all__ = ["LeasePartition", "lease_secret", "lease_token", "ROWS_PER_RECORD_BATCH"]
 
 #: Rows per Arrow record batch handed to Spark: big enough to amortise Arrow's calls.
 ROWS_PER_RECORD_BATCH = 10_000
@@ -45,11 +52,19 @@ _FRAME_START = struct.Struct(">II")
 #: Frames larger than this are garbage: nsqd's limits stay far below it.
 _MAX_FRAME_SIZE = 64 * 1024 * 1024
 _HEARTBEAT = b"_heartbeat_"
+#: Random bytes in a lease token's secret part: 128 bits cannot be guessed.
+LEASE_SECRET_BYTES = 16
 
 
-def lease_token(query: str, batch: int, partition: int) -> str:
-    """The lease token of one partition of one micro-batch of one query."""
-    return f"{query}.{batch}.{partition}"
+def lease_secret() -> str:
+    """A new random part for lease tokens: 22 characters of ``[A-Za-z0-9_-]``, valid in a token."""
+    return secrets.token_urlsafe(LEASE_SECRET_BYTES)
+
+
+def lease_token(query: str, batch: int, partition: int, secret: str) -> str:
+    """The lease token of one partition of one micro-batch of one query, ending in ``secret``
+    (from :func:`lease_secret`)."""
+    return f"{query}.{batch}.{partition}.{secret}"
 
 
 class LeasePartition(InputPartition):

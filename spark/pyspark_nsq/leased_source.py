@@ -4,14 +4,17 @@ The driver never holds a message. Planning asks each nsqd how many messages its
 channel holds ready (``LEASE AVAILABLE``) and writes the plan into the end offset:
 which nsqd and topic each partition reads from and how many messages. Each
 partition's reader leases what it reads under a token derived from the query, the
-batch and the partition (:func:`~.lease_partition.lease_token`), on the executor.
+batch, the partition and a random secret of this driver process
+(:func:`~.lease_partition.lease_token`), on the executor.
 ``commit`` finishes the committed batch's tokens, one pipelined command per token;
 a batch that is never committed has its leases expire after ``msgTimeoutMs``, and
 the broker delivers those messages again (at least once).
 
 An offset is ``{"offset": rows planned so far, "query": id, "batch": n, "reads":
-[[nsqd, topic, count], ...]}``: everything ``partitions`` needs, so a batch replayed
-from the checkpoint after a restart is planned exactly as before.
+[[nsqd, topic, count], ...]}``: everything ``partitions`` needs but the secret, so a
+batch replayed from the checkpoint after a restart reads from the same places, under
+new tokens: the leases the killed driver's tasks took cannot be named by anyone, and
+come back after ``msgTimeoutMs`` (at least once, as any crash).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 from .consumer import LOOKUPD_POLL_INTERVAL_S
 from .discovery import DiscoveryError, topic_producers
 from .lease_control import LeaseControl
-from .lease_partition import LeasePartition, lease_token
+from .lease_partition import LeasePartition, lease_secret, lease_token
 from .options import DEFAULT_LEASED_IN_FLIGHT, SourceOptions, parse_addresses
 from .partitioning import Pair, allocate, split
 
@@ -54,6 +57,7 @@ class LeasedSource:
         self._active: set[Pair] = set(controls)
         self._last_lookup = time.monotonic()
         self._query = uuid.uuid4().hex[:12]
+        self._secret = lease_secret()  # in no offset: only this process can name its leases
         self._finished_through = -1
         self._last: dict | None = None
         self._remaining: dict[Pair, int] | None = None
@@ -146,7 +150,7 @@ class LeasedSource:
         query, batch = end["query"], int(end["batch"])
         return [
             LeasePartition(parse_addresses("nsqd", address)[0], topic, int(count),
-                           lease_token(query, batch, index))
+                           lease_token(query, batch, index, self._secret))
             for index, (address, topic, count) in enumerate(end.get("reads", []))
         ]
 

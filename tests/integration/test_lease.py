@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker.protocol import encode_cls, encode_fin, encode_lease, encode_rdy, encode_sub
+from broker.protocol import encode_auth, encode_cls, encode_fin, encode_lease, encode_rdy, encode_sub
+from tests.support.auth_server import AuthServer
+from tests.support.http_client import request
 from tests.support.v2client import connect, publish_batch, subscriber
 from tests.support.waiting import wait_for
 
@@ -164,3 +166,105 @@ async def test_durable_leases_finished_by_token_stay_finished_across_a_restart(s
         again = [] if finish else await plain.read_messages(3)
         await plain.expect_quiet()
     assert sorted(m.body for m in again) == ([] if finish else [b"a", b"b", b"c"])
+
+
+# Two identities granted the same channel, a second secret of the first identity, and two
+# secrets the auth server names no identity for.
+_GRANT = [{"topic": "^t$", "channels": [".*"], "permissions": ["subscribe", "publish"]}]
+_LEASERS = {
+    "a": {"identity": "reader-a", "ttl": 3600, "authorizations": _GRANT},
+    "a-again": {"identity": "reader-a", "ttl": 3600, "authorizations": _GRANT},
+    "a2": {"identity": "reader-a2", "ttl": 3600, "authorizations": _GRANT},
+    "anon-1": {"ttl": 3600, "authorizations": _GRANT},
+    "anon-2": {"ttl": 3600, "authorizations": _GRANT},
+}
+
+
+@pytest.fixture
+async def authed_daemon(start_daemon):
+    authd = AuthServer(_LEASERS).start()
+    try:
+        async with start_daemon(f"--auth-http-address={authd.address}") as daemon:
+            yield daemon
+    finally:
+        authd.stop()
+
+
+async def _authed_subscriber(daemon, secret, token, channel="c", rdy=None):
+    client = await connect(daemon.addresses.tcp)
+    await client.identify(feature_negotiation=True, lease=token)
+    await client.send(encode_auth(secret.encode()))
+    await client.read_frame()  # the AUTH answer
+    await client.send(encode_sub("t", channel))
+    await client.expect_response(b"OK")
+    if rdy is not None:
+        await client.send(encode_rdy(rdy))
+    return client
+
+
+async def _publish_over_http(daemon, *bodies) -> None:
+    """The HTTP API asks no auth server, as nsqd's does not."""
+    reply = await request(daemon.addresses.http, "POST", "/mpub?topic=t", b"\n".join(bodies))
+    assert reply.status == 200, reply
+
+
+async def _channel_stats(daemon, channel="c") -> dict:
+    stats = (await request(daemon.addresses.http, "GET", "/stats?format=json&topic=t")).json()
+    (topic,) = stats["topics"]
+    return next(c for c in topic["channels"] if c["channel_name"] == channel)
+
+
+async def test_another_identity_cannot_settle_a_lease_by_its_token(authed_daemon):
+    daemon = authed_daemon
+    token = "spark-q1-b7-p0"
+    await _publish_over_http(daemon, *[b"m%d" % i for i in range(10)])
+    reader = await _authed_subscriber(daemon, "a", token, rdy=10)
+    assert len(await reader.read_messages(10)) == 10
+    await reader.aclose()
+
+    thief = await _authed_subscriber(daemon, "a2", "a2.own")
+    for op, code, timeout_ms in [("REQ", b"E_REQ_FAILED", 3_600_000), ("FIN", b"E_FIN_FAILED", None),
+                                 ("TOUCH", b"E_TOUCH_FAILED", None)]:
+        await thief.send(encode_lease(op, token, timeout_ms))
+        await thief.expect_error(code + b" LEASE " + op.encode() + b" " + token.encode()
+                                 + b" failed lease belongs to another identity", closed=False)
+    assert await _lease(daemon, thief, "AVAILABLE") == b"0"  # the refusals did not close it
+    stats = await _channel_stats(daemon)
+    assert (stats["in_flight_count"], stats["deferred_count"], stats["depth"], stats["requeue_count"]) == (10, 0, 0, 0)
+    # the lease is per channel: on another channel the token names nothing
+    elsewhere = await _authed_subscriber(daemon, "a2", "a2.own", channel="other")
+    assert await _lease(daemon, elsewhere, "FIN", token) == b"0"
+
+    # any connection of the owning identity settles it, whatever its own token and secret
+    owner = await _authed_subscriber(daemon, "a-again", "a.driver")
+    assert await _lease(daemon, owner, "FIN", token) == b"10"
+    stats = await _channel_stats(daemon)
+    assert (stats["in_flight_count"], stats["deferred_count"], stats["depth"]) == (0, 0, 0)
+
+
+async def test_the_same_token_taken_by_two_identities_names_two_leases(authed_daemon):
+    daemon = authed_daemon
+    await _publish_over_http(daemon, *[b"m%d" % i for i in range(5)])
+    first = await _authed_subscriber(daemon, "a", "shared", rdy=3)
+    assert len(await first.read_messages(3)) == 3
+    second = await _authed_subscriber(daemon, "a2", "shared", rdy=2)
+    assert len(await second.read_messages(2)) == 2
+    assert await _lease(daemon, second, "FIN", "shared") == b"2"
+    # its own lease settled, the token names only the other identity's
+    await second.send(encode_lease("REQ", "shared", 0))
+    await second.expect_error(b"E_REQ_FAILED LEASE REQ shared failed lease belongs to another identity",
+                              closed=False)
+    assert (await _channel_stats(daemon))["in_flight_count"] == 3
+    assert await _lease(daemon, first, "FIN", "shared") == b"3"
+
+
+async def test_without_an_identity_the_auth_secret_owns_the_lease(authed_daemon):
+    daemon = authed_daemon
+    await _publish_over_http(daemon, b"a", b"b")
+    reader = await _authed_subscriber(daemon, "anon-1", "anon.1", rdy=2)
+    await reader.read_messages(2)
+    other = await _authed_subscriber(daemon, "anon-2", "anon.2")
+    await other.send(encode_lease("FIN", "anon.1"))
+    await other.expect_error(b"E_FIN_FAILED LEASE FIN anon.1 failed lease belongs to another identity", closed=False)
+    same = await _authed_subscriber(daemon, "anon-1", "anon.3")
+    assert await _lease(daemon, same, "FIN", "anon.1") == b"2"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 import trio
 from pyspark.sql.streaming.datasource import ReadAllAvailable
@@ -14,6 +17,7 @@ from pyspark_nsq.options import Address, BatchReadOptions, SourceOptions
 from pyspark_nsq.partitioning import allocate, split
 from pyspark_nsq.stream_reader import open_source
 from tests.support.v2client import publish_batch, subscriber
+from tests.support.wiretap import wiretap
 
 
 def _address(daemon) -> Address:
@@ -124,3 +128,64 @@ async def test_the_driver_touches_the_leases_of_the_batch_in_progress(daemon):
         assert (len(channel.in_flight), channel.depth) == (0, 0)
     finally:
         await _in_thread(source.stop)
+
+
+_PARTITION_TOKEN = re.compile(r"(?P<query>[0-9a-f]{12})\.(?P<batch>\d+)\.(?P<partition>\d+)\.(?P<secret>[A-Za-z0-9_-]{22})")
+
+
+def _tokens_seen(tap) -> tuple[set[str], set[str]]:
+    """The lease tokens the broker got: in IDENTIFY (to read under), and in LEASE FIN/REQ/TOUCH."""
+    seen = tap.seen()
+    taken = {m.decode() for m in re.findall(rb'"lease":\s*"([^"]+)"', seen)}
+    settled = {m.decode() for m in re.findall(rb"LEASE (?:FIN|REQ|TOUCH) ([^ \n]+)", seen)}
+    return {t for t in taken if not t.endswith(".control")}, settled
+
+
+def _count_rows(partitions) -> int:
+    return sum(batch.num_rows for p in partitions for batch in p.read("c", 60_000, 300))
+
+
+async def test_the_tokens_the_broker_sees_end_in_a_random_part_no_offset_shows(daemon):
+    secrets_seen, offsets = [], []
+    async with wiretap(daemon.addresses.tcp) as tap:
+        host, port = tap.address
+        options = SourceOptions.parse({"nsqd": f"{host}:{port}", "topic": "t", "channel": "c",
+                                       "drainTimeoutMs": "300"})
+        for run in range(2):  # two queries, as two drivers would run them
+            tap.sent.clear()
+            await publish_batch(daemon, "t", *[b"%d.%d" % (run, i) for i in range(50)])
+            source = await _in_thread(open_source, options)
+            try:
+                end = await _in_thread(source.latest_offset, source.initial_offset(), ReadAllAvailable())
+                partitions = source.partitions({}, end)
+                assert await _in_thread(_count_rows, partitions) == 50
+                await _in_thread(source.commit, end)
+            finally:
+                await _in_thread(source.stop)
+            taken, settled = _tokens_seen(tap)
+            assert taken and taken <= settled  # the executors' tokens, finished by the driver
+            parts = [_PARTITION_TOKEN.fullmatch(token) for token in taken]
+            assert all(parts), taken
+            secrets_seen.append({p["secret"] for p in parts})
+            offsets.append(json.dumps(end))
+        channel = daemon.broker.topics["t"].channels["c"]
+        assert (len(channel.in_flight), channel.depth) == (0, 0)
+    (first,), (second,) = secrets_seen
+    assert first != second
+    assert not any(secret in offset for secret in (first, second) for offset in offsets)
+
+
+async def test_the_batch_readers_tokens_end_in_a_random_part(daemon):
+    await publish_batch(daemon, "t", *[b"%d" % i for i in range(20)])
+    async with wiretap(daemon.addresses.tcp) as tap:
+        host, port = tap.address
+        reader = NsqBatchReader(BatchReadOptions.parse({
+            "nsqd": f"{host}:{port}", "topic": "t", "channel": "c", "drainTimeoutMs": "300"}))
+
+        def read_all():
+            return [body for p in reader.partitions() for batch in reader.read(p)
+                    for body in batch.column("body").to_pylist()]
+
+        assert len(await _in_thread(read_all)) == 20
+    taken, settled = _tokens_seen(tap)
+    assert taken and taken == settled and all(_PARTITION_TOKEN.fullmatch(token) for token in taken), taken

@@ -93,6 +93,7 @@ class FakeSubscriber:
         self.requeue_count = 0
         self.timeout_count = 0
         self.lease: str | None = None
+        self.lease_owner = ""
         self.received = []  # the messages, as the channel holds them
         self.deliveries = []  # (body, attempts) of each delivery, as sent
         self.closing = False
