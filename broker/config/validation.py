@@ -20,6 +20,7 @@ from broker.config.tls import (
     TLS_VERSIONS,
 )
 from broker.gocompat import format_float_v, go_quote_str
+from broker.protocol import MAX_ATTEMPTS
 
 if TYPE_CHECKING:
     from broker.config.schema import Options
@@ -44,6 +45,8 @@ def validate(options: Options) -> None:
             raise OptionsError(f"--{flag.name} must be > 0")
         if flag.bound == ">=0" and not value >= 0:
             raise OptionsError(f"--{flag.name} must be >= 0")
+    if options.max_attempts > MAX_ATTEMPTS:
+        raise OptionsError(f"--max-attempts must be [0,{MAX_ATTEMPTS}]")
     for name in ("broadcast_tcp_port", "broadcast_http_port"):
         if getattr(options, name) > _MAX_PORT:
             raise OptionsError(f"--{name.replace('_', '-')} must be [0,{_MAX_PORT}]")

@@ -27,7 +27,7 @@ from broker.core.host import BrokerStorage, CoreHost, RegistryChange, RegistryLi
 from broker.core.message import Message, now_ns
 from broker.core.topic import Topic
 from broker.gocompat import go_quote_str
-from broker.protocol import Limits, is_ephemeral, is_valid_name
+from broker.protocol import MAX_ATTEMPTS, Limits, is_ephemeral, is_valid_name
 from diskqueue import DiskQueueError
 
 __all__ = ["Broker", "ShutdownIncomplete"]
@@ -87,8 +87,11 @@ class Broker:
                         channel = topic.get_channel(ch["name"])
                         channel.paused = bool(ch.get("paused"))
                         max_attempts = ch.get("max_attempts")
-                        if type(max_attempts) is int and max_attempts >= 0:
+                        if type(max_attempts) is int and 0 <= max_attempts <= MAX_ATTEMPTS:
                             channel.set_max_attempts(max_attempts)
+                        elif max_attempts is not None:
+                            log.warning("ignoring max_attempts of channel %s:%s in nsqd.dat - not a count "
+                                        "from 0 to %d", topic.name, channel.name, MAX_ATTEMPTS)
                 await self.persist_metadata()
                 nursery.start_soon(self._scan_loop)
                 nursery.start_soon(self._metadata.run, self.metadata_entries, self._metadata_failed)

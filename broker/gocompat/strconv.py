@@ -29,7 +29,12 @@ def parse_int64(text: str) -> int:
     """``strconv.ParseInt(text, 10, 64)``; ``ValueError`` if ``text`` is not a base-10 int64."""
     if not _DECIMAL.fullmatch(text):
         raise ValueError(text)
-    value = int(text)
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > 19:  # out of range; and int() refuses 4,300 digits, Go reads any count of zeros
+        raise ValueError(text)
+    value = int(digits or "0")
+    if text[0] == "-":
+        value = -value
     if not INT64_MIN <= value <= INT64_MAX:
         raise ValueError(text)
     return value

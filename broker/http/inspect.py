@@ -2,8 +2,10 @@
 
 ``GET /channel/peek`` (``state`` = ready, deferred, in_flight or buried; ``n``),
 ``POST /channel/kick`` and ``POST /channel/delete_buried`` (``id``, or ``n`` oldest,
-or all) and ``POST /channel/max_attempts`` (``value`` = a count, 0 for never, or
-``default``).
+or all) and ``POST /channel/max_attempts`` (``value`` = a count up to 65535, 0 for
+never, or ``default``). Every number is bounded before it is used: ``n`` by
+:data:`MAX_PEEK` for a peek and int64 for a kick or delete, ``value`` by the attempts a
+message frame can carry.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from broker.http.responses import APIError, v1
 from broker.http.router import Endpoint
 from broker.http.server import Request, RequestBody, Response
 from broker.http.targets import existing_channel, persist_metadata
+from broker.protocol import MAX_ATTEMPTS
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
@@ -95,8 +98,8 @@ class InspectEndpoints:
         peek = _PEEK.get(state)
         if peek is None:
             raise APIError(400, "INVALID_STATE")
-        n = count_param(params, "n", DEFAULT_PEEK)
-        if n is None or n > MAX_PEEK:
+        n = count_param(params, "n", DEFAULT_PEEK, MAX_PEEK)
+        if n is None:
             raise APIError(400, "INVALID_N")
         count_of, peek_method = peek
         messages = getattr(channel, peek_method)(n)
@@ -140,7 +143,7 @@ class InspectEndpoints:
         if value == "default":
             channel.set_max_attempts(None)
         else:
-            limit = count_param(params, "value", None)
+            limit = count_param(params, "value", None, MAX_ATTEMPTS)
             if limit is None:
                 raise APIError(400, "INVALID_VALUE")
             channel.set_max_attempts(limit)

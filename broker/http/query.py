@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 
+from broker.gocompat import INT64_MAX
 from broker.http.responses import APIError
 from broker.http.server import Request
 
@@ -84,11 +85,16 @@ def parse_bool(text: str | None) -> bool | None:
     return None if text is None else _BOOL_PARAMS.get(text)
 
 
-def count_param(params: Params, key: str, default: int | None) -> int | None:
-    """A non-negative decimal parameter; ``default`` when absent, None when malformed."""
+def count_param(params: Params, key: str, default: int | None, maximum: int = INT64_MAX) -> int | None:
+    """A decimal parameter from 0 to ``maximum`` (int64's greatest by default); ``default``
+    when absent, None when malformed or out of range (a huge one is refused before it is read)."""
     text = first(params, key)
     if text is None:
         return default
     if not text.isdigit() or not text.isascii():
         return None
-    return int(text)
+    digits = text.lstrip("0")
+    if len(digits) > len(str(maximum)):
+        return None
+    value = int(digits or "0")
+    return value if value <= maximum else None

@@ -46,6 +46,7 @@ from .frames import (
     FRAME_TYPE_RESPONSE,
     HEARTBEAT_FRAME,
     MAGIC_V2,
+    MAX_ATTEMPTS,
     MESSAGE_HEADER_LENGTH,
     MSG_ID_LENGTH,
     OK_FRAME,
@@ -75,7 +76,7 @@ from .state import State
 
 __all__ = [
     "MAGIC_V2", "FRAME_TYPE_RESPONSE", "FRAME_TYPE_ERROR", "FRAME_TYPE_MESSAGE", "MSG_ID_LENGTH",
-    "MESSAGE_HEADER_LENGTH", "DEFAULT_MAX_FRAME_SIZE",
+    "MESSAGE_HEADER_LENGTH", "DEFAULT_MAX_FRAME_SIZE", "MAX_ATTEMPTS",
     "ProtocolError", "LINE_TOO_LONG",
     "is_valid_name", "is_ephemeral", "go_quote",
     "encode_frame", "encode_response", "encode_error", "encode_message_frame", "message_frame_header",

@@ -24,6 +24,7 @@ __all__ = [
     "FRAME_TYPE_MESSAGE",
     "MSG_ID_LENGTH",
     "MESSAGE_HEADER_LENGTH",
+    "MAX_ATTEMPTS",
     "DEFAULT_MAX_FRAME_SIZE",
     "Frame",
     "MessageFrame",
@@ -44,6 +45,8 @@ __all__ = [
 MAGIC_V2 = b"  V2"
 FRAME_TYPE_RESPONSE, FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE = 0, 1, 2
 MSG_ID_LENGTH = 16
+#: The most attempts a message frame can report (a uint16), and so the highest dead-letter limit.
+MAX_ATTEMPTS = 0xFFFF
 #: timestamp + attempts + id: the bytes of a message frame's data before the body.
 MESSAGE_HEADER_LENGTH = 8 + 2 + MSG_ID_LENGTH
 #: A frame carrying the largest default message: frame type + message header + body.

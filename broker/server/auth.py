@@ -8,15 +8,14 @@ expression, ``channels`` regular expressions and ``permissions`` (``subscribe``,
 ``publish``). The answer is cached for ``ttl`` seconds and asked again when a command
 needs it after that. Servers are tried in turn from a random one until one answers;
 each request is bounded by ``--http-client-connect-timeout`` and
-``--http-client-request-timeout``. The regular expressions match anywhere in the name,
-as Go's ``MatchString`` does.
+``--http-client-request-timeout``. The regular expressions are Go's (RE2: no backtracking,
+so a grant like ``^(a+)+$`` costs microseconds on any name) and match anywhere in the name,
+as Go's ``MatchString`` does; an answer with a pattern Go cannot compile fails AUTH.
 """
 
 from __future__ import annotations
 
-import json
 import random
-import re
 import ssl
 from dataclasses import dataclass
 from urllib.parse import urlencode
@@ -24,7 +23,7 @@ from urllib.parse import urlencode
 import httpx
 import trio
 
-from broker.gocompat import go_unmarshal
+from broker.gocompat import GoRegexp, compile_go, go_quote_str, go_unmarshal, replace_surrogates
 
 __all__ = ["AuthError", "Authorization", "AuthState", "AuthClient", "PERMISSIONS"]
 
@@ -40,8 +39,8 @@ class AuthError(Exception):
 class Authorization:
     """One grant: a topic pattern, channel patterns and permissions."""
 
-    topic: re.Pattern[str]
-    channels: tuple[re.Pattern[str], ...]
+    topic: GoRegexp
+    channels: tuple[GoRegexp, ...]
     permissions: frozenset[str]
 
     def allows(self, topic: str, channel: str) -> bool:
@@ -49,9 +48,9 @@ class Authorization:
         ``channel`` "", publish to ``topic``."""
         if ("subscribe" if channel else "publish") not in self.permissions:
             return False
-        if not self.topic.search(topic):
+        if not self.topic.match_string(topic):
             return False
-        return any(pattern.search(channel) for pattern in self.channels)
+        return any(pattern.match_string(channel) for pattern in self.channels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,13 +85,14 @@ def _go_quote(data: bytes) -> str:
     return '"' + "".join(out) + '"'
 
 
-def _compile(pattern: object, what: str) -> re.Pattern[str]:
+def _compile(pattern: object, what: str) -> GoRegexp:
     if not isinstance(pattern, str):
         raise AuthError(f"json: cannot unmarshal {type(pattern).__name__} into {what}")
+    pattern = replace_surrogates(pattern)  # what Go's JSON decoder reads
     try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise AuthError(f"unable to compile {what} {json.dumps(pattern)} {exc}") from exc
+        return compile_go(pattern)
+    except ValueError as exc:
+        raise AuthError(f"unable to compile {what} {go_quote_str(pattern)} {exc}") from None
 
 
 def parse_state(body: bytes, now: float) -> AuthState:

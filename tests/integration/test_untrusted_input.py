@@ -77,6 +77,74 @@ async def test_hostile_publish_queries_and_bodies(daemon, caplog: pytest.LogCapt
     no_traceback_logged(caplog)
 
 
+HUGE = "9" * 5000  # more digits than Python's int() reads
+
+
+@pytest.mark.parametrize("target, message", [
+    ("/channel/kick?topic=t&channel=c&n=99999999999999999999", "INVALID_N"),
+    ("/channel/kick?topic=t&channel=c&n=9223372036854775808", "INVALID_N"),  # int64's greatest + 1
+    ("/channel/delete_buried?topic=t&channel=c&n=99999999999999999999", "INVALID_N"),
+    (f"/channel/delete_buried?topic=t&channel=c&n={HUGE}", "INVALID_N"),
+    ("/channel/max_attempts?topic=t&channel=c&value=" + "9" * 400, "INVALID_VALUE"),
+    (f"/channel/max_attempts?topic=t&channel=c&value={HUGE}", "INVALID_VALUE"),
+    ("/channel/max_attempts?topic=t&channel=c&value=65536", "INVALID_VALUE"),  # more than a frame's attempts
+], ids=["kick", "kick-int64", "delete", "delete-huge", "max-attempts", "max-attempts-huge", "max-attempts-uint16"])
+async def test_numbers_out_of_range_are_refused_and_not_stored(daemon, tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture,
+                                                                target: str, message: str) -> None:
+    with trio.fail_after(10):
+        await request(daemon.addresses.http, "POST", "/topic/create?topic=t")
+        await request(daemon.addresses.http, "POST", "/channel/create?topic=t&channel=c")
+        reply = await request(daemon.addresses.http, "POST", target)
+        await request(daemon.addresses.http, "POST", "/channel/pause?topic=t&channel=c")  # writes nsqd.dat at once
+    assert (reply.status, reply.body) == (400, b'{"message":"%s"}' % message.encode())
+    saved = json.loads((tmp_path / "data" / "nsqd.dat").read_bytes())
+    assert saved["topics"] == [{"channels": [{"name": "c", "paused": True}], "name": "t", "paused": False}]
+    assert daemon.broker.topics["t"].channels["c"].max_attempts is None
+    no_traceback_logged(caplog)
+
+
+@pytest.mark.parametrize("method, target, body, reply", [
+    ("GET", f"/channel/peek?topic=t&channel=c&n={HUGE}", None, b'{"message":"INVALID_N"}'),
+    ("GET", "/channel/peek?topic=t&channel=c&n=" + "0" * 5000 + "1", None, None),
+    ("POST", "/channel/kick?topic=t&channel=c&n=9223372036854775807", None, b'{"kicked":0}'),
+    ("POST", "/channel/max_attempts?topic=t&channel=c&value=" + "0" * 5000 + "65535", None,
+     b'{"max_attempts":65535}'),
+    ("POST", "/pub?topic=t&defer=" + "0" * 5000 + "1", b"x", b"OK"),  # nsqd 1.3.0: OK (Go reads any zeros)
+], ids=["peek-huge", "peek-zeros", "kick-int64", "max-attempts-zeros", "defer-zeros"])
+async def test_numbers_in_range_are_read_whatever_their_length(daemon, caplog: pytest.LogCaptureFixture,
+                                                               method: str, target: str, body: bytes | None,
+                                                               reply: bytes | None) -> None:
+    with trio.fail_after(10):
+        await request(daemon.addresses.http, "POST", "/topic/create?topic=t")
+        await request(daemon.addresses.http, "POST", "/channel/create?topic=t&channel=c")
+        answer = await request(daemon.addresses.http, method, target, body)
+    assert answer.status == (400 if reply is not None and b"INVALID" in reply else 200), answer
+    if reply is not None:
+        assert answer.body == reply
+    no_traceback_logged(caplog)
+
+
+async def test_max_attempts_out_of_range_in_nsqd_dat_is_ignored(start_daemon, tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "nsqd.dat").write_text(json.dumps({"topics": [{"name": "t", "paused": False, "channels": [
+        {"name": "huge", "paused": False, "max_attempts": int("9" * 400)},
+        {"name": "most", "paused": False, "max_attempts": 65535},
+        {"name": "float", "paused": False, "max_attempts": 1e999},
+    ]}], "version": "1.3.0"}).replace("Infinity", "1e999"))
+    caplog.set_level(logging.WARNING, "pynsqd")
+    async with start_daemon() as daemon:
+        channels = daemon.broker.topics["t"].channels
+        assert (channels["huge"].max_attempts, channels["most"].max_attempts, channels["float"].max_attempts) == (
+            None, 65535, None)
+        saved = json.loads((data / "nsqd.dat").read_text())["topics"][0]["channels"]
+        assert {c["name"]: c.get("max_attempts") for c in saved} == {"huge": None, "most": 65535, "float": None}
+    assert "ignoring max_attempts of channel t:huge in nsqd.dat - not a count from 0 to 65535" in caplog.text
+    no_traceback_logged(caplog)
+
+
 @pytest.mark.parametrize("doc, error", [
     (b'{"topics": [1]}', "json: cannot unmarshal number into Go struct field Metadata.topics of type "
                          "nsqd.TopicMetadata"),

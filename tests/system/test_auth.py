@@ -32,6 +32,7 @@ SECRETS = {
     "garbage": {"raw": "<html>this is not JSON</html>"},
     "bad-permission": {"ttl": 60, "authorizations": [{"topic": ".*", "channels": [], "permissions": ["admin"]}]},
     "bad-ttl": {"ttl": 0, "authorizations": [ORDERS]},
+    "bad-pattern": {"ttl": 60, "authorizations": [{**ORDERS, "channels": ["(?<=a)b"]}]},
 }
 
 
@@ -131,6 +132,7 @@ async def test_no_authorizations_is_unauthorized(broker):
     ("garbage", "invalid JSON"),
     ("bad-permission", "unknown permission admin"),
     ("bad-ttl", "invalid TTL 0 (must be >0)"),
+    ("bad-pattern", 'unable to compile channel "(?<=a)b" error parsing regexp: invalid or unsupported Perl syntax: `(?<`'),
     ("slow", "request timed out"),
 ])
 async def test_a_bad_answer_fails_auth_without_telling_the_client_why(broker, authd, caplog, secret, logged):

@@ -394,6 +394,7 @@ def test_flag_errors(argv, message):
         (["--max-req-timeout=-1s"], "--max-req-timeout must be >= 0"),
         (["--broadcast-tcp-port=70000"], "--broadcast-tcp-port must be [0,65535]"),
         (["--max-attempts=-2"], "--max-attempts must be >= 0"),
+        (["--max-attempts=65536"], "--max-attempts must be [0,65535]"),  # a frame's attempts are a uint16
     ],
 )
 def test_validation_errors(argv, message):
