@@ -29,6 +29,7 @@ __all__ = ["AuthError", "Authorization", "AuthState", "AuthClient", "PERMISSIONS
 
 #: The permissions an auth server may grant.
 PERMISSIONS = frozenset({"subscribe", "publish"})
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class AuthError(Exception):
@@ -111,6 +112,8 @@ def parse_state(body: bytes, now: float) -> AuthState:
     if type(ttl) is not int or not isinstance(identity, str) or not isinstance(identity_url, str) \
             or not isinstance(grants, list):
         raise AuthError("json: cannot unmarshal the answer into auth.State")
+    if not _INT64_MIN <= ttl <= _INT64_MAX:  # Go's int: a larger number does not decode
+        raise AuthError(f"json: cannot unmarshal number {str(ttl)[:40]} into Go struct field State.ttl of type int")
     authorizations = []
     for grant in grants:
         if not isinstance(grant, dict):

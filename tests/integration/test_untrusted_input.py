@@ -194,6 +194,14 @@ def test_auth_server_answer_of_hostile_json_is_an_auth_error() -> None:
             parse_state(body, 0.0)
 
 
+def test_auth_server_ttl_past_int64_is_an_auth_error() -> None:
+    """Go's decoder refuses a ttl that does not fit an int; one that does is kept, however long."""
+    for ttl in (b"1" + b"0" * 400, b"9223372036854775808", b"-9223372036854775809"):
+        with pytest.raises(AuthError, match="^json: cannot unmarshal number .* of type int$"):
+            parse_state(b'{"ttl": %s, "authorizations": []}' % ttl, 0.0)
+    assert parse_state(b'{"ttl": 9223372036854775807}', 5.0).expires == 5.0 + 9223372036854775807
+
+
 def test_lookupd_identify_answer_of_hostile_json_is_a_value_error() -> None:
     for body in (DEEP, b'{"tcp_port": NaN}', b"\xff{"):
         with pytest.raises(ValueError):
