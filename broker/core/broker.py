@@ -76,15 +76,8 @@ class Broker:
             entries = self._metadata.load()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                for entry in entries:
-                    topic = self.get_topic(entry["name"], persist=False)
-                    topic.paused = entry["paused"]
-                    for ch in entry["channels"]:
-                        channel = topic.get_channel(ch["name"])
-                        channel.paused = bool(ch.get("paused"))
-                        max_attempts = ch.get("max_attempts")
-                        if type(max_attempts) is int and max_attempts >= 0:
-                            channel.set_max_attempts(max_attempts)
+                with self._storage.queues.listed():
+                    self._load(entries)
                 await self.persist_metadata()
                 nursery.start_soon(self._scan_loop)
                 nursery.start_soon(self._metadata.run, self.metadata_entries, self._metadata_failed)
@@ -92,6 +85,18 @@ class Broker:
                 task_status.started()
         finally:
             self._storage.unlock()
+
+    def _load(self, entries: list[dict]) -> None:
+        """Recreate the topics and channels of the metadata file's ``entries``."""
+        for entry in entries:
+            topic = self.get_topic(entry["name"], persist=False)
+            topic.paused = entry["paused"]
+            for ch in entry["channels"]:
+                channel = topic.get_channel(ch["name"])
+                channel.paused = bool(ch.get("paused"))
+                max_attempts = ch.get("max_attempts")
+                if type(max_attempts) is int and max_attempts >= 0:
+                    channel.set_max_attempts(max_attempts)
 
     async def shutdown(self) -> None:
         """Write everything held in memory to disk, close the queues, persist metadata.
