@@ -312,4 +312,5 @@ class Broker:
             await trio.sleep(interval)
             for topic in list(self.topics.values()):
                 for channel in list(topic.channels.values()):
-                    channel.process_timers()
+                    if channel.in_flight_timers or channel.deferred_timers:  # most channels have none
+                        channel.process_timers()
