@@ -4,8 +4,9 @@ Segment files of length-prefixed, checksummed records plus an atomically replace
 checkpoint; two read cursors (handed out, committed); nsqd's sync policy; corruption
 recovery that counts what it loses. See ``queue.py`` for the API and which calls are
 async, ``format.py`` for the file layout, ``recovery.py`` for what happens on open,
-``check.py`` for verifying a data directory (``python -m diskqueue DATA_PATH [NAME ...]``)
-and ``fileops.py``, through which every call to the file system goes.
+``check.py`` for verifying a data directory (``python -m diskqueue DATA_PATH [NAME ...]``),
+``listing.py`` for opening many queues from one listing of their directory, and
+``fileops.py``, through which every call to the file system goes.
 """
 
 from .check import CheckReport, check
@@ -18,11 +19,13 @@ from .errors import (
     describe_os_error,
     os_error_reason,
 )
+from .listing import DirectoryListing
 from .queue import DiskQueue
 from .statistics import DiskQueueStatistics
 
 __all__ = [
     "CheckReport",
+    "DirectoryListing",
     "DiskQueue",
     "DiskQueueClosed",
     "DiskQueueError",

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .check import check, queue_names
+from .check import check
+from .listing import DirectoryListing
 
 __all__ = ["main"]
 
@@ -63,10 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run the checker; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
-        found = queue_names(args.data_path)
+        listing = DirectoryListing(args.data_path)
     except OSError as exc:
         print(f"cannot read {args.data_path}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    found = listing.names()
     missing = [name for name in args.names if name not in found]
     if missing:
         listed = ", ".join(found) if found else "none"
@@ -79,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     status = EXIT_OK
     for name in names:
-        report = check(args.data_path, name, min_msg_size=args.min_msg_size, max_msg_size=args.max_msg_size)
+        report = check(listing.data_path, name, min_msg_size=args.min_msg_size, max_msg_size=args.max_msg_size,
+                       listing=listing)
         print(report.format())
         if not report.ok:
             status = EXIT_PROBLEMS

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 from . import fileops
 from .checkpoint import TEMP_SUFFIX, load_checkpoint
 from .format import meta_filename, segment_filename
+from .listing import DirectoryListing
 from .recovery import recover
 
 __all__ = ["CheckReport", "check", "queue_names"]
-
-_QUEUE_FILE = re.compile(r"(.+)\.diskqueue\.(?:\d{6,}|meta)\.dat")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,15 +61,22 @@ class CheckReport:
 
 
 def check(data_path: str | os.PathLike[str], name: str, *, min_msg_size: int = 0,
-          max_msg_size: int = 1048576 + 26) -> CheckReport:
+          max_msg_size: int = 1048576 + 26, listing: DirectoryListing | None = None) -> CheckReport:
     """Verify every segment header and every record of queue ``name`` from its committed
     cursor on, and compare with the checkpoint. Read-only; blocks (call it through
-    ``trio.to_thread.run_sync`` from async code). Raises ``FormatVersionError`` for files of
-    a newer format and ``OSError`` when the directory cannot be read."""
+    ``trio.to_thread.run_sync`` from async code). ``listing``, a listing of ``data_path``
+    shared by the checks of many queues, saves listing the directory for each. Raises
+    ``FormatVersionError`` for files of a newer format, ``OSError`` when the directory
+    cannot be read and ``ValueError`` for a listing of another directory."""
     path = os.fspath(data_path)
+    listed = None
+    if listing is not None:
+        if listing.data_path != path:
+            raise ValueError(f"the listing is of {listing.data_path!r}, not of {path!r}")
+        listed = listing.take(name)
+    entries = sorted(fileops.listdir(path) if listed is None else listed)
     checkpoint, _ = load_checkpoint(os.path.join(path, meta_filename(name)))
-    found = recover(path, name, min_msg_size, max_msg_size, repair=False, verify_all=True)
-    entries = sorted(fileops.listdir(path))
+    found = recover(path, name, min_msg_size, max_msg_size, repair=False, verify_all=True, entries=listed)
     prefix = f"{name}.diskqueue."
     bad_files = tuple(e for e in entries if e.startswith(prefix) and e.endswith(".bad"))
     stray = tuple(e for e in entries if e == meta_filename(name) + TEMP_SUFFIX)
@@ -107,10 +112,5 @@ def check(data_path: str | os.PathLike[str], name: str, *, min_msg_size: int = 0
 
 
 def queue_names(data_path: str | os.PathLike[str]) -> list[str]:
-    """Names of the queues that have segment or checkpoint files in ``data_path``."""
-    names = set()
-    for entry in fileops.listdir(data_path):
-        match = _QUEUE_FILE.fullmatch(entry)
-        if match:
-            names.add(match.group(1))
-    return sorted(names)
+    """Names of the queues that have segment or checkpoint files in ``data_path``, sorted."""
+    return DirectoryListing(data_path).names()

@@ -81,6 +81,7 @@ from .errors import (
     os_error_reason,
 )
 from .format import HEADER_SIZE, RECORD_HEADER_SIZE, frame_records, meta_filename, segment_filename
+from .listing import DirectoryListing
 from .pending import Uncommitted
 from .reader import SegmentReader
 from .recovery import recover
@@ -106,9 +107,12 @@ class DiskQueue:
 
     ``name`` names the files (``<name>.diskqueue.NNNNNN.dat`` and ``.meta.dat``) in the
     directory ``data_path``, which is created if missing. Opening recovers synchronously
-    (see ``recovery.py``). The queue owns its file descriptors; ``close()`` or ``delete()``
-    releases them. Raises ``FormatVersionError`` for files of a newer format and
-    ``OSError`` when the directory cannot be read.
+    (see ``recovery.py``); it finds the queue's files in ``listing`` (a
+    :class:`~diskqueue.listing.DirectoryListing` of ``data_path``, shared by many queues
+    opened at once) when given, else by listing the directory. The queue owns its file descriptors; ``close()`` or ``delete()``
+    releases them. Raises ``FormatVersionError`` for files of a newer format,
+    ``OSError`` when the directory cannot be read and ``ValueError`` for invalid arguments
+    (a listing of another directory among them).
     """
 
     __slots__ = (
@@ -132,6 +136,7 @@ class DiskQueue:
         auto_commit: bool = True,
         logger: logging.Logger | None = None,
         inline_sync_below: float = 0.0,
+        listing: DirectoryListing | None = None,
     ) -> None:
         if not name or os.sep in name or name in (".", ".."):
             raise ValueError(f"invalid disk queue name {name!r}")
@@ -153,10 +158,16 @@ class DiskQueue:
         self._auto = auto_commit
         self._log = logger if logger is not None else logging.getLogger("diskqueue")
         self._meta_path = os.path.join(self.data_path, meta_filename(name))
-        fileops.makedirs(self.data_path, exist_ok=True)
+        entries = None
+        if listing is not None:
+            if listing.data_path != self.data_path:
+                raise ValueError(f"the listing is of {listing.data_path!r}, not of {self.data_path!r}")
+            entries = listing.take(name)
+        if entries is None:
+            fileops.makedirs(self.data_path, exist_ok=True)  # a listing found it there already
         warn_if_slow(self._log)
 
-        found = recover(self.data_path, name, min_msg_size, max_msg_size)
+        found = recover(self.data_path, name, min_msg_size, max_msg_size, entries=entries)
         for note in found.notes:
             self._log.info("DISKQUEUE(%s): %s", name, note)
         for problem in found.problems:

@@ -87,24 +87,30 @@ def recover(
     *,
     repair: bool = True,
     verify_all: bool = False,
+    entries: list[str] | None = None,
 ) -> Recovered:
     """Work out the state of queue ``name`` in ``data_path``.
 
     With ``repair`` (opening a queue) the files are fixed up as the module docstring says;
     without it (``check()``) nothing is changed. ``verify_all`` verifies every record from
-    the committed cursor even when the checkpoint is trusted. Blocking.
-    Raises ``FormatVersionError`` for files of a newer format.
+    the committed cursor even when the checkpoint is trusted. ``entries`` are the names of
+    the queue's files from a listing of the directory (see ``listing.py``); None lists it.
+    Blocking. Raises ``FormatVersionError`` for files of a newer format.
     """
     changed_dir = False
     meta = os.path.join(data_path, meta_filename(name))
-    if repair and fileops.exists(meta + TEMP_SUFFIX):
+    stray = (meta_filename(name) + TEMP_SUFFIX in entries) if entries is not None else fileops.exists(meta + TEMP_SUFFIX)
+    if repair and stray:
         try:
             fileops.unlink(meta + TEMP_SUFFIX)
         except IsADirectoryError:
             set_aside(meta + TEMP_SUFFIX)  # else every checkpoint written would fail on it
         changed_dir = True
-    checkpoint, meta_problem = load_checkpoint(meta)
-    segments = list_segments(data_path, name)
+    if entries is None or meta_filename(name) in entries:
+        checkpoint, meta_problem = load_checkpoint(meta)
+    else:
+        checkpoint, meta_problem = None, None
+    segments = list_segments(data_path, name, entries)
     state = Recovered(segments=[], commit=Cursor(0, HEADER_SIZE, 0), write=Cursor(0, HEADER_SIZE, 0),
                       write_exists=False, depth=0)
     if meta_problem is not None:

@@ -23,7 +23,7 @@ from .format import (
     next_record_size,
     record_end,
     segment_filename,
-    segment_pattern,
+    segment_number,
 )
 
 __all__ = ["RESYNC_HOPS", "SCAN_CHUNK", "SegmentScan", "list_segments", "read_header", "resync", "scan_segment"]
@@ -33,14 +33,16 @@ RESYNC_HOPS = 64  # damaged records in a row skipped by following their length f
 _ALL = 1 << 62  # "as many records as there are"
 
 
-def list_segments(data_path: str, name: str) -> list[int]:
-    """Numbers of the segment files of queue ``name`` in ``data_path``, ascending."""
-    pattern = segment_pattern(name)
+def list_segments(data_path: str, name: str, entries: list[str] | None = None) -> list[int]:
+    """Numbers of the segment files of queue ``name`` in ``data_path``, ascending.
+
+    ``entries`` are file names already listed (see ``listing.py``); None lists the directory.
+    """
     found = []
-    for entry in fileops.listdir(data_path):
-        match = pattern.fullmatch(entry)
-        if match:
-            found.append(int(match.group(1)))
+    for entry in fileops.listdir(data_path) if entries is None else entries:
+        number = segment_number(name, entry)
+        if number is not None:
+            found.append(number)
     found.sort()
     return found
 

@@ -80,18 +80,8 @@ class Broker:
             entries = self._metadata.load()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                for entry in entries:
-                    topic = self.get_topic(entry["name"], persist=False)
-                    topic.paused = entry["paused"]
-                    for ch in entry["channels"]:
-                        channel = topic.get_channel(ch["name"])
-                        channel.paused = bool(ch.get("paused"))
-                        max_attempts = ch.get("max_attempts")
-                        if type(max_attempts) is int and 0 <= max_attempts <= MAX_ATTEMPTS:
-                            channel.set_max_attempts(max_attempts)
-                        elif max_attempts is not None:
-                            log.warning("ignoring max_attempts of channel %s:%s in nsqd.dat - not a count "
-                                        "from 0 to %d", topic.name, channel.name, MAX_ATTEMPTS)
+                with self._storage.queues.listed():
+                    self._load(entries)
                 await self.persist_metadata()
                 nursery.start_soon(self._scan_loop)
                 nursery.start_soon(self._metadata.run, self.metadata_entries, self._metadata_failed)
@@ -99,6 +89,21 @@ class Broker:
                 task_status.started()
         finally:
             self._storage.unlock()
+
+    def _load(self, entries: list[dict]) -> None:
+        """Recreate the topics and channels of the metadata file's ``entries``."""
+        for entry in entries:
+            topic = self.get_topic(entry["name"], persist=False)
+            topic.paused = entry["paused"]
+            for ch in entry["channels"]:
+                channel = topic.get_channel(ch["name"])
+                channel.paused = bool(ch.get("paused"))
+                max_attempts = ch.get("max_attempts")
+                if type(max_attempts) is int and 0 <= max_attempts <= MAX_ATTEMPTS:
+                    channel.set_max_attempts(max_attempts)
+                elif max_attempts is not None:
+                    log.warning("ignoring max_attempts of channel %s:%s in nsqd.dat - not a count "
+                                "from 0 to %d", topic.name, channel.name, MAX_ATTEMPTS)
 
     async def shutdown(self) -> None:
         """Write everything held in memory to disk, close the queues, persist metadata.
@@ -334,4 +339,5 @@ class Broker:
             await trio.sleep(interval)
             for topic in list(self.topics.values()):
                 for channel in list(topic.channels.values()):
-                    channel.process_timers()
+                    if channel.in_flight_timers or channel.deferred_timers:  # most channels have none
+                        channel.process_timers()

@@ -13,6 +13,7 @@ The broker itself receives its data directory as a :class:`BrokerStorage`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -76,6 +77,11 @@ class QueueStore(Protocol):
 
     def open(self, name: str, *, auto_commit: bool = True) -> DiskQueue:
         """The disk queue ``name``, recovered from any existing files."""
+        ...
+
+    def listed(self) -> AbstractContextManager[None]:
+        """A block in which the queues opened (and stashes taken) find their files in one
+        listing of the directory made on entry: start-up, which opens every queue at once."""
         ...
 
     def take_stash(self, name: str) -> list[bytes]:

@@ -8,11 +8,13 @@ next start reads back and removes.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from broker.config.options import Options
 from broker.core.message import MAX_PREFIXES, RECORD_OVERHEAD
-from diskqueue import DiskQueue
+from diskqueue import DirectoryListing, DiskQueue
 
 __all__ = ["QueueStore"]
 
@@ -32,6 +34,22 @@ class QueueStore:
     def __init__(self, data_path: Path, options: Options):
         self.data_path = data_path
         self.options = options
+        self._listing: DirectoryListing | None = None
+
+    @contextmanager
+    def listed(self) -> Iterator[None]:
+        """Open the queues of this block from one listing of the directory, made on entry.
+
+        Opening a queue finds its files; without this, by listing the whole directory, so a
+        start-up with thousands of topics would take time quadratic in their number. Only
+        queues (and stashes) opened through this store may change the directory in the
+        block, as at start-up. Raises ``OSError`` when the directory cannot be listed.
+        """
+        self._listing = DirectoryListing(self.data_path)
+        try:
+            yield
+        finally:
+            self._listing = None
 
     def open(self, name: str, *, auto_commit: bool = True) -> DiskQueue:
         """A disk queue for a topic, a channel or a channel's store, recovered from any existing files."""
@@ -47,6 +65,7 @@ class QueueStore:
             auto_commit=auto_commit,
             logger=logging.getLogger(f"pynsqd.diskqueue.{name}"),
             inline_sync_below=INLINE_SYNC_BELOW,
+            listing=self._listing,
         )
 
     def _files(self, name: str) -> list[Path]:
@@ -60,7 +79,8 @@ class QueueStore:
 
     def take_stash(self, name: str) -> list[bytes]:
         """The records stashed under ``name`` (none if there is no such queue); the queue is then removed."""
-        if not self._files(name):
+        listed = self._listing.peek(name) if self._listing is not None else None
+        if not (self._files(name) if listed is None else listed):
             return []
         store = self.open(name)
         records: list[bytes] = []

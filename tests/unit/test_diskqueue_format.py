@@ -21,6 +21,7 @@ from diskqueue.format import (
     meta_filename,
     next_record_size,
     segment_filename,
+    segment_number,
     segment_pattern,
 )
 
@@ -41,6 +42,17 @@ def test_file_names_match_nsqd() -> None:
     assert not pattern.fullmatch("axb.diskqueue.000001.dat")  # the dot is literal
     assert not pattern.fullmatch("a.b.diskqueue.000001.dat.bad")
     assert not pattern.fullmatch("a.b:c.diskqueue.000001.dat")
+
+
+@pytest.mark.parametrize("filename", [
+    "a.b.diskqueue.000001.dat", "a.b.diskqueue.1234567.dat", "axb.diskqueue.000001.dat",
+    "a.b.diskqueue.000001.dat.bad", "a.b:c.diskqueue.000001.dat", "a.b.diskqueue.00001.dat",
+    "a.b.diskqueue.meta.dat", "a.b.diskqueue.00000x.dat", "a.b.diskqueue.000001.dat.diskqueue.000002.dat",
+    "a.b.diskqueue..dat", "a.b.diskqueue.\u0661\u0662\u0663\u0664\u0665\u0666.dat",
+])
+def test_segment_number_agrees_with_the_pattern(filename: str) -> None:
+    match = segment_pattern("a.b").fullmatch(filename)
+    assert segment_number("a.b", filename) == (int(match.group(1)) if match else None)
 
 
 def test_record_layout_is_length_crc_payload() -> None:

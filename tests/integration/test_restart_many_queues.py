@@ -1,0 +1,120 @@
+"""A restart with many topics and channels: the data directory is listed once, and every
+message comes back (ready on disk, in memory at shutdown, in flight, deferred)."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+from broker.protocol import encode_dpub, encode_fin, encode_mpub, encode_rdy
+from diskqueue import fileops
+from tests.support.v2client import connect, subscriber
+
+MODES = pytest.mark.parametrize("flags", [(), ("--durable",)], ids=["default", "durable"])
+
+
+@contextmanager
+def counted_listings(monkeypatch: pytest.MonkeyPatch, directory: Path) -> Iterator[list[str]]:
+    """Every listing of ``directory`` (``os.listdir``, ``os.scandir``, the disk queue's ``listdir``)."""
+    made: list[str] = []
+    target = os.path.realpath(directory)
+
+    def counting(real):
+        def call(path=".", *args, **kwargs):
+            if isinstance(path, (str, os.PathLike)) and os.path.realpath(os.fspath(path)) == target:
+                made.append(real.__name__)
+            return real(path, *args, **kwargs)
+        return call
+
+    monkeypatch.setattr(os, "listdir", counting(os.listdir))
+    monkeypatch.setattr(os, "scandir", counting(os.scandir))
+    previous = fileops.substitute({"listdir": counting(fileops.listdir)})
+    try:
+        yield made
+    finally:
+        fileops.substitute(previous)
+        monkeypatch.undo()
+
+
+async def test_start_up_lists_the_data_directory_a_constant_number_of_times(start_daemon, tmp_path, monkeypatch):
+    topics = 1000
+    async with start_daemon() as d:
+        producer = await connect(d.addresses.tcp)
+        for i in range(topics):
+            topic = d.broker.get_topic(f"t{i:04d}")
+            topic.get_channel("c")
+            topic.get_channel("d")
+            await producer.send(encode_mpub(f"t{i:04d}", [b"body-%d" % i]))
+            await producer.expect_response(b"OK")
+        await producer.aclose()
+    data = tmp_path / "data"
+    # the stop wrote every channel's message to its disk queue: 2,000 queues with files
+    queues = {name.split(".diskqueue.")[0] for name in os.listdir(data) if ".diskqueue." in name}
+    assert len(queues) == 2 * topics
+    with counted_listings(monkeypatch, data) as made:
+        async with start_daemon() as d:
+            assert len(d.broker.topics) == topics
+            assert all(d.broker.topics[f"t{i:04d}"].channels[c].depth == 1 for i in range(topics) for c in "cd")
+    assert len(made) <= 2, Counter(made)
+
+
+async def read_exactly(daemon, topic: str, channel: str, count: int) -> list[bytes]:
+    """``count`` messages from ``topic``/``channel``, each FIN'd; then nothing more arrives."""
+    client = await subscriber(daemon, topic, channel)
+    await client.send(encode_rdy(count + 1))
+    got = []
+    with trio.fail_after(10):
+        while len(got) < count:
+            msg = await client.read_message()
+            got.append(msg.body)
+            await client.send(encode_fin(msg.id))
+    await client.expect_quiet()
+    await client.aclose()
+    return got
+
+
+@MODES
+async def test_a_restart_with_many_topics_delivers_every_message(start_daemon, flags):
+    """Three hundred topics: messages spilled to disk and held in memory, deferred, in flight
+    at the stop, on a topic without channels, on two channels of one topic."""
+    expected: dict[tuple[str, str], list[bytes]] = {}
+    options = ("--mem-queue-size=2", *flags)
+    async with start_daemon(*options) as d:
+        producer = await connect(d.addresses.tcp)
+        consumers = []
+        for i in range(300):
+            kind = ("spill", "deferred", "inflight", "nochannel", "twochannels")[i % 5]
+            topic = f"{kind}.{i:03d}"
+            bodies = [f"{topic}/{n}".encode() for n in range(5)]
+            channels = {"nochannel": [], "twochannels": ["c", "d"]}.get(kind, ["c"])
+            for channel in channels:
+                d.broker.get_topic(topic).get_channel(channel)
+                expected[(topic, channel)] = bodies
+            if kind == "nochannel":
+                d.broker.get_topic(topic)
+                expected[(topic, "late")] = bodies  # a channel created after the restart gets the topic's messages
+            if kind == "deferred":
+                for body in bodies:
+                    await producer.send(encode_dpub(topic, 300, body))
+                    await producer.expect_response(b"OK")
+            else:
+                await producer.send(encode_mpub(topic, bodies))
+                await producer.expect_response(b"OK")
+            if kind == "inflight":
+                consumer = await subscriber(d, topic, "c", rdy=5)
+                assert sorted(m.body for m in await consumer.read_messages(5)) == sorted(bodies)
+                consumers.append(consumer)  # never FIN'd: in flight when the broker stops
+        await producer.aclose()
+        # the stop closes the consumers' connections with their messages in flight
+    async with start_daemon(*options) as d:
+        assert len(d.broker.topics) == 300
+        delivered = {}
+        for (topic, channel), bodies in expected.items():
+            delivered[(topic, channel)] = await read_exactly(d, topic, channel, len(bodies))
+    assert {k: Counter(v) for k, v in delivered.items()} == {k: Counter(v) for k, v in expected.items()}
