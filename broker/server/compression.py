@@ -29,7 +29,7 @@ __all__ = ["CompressionError", "Codec", "DeflateCodec", "SnappyCodec", "MAX_PIEC
 
 #: The most plain bytes in one piece :meth:`Codec.decompress` yields (one snappy chunk at most),
 #: and so the most plain bytes decompressed in one step.
-MAX_PIECE = 64 * 1024
+MAX_PIECE = 256 * 1024
 
 
 class CompressionError(Exception):

@@ -43,10 +43,11 @@ log = logging.getLogger("pynsqd.tcp")
 
 #: The most bytes one read takes from a connection: the plain input of one turn.
 RECEIVE_SIZE = MAX_PIECE
-#: The most commands a connection applies in one turn; then the other connections run
-#: before it goes on. With RECEIVE_SIZE this bounds a turn to about a millisecond or two
-#: whatever the input (a run of NOPs, of small PUBs, of MPUBs, decompressed or not).
-TURN_COMMANDS = 256
+#: The most commands (each message of an MPUB counts) a connection applies in one turn;
+#: then the other connections run before it goes on. This bounds a turn to a few
+#: milliseconds whatever the input (a run of NOPs, of small PUBs, of MPUBs, decompressed
+#: or not), and lets a batch of MPUBs sent together be answered in one turn.
+TURN_COMMANDS = 512
 
 read = os.read
 checkpoint = trio.lowlevel.checkpoint

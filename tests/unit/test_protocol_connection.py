@@ -567,6 +567,13 @@ def test_a_limit_bounds_the_commands_one_call_parses():
     assert conn.next_events(3) == []
 
 
+def test_each_message_of_an_mpub_counts_against_the_limit():
+    conn = ServerConnection(SMALL)
+    conn.receive_data(MAGIC_V2 + encode_mpub("t", [b"a", b"b", b"c"]) + encode_nop() + encode_nop())
+    assert conn.next_events(2) == [Mpub("t", [b"a", b"b", b"c"])]  # a command is never cut
+    assert conn.next_events(2) == [Nop(), Nop()]
+
+
 def test_a_limit_that_ends_with_the_input_leaves_nothing_more():
     conn = ServerConnection(SMALL)
     conn.receive_data(MAGIC_V2 + encode_nop() * 2 + b"NO")
