@@ -29,7 +29,7 @@ from functools import lru_cache, partial
 
 from .base10 import ms_to_duration_ns, parse_base10, to_int64
 from .bodies import AUTH_BODY, DPUB_BODY, IDENTIFY_BODY, PUB_BODY, MpubBody, SizedBody
-from .commands import Auth, Cls, Dpub, Fin, FinRun, Identify, Nop, Pub, Rdy, Req, Sub, Touch
+from .commands import Auth, Cls, Dpub, Fin, FinRun, Identify, Mpub, Nop, Pub, Rdy, Req, Sub, Touch
 from .errors import ProtocolError
 from .frames import MAGIC_V2, MSG_ID_LENGTH
 from .identify import decode_identify
@@ -45,6 +45,7 @@ __all__ = ["ServerConnection", "LINE_TOO_LONG"]
 LINE_TOO_LONG = "E_LINE_TOO_LONG"
 
 _NS_PER_MS = 1_000_000
+_NO_LIMIT = 1 << 62
 _FIN_STATES = LEGAL_STATES[b"FIN"]
 
 # FIN is the hot path of a consumer: a client acknowledging a window of messages
@@ -73,7 +74,7 @@ def _fin_run_end(data: bytes, pos: int, end: int) -> int:
                 and lines[3::_FIN_LINE] == b" " * count and lines.count(b" ") == count
                 and lines.count(b"\n") == count and b"\r" not in lines[_FIN_LINE - 2::_FIN_LINE]):
             return stop
-    run = _FIN_RUN.match(data, pos)
+    run = _FIN_RUN.match(data, pos, end)
     return run.end() if run is not None else pos
 
 
@@ -131,7 +132,7 @@ class ServerConnection:
 
     __slots__ = (
         "limits", "state", "heartbeats_enabled", "tls_required", "fin_runs",
-        "_buf", "_whole", "_searched", "_magic_seen", "_body", "_error", "_eof", "_paused",
+        "_buf", "_whole", "_searched", "_magic_seen", "_body", "_error", "_eof", "_paused", "_limited",
     )
 
     def __init__(self, limits: Limits = Limits()):
@@ -152,6 +153,7 @@ class ServerConnection:
         self._error: ProtocolError | None = None
         self._eof = False
         self._paused = False  # the last call stopped after an IDENTIFY
+        self._limited = False  # the last call stopped at its limit of commands
 
     # ------------------------------------------------------------------ input
 
@@ -173,10 +175,13 @@ class ServerConnection:
                 self._whole = None
             self._buf += data
 
-    def next_events(self) -> list:
-        """Every complete command buffered so far, in order.
+    def next_events(self, limit: int | None = None) -> list:
+        """Every complete command buffered so far, in order; at most ``limit`` commands if given.
 
-        Parsing pauses after an :class:`Identify` (the rest is returned by the
+        A call parses at most ``limit`` commands (each FIN of a :class:`FinRun` and each
+        message of an MPUB counts, and so does a line that yields no event; a call may
+        overshoot by the messages of its last MPUB), so that its owner can bound the work
+        one call hands it and come back for the rest. Parsing pauses after an :class:`Identify` (the rest is returned by the
         next call), because what IDENTIFY negotiates changes how the following
         bytes are read: heartbeats (SUB), TLS, compression. If an error follows
         some good commands, those are returned and the error is raised on the
@@ -190,9 +195,9 @@ class ServerConnection:
         if self._error is not None:
             raise self._error
         events: list = []
-        self._paused = False
+        self._paused = self._limited = False
         try:
-            self._parse(events)
+            self._parse(events, _NO_LIMIT if limit is None else limit)
         except ProtocolError as exc:
             self._error = exc
             if not events:
@@ -202,9 +207,9 @@ class ServerConnection:
     @property
     def has_more(self) -> bool:
         """Whether the last :meth:`next_events` stopped short of what was received: after an
-        IDENTIFY, or before an error (the next call returns or raises it). Otherwise the
-        next call returns nothing until more bytes are received."""
-        return self._paused or self._error is not None
+        IDENTIFY, at its limit, or before an error (the next call returns or raises it).
+        Otherwise the next call returns nothing until more bytes are received."""
+        return self._paused or self._limited or self._error is not None
 
     def take_trailing_data(self) -> bytes:
         """Return and forget the bytes received but not parsed yet.
@@ -219,6 +224,7 @@ class ServerConnection:
         self._buf = bytearray()
         self._whole = None
         self._searched = 0
+        self._paused = self._limited = False
         return data
 
     def _pending(self) -> bytes:
@@ -229,7 +235,7 @@ class ServerConnection:
 
     # ------------------------------------------------------------------ parsing
 
-    def _parse(self, events: list) -> None:
+    def _parse(self, events: list, budget: int) -> None:
         if not self._magic_seen and not self._read_magic():
             return
         # a partial line or body is pending: check that it is complete before scanning it again
@@ -250,6 +256,9 @@ class ServerConnection:
         line_open = False
         try:
             while True:
+                if budget <= 0:
+                    self._limited = pos < end
+                    break
                 body = self._body
                 if body is not None:
                     if end - pos < body.need:
@@ -259,14 +268,16 @@ class ServerConnection:
                         break
                     self._body = None
                     append(event)
+                    budget -= len(event.bodies) if type(event) is Mpub else 1
                     if type(event) is Identify:
                         self._paused = True
                         break
                     continue
                 if fin_fast and startswith(b"FIN ", pos):
-                    stop = _fin_run_end(data, pos, end)
+                    stop = _fin_run_end(data, pos, min(end, pos + budget * _FIN_LINE))
                     if stop > pos:
                         ids = _fin_ids(data, pos, stop)
+                        budget -= len(ids)
                         if fin_runs:
                             append(FinRun(ids))
                         else:
@@ -298,6 +309,8 @@ class ServerConnection:
                 event = handler(self, params)
                 if event is not None:
                     append(event)
+                if self._body is None:  # a command with a body counts when the body is read
+                    budget -= 1
                 fin_fast = self.state in _FIN_STATES and not self.tls_required
         finally:
             self._consume(data, pos)

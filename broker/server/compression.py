@@ -2,8 +2,10 @@
 
 Each codec turns the connection's whole output chunk into one compressed piece
 (:meth:`compress`) and decompresses input incrementally (:meth:`decompress`), yielding
-pieces of bounded size so that a small compressed input cannot make the broker hold a
-large plain one at once.
+pieces of at most :data:`MAX_PIECE` plain bytes, each decompressed only when asked for:
+a small compressed input (deflate expands up to 1032-fold, snappy's framing about
+20-fold) can make the broker neither hold a large plain one nor spend long on it
+before the connection's reader has applied a piece and let the others run.
 
 * **deflate**: raw DEFLATE (no zlib header, ``wbits=-15``), each output chunk ending in a
   sync flush, as Go's ``flate.Writer.Flush`` does after every nsqd write.
@@ -25,7 +27,8 @@ import crc32c
 
 __all__ = ["CompressionError", "Codec", "DeflateCodec", "SnappyCodec", "MAX_PIECE"]
 
-#: The most plain bytes handed on from one call to decompress (deflate may expand 1000-fold).
+#: The most plain bytes in one piece :meth:`Codec.decompress` yields (one snappy chunk at most),
+#: and so the most plain bytes decompressed in one step.
 MAX_PIECE = 256 * 1024
 
 
@@ -43,7 +46,9 @@ class Codec:
         raise NotImplementedError
 
     def decompress(self, data: bytes) -> Iterator[bytes]:
-        """The plain bytes ``data`` completes, in pieces; raises :class:`CompressionError`."""
+        """The plain bytes ``data`` completes, in pieces of at most :data:`MAX_PIECE` bytes, each
+        decompressed when the next is asked for; raises :class:`CompressionError`. The caller
+        takes every piece before passing more input."""
         raise NotImplementedError
 
 
@@ -64,7 +69,7 @@ class DeflateCodec(Codec):
     def decompress(self, data: bytes) -> Iterator[bytes]:
         decompressor = self._decompressor
         pending = data
-        while pending:
+        while True:
             try:
                 piece = decompressor.decompress(pending, MAX_PIECE)
             except zlib.error as exc:
@@ -75,6 +80,9 @@ class DeflateCodec(Codec):
                 raise CompressionError("flate: stream ended by the client")
             if piece:
                 yield piece
+            # a full piece may leave output in the inflater even when all input was taken
+            if not pending and len(piece) < MAX_PIECE:
+                return
 
 
 # --- snappy framing (google/snappy framing_format.txt) -------------------------------------
@@ -171,16 +179,18 @@ class SnappyCodec(Codec):
                     continue
                 if kind not in (_CHUNK_COMPRESSED, _CHUNK_UNCOMPRESSED):
                     continue  # padding and skippable chunks
-                plain = self._block(kind, body)
+                size = self._plain_size(kind, body)
+                if pieces and size_out + size > MAX_PIECE:
+                    # the piece is full: hand it on before decompressing this chunk
+                    yield b"".join(pieces)
+                    pieces.clear()
+                    size_out = 0
+                plain = self._block(kind, body, size)
                 if int.from_bytes(body[:4], "little") != _masked_crc(plain):
                     raise CompressionError("snappy: corrupt input - bad checksum")
                 if plain:
                     pieces.append(plain)
                     size_out += len(plain)
-                if size_out >= MAX_PIECE:
-                    yield b"".join(pieces)
-                    pieces.clear()
-                    size_out = 0
         except CompressionError as exc:
             failure = exc  # the good chunks before the bad one still count, as in Go's reader
         finally:
@@ -191,13 +201,19 @@ class SnappyCodec(Codec):
             raise failure
 
     @staticmethod
-    def _block(kind: int, body: bytes) -> bytes:
+    def _plain_size(kind: int, body: bytes) -> int:
+        """How many plain bytes a data chunk holds, as its header says (checked by :meth:`_block`)."""
+        if kind == _CHUNK_UNCOMPRESSED:
+            return len(body) - 4
+        return _uvarint(body[4:9])
+
+    @staticmethod
+    def _block(kind: int, body: bytes, size: int) -> bytes:
         payload = body[4:]
         if kind == _CHUNK_UNCOMPRESSED:
-            if len(payload) > _MAX_BLOCK:
+            if size > _MAX_BLOCK:
                 raise CompressionError("snappy: corrupt input - chunk too large")
             return payload
-        size = _uvarint(payload)
         if size < 0 or size > _MAX_BLOCK:
             raise CompressionError("snappy: corrupt input - block too large")
         try:

@@ -27,7 +27,7 @@ from broker.config.tls import TLS_NOT_REQUIRED
 from broker.protocol import FinRun, Identify, ProtocolError, ServerConnection
 from broker.server.auth import AuthClient
 from broker.server.commands import ASYNC_HANDLERS, NOW_HANDLERS, SYNC_HANDLERS, fin_run
-from broker.server.compression import CompressionError
+from broker.server.compression import MAX_PIECE, CompressionError
 from broker.server.connection import Client
 from broker.server.net import ConnectionServer, peer_address
 from broker.server.poller import ReadPoller, open_poller
@@ -41,7 +41,13 @@ __all__ = ["TCPServer"]
 
 log = logging.getLogger("pynsqd.tcp")
 
-RECEIVE_SIZE = 256 * 1024
+#: The most bytes one read takes from a connection: the plain input of one turn.
+RECEIVE_SIZE = MAX_PIECE
+#: The most commands (each message of an MPUB counts) a connection applies in one turn;
+#: then the other connections run before it goes on. This bounds a turn to a few
+#: milliseconds whatever the input (a run of NOPs, of small PUBs, of MPUBs, decompressed
+#: or not), and lets a batch of MPUBs sent together be answered in one turn.
+TURN_COMMANDS = 512
 
 read = os.read
 checkpoint = trio.lowlevel.checkpoint
@@ -143,8 +149,10 @@ class TCPServer(ConnectionServer):
         inline = _InlineInput(self, client, conn, fd)
         drained = False  # the last read emptied the socket: wait for the next edge first
         while not client.closing:
-            if client.unapplied:  # a command the poller's task could not apply: it must be awaited
-                if not await self._apply_rest(client, conn):
+            if client.unapplied or conn.has_more:
+                # what the poller's task left: a command that must be awaited, or the rest of a
+                # read its turn did not reach
+                if not await self._apply(client, conn, None):
                     return False
                 continue
             upgrade = client.upgrade
@@ -207,8 +215,11 @@ class TCPServer(ConnectionServer):
     async def _receive(self, client: Client, conn: ServerConnection, data: bytes) -> bool:
         """Apply received bytes, decompressed first when the stream is compressed.
 
-        Returns False when the connection must close: a fatal error, or a corrupt
-        compressed stream (which ends the input as a failed read does in nsqd).
+        A piece of decompressed input (:data:`~broker.server.compression.MAX_PIECE` bytes at
+        most) is applied a turn at a time like a read (see :meth:`_apply`), and the other
+        connections run before the next piece is decompressed. Returns False when the
+        connection must close: a fatal error, or a corrupt compressed stream (which ends
+        the input as a failed read does in nsqd).
         """
         codec = client.codec
         if codec is None or not data:
@@ -217,31 +228,50 @@ class TCPServer(ConnectionServer):
             for piece in codec.decompress(data):
                 if not await self._apply(client, conn, piece):
                     return False
+                if client.closing:
+                    return True
+                await checkpoint()
         except CompressionError as exc:
             log.info("TCP: client(%s) error: failed to read command - %s", client.remote_address, exc)
             await self._apply(client, conn, b"")
             return False
         return True
 
-    async def _apply(self, client: Client, conn: ServerConnection, data: bytes) -> bool:
-        """Feed ``data`` to the parser and apply every complete command, awaiting those that must wait.
+    async def _apply(self, client: Client, conn: ServerConnection, data: bytes | None) -> bool:
+        """Feed ``data`` to the parser (None: nothing new, go on with what it holds and with
+        ``client.unapplied``) and apply every complete command, awaiting those that must wait.
 
-        Returns False after a fatal error (its frame is queued, if it has one).
+        The commands are applied a turn of at most :data:`TURN_COMMANDS` at a time, with a
+        checkpoint between turns, so one connection's input never holds the others long.
+        It stops early only when the connection closes or upgrades. Returns False after a
+        fatal error (its frame is queued, if it has one).
         """
-        done = self._apply_now(client, conn, data)
-        return done if done is not None else await self._apply_rest(client, conn)
+        if data is not None:
+            done = self._apply_now(client, conn, data)
+        else:
+            done = None if client.unapplied else self._apply_commands(client, conn, None)
+        while True:
+            if done is None:
+                done = await self._apply_rest(client, conn)
+            if not done or not conn.has_more or client.closing or client.upgrade is not None:
+                return done
+            await checkpoint()
+            # the read deadline is for a client that sends nothing, not one whose input is still applied
+            client.note_read()
+            done = self._apply_commands(client, conn, None)
 
     def _apply_now(self, client: Client, conn: ServerConnection, data: bytes) -> bool | None:
-        """Feed ``data`` to the parser and apply, in order, the complete commands up to the first
-        that must be awaited. True: all applied; False: a fatal error, the connection must close;
-        None: ``client.unapplied`` holds that command and the rest of its batch
+        """Feed ``data`` to the parser and apply, in order, a turn of complete commands (see
+        :meth:`_apply_commands`). True: the turn is applied (``conn.has_more`` tells whether
+        another is due); False: a fatal error, the connection must close; None:
+        ``client.unapplied`` holds a command to await and the rest of its turn
         (:meth:`_apply_rest` applies them)."""
         conn.receive_data(data)
         return self._apply_commands(client, conn, None)
 
     async def _apply_rest(self, client: Client, conn: ServerConnection) -> bool:
-        """Apply ``client.unapplied``: await its first command, then go on as :meth:`_apply_now`
-        does, awaiting each command that must wait. Returns False after a fatal error."""
+        """Apply ``client.unapplied``: await its first command, then the rest of its turn, awaiting
+        each command that must wait. Returns False after a fatal error."""
         broker = self.broker
         while True:
             event, *rest = client.unapplied
@@ -263,47 +293,45 @@ class TCPServer(ConnectionServer):
                 return done
 
     def _apply_commands(self, client: Client, conn: ServerConnection, events: list | None) -> bool | None:
-        """Apply ``events``, then every complete command the parser holds, up to the first that must
-        be awaited (see :meth:`_apply_now`); ``events`` None starts with the parser's."""
+        """Apply ``events`` (None: the next turn the parser gives, at most :data:`TURN_COMMANDS`),
+        up to the first that must be awaited (see :meth:`_apply_now`). The turn ends with one
+        dispatch and one flush; what the parser still holds is left for the next."""
         broker = self.broker
         sync_handlers = SYNC_HANDLERS
         now_handlers = NOW_HANDLERS
         client.batching = True
         try:
             if events is None:
-                events = conn.next_events()
-            while True:
-                for index, event in enumerate(events):
-                    event_type = type(event)
-                    if event_type is FinRun:
-                        fin_run(broker, client, event.msg_ids)
-                        continue
-                    handler = sync_handlers.get(event_type)
-                    try:
-                        if handler is not None:
-                            handler(broker, client, event)
-                        else:
-                            now = now_handlers.get(event_type)
-                            response = now(broker, client, event) if now is not None else None
-                            if response is None:
-                                client.unapplied = events[index:]
-                                # while the command waits, other tasks' output is not held back
-                                client.batching = False
-                                return None
-                            client.send_response(response)
-                    except ProtocolError as err:
-                        if err.fatal:
-                            raise
-                        client.send_error(err)
-                    if event_type is Identify:
-                        conn.heartbeats_enabled = client.heartbeat_interval > 0
-                        if client.upgrade is not None:
-                            # what follows IDENTIFY belongs to the upgraded stream
-                            client.upgrade.leftover = conn.take_trailing_data()
-                            return self._end_batch(client, True)
-                if not conn.has_more:
-                    return self._end_batch(client, True)
-                events = conn.next_events()
+                events = conn.next_events(TURN_COMMANDS)
+            for index, event in enumerate(events):
+                event_type = type(event)
+                if event_type is FinRun:
+                    fin_run(broker, client, event.msg_ids)
+                    continue
+                handler = sync_handlers.get(event_type)
+                try:
+                    if handler is not None:
+                        handler(broker, client, event)
+                    else:
+                        now = now_handlers.get(event_type)
+                        response = now(broker, client, event) if now is not None else None
+                        if response is None:
+                            client.unapplied = events[index:]
+                            # while the command waits, other tasks' output is not held back
+                            client.batching = False
+                            return None
+                        client.send_response(response)
+                except ProtocolError as err:
+                    if err.fatal:
+                        raise
+                    client.send_error(err)
+                if event_type is Identify:
+                    conn.heartbeats_enabled = client.heartbeat_interval > 0
+                    if client.upgrade is not None:
+                        # what follows IDENTIFY belongs to the upgraded stream
+                        client.upgrade.leftover = conn.take_trailing_data()
+                        return self._end_batch(client, True)
+            return self._end_batch(client, True)
         except Exception as exc:
             return self._fail(client, exc)
 
@@ -336,10 +364,11 @@ class _InlineInput:
     poller's task on an edge, it reads the socket and applies what came while nothing needs
     awaiting, so a request costs the connection's task no wake-up.
 
-    It returns False (wake the connection's task) when the task has something to do: a
-    command to await (``client.unapplied``), an upgrade after IDENTIFY, a connection that
-    ends (it asked it to close), or a full read (more may be waiting). Compressed input is
-    left to the task.
+    It applies one turn (see :meth:`TCPServer._apply`) and returns False (wake the
+    connection's task) when the task has something to do: a command to await
+    (``client.unapplied``), the rest of the read (``conn.has_more``), an upgrade after
+    IDENTIFY, a connection that ends (it asked it to close), or a full read (more may be
+    waiting). Compressed input is left to the task.
     """
 
     __slots__ = ("server", "client", "conn", "fd")
@@ -362,8 +391,10 @@ class _InlineInput:
             client.close_soon()
             return False
         client.note_read()
-        done = self.server._apply_now(client, self.conn, data)
+        conn = self.conn
+        done = self.server._apply_now(client, conn, data)
         if done is False or not data:
             client.close_soon()
             return False
-        return done is True and len(data) < RECEIVE_SIZE and client.upgrade is None and not client.closing
+        return (done is True and len(data) < RECEIVE_SIZE and not conn.has_more and client.upgrade is None
+                and not client.closing)

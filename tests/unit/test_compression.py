@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tracemalloc
 import zlib
 
 import pytest
@@ -10,6 +11,8 @@ import snappy
 
 from broker.server.compression import MAX_PIECE, CompressionError, DeflateCodec, SnappyCodec
 
+#: The most plain bytes a connection's reader is handed at once (what one read may bring).
+PIECE_BOUND = 256 * 1024
 PLAIN = os.urandom(3000) + b"nsq " * 50_000  # incompressible and compressible parts, several chunks
 
 
@@ -53,9 +56,34 @@ def test_deflate_writes_are_sync_flushed_raw_deflate():
 def test_deflate_hands_on_bounded_pieces_of_a_bomb():
     bomb = zlib.compressobj(9, zlib.DEFLATED, -15)
     data = bomb.compress(b"\0" * 20_000_000) + bomb.flush(zlib.Z_SYNC_FLUSH)
-    pieces = list(DeflateCodec(6).decompress(data))
-    assert max(len(p) for p in pieces) <= MAX_PIECE
-    assert sum(len(p) for p in pieces) == 20_000_000
+    tracemalloc.start()
+    try:
+        sizes = [len(piece) for piece in DeflateCodec(6).decompress(data)]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert max(sizes) <= PIECE_BOUND
+    assert sum(sizes) == 20_000_000
+    assert peak < 8 * PIECE_BOUND  # a piece at a time and the inflater, never the 20 MB
+
+
+@pytest.mark.parametrize("size", [MAX_PIECE - 1, MAX_PIECE, MAX_PIECE + 1, 3 * MAX_PIECE, 3 * MAX_PIECE + 5])
+def test_deflate_pieces_add_up_at_every_boundary(size):
+    plain = (b"NOP\n" * size)[:size]
+    writer = zlib.compressobj(9, zlib.DEFLATED, -15)
+    data = writer.compress(plain) + writer.flush(zlib.Z_SYNC_FLUSH)
+    assert b"".join(DeflateCodec(6).decompress(data)) == plain
+
+
+def test_snappy_hands_on_bounded_pieces_and_joins_small_chunks():
+    writer = snappy.StreamCompressor()
+    large = writer.add_chunk(b"NOP\n" * 4_000_000)
+    small = b"".join(writer.add_chunk(b"PUB t\n") for _ in range(100))
+    codec = SnappyCodec()
+    sizes = [len(piece) for piece in codec.decompress(large)]
+    assert max(sizes) <= PIECE_BOUND
+    assert sum(sizes) == 16_000_000
+    assert list(codec.decompress(small)) == [b"PUB t\n" * 100]  # one piece, not one per chunk
 
 
 def test_deflate_refuses_garbage_and_a_final_block():

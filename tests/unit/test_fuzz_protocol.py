@@ -109,8 +109,9 @@ def _normalise(events: list) -> list:
     return out
 
 
-def parse(chunks: list[bytes], *, fin_runs: bool) -> tuple[list, tuple[str, bytes] | None]:
-    """Feed ``chunks`` then the end of input the way a connection's owner does.
+def parse(chunks: list[bytes], *, fin_runs: bool, limit: int | None = None) -> tuple[list, tuple[str, bytes] | None]:
+    """Feed ``chunks`` then the end of input the way a connection's owner does, taking at most
+    ``limit`` commands per call if given.
 
     Returns the events and the error that ended the stream (code, payload), if any. Any
     exception other than ``ProtocolError`` escapes and fails the test.
@@ -122,12 +123,12 @@ def parse(chunks: list[bytes], *, fin_runs: bool) -> tuple[list, tuple[str, byte
         conn.receive_data(chunk)
         while True:
             try:
-                got = conn.next_events()
+                got = conn.next_events(limit)
             except ProtocolError as exc:
                 return _normalise(events), (exc.code, bytes(exc.payload or b""))
-            if not got:
-                break
             events += got
+            if not conn.has_more:
+                break
     return _normalise(events), None
 
 
@@ -141,6 +142,15 @@ def test_any_split_yields_the_events_of_the_whole_stream(stream: tuple[bytes, li
     assert split == whole
     byte_by_byte = parse([data[i : i + 1] for i in range(len(data))], fin_runs=fin_runs)
     assert byte_by_byte == whole
+
+
+@FUZZ
+@given(streams(), st.booleans(), st.integers(1, 5))
+def test_a_limit_per_call_yields_the_events_of_the_whole_stream(
+    stream: tuple[bytes, list[int]], fin_runs: bool, limit: int
+) -> None:
+    data, _ = stream
+    assert parse([data], fin_runs=fin_runs, limit=limit) == parse([data], fin_runs=fin_runs)
 
 
 @FUZZ

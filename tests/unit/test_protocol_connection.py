@@ -551,6 +551,40 @@ def test_has_more_says_when_another_call_is_needed_before_more_bytes():
         conn.next_events()
 
 
+def test_a_limit_bounds_the_commands_one_call_parses():
+    conn = ServerConnection(SMALL)
+    conn.fin_runs = True
+    ids = [b"%016d" % i for i in range(5)]
+    conn.receive_data(MAGIC_V2 + encode_nop() * 3 + encode_pub("t", b"x") + encode_sub("t", "c")
+                      + b"".join(encode_fin(i) for i in ids) + encode_nop())
+    assert conn.next_events(2) == [Nop(), Nop()]
+    assert conn.has_more
+    assert conn.next_events(2) == [Nop(), Pub("t", b"x")]
+    assert conn.next_events(2) == [Sub("t", "c"), FinRun(ids[:1])]
+    assert conn.next_events(3) == [FinRun(ids[1:4])]  # each FIN of a run counts
+    assert conn.next_events(3) == [FinRun(ids[4:]), Nop()]
+    assert not conn.has_more
+    assert conn.next_events(3) == []
+
+
+def test_each_message_of_an_mpub_counts_against_the_limit():
+    conn = ServerConnection(SMALL)
+    conn.receive_data(MAGIC_V2 + encode_mpub("t", [b"a", b"b", b"c"]) + encode_nop() + encode_nop())
+    assert conn.next_events(2) == [Mpub("t", [b"a", b"b", b"c"])]  # a command is never cut
+    assert conn.next_events(2) == [Nop(), Nop()]
+
+
+def test_a_limit_that_ends_with_the_input_leaves_nothing_more():
+    conn = ServerConnection(SMALL)
+    conn.receive_data(MAGIC_V2 + encode_nop() * 2 + b"NO")
+    assert conn.next_events(2) == [Nop(), Nop()]
+    assert conn.next_events(2) == []
+    assert not conn.has_more
+    conn.receive_data(b"P\n")
+    assert conn.next_events(2) == [Nop()]
+    assert not conn.has_more
+
+
 def test_trailing_data_after_identify_upgrade():
     conn = ServerConnection(SMALL)
     conn.receive_data(MAGIC_V2 + encode_identify({"tls_v1": True}) + b"\x16\x03\x01handshake")
