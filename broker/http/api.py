@@ -27,6 +27,7 @@ from broker.http.server import HTTP1Server, Request, RequestBody, Response
 from broker.http.status import StatusEndpoints
 from broker.observe import GC_PAUSES
 from broker.server.net import Addresses
+from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
@@ -100,6 +101,10 @@ class HTTPServer:
             response = await endpoint(request, body, param)
         except APIError as err:
             response = v1_error(err.status, err.text)
+        except (OSError, DiskQueueError) as exc:  # the disk refused (a queue's files, nsqd.dat): no fault of ours
+            self.broker.disk_failed(exc)
+            log.error("HTTP: %s %s failed - %s", request.method, request.path, exc)
+            response = v1_error(500, "INTERNAL_ERROR")
         except Exception:  # nsqd's router turns a handler panic into a 500 too
             log.exception("HTTP: %s %s failed", request.method, request.path)
             response = v1_error(500, "INTERNAL_ERROR")

@@ -23,6 +23,7 @@ from broker import protocol as p
 from broker.gocompat import MILLISECOND
 from broker.protocol import ProtocolError
 from broker.server.auth import AuthError
+from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
@@ -101,8 +102,11 @@ async def sub(broker: Broker, client: Client, cmd: p.Sub) -> bytes:
         await check_auth(client, "SUB", cmd.topic, cmd.channel)
     if broker.exiting:
         raise ProtocolError("E_SUB_FAILED", "SUB failed exiting")
-    topic = broker.get_topic(cmd.topic)
-    channel = topic.get_channel(cmd.channel)
+    try:
+        channel = broker.get_topic(cmd.topic).get_channel(cmd.channel)
+    except (OSError, DiskQueueError) as exc:  # its queue's files cannot be opened
+        broker.disk_failed(exc)
+        raise ProtocolError("E_SUB_FAILED", "SUB failed to open the channel's files") from None
     channel.add_client(client)
     client.channel = channel
     client.state = p.State.SUBSCRIBED

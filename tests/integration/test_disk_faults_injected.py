@@ -11,16 +11,17 @@ writes again are exact.
 from __future__ import annotations
 
 import errno
+from pathlib import Path
 
 import pytest
 import trio
 
 from broker.core.spill import REFILL_BATCH
-from broker.protocol import FRAME_TYPE_ERROR, encode_fin, encode_mpub, encode_pub
+from broker.protocol import FRAME_TYPE_ERROR, encode_fin, encode_mpub, encode_pub, encode_sub
 from tests.support.diskfaults import FaultyDisk
 from tests.support.http_client import request
 from tests.support.publishers import KINDS, Consumer, Ledger, publish_once, publish_until
-from tests.support.v2client import connect, subscriber
+from tests.support.v2client import connect, publish, subscriber
 
 
 async def _ping(daemon) -> tuple[int, bytes]:
@@ -161,3 +162,29 @@ async def test_a_channel_that_cannot_spill_holds_its_topic_back_instead_of_growi
                 got.append(msg.body)
                 await consumer.send(encode_fin(msg.id))
             assert got == bodies
+
+
+@pytest.mark.parametrize("mode", ["default", "durable"])
+async def test_a_channel_whose_files_cannot_be_opened_is_refused_clearly(start_daemon, mode: str,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """Opening a channel must set its damaged checkpoint aside (a rename) on a disk that refuses every
+    change: ``SUB`` gets a fatal ``E_SUB_FAILED``, ``/channel/create`` nsqd's 500, and the log one line."""
+    disk = FaultyDisk(matches=lambda name: name.startswith("t:blocked"))
+    disk.fail(errno.EROFS)
+    flags = ["--durable"] if mode == "durable" else []
+    with trio.fail_after(30), disk.installed():
+        async with start_daemon(*flags) as daemon:
+            await publish(daemon, "t", b"kept")
+            (Path(daemon.broker.options.data_path) / "t:blocked.diskqueue.meta.dat").write_bytes(b"\xff" * 40)
+            reply = await request(daemon.addresses.http, "POST", "/channel/create?topic=t&channel=blocked")
+            assert (reply.status, reply.body) == (500, b'{"message":"INTERNAL_ERROR"}')
+            client = await connect(daemon.addresses.tcp)
+            await client.send(encode_sub("t", "blocked"))
+            await client.expect_error(b"E_SUB_FAILED SUB failed to open the channel's files")
+            assert await _ping(daemon) == (500, b"NOK - " + str(daemon.broker.health_error).encode())
+            consumer = await subscriber(daemon, "t", "ok", rdy=2)  # the rest of the broker serves on
+            await publish(daemon, "t", b"after")
+            assert [m.body for m in await consumer.read_messages(2)] == [b"kept", b"after"]
+    assert disk.refused
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records if r.exc_info]
+    assert "Traceback" not in caplog.text
