@@ -104,7 +104,7 @@ async def test_a_hostile_identify_answer_from_lookupd_costs_nothing(start_daemon
                                                                     caplog: pytest.LogCaptureFixture) -> None:
     conversations: list[list] = []
     address = await start_fake_lookupd(nursery, conversations, identify_answer=answer)
-    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.INFO, logger="pynsqd.lookup")
     with trio.fail_after(30):
         async with start_daemon(f"--lookupd-tcp-address={address}", "--broadcast-address=127.0.0.1") as daemon:
             assert (await request(daemon.addresses.http, "POST", "/topic/create?topic=first")).status == 200
