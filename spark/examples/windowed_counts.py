@@ -114,6 +114,9 @@ def spark_session() -> SparkSession:
 def main(argv=None) -> int:
     args = parse_args(argv)
     spark = spark_session()
+    # Spark's INFO lines of every micro-batch would bury the query's own; and one finishing
+    # between Ctrl-C and the stop below would follow the "stopped" line
+    spark.sparkContext.setLogLevel("WARN")
     # after the SparkContext, which installs its own handler (cancel the jobs, raise KeyboardInterrupt)
     interrupted = threading.Event()
     signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
