@@ -30,16 +30,24 @@ from broker.gocompat import go_quote_str
 from broker.protocol import MAX_ATTEMPTS, Limits, is_ephemeral, is_valid_name
 from diskqueue import DiskQueueError
 
-__all__ = ["Broker", "ShutdownIncomplete"]
+__all__ = ["Broker", "ShutdownIncomplete", "PublishStopped", "PUBLISH_PIECE"]
 
 log = logging.getLogger("pynsqd.broker")
 
 #: How much of a bad name from a peer the log shows (a peer may send megabytes).
 _SHOWN_NAME_LENGTH = 100
+#: The most messages of one publish queued in one go. A larger batch (an MPUB of a million
+#: one-byte bodies fits in the default --max-body-size) is queued a piece at a time, the
+#: other tasks running between pieces: a piece takes about a millisecond.
+PUBLISH_PIECE = 2048
 
 
 class ShutdownIncomplete(Exception):
     """A shutdown could not write everything to disk (a full disk); the details are logged."""
+
+
+class PublishStopped(Exception):
+    """A publish queued in pieces stopped part way: its topic was deleted, or the broker is exiting."""
 
 
 class Broker:
@@ -223,16 +231,45 @@ class Broker:
 
         Each gets a fresh id and the current wall-clock timestamp; ``defer_ns``
         > 0 makes them deferred by that long. Raises as :meth:`publish`.
+
+        A batch of more than :data:`PUBLISH_PIECE` bodies is queued a piece at a time,
+        with a checkpoint between pieces, so that a huge MPUB does not hold the other
+        connections: it returns once all of it is queued (in durable mode, synced), and
+        messages of other publishers may come between its pieces, as they can in nsqd.
+        A piece the disk refuses ends it with the error, and the pieces before it stay
+        queued (nsqd too keeps the messages of an MPUB put before the one refused);
+        :class:`PublishStopped` if the topic is deleted or the broker exits meanwhile.
         """
-        await self.publish(topic, self._new_messages(bodies, defer_ns))
+        if len(bodies) <= PUBLISH_PIECE:
+            await self.publish(topic, self._new_messages(bodies, defer_ns))
+            return
+        starting = self._starting.get(topic.name)
+        if starting is not None:
+            await starting.wait()
+        written = self._write_seq(topic)
+        try:
+            for start in range(0, len(bodies), PUBLISH_PIECE):
+                if start:
+                    await trio.lowlevel.checkpoint()
+                    if self.exiting or topic.exiting:
+                        raise PublishStopped("exiting")  # nsqd's word for a put to a topic gone
+                topic.put_many(self._new_messages(bodies[start:start + PUBLISH_PIECE], defer_ns))
+            if topic.group is not None:
+                await topic.group.wait()
+                await self.wait_metadata_persisted()  # a topic created by this publish
+        except DiskQueueError as exc:
+            self.disk_failed(exc)
+            raise
+        self._disk_written(topic, written)
 
     def publish_bodies_now(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0) -> bool:
         """:meth:`publish_bodies` when it needs no wait: not in durable mode (the answer waits
         for the disk) and not while ``topic`` is starting (see :meth:`publish`).
 
+        Nor for a batch queued in pieces (more than :data:`PUBLISH_PIECE` bodies).
         Returns False, having done nothing, in those cases; raises as :meth:`publish`.
         """
-        if topic.group is not None or topic.name in self._starting:
+        if topic.group is not None or topic.name in self._starting or len(bodies) > PUBLISH_PIECE:
             return False
         self._put(topic, self._new_messages(bodies, defer_ns))
         return True

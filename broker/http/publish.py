@@ -3,14 +3,19 @@
 Bodies are read with limits: a ``Content-Length`` above ``--max-msg-size``
 (``/pub``) or ``--max-body-size`` (``/mpub``) is refused with 413 before any of
 the body is read. Messages are queued by :meth:`Broker.publish_bodies`, as the
-TCP ``PUB``/``MPUB``/``DPUB`` commands queue them.
+TCP ``PUB``/``MPUB``/``DPUB`` commands queue them. An ``/mpub`` body is split into
+messages a bounded piece at a time, with a checkpoint between pieces: 5 MB of one-byte
+lines are millions of messages, and the other connections must not wait for them all.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
+
+import trio
 
 from broker.gocompat import MILLISECOND, parse_int64, to_ns, wrap_int64
 from broker.http.query import first, parse_bool, query_params, request_params
@@ -34,6 +39,10 @@ _LENGTH = struct.Struct(">i")
 #: most this length (publishers repeat theirs, so the parse is done once per publisher).
 _CACHED_QUERIES = 1024
 _CACHED_QUERY_LENGTH = 256
+#: Messages of a binary ``/mpub`` decoded between checkpoints.
+_BINARY_PIECE = 8192
+#: Bytes of a text ``/mpub`` split into lines between checkpoints (a longer line is split whole).
+_TEXT_PIECE = 32 * 1024
 
 
 class PublishEndpoints:
@@ -111,9 +120,9 @@ class PublishEndpoints:
         if binary:
             if len(data) > max_body:
                 raise APIError(413, "BODY_TOO_BIG")
-            bodies = read_binary_mpub(data, opts.max_msg_size, max_body)
+            bodies = await read_binary_mpub(data, opts.max_msg_size, max_body)
         else:
-            bodies = read_text_mpub(data, opts.max_msg_size, max_body)
+            bodies = await read_text_mpub(data, opts.max_msg_size, max_body)
         return await self._put(topic, bodies)
 
     async def _put(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0) -> Response:
@@ -131,42 +140,63 @@ class PublishEndpoints:
         return OK
 
 
-def read_text_mpub(data: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
+async def read_text_mpub(data: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
     """nsqd's text ``/mpub``: one message per line, empty lines skipped.
 
     ``data`` is at most ``max_body_size + 1`` bytes; reaching that many is
     ``BODY_TOO_BIG``, unless an earlier line already was ``MSG_TOO_BIG`` (nsqd checks
-    line by line, in order).
+    line by line, in order). The lines are split a piece at a time, with a checkpoint between.
     """
-    blocks = data.split(b"\n")
     if len(data) > max_body_size:
-        # The block holding the last byte is where nsqd notices the size; the lines
+        # The line holding the last byte is where nsqd notices the size; the lines
         # before it are checked first.
-        last = len(blocks) - 2 if data.endswith(b"\n") else len(blocks) - 1
-        for block in blocks[:last]:
-            if len(block) > max_msg_size:
+        end = data.rfind(b"\n", 0, len(data) - 1)
+        for index, blocks in enumerate(_line_pieces(data, end) if end >= 0 else ()):
+            if index:
+                await trio.lowlevel.checkpoint()
+            if max(map(len, blocks)) > max_msg_size:
                 raise APIError(413, "MSG_TOO_BIG")
         raise APIError(413, "BODY_TOO_BIG")
-    bodies = [block for block in blocks if block]
-    for block in bodies:
-        if len(block) > max_msg_size:
+    bodies: list[bytes] = []
+    for index, blocks in enumerate(_line_pieces(data, len(data))):
+        if index:
+            await trio.lowlevel.checkpoint()
+        if max(map(len, blocks)) > max_msg_size:
             raise APIError(413, "MSG_TOO_BIG")
+        bodies.extend(filter(None, blocks))
     return bodies
 
 
-def read_binary_mpub(data: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
+def _line_pieces(data: bytes, end: int) -> Iterator[list[bytes]]:
+    """``data[:end].split(b"\\n")``, about :data:`_TEXT_PIECE` bytes of lines at a time."""
+    start = 0
+    while True:
+        cut = data.find(b"\n", min(start + _TEXT_PIECE, end), end)
+        if cut < 0:
+            yield data[start:end].split(b"\n")
+            return
+        yield data[start:cut].split(b"\n")
+        start = cut + 1
+
+
+async def read_binary_mpub(data: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
     """nsqd's binary ``/mpub``: the TCP ``MPUB`` body from its message count on.
 
     The TCP command's parser reads it, so the checks are the same; its errors
     become 413 with the TCP code less ``E_`` (``BAD_BODY`` for the count,
     ``BAD_MESSAGE`` for a message). Bytes after the last message are ignored, as
-    nsqd never reads them.
+    nsqd never reads them. The messages are decoded :data:`_BINARY_PIECE` at a time,
+    with a checkpoint between.
     """
     reader = MpubBody("", max_msg_size, max_body_size)
+    end = len(data)
     try:
         # the HTTP body lacks the TCP body's size field: announce the size it has
-        reader.advance(_LENGTH.pack(len(data)), 0, _LENGTH.size)
-        _, event = reader.advance(data, 0, len(data))
+        reader.advance(_LENGTH.pack(end), 0, _LENGTH.size)
+        pos, event = reader.advance(data, 0, end, _BINARY_PIECE)
+        while event is None and end - pos >= reader.need:  # stopped at the piece's end
+            await trio.lowlevel.checkpoint()
+            pos, event = reader.advance(data, pos, end, _BINARY_PIECE)
         if not isinstance(event, Mpub):
             raise reader.eof_error()
     except ProtocolError as err:

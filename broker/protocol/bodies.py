@@ -10,7 +10,9 @@ Every reader has the same small interface, used by :class:`ServerConnection`:
 
 * ``need``: how many bytes past the current position it needs to progress;
 * ``advance(data, pos, end) -> (pos, event | None)``: consume what it can of
-  ``data[pos:end]``; ``None`` means "more input needed";
+  ``data[pos:end]``; ``None`` means "more input needed" (:class:`MpubBody` takes
+  a ``limit`` of messages too: then ``None`` with ``need`` bytes at hand means
+  it stopped at the limit);
 * ``eof_error()``: the error nsqd sends if the input ends now (its
   ``io.ReadFull`` fails with EOF or a read deadline).
 """
@@ -26,6 +28,7 @@ from .errors import ProtocolError
 
 __all__ = ["BodySpec", "SizedBody", "MpubBody"]
 
+_NO_LIMIT = 1 << 62
 _LENGTH = struct.Struct(">i")
 _unpack_length = _LENGTH.unpack_from
 _new = object.__new__
@@ -128,6 +131,9 @@ class MpubBody:
     plus every size field and body) may not exceed ``max_body_size`` either --
     a bound nsqd lacks, which an honest client, whose declared size is the
     truth, can never hit.
+
+    A call decodes at most ``limit`` messages, so that a body of a million tiny
+    messages, received in one piece, is decoded a bounded piece at a time.
     """
 
     __slots__ = ("topic", "max_msg_size", "max_body_size", "phase", "count", "bodies", "total", "need")
@@ -142,7 +148,7 @@ class MpubBody:
         self.total = 4
         self.need = 4
 
-    def advance(self, data: bytes, pos: int, end: int) -> tuple[int, object]:
+    def advance(self, data: bytes, pos: int, end: int, limit: int = _NO_LIMIT) -> tuple[int, object]:
         max_body_size = self.max_body_size
         if self.phase == _BODY_SIZE:
             if end - pos < 4:
@@ -168,7 +174,7 @@ class MpubBody:
         bodies = self.bodies
         append = bodies.append
         index = len(bodies)
-        count = self.count
+        count = min(self.count, index + limit)
         total = self.total
         max_msg_size = self.max_msg_size
         unpack = _unpack_length
@@ -214,6 +220,10 @@ class MpubBody:
             total = grown
             pos = stop
             index += 1
+        if index < self.count:  # stopped at the limit
+            self.total = total
+            self.need = 4
+            return pos, None
         # built field by field: a frozen dataclass's __init__ goes through object.__setattr__
         event = _new(Mpub)
         _set_mpub_topic(event, self.topic)

@@ -29,7 +29,7 @@ from functools import lru_cache, partial
 
 from .base10 import ms_to_duration_ns, parse_base10, to_int64
 from .bodies import AUTH_BODY, DPUB_BODY, IDENTIFY_BODY, PUB_BODY, MpubBody, SizedBody
-from .commands import Auth, Cls, Dpub, Fin, FinRun, Identify, Mpub, Nop, Pub, Rdy, Req, Sub, Touch
+from .commands import Auth, Cls, Dpub, Fin, FinRun, Identify, Nop, Pub, Rdy, Req, Sub, Touch
 from .errors import ProtocolError
 from .frames import MAGIC_V2, MSG_ID_LENGTH
 from .identify import decode_identify
@@ -179,9 +179,9 @@ class ServerConnection:
         """Every complete command buffered so far, in order; at most ``limit`` commands if given.
 
         A call parses at most ``limit`` commands (each FIN of a :class:`FinRun` and each
-        message of an MPUB counts, and so does a line that yields no event; a call may
-        overshoot by the messages of its last MPUB), so that its owner can bound the work
-        one call hands it and come back for the rest. Parsing pauses after an :class:`Identify` (the rest is returned by the
+        message of an MPUB counts, and so does a line that yields no event; the messages
+        of an MPUB count as they are decoded, so a huge one takes many calls), so that its
+        owner can bound the work one call hands it and come back for the rest. Parsing pauses after an :class:`Identify` (the rest is returned by the
         next call), because what IDENTIFY negotiates changes how the following
         bytes are read: heartbeats (SUB), TLS, compression. If an error follows
         some good commands, those are returned and the error is raised on the
@@ -263,12 +263,22 @@ class ServerConnection:
                 if body is not None:
                     if end - pos < body.need:
                         break
-                    pos, event = body.advance(data, pos, end)
-                    if event is None:
-                        break
+                    if type(body) is MpubBody:
+                        # each message counts as it is decoded: a huge body takes many calls
+                        decoded = len(body.bodies)
+                        pos, event = body.advance(data, pos, end, budget)
+                        budget -= len(body.bodies) - decoded
+                        if event is None:
+                            if budget <= 0:
+                                continue
+                            break
+                    else:
+                        pos, event = body.advance(data, pos, end)
+                        if event is None:
+                            break
+                        budget -= 1
                     self._body = None
                     append(event)
-                    budget -= len(event.bodies) if type(event) is Mpub else 1
                     if type(event) is Identify:
                         self._paused = True
                         break

@@ -568,10 +568,27 @@ def test_a_limit_bounds_the_commands_one_call_parses():
 
 
 def test_each_message_of_an_mpub_counts_against_the_limit():
+    # the messages count as they are decoded: a huge MPUB is decoded over many calls,
+    # and comes out whole once its last message is
     conn = ServerConnection(SMALL)
     conn.receive_data(MAGIC_V2 + encode_mpub("t", [b"a", b"b", b"c"]) + encode_nop() + encode_nop())
-    assert conn.next_events(2) == [Mpub("t", [b"a", b"b", b"c"])]  # a command is never cut
-    assert conn.next_events(2) == [Nop(), Nop()]
+    assert conn.next_events(2) == []
+    assert conn.has_more
+    assert conn.next_events(2) == [Mpub("t", [b"a", b"b", b"c"]), Nop()]
+    assert conn.next_events(2) == [Nop()]
+    assert not conn.has_more
+
+
+def test_an_mpub_decoded_over_many_calls_gives_nsqds_error_for_a_bad_message():
+    conn = ServerConnection(SMALL)
+    data = encode_mpub("t", [b"a", b"b", b"c"])
+    bad = data[:-5] + b"\x00\x00\x00\x00" + data[-1:]  # the last message's size is 0
+    conn.receive_data(MAGIC_V2 + bad)
+    assert conn.next_events(1) == []
+    assert conn.next_events(1) == []
+    with pytest.raises(ProtocolError) as err:
+        conn.next_events(1)
+    assert err.value.payload == b"E_BAD_MESSAGE MPUB invalid message(2) body size 0"
 
 
 def test_a_limit_that_ends_with_the_input_leaves_nothing_more():
