@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 import httpx
@@ -30,6 +30,13 @@ __all__ = ["AuthError", "Authorization", "AuthState", "AuthClient", "PERMISSIONS
 #: The permissions an auth server may grant.
 PERMISSIONS = frozenset({"subscribe", "publish"})
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+#: The largest auth server answer read (bytes). A real one names a few grants: a few KB.
+MAX_ANSWER_SIZE = 1 << 20
+#: Answers larger than this (bytes) are decoded, and their patterns compiled, in a worker
+#: thread: thousands of grants take a good part of a second, which the event loop must not wait.
+_DECODE_INLINE_BELOW = 64 * 1024
+#: How many (topic, channel) verdicts an answer remembers.
+_REMEMBERED = 1024
 
 
 class AuthError(Exception):
@@ -62,10 +69,23 @@ class AuthState:
     identity_url: str
     authorizations: tuple[Authorization, ...]
     expires: float
+    #: what :meth:`allows` found for each (topic, channel) asked (a client asks of a few, often)
+    _allowed: dict[tuple[str, str], bool] = field(default_factory=dict, compare=False, repr=False)
 
     def allows(self, topic: str, channel: str) -> bool:
-        """Whether any grant allows the command (see :meth:`Authorization.allows`)."""
-        return any(grant.allows(topic, channel) for grant in self.authorizations)
+        """Whether any grant allows the command (see :meth:`Authorization.allows`).
+
+        Remembered per name pair, so an answer of thousands of grants costs its scan once
+        per pair, not once per command.
+        """
+        key = (topic, channel)
+        allowed = self._allowed.get(key)
+        if allowed is None:
+            allowed = any(grant.allows(topic, channel) for grant in self.authorizations)
+            if len(self._allowed) >= _REMEMBERED:
+                self._allowed.clear()
+            self._allowed[key] = allowed
+        return allowed
 
     def expired(self) -> bool:
         """True once ``ttl`` seconds have passed since the answer."""
@@ -177,13 +197,25 @@ class AuthClient:
         timeout = httpx.Timeout(self.request_timeout, connect=self.connect_timeout)
         try:
             with trio.fail_after(self.request_timeout or float("inf")):
-                async with httpx.AsyncClient(verify=self.ssl_context, timeout=timeout) as http:
-                    response = await http.get(endpoint, headers={"Accept": "application/vnd.nsq; version=1.0"})
+                async with httpx.AsyncClient(verify=self.ssl_context, timeout=timeout) as http, \
+                        http.stream("GET", endpoint, headers={"Accept": "application/vnd.nsq; version=1.0"}) as response:
+                    body = await _read_answer(response)
         except trio.TooSlowError as exc:
             raise AuthError("request timed out") from exc
         except httpx.HTTPError as exc:
             raise AuthError(f"{type(exc).__name__}: {exc}") from exc
         if response.status_code != 200:
-            raise AuthError(f"got response {response.status_code} {response.reason_phrase} "
-                            f"{_go_quote(response.content)}")
-        return parse_state(response.content, trio.current_time())
+            raise AuthError(f"got response {response.status_code} {response.reason_phrase} {_go_quote(body)}")
+        if len(body) < _DECODE_INLINE_BELOW:
+            return parse_state(body, trio.current_time())
+        return await trio.to_thread.run_sync(parse_state, body, trio.current_time())
+
+
+async def _read_answer(response: httpx.Response) -> bytes:
+    """The answer's body; raises :class:`AuthError` past :data:`MAX_ANSWER_SIZE` bytes."""
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > MAX_ANSWER_SIZE:
+            raise AuthError(f"answer too large (over {MAX_ANSWER_SIZE} bytes)")
+    return bytes(body)

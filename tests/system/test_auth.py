@@ -33,6 +33,12 @@ SECRETS = {
     "bad-permission": {"ttl": 60, "authorizations": [{"topic": ".*", "channels": [], "permissions": ["admin"]}]},
     "bad-ttl": {"ttl": 0, "authorizations": [ORDERS]},
     "bad-pattern": {"ttl": 60, "authorizations": [{**ORDERS, "channels": ["(?<=a)b"]}]},
+    # past the 1 MiB an answer may have (a real one is a few KB): nsqd reads any size
+    "huge": {"raw": json.dumps({"ttl": 60, "identity": "x" * (1 << 20), "authorizations": [PUBLISH_ANY]})},
+    # just under it: 9,000 grants, decoded off the event loop; only the last allows "orders"
+    "many": {"identity": "many", "ttl": 60, "authorizations": [
+        *({"topic": f"^t{i}$", "channels": [".*"], "permissions": ["publish"]} for i in range(9000)),
+        PUBLISH_ORDERS]},
 }
 
 
@@ -134,6 +140,7 @@ async def test_no_authorizations_is_unauthorized(broker):
     ("bad-ttl", "invalid TTL 0 (must be >0)"),
     ("bad-pattern", 'unable to compile channel "(?<=a)b" error parsing regexp: invalid or unsupported Perl syntax: `(?<`'),
     ("slow", "request timed out"),
+    ("huge", "answer too large (over 1048576 bytes)"),
 ])
 async def test_a_bad_answer_fails_auth_without_telling_the_client_why(broker, authd, caplog, secret, logged):
     caplog.set_level(logging.INFO, "pynsqd")
@@ -144,6 +151,16 @@ async def test_a_bad_answer_fails_auth_without_telling_the_client_why(broker, au
     assert f"AUTH failed failed to auth against {authd.address} - {logged}" in caplog.text
     await bystander.send(encode_pub("orders", b"unaffected"))
     await bystander.expect_response(b"OK")
+
+
+async def test_an_answer_of_thousands_of_grants_is_read_whole(broker):
+    client = await authed(broker, "many")
+    assert json.loads((await client.read_frame()).data)["permission_count"] == 9001
+    for _ in range(3):
+        await client.send(encode_pub("orders", b"granted by the last"))
+        await client.expect_response(b"OK")
+    await client.send(encode_pub("t8999x", b"no grant matches"))
+    await client.expect_error(b'E_UNAUTHORIZED AUTH failed for PUB on "t8999x" ""')
 
 
 async def test_an_auth_server_that_is_down_fails_auth(start_daemon, caplog):
