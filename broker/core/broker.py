@@ -80,8 +80,8 @@ class Broker:
             entries = self._metadata.load()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                with self._storage.queues.listed():
-                    self._load(entries)
+                self._storage.queues.list_directory()
+                self._load(entries)
                 await self.persist_metadata()
                 nursery.start_soon(self._scan_loop)
                 nursery.start_soon(self._metadata.run, self.metadata_entries, self._metadata_failed)

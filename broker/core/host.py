@@ -13,7 +13,6 @@ The broker itself receives its data directory as a :class:`BrokerStorage`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -79,9 +78,9 @@ class QueueStore(Protocol):
         """The disk queue ``name``, recovered from any existing files."""
         ...
 
-    def listed(self) -> AbstractContextManager[None]:
-        """A block in which the queues opened (and stashes taken) find their files in one
-        listing of the directory made on entry: start-up, which opens every queue at once."""
+    def list_directory(self) -> None:
+        """List the directory once, before start-up opens every queue at once: queues opened
+        (and stashes taken) from then on find their files in that listing."""
         ...
 
     def take_stash(self, name: str) -> list[bytes]:
