@@ -335,9 +335,13 @@ class Broker:
     async def _scan_loop(self) -> None:
         """Requeue expired in-flight messages and release due deferred ones."""
         interval = self.options.queue_scan_interval
+        timed = self.host.timed  # an idle channel is not visited: an idle broker costs nothing here
         while True:
             await trio.sleep(interval)
-            for topic in list(self.topics.values()):
-                for channel in list(topic.channels.values()):
-                    if channel.in_flight_timers or channel.deferred_timers:  # most channels have none
-                        channel.process_timers()
+            for channel in list(timed):
+                if channel.exiting:
+                    timed.discard(channel)
+                    continue
+                channel.process_timers()
+                if not (channel.in_flight_timers or channel.deferred_timers):
+                    timed.discard(channel)

@@ -81,8 +81,9 @@ class Channel:
         self._host = host
         self.in_flight: dict[bytes, Message] = {}
         self.deferred: dict[bytes, Message] = {}
-        self.in_flight_timers = TimerHeap(_DEADLINE, lambda m: self.in_flight.get(m.id) is m)
-        self.deferred_timers = TimerHeap(_DEADLINE, lambda m: self.deferred.get(m.id) is m)
+        armed = host.timed.add  # the broker's scanner visits only channels with timers
+        self.in_flight_timers = TimerHeap(_DEADLINE, lambda m: self.in_flight.get(m.id) is m, lambda: armed(self))
+        self.deferred_timers = TimerHeap(_DEADLINE, lambda m: self.deferred.get(m.id) is m, lambda: armed(self))
         self.clients: list[Subscriber] = []
         self.leases = Leases()
         self._rr = 0

@@ -13,9 +13,9 @@ The broker itself receives its data directory as a :class:`BrokerStorage`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.config.options import Options
 from broker.core.latency import LatencyStream
@@ -179,6 +179,9 @@ class CoreHost:
     wait_metadata_persisted: Callable[[], Awaitable[None]]
     #: a topic or channel was created or deleted
     registry_changed: Callable[[RegistryChange], None] = _nobody_listens
+    #: the channels that may have in-flight or deferred messages (each adds itself when one
+    #: of its timer heaps gets an entry; the owner's scanner removes those that have none)
+    timed: set[Any] = field(default_factory=set)
 
     def latency_stream(self) -> LatencyStream:
         """A new end-to-end latency stream as the options configure it."""
