@@ -35,9 +35,11 @@ Which calls are async, and why:
   did not write, so damage found there later never hides newer records.
 
 Sync policy (nsqd's): ``run()`` syncs once ``sync_every`` records have been written or
-read since the last sync, at least every ``sync_timeout`` seconds when there was any
-activity, promptly after a segment roll and after a segment has been read to its end; and
-``close()`` syncs. These syncs always write the checkpoint.
+read since the last sync, within ``sync_timeout`` seconds of the first change not yet
+synced, promptly after a segment roll and after a segment has been read to its end; and
+``close()`` syncs. These syncs always write the checkpoint. While nothing needs a sync the
+loop waits without a timeout (an idle queue costs no wake-ups), and with
+``run_on_demand()`` it is not even started until the first change.
 
 A segment roll happens inside ``put_many``, which cannot wait for an fsync: the finished
 segment stays open, ``run()`` is woken, and the next sync fsyncs it (and the directory)
