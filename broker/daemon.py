@@ -9,9 +9,12 @@ metadata. A second signal during shutdown exits at once.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import logging
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import trio
@@ -77,7 +80,8 @@ class Daemon:
         for warning in unbuilt_warnings(opts):
             log.warning("%s", warning)
         async with trio.open_nursery() as nursery:
-            await nursery.start(self.broker.run)
+            with _no_cyclic_collection():
+                await nursery.start(self.broker.run)
             tcp_listeners = await open_listeners(opts.tcp_address, "TCP")
             tcp_address = bound_address(tcp_listeners[0])
             await nursery.start(self.tcp.serve, tcp_listeners)
@@ -117,9 +121,33 @@ class Daemon:
             for http in (self.http, self.https):
                 if http is not None:
                     await http.close_connections(SHUTDOWN_GRACE)
-            await self.broker.shutdown()
+            with _no_cyclic_collection():
+                await self.broker.shutdown()
             nursery.cancel_scope.cancel()
         log.info("bye")
+
+
+@contextmanager
+def _no_cyclic_collection() -> Iterator[None]:
+    """Keep the cyclic garbage collector from running in the block (start-up, shutdown).
+
+    Loading thousands of topics allocates long-lived objects by the hundred thousand, and
+    each collection they trigger scans all of those made before it: a quarter of a
+    10,000-topic start went to collections that freed nothing. Reference counting still
+    frees everything acyclic. At the end the objects made in the block move to the oldest
+    generation unscanned (``freeze`` then ``unfreeze``): left in the youngest, they would
+    make its next collection as long as the ones avoided. Cycles among them are collected
+    with that generation.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.unfreeze()
+        if was_enabled:
+            gc.enable()
 
 
 def _port(address: object) -> int:
@@ -160,6 +188,9 @@ def run(options: Options) -> int:
     # thousands of times a second; a collection per 50,000 allocations keeps cycles
     # (exceptions, tasks) collected at a fraction of the cost.
     gc.set_threshold(GC_THRESHOLD, 20, 20)
+    # At exit the interpreter's last collections would scan every object still alive: with
+    # 10,000 topics, seconds between "bye" and the exit. The process frees them all anyway.
+    atexit.register(gc.freeze)
     try:
         trio.run(_main, options)
     except ExceptionGroup as group:

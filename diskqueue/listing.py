@@ -8,10 +8,14 @@ each queue opened with it (``DiskQueue(..., listing=...)``, ``check(..., listing
 takes its group instead of listing the directory again.
 
 A listing is a snapshot. A queue's files change only when that queue is opened or used, so
-the snapshot stays true for every queue not yet handed its group; once it was
-(:meth:`take`), later requests for the same name get None and list the directory
-themselves. The owner must not create or remove another queue's files by other means
-while it keeps the listing.
+the snapshot stays true for every queue not yet handed its group, including every queue
+that had no files: an owner that keeps the listing (and holds the directory, as a broker
+does with its lock) opens queues it creates later without listing the directory again.
+Once a queue was handed its group (:meth:`take`), later requests for the same name get
+None and list the directory themselves, until the queue is deleted
+(``DiskQueue.delete()`` tells the listing it opened from: :meth:`released`), after which
+the name has no files again. The owner must not create or remove a queue's files by
+other means while it keeps the listing, or must tell it (:meth:`released`).
 """
 
 from __future__ import annotations
@@ -71,3 +75,9 @@ class DirectoryListing:
             return None
         self._taken.add(name)
         return list(self._groups.get(name, ()))
+
+    def released(self, name: str) -> None:
+        """Every segment and checkpoint file of queue ``name`` was removed (the queue was
+        deleted): the next :meth:`take` gives ``[]`` without listing the directory."""
+        self._taken.discard(name)
+        self._groups.pop(name, None)

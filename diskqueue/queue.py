@@ -35,9 +35,11 @@ Which calls are async, and why:
   did not write, so damage found there later never hides newer records.
 
 Sync policy (nsqd's): ``run()`` syncs once ``sync_every`` records have been written or
-read since the last sync, at least every ``sync_timeout`` seconds when there was any
-activity, promptly after a segment roll and after a segment has been read to its end; and
-``close()`` syncs. These syncs always write the checkpoint.
+read since the last sync, within ``sync_timeout`` seconds of the first change not yet
+synced, promptly after a segment roll and after a segment has been read to its end; and
+``close()`` syncs. These syncs always write the checkpoint. While nothing needs a sync the
+loop waits without a timeout (an idle queue costs no wake-ups), and with
+``run_on_demand()`` it is not even started until the first change.
 
 A segment roll happens inside ``put_many``, which cannot wait for an fsync: the finished
 segment stays open, ``run()`` is woken, and the next sync fsyncs it (and the directory)
@@ -62,10 +64,12 @@ those is quick again.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol
 
 import trio
 
@@ -97,6 +101,12 @@ DEFAULT_MAX_MSG_SIZE = 1048576 + 26
 DEFAULT_SYNC_EVERY = 2500
 DEFAULT_SYNC_TIMEOUT = 2.0
 
+class _Spawner(Protocol):
+    """What :meth:`DiskQueue.run_on_demand` starts the policy loop in: a nursery, or a wrapper."""
+
+    def start_soon(self, async_fn: Callable[[], Awaitable[Any]]) -> Any: ...
+
+
 # What a sync writes besides the data fsync: always a checkpoint (the policy, close), one
 # when the checkpoint's content changed (sync()), none (sync(commits=False)).
 _FULL, _AUTO, _RECORDS = 0, 1, 2
@@ -109,7 +119,8 @@ class DiskQueue:
     directory ``data_path``, which is created if missing. Opening recovers synchronously
     (see ``recovery.py``); it finds the queue's files in ``listing`` (a
     :class:`~diskqueue.listing.DirectoryListing` of ``data_path``, shared by many queues
-    opened at once) when given, else by listing the directory. The queue owns its file descriptors; ``close()`` or ``delete()``
+    opened at once, and told by ``delete()`` that the queue's files are gone) when given,
+    else by listing the directory. The queue owns its file descriptors; ``close()`` or ``delete()``
     releases them. Raises ``FormatVersionError`` for files of a newer format,
     ``OSError`` when the directory cannot be read and ``ValueError`` for invalid arguments
     (a listing of another directory among them).
@@ -119,8 +130,8 @@ class DiskQueue:
         "name", "data_path", "_max_bytes", "_min", "_max", "_sync_every", "_sync_timeout",
         "_auto", "_log", "_writer", "_segments", "_reader", "_r_file", "_r_pos", "_r_seq",
         "_r_end", "_c_file", "_c_pos", "_c_seq", "_depth", "_pending", "_bad", "_accounted", "_ops", "_dirty", "_meta_dirty", "_records_lost", "_syncs",
-        "_last_sync_error", "_sync_lock", "_wakeup", "_guard", "_sync_active", "_inline_below", "_records_sync_s",
-        "_deferred_close", "_closed", "_deleted", "_close_done", "_meta_path", "_note",
+        "_last_sync_error", "_sync_lock", "_wakeup", "_idle", "_changed_at", "_spawn", "_guard", "_sync_active", "_inline_below", "_records_sync_s",
+        "_deferred_close", "_closed", "_deleted", "_listing", "_close_done", "_meta_path", "_note",
     )
 
     def __init__(
@@ -159,6 +170,7 @@ class DiskQueue:
         self._log = logger if logger is not None else logging.getLogger("diskqueue")
         self._meta_path = os.path.join(self.data_path, meta_filename(name))
         entries = None
+        self._listing = listing
         if listing is not None:
             if listing.data_path != self.data_path:
                 raise ValueError(f"the listing is of {listing.data_path!r}, not of {self.data_path!r}")
@@ -201,6 +213,9 @@ class DiskQueue:
         self._last_sync_error: str | None = None
         self._sync_lock = trio.Lock()
         self._wakeup = trio.Event()
+        self._idle = True  # no policy loop is timing a sync: the next change must wake one
+        self._changed_at = math.inf  # when the change that ended the last idle spell was made
+        self._spawn: _Spawner | None = None
         self._guard = Guard()
         self._sync_active = False
         self._deferred_close: list[int] = []
@@ -251,6 +266,8 @@ class DiskQueue:
         if value != self._note:
             self._note = bytes(value)
             self._dirty = self._meta_dirty = True
+            if self._idle:
+                self._wake()
 
     @property
     def damage_found(self) -> bool:
@@ -327,8 +344,8 @@ class DiskQueue:
             self._write(b"".join(parts), count, 0)
         else:
             self._write_rolling(parts, lengths)
-        if self._ops >= self._sync_every:
-            self._wakeup.set()
+        if self._idle or self._ops >= self._sync_every:
+            self._wake()
 
     def _write_rolling(self, parts: list[bytes], lengths: list[int]) -> None:
         """Write a batch that does not fit the current segment, rolling as often as needed."""
@@ -372,7 +389,7 @@ class DiskQueue:
         w.roll()
         if self._r_file == finished:
             self._r_end = min(end, self._bad.get(finished, end))
-        self._wakeup.set()
+        self._wake()
 
     # -- reading -------------------------------------------------------------------------
 
@@ -445,8 +462,8 @@ class DiskQueue:
             self._log.error("DISKQUEUE(%s): reader caught up with depth %d left; correcting to 0",
                             self.name, self._depth)
             self._depth = 0
-        if self._ops >= self._sync_every:
-            self._wakeup.set()
+        if self._idle or self._ops >= self._sync_every:
+            self._wake()
         return out
 
     def peek_many(self, max_records: int) -> list[bytes]:
@@ -627,7 +644,7 @@ class DiskQueue:
         else:
             self._c_file, self._c_pos, self._c_seq = nxt, HEADER_SIZE, first
         self._dirty = self._meta_dirty = True
-        self._wakeup.set()
+        self._wake()
 
     # -- committing ----------------------------------------------------------------------
 
@@ -648,10 +665,11 @@ class DiskQueue:
         c = pending.commit(n)
         if not pending:
             c = Cursor(self._r_file, self._r_pos, self._r_seq)
-        if c.file != self._c_file:
-            self._wakeup.set()  # a segment may be removable now
+        moved_file = c.file != self._c_file  # a segment may be removable now
         self._c_file, self._c_pos, self._c_seq = c.file, c.pos, c.seq
         self._dirty = self._meta_dirty = True
+        if moved_file or self._idle:
+            self._wake()
 
     # -- syncing -------------------------------------------------------------------------
 
@@ -763,6 +781,8 @@ class DiskQueue:
             self._ops += job.ops
             self._dirty = True
             self._meta_dirty = self._meta_dirty or job.meta_dirty
+            if self._idle:
+                self._wake()  # the policy loop retries what an owner's sync() could not do
         else:
             self._close_fds(fd for _, fd in job.rolled)
         job.rolled = []
@@ -770,19 +790,37 @@ class DiskQueue:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The sync policy loop (see the module docstring); returns once the queue is closed.
 
-        Start it in the owner's nursery. A failed sync is logged and retried after
-        ``sync_timeout``; the error is also in ``statistics().last_sync_error``.
+        Start it in the owner's nursery, or let :meth:`run_on_demand` start it. While
+        everything is synced it waits without a timeout, so an idle queue costs no wake-ups;
+        the first change after that starts the ``sync_timeout`` clock. A failed sync is
+        logged and retried after ``sync_timeout``; the error is also in
+        ``statistics().last_sync_error``.
         """
         task_status.started()
+        deadline = math.inf  # when the oldest change not yet synced must be synced
         while not self._closed:
             if not self._sync_due():
-                with trio.move_on_after(self._sync_timeout):
+                if not self.sync_needed:
+                    deadline = self._changed_at = math.inf
+                    self._idle = True
                     await self._wakeup.wait()
-            self._wakeup = trio.Event()
+                    self._idle = False
+                    self._wakeup = trio.Event()
+                    continue
+                if deadline == math.inf:
+                    deadline = min(self._changed_at, trio.current_time()) + self._sync_timeout
+                with trio.move_on_at(deadline):
+                    await self._wakeup.wait()
+                self._wakeup = trio.Event()
+                if self._closed:
+                    return
+                if not self._sync_due() and trio.current_time() < deadline:
+                    continue  # woken early: a change that is not due yet
             if self._closed:
                 return
             if not self.sync_needed:
                 continue
+            deadline = self._changed_at = math.inf  # changes from here on start a new clock
             try:
                 await self._sync(_FULL)
             except DiskQueueClosed:
@@ -790,6 +828,33 @@ class DiskQueue:
             except DiskQueueError as exc:
                 self._log.error("DISKQUEUE(%s): %s", self.name, exc)
                 await trio.sleep(self._sync_timeout)
+
+    def run_on_demand(self, nursery: _Spawner) -> None:
+        """Have :meth:`run` started in ``nursery`` by the first change that needs a sync
+        (at once if one is needed now), instead of by the owner.
+
+        For owners of many queues that mostly sit idle: a queue nobody writes to, reads
+        from or commits on never costs a task. ``nursery`` is anything with trio's
+        ``start_soon``; it must accept tasks until the queue is closed (an owner whose
+        nursery closes earlier passes a wrapper that ignores late starts).
+        """
+        self._spawn = nursery
+        if self.sync_needed or self._sync_due():
+            self._wake()
+
+    def _wake(self) -> None:
+        """Something changed that a sync must cover: wake (or start) the policy loop."""
+        if self._idle:
+            self._idle = False
+            try:
+                self._changed_at = trio.current_time()
+            except RuntimeError:  # used outside trio.run (no policy loop to tell)
+                pass
+        spawn = self._spawn
+        if spawn is not None and not self._closed:
+            self._spawn = None
+            spawn.start_soon(self.run)
+        self._wakeup.set()
 
     def _sync_due(self) -> bool:
         return bool(self._ops >= self._sync_every or self._writer.rolled or self._removable())
@@ -820,7 +885,7 @@ class DiskQueue:
         self._accounted.clear()
         self._note = b""
         self._dirty = self._meta_dirty = True
-        self._wakeup.set()
+        self._wake()
 
     def delete(self) -> None:
         """Close the queue and remove its segment files and checkpoint (not ``.bad`` files).
@@ -834,6 +899,8 @@ class DiskQueue:
         self._release()
         for number in list_segments(self.data_path, self.name):
             self._unlink(self._segment_path(number))
+        if self._listing is not None:
+            self._listing.released(self.name)  # a queue of this name opened later starts empty
 
     async def close(self) -> None:
         """Sync, then release every file descriptor. Idempotent; later calls return at once

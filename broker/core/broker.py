@@ -88,8 +88,8 @@ class Broker:
             entries = self._metadata.load()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                with self._storage.queues.listed():
-                    self._load(entries)
+                self._storage.queues.list_directory()
+                self._load(entries)
                 await self.persist_metadata()
                 nursery.start_soon(self._scan_loop)
                 nursery.start_soon(self._metadata.run, self.metadata_entries, self._metadata_failed)
@@ -372,9 +372,13 @@ class Broker:
     async def _scan_loop(self) -> None:
         """Requeue expired in-flight messages and release due deferred ones."""
         interval = self.options.queue_scan_interval
+        timed = self.host.timed  # an idle channel is not visited: an idle broker costs nothing here
         while True:
             await trio.sleep(interval)
-            for topic in list(self.topics.values()):
-                for channel in list(topic.channels.values()):
-                    if channel.in_flight_timers or channel.deferred_timers:  # most channels have none
-                        channel.process_timers()
+            for channel in list(timed):
+                if channel.exiting:
+                    timed.discard(channel)
+                    continue
+                channel.process_timers()
+                if not (channel.in_flight_timers or channel.deferred_timers):
+                    timed.discard(channel)

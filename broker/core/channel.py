@@ -41,6 +41,7 @@ from broker.core.latency import LatencyHistogram, LatencyStream
 from broker.core.leases import Leases
 from broker.core.message import Message, now_ns
 from broker.core.retention import Retention, SpillRetention
+from broker.core.tasks import TaskSet
 from broker.core.timers import TimerHeap
 from broker.protocol import MESSAGE_HEADER_LENGTH, ProtocolError, is_ephemeral
 from diskqueue import DiskQueue
@@ -80,8 +81,9 @@ class Channel:
         self._host = host
         self.in_flight: dict[bytes, Message] = {}
         self.deferred: dict[bytes, Message] = {}
-        self.in_flight_timers = TimerHeap(_DEADLINE, lambda m: self.in_flight.get(m.id) is m)
-        self.deferred_timers = TimerHeap(_DEADLINE, lambda m: self.deferred.get(m.id) is m)
+        armed = host.timed.add  # the broker's scanner visits only channels with timers
+        self.in_flight_timers = TimerHeap(_DEADLINE, lambda m: self.in_flight.get(m.id) is m, lambda: armed(self))
+        self.deferred_timers = TimerHeap(_DEADLINE, lambda m: self.deferred.get(m.id) is m, lambda: armed(self))
         self.clients: list[Subscriber] = []
         self.leases = Leases()
         self._rr = 0
@@ -97,7 +99,7 @@ class Channel:
         self.max_attempts: int | None = None  # this channel's own setting; None follows --max-attempts
         self.bury_after = options.max_attempts  # the limit in force (0: never bury)
         self._on_empty = on_empty
-        self._cancel_scope = trio.CancelScope()
+        self.tasks = TaskSet()
         self.retention: Retention
         if self.ephemeral:
             self.retention = Retention(self, host)
@@ -109,6 +111,7 @@ class Channel:
         self.memory = self.ready.memory
         self.buried: BuriedSet = self.retention.buried
         self.retention.restore()
+        self.retention.start(self.tasks)
 
     @property
     def where(self) -> str:
@@ -117,17 +120,15 @@ class Channel:
 
     # ---------------------------------------------------------------- lifecycle
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Run the retention's tasks (disk queue syncs, commits) until the channel is closed."""
-        with self._cancel_scope:
-            async with trio.open_nursery() as nursery:
-                self.retention.start(nursery)
-                task_status.started()
+    def start(self, nursery: trio.Nursery) -> None:
+        """Run the retention's tasks (disk queue syncs, commits) in ``nursery`` (the topic's)
+        until the channel is closed, each only once it has work: an idle channel costs none."""
+        self.tasks.attach(nursery)
 
     def close(self) -> None:
         """Stop the background tasks; the owner closes the disk queues."""
         self.exiting = True
-        self._cancel_scope.cancel()
+        self.tasks.close()
 
     async def close_queues(self) -> int:
         """Shutdown: make the disk state final and close every queue (see the retention);

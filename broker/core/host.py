@@ -13,10 +13,9 @@ The broker itself receives its data directory as a :class:`BrokerStorage`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.config.options import Options
 from broker.core.latency import LatencyStream
@@ -79,9 +78,9 @@ class QueueStore(Protocol):
         """The disk queue ``name``, recovered from any existing files."""
         ...
 
-    def listed(self) -> AbstractContextManager[None]:
-        """A block in which the queues opened (and stashes taken) find their files in one
-        listing of the directory made on entry: start-up, which opens every queue at once."""
+    def list_directory(self) -> None:
+        """List the directory once, before start-up opens every queue at once: queues opened
+        (and stashes taken) from then on find their files in that listing."""
         ...
 
     def take_stash(self, name: str) -> list[bytes]:
@@ -180,6 +179,9 @@ class CoreHost:
     wait_metadata_persisted: Callable[[], Awaitable[None]]
     #: a topic or channel was created or deleted
     registry_changed: Callable[[RegistryChange], None] = _nobody_listens
+    #: the channels that may have in-flight or deferred messages (each adds itself when one
+    #: of its timer heaps gets an entry; the owner's scanner removes those that have none)
+    timed: set[Any] = field(default_factory=set)
 
     def latency_stream(self) -> LatencyStream:
         """A new end-to-end latency stream as the options configure it."""

@@ -148,6 +148,8 @@ class LatencyHistogram:
 
     def snapshot(self) -> HistogramStats:
         """Cumulative counts per bucket (``+Inf`` is :attr:`HistogramStats.count`)."""
+        if not any(self._counts):
+            return _EMPTY_HISTOGRAM  # most channels of a big broker finish nothing: /stats stays cheap
         running = 0
         buckets = []
         for bound, count in zip(LATENCY_BUCKETS, self._counts):
@@ -155,3 +157,6 @@ class LatencyHistogram:
             buckets.append((bound, running))
         total = running + self._counts[-1]
         return HistogramStats(tuple(buckets), total, self._sum_ns / 1e9)
+
+
+_EMPTY_HISTOGRAM = HistogramStats(tuple((bound, 0) for bound in LATENCY_BUCKETS), 0, 0.0)

@@ -20,14 +20,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-import trio
-
 from broker.core.deadletter import BuriedSet
 from broker.core.durability.ledger import CommitLedger
 from broker.core.durability.parked import ParkedStore
 from broker.core.host import CoreHost
 from broker.core.message import Message, decode_all, encode, now_ns
 from broker.core.spill import REFILL_BATCH, SpillQueue
+from broker.core.tasks import TaskSet
 from diskqueue import DiskQueue, DiskQueueError
 
 if TYPE_CHECKING:
@@ -82,13 +81,13 @@ class Retention:
         """Load what a previous run left (called once the channel is set up)."""
         self.buried.restore()
 
-    def start(self, nursery: trio.Nursery) -> None:
-        """Start the queues' sync loops and the commit task."""
+    def start(self, tasks: TaskSet) -> None:
+        """Have the queues' sync loops and the commit task started in ``tasks`` once they have work."""
         queues = self.queues()
         for queue in queues:
-            nursery.start_soon(queue.run)
+            queue.run_on_demand(tasks)
         if queues:
-            nursery.start_soon(self.ledger.run)
+            self.ledger.run_on_demand(tasks)
 
     # ---------------------------------------------------------------- moves
 

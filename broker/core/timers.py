@@ -36,14 +36,16 @@ class TimerHeap:
     the smaller of the two heads.
     """
 
-    __slots__ = ("_run", "_run_count", "_heap", "_key_of", "_is_live")
+    __slots__ = ("_run", "_run_count", "_heap", "_key_of", "_is_live", "_on_armed")
 
-    def __init__(self, key_of: Callable[[Message], float], is_live: Callable[[Message], bool]):
+    def __init__(self, key_of: Callable[[Message], float], is_live: Callable[[Message], bool],
+                 on_armed: Callable[[], None] | None = None):
         self._run: deque[tuple[float, list[Message]]] = deque()
         self._run_count = 0  # messages in the run's groups
         self._heap: list[tuple[float, int, Message]] = []
         self._key_of = key_of
         self._is_live = is_live
+        self._on_armed = on_armed  # called when a push finds the heap empty
 
     def __len__(self) -> int:
         return self._run_count + len(self._heap)
@@ -56,6 +58,8 @@ class TimerHeap:
         """Add ``msgs`` under one ``key`` (a delivery's batch; the list is kept)."""
         if not msgs:
             return
+        if self._on_armed is not None and not (self._run_count or self._heap):
+            self._on_armed()
         run = self._run
         if not run or key > run[-1][0]:
             run.append((key, msgs))

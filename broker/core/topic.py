@@ -32,6 +32,7 @@ from broker.core.durability.retention import RETRY_DELAY
 from broker.core.host import CoreHost, RegistryChange
 from broker.core.message import Message, is_deferred_record
 from broker.core.spill import REFILL_BATCH, SpillQueue
+from broker.core.tasks import TaskSet
 from broker.protocol import is_ephemeral
 from diskqueue import DiskQueue, DiskQueueClosed, DiskQueueError
 
@@ -71,6 +72,7 @@ class Topic:
         self._wakeup = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._cancel_scope = trio.CancelScope()
+        self._tasks = TaskSet()  # the disk queue's sync loop, started once it has work
         self._pending_channels: list[Channel] = []
         # durable mode: records fanned out and not yet committed
         self._uncommitted = 0
@@ -95,10 +97,11 @@ class Topic:
         with self._cancel_scope:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                self._tasks.attach(nursery)
                 if self.backend is not None:
-                    nursery.start_soon(self.backend.run)
+                    self.backend.run_on_demand(self._tasks)
                 for channel in self._pending_channels:
-                    nursery.start_soon(channel.run)
+                    channel.start(nursery)
                 self._pending_channels.clear()
                 nursery.start_soon(self._pump)
                 if self.durable:
@@ -110,6 +113,7 @@ class Topic:
         self.exiting = True
         for channel in self.channels.values():
             channel.close()
+        self._tasks.close()
         self._cancel_scope.cancel()
 
     async def close_queues(self) -> int:
@@ -159,7 +163,7 @@ class Topic:
                               on_empty=lambda: self.delete_channel(name))
             self.channels[name] = channel
             if self._nursery is not None:
-                self._nursery.start_soon(channel.run)
+                channel.start(self._nursery)
             else:
                 self._pending_channels.append(channel)
             if not channel.ephemeral:

@@ -8,8 +8,6 @@ next start reads back and removes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from broker.config.options import Options
@@ -19,6 +17,9 @@ from diskqueue import DirectoryListing, DiskQueue
 __all__ = ["QueueStore"]
 
 log = logging.getLogger("pynsqd.broker")
+#: One logger for every disk queue: its messages name the queue (``DISKQUEUE(<name>): ...``),
+#: and a logger per queue would be created for each one and never freed.
+queue_log = logging.getLogger("pynsqd.diskqueue")
 
 #: A group commit's fdatasync runs on the event loop while the last one took less than this
 #: (seconds): a worker thread's round trip costs about as much on such a disk, and the loop
@@ -36,20 +37,17 @@ class QueueStore:
         self.options = options
         self._listing: DirectoryListing | None = None
 
-    @contextmanager
-    def listed(self) -> Iterator[None]:
-        """Open the queues of this block from one listing of the directory, made on entry.
+    def list_directory(self) -> None:
+        """List the data directory once; every queue opened from now on finds its files there.
 
-        Opening a queue finds its files; without this, by listing the whole directory, so a
-        start-up with thousands of topics would take time quadratic in their number. Only
-        queues (and stashes) opened through this store may change the directory in the
-        block, as at start-up. Raises ``OSError`` when the directory cannot be listed.
+        Opening a queue finds its files; without a listing, by listing the whole directory,
+        so a start-up with thousands of topics would take time quadratic in their number,
+        and each topic or channel created later time linear in it. The store keeps the
+        listing for its life: the broker holds the directory's lock, and only the queues
+        (and stashes) opened through this store change it; a deleted queue tells the
+        listing so. Raises ``OSError`` when the directory cannot be listed.
         """
         self._listing = DirectoryListing(self.data_path)
-        try:
-            yield
-        finally:
-            self._listing = None
 
     def open(self, name: str, *, auto_commit: bool = True) -> DiskQueue:
         """A disk queue for a topic, a channel or a channel's store, recovered from any existing files."""
@@ -63,13 +61,16 @@ class QueueStore:
             sync_every=opts.sync_every,
             sync_timeout=opts.sync_timeout,
             auto_commit=auto_commit,
-            logger=logging.getLogger(f"pynsqd.diskqueue.{name}"),
+            logger=queue_log,
             inline_sync_below=INLINE_SYNC_BELOW,
             listing=self._listing,
         )
 
     def _files(self, name: str) -> list[Path]:
-        return list(self.data_path.glob(f"{name}.diskqueue.*"))
+        listed = self._listing.peek(name) if self._listing is not None else None
+        if listed is None:  # opened in this process: its files may have changed since
+            return list(self.data_path.glob(f"{name}.diskqueue.*"))
+        return [self.data_path / entry for entry in listed]
 
     async def stash(self, name: str, records: list[bytes]) -> None:
         """Write ``records`` to the queue ``name`` for :meth:`take_stash` at the next start."""
@@ -79,8 +80,7 @@ class QueueStore:
 
     def take_stash(self, name: str) -> list[bytes]:
         """The records stashed under ``name`` (none if there is no such queue); the queue is then removed."""
-        listed = self._listing.peek(name) if self._listing is not None else None
-        if not (self._files(name) if listed is None else listed):
+        if not self._files(name):
             return []
         store = self.open(name)
         records: list[bytes] = []
@@ -96,3 +96,5 @@ class QueueStore:
         """Remove the files of the queue ``name``, if any."""
         for path in self._files(name):
             path.unlink(missing_ok=True)
+        if self._listing is not None:
+            self._listing.released(name)

@@ -12,7 +12,9 @@ alternately (nsqd first, then pynsqd first, ...), and time from ``exec`` to
 - ``loaded``: the first ``GET /stats?format=json`` that shows every topic with its
   channel, and every channel's depth equal to ``--messages``.
 
-The brokers run with their default options but for the addresses and data path
+Then, loaded and with no client connected, each broker's idle CPU: its user + system
+time (``/proc/PID/stat``) over ``--idle`` seconds (default 10; 0 skips it), in percent of
+one core. The brokers run with their default options but for the addresses and data path
 (``--broker-cmd`` and ``--nsqd-cmd`` add any). Shutdown time (SIGTERM to exit) is
 reported too. nsqd is nsq's own, found as the tests find it (``$NSQ_BIN``, or the
 ``shared/nsq/bin`` script beside the checkout).
@@ -145,6 +147,13 @@ class Broker:
             raise RuntimeError(f"{self.name} exited with status {status}; see {self.log_path}")
         return time.monotonic() - started
 
+    def idle_cpu(self, seconds: float) -> float:
+        """The broker's CPU time (user + system) over the next ``seconds``, in percent of one core."""
+        assert self.proc is not None
+        before, started = _cpu_seconds(self.proc.pid), time.monotonic()
+        time.sleep(seconds)
+        return 100 * (_cpu_seconds(self.proc.pid) - before) / (time.monotonic() - started)
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
@@ -155,6 +164,12 @@ class Broker:
         if self.proc.poll() is not None:
             tail = self.log_path.read_text(errors="replace").splitlines()[-10:]
             raise RuntimeError(f"{self.name} exited with status {self.proc.returncode}:\n" + "\n".join(tail))
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def _loaded(stats: dict, topics: int, depth: int) -> bool:
@@ -204,16 +219,18 @@ class Runs:
     ping: list[float] = field(default_factory=list)
     loaded: list[float] = field(default_factory=list)
     stop: list[float] = field(default_factory=list)
+    idle_cpu: list[float] = field(default_factory=list)
     populate_s: float = 0.0
 
     def as_dict(self) -> dict:
         return {"ping_s": self.ping, "loaded_s": self.loaded, "stop_s": self.stop, "populate_s": self.populate_s,
                 "ping_median_s": statistics.median(self.ping), "loaded_median_s": statistics.median(self.loaded),
-                "stop_median_s": statistics.median(self.stop)}
+                "stop_median_s": statistics.median(self.stop), "idle_cpu_percent": self.idle_cpu,
+                "idle_cpu_median_percent": statistics.median(self.idle_cpu) if self.idle_cpu else None}
 
 
 def run_size(brokers: list[tuple[str, list[str]]], topics: int, messages: int, rounds: int,
-             work: Path) -> dict[str, Runs]:
+             work: Path, idle: float = 0.0) -> dict[str, Runs]:
     """Populate each broker, then restart them alternately ``rounds`` times each."""
     each: dict[str, Broker] = {}
     results: dict[str, Runs] = {}
@@ -245,18 +262,21 @@ def run_size(brokers: list[tuple[str, list[str]]], topics: int, messages: int, r
                 runs = results[name]
                 runs.ping.append(pinged - execed)
                 runs.loaded.append(loaded - execed)
+                if idle > 0:
+                    runs.idle_cpu.append(broker.idle_cpu(idle))
                 runs.stop.append(broker.stop())
             finally:
                 broker.kill()
+            idle_text = f", idle CPU {runs.idle_cpu[-1]:.1f}%" if runs.idle_cpu else ""
             print(f"# {name} {topics} topics, {messages} msg(s): round {r + 1}: /ping {runs.ping[-1]:.2f}s, "
-                  f"loaded {runs.loaded[-1]:.2f}s, stop {runs.stop[-1]:.2f}s", file=sys.stderr)
+                  f"loaded {runs.loaded[-1]:.2f}s{idle_text}, stop {runs.stop[-1]:.2f}s", file=sys.stderr)
     return results
 
 
 def table(results: list[dict], names: list[str]) -> str:
     head = ["topics + 1 channel each", "msgs per topic"]
     for name in names:
-        head += [f"{name} exec→/ping s", f"{name} exec→loaded s", f"{name} stop s"]
+        head += [f"{name} exec→/ping s", f"{name} exec→loaded s", f"{name} stop s", f"{name} idle CPU"]
     if len(names) == 2:
         head.append(f"{names[1]} / {names[0]} loaded")
     rows = []
@@ -264,7 +284,9 @@ def table(results: list[dict], names: list[str]) -> str:
         row = [f"{result['topics']:,}", str(result["messages"])]
         for name in names:
             r = result["brokers"][name]
-            row += [f"{r['ping_median_s']:.2f}", f"{r['loaded_median_s']:.2f}", f"{r['stop_median_s']:.2f}"]
+            idle = r["idle_cpu_median_percent"]
+            row += [f"{r['ping_median_s']:.2f}", f"{r['loaded_median_s']:.2f}", f"{r['stop_median_s']:.2f}",
+                    "-" if idle is None else f"{idle:.1f}%"]
         if len(names) == 2:
             a, b = (result["brokers"][n]["loaded_median_s"] for n in names)
             row.append(f"{b / a:.1f}")
@@ -284,6 +306,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="command that starts pynsqd (default: python -m broker)")
     p.add_argument("--nsqd-cmd", default=None, help="command that starts nsqd (default: nsq 1.3.0's)")
     p.add_argument("--no-nsqd", action="store_true", help="run pynsqd alone")
+    p.add_argument("--idle", type=float, default=10.0, metavar="SECONDS",
+                   help="measure each loaded broker's idle CPU over this long (default 10; 0: skip)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--keep-data", type=Path, default=None, metavar="DIR",
                    help="create the data directories and logs in DIR (new or empty) and keep them")
@@ -314,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
             work.mkdir(parents=True, exist_ok=True)
         for topics in opts.topics:
             for messages in opts.messages:
-                runs = run_size(opts.brokers, topics, messages, opts.rounds, work)
+                runs = run_size(opts.brokers, topics, messages, opts.rounds, work, opts.idle)
                 results.append({"topics": topics, "messages": messages,
                                 "brokers": {name: r.as_dict() for name, r in runs.items()}})
     names = [name for name, _ in opts.brokers]

@@ -118,3 +118,29 @@ async def test_a_restart_with_many_topics_delivers_every_message(start_daemon, f
         for (topic, channel), bodies in expected.items():
             delivered[(topic, channel)] = await read_exactly(d, topic, channel, len(bodies))
     assert {k: Counter(v) for k, v in delivered.items()} == {k: Counter(v) for k, v in expected.items()}
+
+
+@MODES
+async def test_creating_topics_and_channels_at_runtime_lists_nothing(start_daemon, tmp_path, monkeypatch, flags):
+    """A topic or channel created once the broker runs (also one deleted and created again)
+    finds its files without a listing of the data directory, and starts empty."""
+    async with start_daemon(*flags) as d:
+        producer = await connect(d.addresses.tcp)
+        await producer.send(encode_mpub("old", [b"a", b"b"]))
+        await producer.expect_response(b"OK")
+        d.broker.get_topic("old").get_channel("c")
+        with counted_listings(monkeypatch, tmp_path / "data") as made:
+            for i in range(50):
+                d.broker.get_topic(f"new{i}").get_channel("c")
+            await producer.send(encode_mpub("new0", [b"x"]))
+            await producer.expect_response(b"OK")
+            await producer.send(encode_mpub("new1", [b"y"]))
+            await producer.expect_response(b"OK")
+        assert made == []
+        d.broker.get_topic("new1").delete_channel("c")  # (a deletion lists the directory)
+        with counted_listings(monkeypatch, tmp_path / "data") as made:
+            d.broker.get_topic("new1").get_channel("c")
+        assert made == []
+        await producer.aclose()
+        assert await read_exactly(d, "new0", "c", 1) == [b"x"]
+        assert d.broker.topics["new1"].channels["c"].depth == 0

@@ -219,3 +219,15 @@ async def test_buried_messages_survive_a_restart_and_can_be_deleted(make_host, s
     assert [m.body for m in again.peek_buried(5)] == [b"poison"]
     assert again.delete_buried(n=5) == 1
     assert len(again.buried) == 0
+
+
+async def test_a_channel_is_timed_only_while_it_has_in_flight_or_deferred_messages(make_host, subscriber, messages):
+    host = make_host()
+    idle, busy = host.channel("idle"), host.channel("busy")
+    assert host.core.timed == set()  # the broker's scanner visits neither
+    consumer = subscriber(rdy=1)
+    busy.add_client(consumer)
+    busy.put_many(messages(b"a"))
+    assert host.core.timed == {busy}
+    idle.put_many(messages(b"b"))  # ready, not in flight: nothing to time
+    assert host.core.timed == {busy}

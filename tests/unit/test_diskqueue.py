@@ -12,7 +12,7 @@ import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
 
-from diskqueue import DiskQueue, DiskQueueClosed, MessageSizeError, fileops
+from diskqueue import DirectoryListing, DiskQueue, DiskQueueClosed, MessageSizeError, fileops
 from diskqueue.checkpoint import Cursor, load_checkpoint
 from diskqueue.format import HEADER_SIZE, meta_filename, segment_filename
 
@@ -559,3 +559,85 @@ async def test_a_quick_sync_of_records_runs_on_the_calling_thread_and_a_slow_one
         await q.close()
     finally:
         fileops.substitute(previous)
+
+
+class _StepCounter(trio.abc.Instrument):
+    """Counts the steps run by tasks whose name contains ``word``: how often they woke."""
+
+    def __init__(self, word: str) -> None:
+        self.word = word
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if self.word in task.name:
+            self.steps += 1
+
+
+async def test_run_does_not_wake_while_everything_is_synced(tmp_path: Path, mock_clock) -> None:
+    with trio.fail_after(100_000):  # virtual time: the mock clock only moves when jumped
+        q = DiskQueue(NAME, tmp_path, sync_every=1000, sync_timeout=0.1)
+        counter = _StepCounter("DiskQueue.run")
+        trio.lowlevel.add_instrument(counter)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(q.run)
+                await wait_all_tasks_blocked()
+                idle_start = counter.steps
+                for _ in range(100):  # 1,000 sync timeouts of idle
+                    mock_clock.jump(1.0)
+                    await wait_all_tasks_blocked()
+                assert counter.steps == idle_start
+                q.put(b"x")  # the first change starts the clock
+                mock_clock.jump(0.05)
+                await wait_all_tasks_blocked()
+                assert q.sync_needed
+                mock_clock.jump(0.06)
+                await until(lambda: q.statistics().syncs == 1)  # the sync runs in a worker thread
+                await wait_all_tasks_blocked()
+                assert not q.sync_needed
+                after_sync = counter.steps
+                for _ in range(100):
+                    mock_clock.jump(1.0)
+                    await wait_all_tasks_blocked()
+                assert counter.steps == after_sync
+                await q.close()
+        finally:
+            trio.lowlevel.remove_instrument(counter)
+
+
+async def test_run_on_demand_starts_the_loop_at_the_first_change(tmp_path: Path, mock_clock) -> None:
+    with trio.fail_after(1000):  # virtual time: the mock clock only moves when jumped
+        q = DiskQueue(NAME, tmp_path, sync_every=1000, sync_timeout=2.0)
+        async with trio.open_nursery() as nursery:
+            q.run_on_demand(nursery)
+            await wait_all_tasks_blocked()
+            assert not nursery.child_tasks  # idle: no task at all
+            q.put(b"x")
+            await wait_all_tasks_blocked()
+            assert len(nursery.child_tasks) == 1
+            mock_clock.jump(2.1)
+            await until(lambda: q.statistics().syncs == 1)  # the sync runs in a worker thread
+            q.put(b"y")  # the loop runs on: no second task
+            await wait_all_tasks_blocked()
+            assert len(nursery.child_tasks) == 1
+            await q.close()
+
+
+async def test_a_queue_deleted_from_a_listing_reopens_empty_without_listing(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "other.diskqueue.meta.dat").write_bytes(b"")
+    listing = DirectoryListing(tmp_path)
+    q = DiskQueue(NAME, tmp_path, listing=listing)
+    q.put_many(records(3))
+    await q.sync()
+    q.delete()
+
+    def no_listing(path):
+        raise AssertionError("listed the directory")
+
+    monkeypatch.setattr(fileops, "listdir", no_listing)
+    q = DiskQueue(NAME, tmp_path, listing=listing)
+    assert q.depth == 0 and q.read_many(10) == []
+    q.put(b"again")
+    await q.close()
+    monkeypatch.undo()
+    assert drain(DiskQueue(NAME, tmp_path)) == [b"again"]

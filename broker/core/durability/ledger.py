@@ -29,6 +29,7 @@ import trio
 
 from broker.core.durability.ackfloor import COMMIT_INTERVAL, AckFloor
 from broker.core.durability.groupcommit import GroupCommit
+from broker.core.tasks import TaskSet
 from diskqueue import DiskQueue, DiskQueueClosed, DiskQueueError
 
 __all__ = ["CommitLedger"]
@@ -43,7 +44,7 @@ class CommitLedger:
     a failed sync (the step is then retried).
     """
 
-    __slots__ = ("_floors", "_notes", "_unsynced", "_wanted", "_lock", "_on_error")
+    __slots__ = ("_floors", "_notes", "_unsynced", "_wanted", "_lock", "_on_error", "_spawn")
 
     def __init__(self, floors: list[tuple[AckFloor, DiskQueue]], on_error: Callable[[Exception], None],
                  notes: list[tuple[DiskQueue, Callable[[], bytes | None]]] | None = None):
@@ -53,15 +54,31 @@ class CommitLedger:
         self._wanted = trio.Event()
         self._lock = trio.Lock()
         self._on_error = on_error
+        self._spawn: TaskSet | None = None
+
+    def run_on_demand(self, tasks: TaskSet) -> None:
+        """Have :meth:`run` started in ``tasks`` by the first step asked for, instead of by the owner."""
+        self._spawn = tasks
+        if self._wanted.is_set():
+            self._start()
+
+    def _start(self) -> None:
+        tasks, self._spawn = self._spawn, None
+        if tasks is not None:
+            tasks.start_soon(self.run)
 
     def wake(self) -> None:
         """Something was retired: schedule a step."""
         self._wanted.set()
+        if self._spawn is not None:
+            self._start()
 
     def replaced(self, group: GroupCommit) -> None:
         """A record was written to ``group``'s queue in place of one being retired."""
         self._unsynced.add(group)
         self._wanted.set()
+        if self._spawn is not None:
+            self._start()
 
     async def run(self) -> None:
         """Commit steps as records are retired, until cancelled or the queues close."""
