@@ -11,7 +11,6 @@ writes again are exact.
 from __future__ import annotations
 
 import errno
-from pathlib import Path
 
 import pytest
 import trio
@@ -165,17 +164,18 @@ async def test_a_channel_that_cannot_spill_holds_its_topic_back_instead_of_growi
 
 
 @pytest.mark.parametrize("mode", ["default", "durable"])
-async def test_a_channel_whose_files_cannot_be_opened_is_refused_clearly(start_daemon, mode: str,
+async def test_a_channel_whose_files_cannot_be_opened_is_refused_clearly(start_daemon, mode: str, tmp_path,
                                                                          caplog: pytest.LogCaptureFixture) -> None:
     """Opening a channel must set its damaged checkpoint aside (a rename) on a disk that refuses every
     change: ``SUB`` gets a fatal ``E_SUB_FAILED``, ``/channel/create`` nsqd's 500, and the log one line."""
+    (tmp_path / "data").mkdir()  # the damaged checkpoint is there when the broker starts
+    (tmp_path / "data" / "t:blocked.diskqueue.meta.dat").write_bytes(b"\xff" * 40)
     disk = FaultyDisk(matches=lambda name: name.startswith("t:blocked"))
     disk.fail(errno.EROFS)
     flags = ["--durable"] if mode == "durable" else []
     with trio.fail_after(30), disk.installed():
         async with start_daemon(*flags) as daemon:
             await publish(daemon, "t", b"kept")
-            (Path(daemon.broker.options.data_path) / "t:blocked.diskqueue.meta.dat").write_bytes(b"\xff" * 40)
             reply = await request(daemon.addresses.http, "POST", "/channel/create?topic=t&channel=blocked")
             assert (reply.status, reply.body) == (500, b'{"message":"INTERNAL_ERROR"}')
             client = await connect(daemon.addresses.tcp)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import logging
-from pathlib import Path
 
 import pytest
 import trio
@@ -69,7 +68,7 @@ async def test_bad_channel_names_from_lookupd_are_skipped_and_nothing_acknowledg
     assert not (tmp_path / "data" / "newtopic:x").exists()
 
 
-async def test_a_channel_the_disk_refuses_does_not_stop_the_topic(start_daemon, nursery,
+async def test_a_channel_the_disk_refuses_does_not_stop_the_topic(start_daemon, nursery, tmp_path,
                                                                   caplog: pytest.LogCaptureFixture) -> None:
     """A channel the disk will not let open costs that channel only.
 
@@ -77,6 +76,8 @@ async def test_a_channel_the_disk_refuses_does_not_stop_the_topic(start_daemon, 
     """
     conversations: list[list] = []
     address = await start_fake_lookupd(nursery, conversations, channels=["blocked", "ok_chan"])
+    (tmp_path / "data").mkdir()  # the damaged checkpoint is there when the broker starts
+    (tmp_path / "data" / "newtopic:blocked.diskqueue.meta.dat").write_bytes(b"\xff" * 40)
     disk = FaultyDisk(matches=lambda name: name.startswith("newtopic:blocked"))
     disk.fail(errno.EROFS)
     with trio.fail_after(30), disk.installed():
@@ -84,7 +85,6 @@ async def test_a_channel_the_disk_refuses_does_not_stop_the_topic(start_daemon, 
                                 "--durable") as daemon:
             assert (await request(daemon.addresses.http, "POST", "/topic/create?topic=first")).status == 200
             await wait_for(lambda: conversations and b"REGISTER first\n" in conversations[0], timeout=10)
-            (Path(daemon.broker.options.data_path) / "newtopic:blocked.diskqueue.meta.dat").write_bytes(b"\xff" * 40)
             await publish(daemon, "newtopic", b"one", b"two")
             assert await channel_depths(daemon, "newtopic") == {"ok_chan": 2}
             assert (await request(daemon.addresses.http, "GET", "/ping")).body == b"OK"

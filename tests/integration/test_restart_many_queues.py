@@ -15,6 +15,7 @@ import trio
 from broker.protocol import encode_dpub, encode_fin, encode_mpub, encode_rdy
 from diskqueue import fileops
 from tests.support.v2client import connect, subscriber
+from tests.support.waiting import wait_for
 
 MODES = pytest.mark.parametrize("flags", [(), ("--durable",)], ids=["default", "durable"])
 
@@ -136,6 +137,8 @@ async def test_creating_topics_and_channels_at_runtime_lists_nothing(start_daemo
             await producer.expect_response(b"OK")
             await producer.send(encode_mpub("new1", [b"y"]))
             await producer.expect_response(b"OK")
+            # the topic's pump moves it to the channel in a task of its own: let it, before the delete
+            await wait_for(lambda: d.broker.topics["new1"].channels["c"].depth == 1)
         assert made == []
         d.broker.get_topic("new1").delete_channel("c")  # (a deletion lists the directory)
         with counted_listings(monkeypatch, tmp_path / "data") as made:
