@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 from .arguments import ChannelsConfig, ReaderConfig, WriterConfig, parse_args
 from .channels import run_channels
-from .connection import ServerError
 from .latency import LatencySummary, percentile, summarize
+from .opening import ServerError
 from .pool import BenchFailed
 from .reader import run_reader
 from .report import BenchResult, format_text, to_json

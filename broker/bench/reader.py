@@ -19,11 +19,12 @@ import struct
 import time
 from dataclasses import dataclass, field
 
+from broker.client import HEARTBEAT
 from broker.protocol import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, encode_nop, encode_rdy
 
 from .arguments import ReaderConfig
-from .connection import HEARTBEAT, BenchConnection, ServerError
 from .latency import LatencySamples
+from .opening import BenchConnection, ServerError
 from .pool import Scoreboard, WorkerReport, cpu_seconds, run_pool
 from .report import BenchResult, build_result
 from .writer import split_quotas
@@ -61,10 +62,11 @@ class ConsumerPlan:
 class _Consumer:
     """One connection's receive buffer in the timed loop."""
 
-    __slots__ = ("sock", "buf", "view", "head", "tail")
+    __slots__ = ("sock", "address", "buf", "view", "head", "tail")
 
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: socket.socket, address: object):
         self.sock = sock
+        self.address = address  # for errors
         self.buf = bytearray(_BUFFER_SIZE)
         self.view = memoryview(self.buf)
         self.head = 0  # first byte not yet parsed
@@ -113,7 +115,7 @@ class ReaderWorker:
         selector = selectors.DefaultSelector()
         rdy = encode_rdy(plan.rdy)
         for conn in self._conns:
-            consumer = _Consumer(conn.take_over())
+            consumer = _Consumer(conn.take_over(), conn.pump.address)
             consumer.sock.sendall(rdy)
             selector.register(consumer.sock, selectors.EVENT_READ, consumer)
         latencies = LatencySamples(plan.max_latency_samples)
@@ -139,7 +141,7 @@ class ReaderWorker:
                 n = c.sock.recv_into(c.view[c.tail :])
                 if not n:
                     if not plan.tolerate_close:
-                        raise ServerError("connection closed by the server")
+                        raise ServerError(c.address, "E_CONNECTION", "connection closed by the server")
                     selector.unregister(c.sock)
                     closed += 1
                     continue

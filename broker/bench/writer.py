@@ -12,18 +12,11 @@ import functools
 import selectors
 import time
 
-from broker.protocol import (
-    FRAME_TYPE_ERROR,
-    FRAME_TYPE_RESPONSE,
-    OK_FRAME,
-    FrameDecoder,
-    encode_mpub,
-    encode_nop,
-    encode_pub,
-)
+from broker.client import FramePump
+from broker.protocol import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, OK_FRAME, encode_mpub, encode_pub
 
 from .arguments import WriterConfig
-from .connection import HEARTBEAT, BenchConnection, ServerError
+from .opening import BenchConnection, ServerError
 from .pool import Scoreboard, WorkerReport, cpu_seconds, run_pool
 from .report import BenchResult, build_result
 
@@ -42,32 +35,24 @@ def split_quotas(total: int, parts: int) -> list[int]:
 class _Publisher:
     """One connection's state in the timed loop."""
 
-    __slots__ = ("sock", "decoder", "pending", "remaining", "outstanding")
+    __slots__ = ("pump", "sock", "remaining", "outstanding")
 
-    def __init__(self, sock, remaining: int | None):
-        self.sock = sock
-        self.decoder = FrameDecoder()
-        self.pending = 0  # bytes of a partial frame buffered in the decoder
+    def __init__(self, conn: BenchConnection, remaining: int | None):
+        self.pump: FramePump = conn.pump
+        self.sock = conn.take_over()
         self.remaining = remaining  # commands still to send, None: until stopped
         self.outstanding = 0
 
     def count_oks(self, data: bytes) -> int:
-        """OK frames in ``data`` that are not heartbeats; answers heartbeats, raises on errors."""
-        oks = 0
-        frames = self.decoder.feed(data)
-        used = 0
-        for frame in frames:
-            used += 8 + len(frame.data)
-            if frame.frame_type == FRAME_TYPE_ERROR:
-                raise ServerError(frame.data.decode("utf-8", "replace"))
-            if frame.frame_type != FRAME_TYPE_RESPONSE:
-                raise ServerError(f"unexpected frame type {frame.frame_type} on a publishing connection")
-            if frame.data == HEARTBEAT:
-                self.sock.sendall(encode_nop())
-            else:
-                oks += 1
-        self.pending += len(data) - used
-        return oks
+        """OK frames in ``data`` (the pump answers heartbeats); raises ServerError on any other frame."""
+        frames = self.pump.feed(data)
+        for frame_type, payload in frames:
+            if frame_type == FRAME_TYPE_ERROR:
+                raise ServerError.from_frame(self.pump.address, payload)
+            if frame_type != FRAME_TYPE_RESPONSE:
+                raise ServerError(self.pump.address, "E_UNEXPECTED",
+                                  f"unexpected frame type {frame_type} on a publishing connection")
+        return len(frames)
 
 
 class WriterWorker:
@@ -112,7 +97,7 @@ class WriterWorker:
         selector = selectors.DefaultSelector()
         active = 0
         for conn, quota in zip(self._conns, self._quotas):
-            pub = _Publisher(conn.take_over(), quota)
+            pub = _Publisher(conn, quota)
             first = pipeline if quota is None else min(pipeline, quota)
             if first:
                 pub.sock.sendall(command * first)
@@ -132,9 +117,9 @@ class WriterWorker:
                 pub = key.data
                 data = pub.sock.recv(_RECV_SIZE)
                 if not data:
-                    raise ServerError("connection closed by the server")
+                    raise ServerError(pub.pump.address, "E_CONNECTION", "connection closed by the server")
                 n = len(data)
-                if not pub.pending and n % ok_len == 0 and ok_run.startswith(data):
+                if not pub.pump.buffered and n % ok_len == 0 and ok_run.startswith(data):
                     oks = n // ok_len
                 else:
                     oks = pub.count_oks(data)

@@ -12,7 +12,8 @@ by hand::
 
 __version__ = "0.1.0"
 
-from .connection import NsqError
+from broker.client import NsqError
+
 from .datasource import NsqDataSource
 from .options import OptionError
 from .schema import SOURCE_SCHEMA

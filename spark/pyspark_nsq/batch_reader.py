@@ -19,19 +19,10 @@ import uuid
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from broker.protocol import (
-    FRAME_TYPE_ERROR,
-    FRAME_TYPE_MESSAGE,
-    FRAME_TYPE_RESPONSE,
-    decode_message,
-    encode_cls,
-    encode_fin,
-    encode_rdy,
-    encode_req,
-    encode_sub,
-)
+from broker.client import FramePump, stop_delivery
+from broker.protocol import FRAME_TYPE_MESSAGE, encode_fin, encode_rdy, encode_sub
 
-from .connection import CONNECT_TIMEOUT_S, Connection, NsqError
+from .dial import CONNECT_TIMEOUT_S, dial
 from .discovery import topic_producers
 from .lease_control import LeaseControl
 from .lease_partition import LeasePartition, lease_secret, lease_token
@@ -109,7 +100,7 @@ class NsqBatchReader(DataSourceReader):
             return
         if not isinstance(partition, DrainPartition):
             return  # Spark's stand-in when there is nothing to read: InputPartition(None)
-        conn = Connection.open(partition.address, {"msg_timeout": options.msg_timeout_ms})
+        conn = dial(partition.address, {"msg_timeout": options.msg_timeout_ms})
         try:
             window = min(options.max_in_flight, partition.max_messages, MAX_RDY_COUNT)
             max_rdy = conn.identity.get("max_rdy_count")
@@ -130,57 +121,28 @@ class NsqBatchReader(DataSourceReader):
                 remaining -= len(columns)
                 if len(columns) < count:
                     break
-            _close(conn)
+            # everything read was FIN'd; what nsqd sent meanwhile is given back
+            stop_delivery(conn, timeout=CONNECT_TIMEOUT_S)
         finally:
             conn.close()
 
 
-def _receive(conn: Connection, partition: DrainPartition, count: int,
+def _receive(conn: FramePump, partition: DrainPartition, count: int,
              idle_s: float) -> MessageColumns:
-    """Up to ``count`` messages, stopping once none arrives for ``idle_s``."""
+    """Up to ``count`` messages, stopping once none arrives for ``idle_s``.
+
+    A non-fatal error frame (``E_FIN_FAILED``: the message timed out and went to
+    another consumer) is passed over; the pump raises the fatal ones.
+    """
     columns = MessageColumns()
     nsqd = str(partition.address)
     deadline = time.monotonic() + idle_s
     while len(columns) < count:
-        frames = conn.read_frames(max(0.0, deadline - time.monotonic()))
+        frames = conn.read(max(0.0, deadline - time.monotonic()))
         if not frames:
             break
-        for frame in frames:
-            if frame.frame_type == FRAME_TYPE_MESSAGE:
-                m = decode_message(frame.data)
-                columns.append(m.id, m.timestamp, m.attempts, m.body, partition.topic, nsqd)
-            elif frame.frame_type == FRAME_TYPE_ERROR:
-                error = NsqError.from_frame(conn.address, frame.data)
-                if error.fatal:
-                    raise error
+        for frame_type, payload in frames:
+            if frame_type == FRAME_TYPE_MESSAGE:
+                columns.append_frame(payload, partition.topic, nsqd)
         deadline = time.monotonic() + idle_s
     return columns
-
-
-def _close(conn: Connection) -> None:
-    """Stop deliveries, give back any late message, and close once nsqd has read it all.
-
-    Messages nsqd sent before it saw RDY 0 are REQ'd rather than left to time out.
-    Reading on until nsqd closes after our EOF keeps our last FINs from being lost
-    to a reset.
-    """
-    conn.send(encode_rdy(0) + encode_cls())
-    deadline = time.monotonic() + CONNECT_TIMEOUT_S
-    late = []
-    waiting = True
-    try:
-        while time.monotonic() < deadline:
-            for frame in conn.read_frames(max(0.0, deadline - time.monotonic())):
-                if frame.frame_type == FRAME_TYPE_MESSAGE:
-                    late.append(decode_message(frame.data).id)
-                elif frame.frame_type == FRAME_TYPE_RESPONSE and frame.data == b"CLOSE_WAIT":
-                    waiting = False
-            if not waiting:
-                break
-        if late:
-            conn.send(b"".join(encode_req(msg_id, 0) for msg_id in late))
-        conn.shutdown_write()
-        while time.monotonic() < deadline:
-            conn.read_frames(max(0.0, deadline - time.monotonic()))
-    except NsqError:
-        pass

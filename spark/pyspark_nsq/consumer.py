@@ -16,10 +16,10 @@ import time
 
 from broker.protocol import MessageFrame
 
-from .connection import NsqError
+from .dial import NsqError
 from .discovery import DiscoveryError, topic_producers
 from .options import DEFAULT_MAX_IN_FLIGHT, MAX_RDY_COUNT, Address, SourceOptions
-from .subscriber import Subscriber
+from .subscription import Subscription
 
 __all__ = ["Consumer", "Delivery", "RECONNECT_INTERVAL_S"]
 
@@ -30,7 +30,7 @@ RECONNECT_INTERVAL_S = 1.0
 LOOKUPD_POLL_INTERVAL_S = 10.0
 
 #: A received message and the subscription that must FIN it.
-Delivery = tuple[Subscriber, MessageFrame]
+Delivery = tuple[Subscription, MessageFrame]
 
 _log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class Consumer:
     ``close`` REQs every message still held and closes all connections.
     """
 
-    __slots__ = ("_options", "_subscribers", "_per_connection", "_connections", "_targets", "_last_reconnect",
+    __slots__ = ("_options", "_subscriptions", "_per_connection", "_connections", "_targets", "_last_reconnect",
                  "_last_lookup")
 
     def __init__(self, options: SourceOptions):
@@ -53,8 +53,8 @@ class Consumer:
         self._per_connection = -(-budget // connections)
         self._targets = self._lookup() if options.lookupd else [
             (address, topic) for address in options.nsqd for topic in options.topics]
-        self._subscribers = [
-            self._subscriber(address, topic)
+        self._subscriptions = [
+            self._subscription(address, topic)
             for address, topic in self._targets
             for _ in range(connections)
         ]
@@ -80,29 +80,29 @@ class Consumer:
             self._targets.append((address, topic))
             _log.info("nsq source: %s produces %s; subscribing", address, topic)
             for _ in range(self._connections):
-                subscriber = self._subscriber(address, topic)
+                subscription = self._subscription(address, topic)
                 try:
-                    subscriber.start()
+                    subscription.start()
                 except NsqError as exc:
-                    subscriber.error = exc  # retried with the other dead subscriptions
-                self._subscribers.append(subscriber)
+                    subscription.error = exc  # retried with the other dead subscriptions
+                self._subscriptions.append(subscription)
 
-    def _subscriber(self, address, topic) -> Subscriber:
-        return Subscriber(address, topic, self._options.channel,
+    def _subscription(self, address, topic) -> Subscription:
+        return Subscription(address, topic, self._options.channel,
                           max_in_flight=self._per_connection,
                           msg_timeout_ms=self._options.msg_timeout_ms)
 
     def open(self) -> None:
         """Subscribe everywhere; failures other than total failure are retried later."""
         errors = []
-        for subscriber in self._subscribers:
+        for subscription in self._subscriptions:
             try:
-                subscriber.start()
+                subscription.start()
             except NsqError as exc:
-                subscriber.error = exc
+                subscription.error = exc
                 errors.append(exc)
         self._last_reconnect = time.monotonic()
-        if errors and len(errors) == len(self._subscribers):
+        if errors and len(errors) == len(self._subscriptions):
             if len(errors) == 1:
                 raise errors[0]
             raise NsqError(errors[0].address, errors[0].code, "cannot subscribe on any nsqd: "
@@ -113,24 +113,24 @@ class Consumer:
     @property
     def window(self) -> int:
         """Messages nsqd may have in flight to the live subscriptions."""
-        return sum(s.window for s in self._subscribers if s.error is None)
+        return sum(s.window for s in self._subscriptions if s.error is None)
 
     @property
     def window_full(self) -> bool:
         """True when nsqd sends nothing more until something is FIN'd."""
-        live = [s for s in self._subscribers if s.error is None]
+        live = [s for s in self._subscriptions if s.error is None]
         return bool(live) and sum(s.held for s in live) >= sum(s.window for s in live)
 
     def receive(self) -> list[Delivery]:
         """Every message that arrived since the last call."""
         received = []
-        for subscriber in self._subscribers:
-            inbox = subscriber.inbox
+        for subscription in self._subscriptions:
+            inbox = subscription.inbox
             while inbox:
-                received.append((subscriber, inbox.popleft()))
+                received.append((subscription, inbox.popleft()))
         return received
 
-    def replace_dead(self) -> list[Subscriber]:
+    def replace_dead(self) -> list[Subscription]:
         """Re-open dead subscriptions (rate-limited); returns the ones given up.
 
         Messages received from a returned subscription and not yet planned should
@@ -142,30 +142,32 @@ class Consumer:
             return []
         self._last_reconnect = time.monotonic()
         dead = []
-        for index, old in enumerate(self._subscribers):
+        for index, old in enumerate(self._subscriptions):
             if old.error is None:
                 continue
             dead.append(old)
             old.close()
-            fresh = self._subscriber(old.address, old.topic)
+            fresh = self._subscription(old.address, old.topic)
             try:
                 fresh.start()
                 _log.info("nsq source: resubscribed to %s on %s", old.topic, old.address)
             except NsqError as exc:
                 fresh.error = exc
-            self._subscribers[index] = fresh
+            self._subscriptions[index] = fresh
         return dead
 
     @staticmethod
     def fin(deliveries: list[Delivery]) -> None:
         """FIN ``deliveries``, one write per subscription."""
-        by_subscriber: dict[int, tuple[Subscriber, list[bytes]]] = {}
-        for subscriber, message in deliveries:
-            by_subscriber.setdefault(id(subscriber), (subscriber, []))[1].append(message.id)
-        for subscriber, ids in by_subscriber.values():
-            subscriber.fin(ids)
+        by_subscription: dict[int, tuple[Subscription, list[bytes]]] = {}
+        for subscription, message in deliveries:
+            by_subscription.setdefault(id(subscription), (subscription, []))[1].append(message.id)
+        for subscription, ids in by_subscription.values():
+            subscription.fin(ids)
 
     def close(self) -> None:
         """Close every subscription, REQ'ing what each still holds; idempotent."""
-        for subscriber in self._subscribers:
-            subscriber.close()
+        for subscription in self._subscriptions:
+            subscription.begin_close()  # all stop at once, not one after another
+        for subscription in self._subscriptions:
+            subscription.close()

@@ -2,7 +2,7 @@
 
 nsqd accepts a FIN only from the connection that received the message, so the
 driver process owns the subscriptions: it receives messages, keeps them in flight
-(see :mod:`.subscriber`), numbers them into batches (see :mod:`.ledger`) and ships
+(see :mod:`.subscription`), numbers them into batches (see :mod:`.ledger`) and ships
 each batch's messages to the executors inside its input partitions. Every message
 passes through the driver, so this path does not scale past one process; pynsqd's
 lease extension lets :mod:`.leased_source` read on the executors instead.
@@ -122,9 +122,9 @@ class HeldSource:
         partitions = []
         for first in range(0, len(items), MESSAGES_PER_PARTITION):
             columns = MessageColumns()
-            for subscriber, message in items[first:first + MESSAGES_PER_PARTITION]:
+            for subscription, message in items[first:first + MESSAGES_PER_PARTITION]:
                 columns.append(message.id, message.timestamp, message.attempts, message.body,
-                               subscriber.topic, str(subscriber.address))
+                               subscription.topic, str(subscription.address))
             partitions.append(MessagePartition(columns))
         return partitions
 

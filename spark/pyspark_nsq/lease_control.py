@@ -14,9 +14,10 @@ import logging
 import threading
 from collections.abc import Iterable
 
+from broker.client import FramePump
 from broker.protocol import LEASE_IDENTIFY_FIELD, encode_lease, encode_sub
 
-from .connection import CONNECT_TIMEOUT_S, Connection, NsqError
+from .dial import CONNECT_TIMEOUT_S, NsqError, dial
 from .options import Address
 
 __all__ = ["LeaseControl"]
@@ -39,7 +40,7 @@ class LeaseControl:
         self.topic = topic
         self.channel = channel
         self._token = token
-        self._conn: Connection | None = None
+        self._conn: FramePump | None = None
         self._lock = threading.Lock()  # the planning thread and the toucher share it
 
     @property
@@ -85,9 +86,9 @@ class LeaseControl:
                           self.address, exc)
         raise AssertionError("unreachable")
 
-    def _connection(self) -> Connection:
+    def _connection(self) -> FramePump:
         if self._conn is None:
-            conn = Connection.open(self.address, {LEASE_IDENTIFY_FIELD: self._token})
+            conn = dial(self.address, {LEASE_IDENTIFY_FIELD: self._token})
             try:
                 conn.send(encode_sub(self.topic, self.channel))
                 conn.read_response(CONNECT_TIMEOUT_S)

@@ -21,25 +21,23 @@ let anyone name the token.
 from __future__ import annotations
 
 import secrets
-import struct
 from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from broker.client import FramePump
 from broker.protocol import (
-    FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,
     FRAME_TYPE_RESPONSE,
     LEASE_IDENTIFY_FIELD,
     encode_cls,
     encode_lease,
-    encode_nop,
     encode_rdy,
     encode_sub,
 )
 
-from .connection import CONNECT_TIMEOUT_S, Connection, NsqError
+from .dial import CONNECT_TIMEOUT_S, NsqError, dial
 from .options import MAX_RDY_COUNT, Address
 from .schema import MessageColumns
 
@@ -47,11 +45,6 @@ __all__ = ["LeasePartition", "lease_secret", "lease_token", "ROWS_PER_RECORD_BAT
 
 #: Rows per Arrow record batch handed to Spark: big enough to amortise Arrow's calls.
 ROWS_PER_RECORD_BATCH = 10_000
-#: A frame's size and type.
-_FRAME_START = struct.Struct(">II")
-#: Frames larger than this are garbage: nsqd's limits stay far below it.
-_MAX_FRAME_SIZE = 64 * 1024 * 1024
-_HEARTBEAT = b"_heartbeat_"
 #: Random bytes in a lease token's secret part: 128 bits cannot be guessed.
 LEASE_SECRET_BYTES = 16
 
@@ -86,8 +79,7 @@ class LeasePartition(InputPartition):
         taken the last batch. Raises :class:`NsqError` when the connection fails or
         the broker offers no lease.
         """
-        conn = Connection.open(self.address, {"msg_timeout": msg_timeout_ms,
-                                              LEASE_IDENTIFY_FIELD: self.token})
+        conn = dial(self.address, {"msg_timeout": msg_timeout_ms, LEASE_IDENTIFY_FIELD: self.token})
         try:
             if conn.identity.get(LEASE_IDENTIFY_FIELD) != self.token:
                 raise NsqError(self.address, "E_NO_LEASE", "the broker offers no leases (not pynsqd)")
@@ -130,21 +122,20 @@ class LeasePartition(InputPartition):
 
 
 class _MessageStream:
-    """Frames of one leasing connection parsed straight into columns, without frame objects."""
+    """Frames of one leasing connection taken straight into columns, without message objects."""
 
-    __slots__ = ("conn", "columns", "received", "_topic", "_nsqd", "_buf", "_responses")
+    __slots__ = ("conn", "columns", "received", "_topic", "_nsqd", "_responses")
 
-    def __init__(self, conn: Connection, topic: str, nsqd: str):
+    def __init__(self, conn: FramePump, topic: str, nsqd: str):
         self.conn = conn
         self.columns = MessageColumns()
         self.received = 0
         self._topic = topic
         self._nsqd = nsqd
-        self._buf = bytearray()
         self._responses: list[bytes] = []
 
     def take(self) -> pa.RecordBatch:
-        """The messages parsed so far as a record batch; starts new columns."""
+        """The messages taken so far as a record batch; starts new columns."""
         batch = self.columns.to_arrow()
         self.columns = MessageColumns()
         return batch
@@ -160,38 +151,18 @@ class _MessageStream:
         return answers
 
     def receive(self, timeout: float) -> bool:
-        """Parse what arrives within ``timeout``; False when nothing did."""
-        data = self.conn.read_raw(timeout)
-        if not data:
-            return False
-        buf = self._buf
-        buf += data
-        end = len(buf)
-        pos = 0
+        """Take the frames that arrive within ``timeout``; False when none did."""
+        frames = self.conn.read(timeout)
         append = self.columns.append_frame
         topic, nsqd = self._topic, self._nsqd
         count = 0
-        while end - pos >= 8:
-            size, kind = _FRAME_START.unpack_from(buf, pos)
-            stop = pos + 4 + size
-            if size < 4 or size > _MAX_FRAME_SIZE:
-                raise NsqError(self.conn.address, "E_BAD_FRAME", f"frame size {size}")
-            if stop > end:
-                break
-            if kind == FRAME_TYPE_MESSAGE:
-                append(bytes(buf[pos + 8:stop]), topic, nsqd)
+        for frame_type, payload in frames:
+            if frame_type == FRAME_TYPE_MESSAGE:
+                append(payload, topic, nsqd)
                 count += 1
-            elif kind == FRAME_TYPE_RESPONSE:
-                answer = bytes(buf[pos + 8:stop])
-                if answer == _HEARTBEAT:
-                    self.conn.send(encode_nop())
-                else:
-                    self._responses.append(answer)
-            elif kind == FRAME_TYPE_ERROR:
-                raise NsqError.from_frame(self.conn.address, bytes(buf[pos + 8:stop]))
-            else:
-                raise NsqError(self.conn.address, "E_BAD_FRAME", f"invalid frame type {kind}")
-            pos = stop
-        del buf[:pos]
+            elif frame_type == FRAME_TYPE_RESPONSE:
+                self._responses.append(payload)
+            else:  # a leasing connection settles nothing by id: even E_FIN_FAILED is a fault
+                raise NsqError.from_frame(self.conn.address, payload)
         self.received += count
-        return True
+        return bool(frames)

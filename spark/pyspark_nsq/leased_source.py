@@ -10,11 +10,11 @@ batch, the partition and a random secret of this driver process
 a batch that is never committed has its leases expire after ``msgTimeoutMs``, and
 the broker delivers those messages again (at least once).
 
-An offset is ``{"offset": rows planned so far, "query": id, "batch": n, "reads":
-[[nsqd, topic, count], ...]}``: everything ``partitions`` needs but the secret, so a
-batch replayed from the checkpoint after a restart reads from the same places, under
-new tokens: the leases the killed driver's tasks took cannot be named by anyone, and
-come back after ``msgTimeoutMs`` (at least once, as any crash).
+An offset (:class:`~.lease_offset.LeaseOffset`) holds everything ``partitions``
+needs but the secret, so a batch replayed from the checkpoint after a restart reads
+from the same places, under new tokens: the leases the killed driver's tasks took
+cannot be named by anyone, and come back after ``msgTimeoutMs`` (at least once, as
+any crash). Spark hands offsets over as JSON objects; they are typed at the door.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 from .consumer import LOOKUPD_POLL_INTERVAL_S
 from .discovery import DiscoveryError, topic_producers
 from .lease_control import LeaseControl
+from .lease_offset import LeaseOffset, PlannedRead
 from .lease_partition import LeasePartition, lease_secret, lease_token
 from .options import DEFAULT_LEASED_IN_FLIGHT, SourceOptions, parse_addresses
 from .partitioning import Pair, allocate, split
@@ -59,7 +60,7 @@ class LeasedSource:
         self._query = uuid.uuid4().hex[:12]
         self._secret = lease_secret()  # in no offset: only this process can name its leases
         self._finished_through = -1
-        self._last: dict | None = None
+        self._last: LeaseOffset | None = None
         self._remaining: dict[Pair, int] | None = None
         self._stopping = threading.Event()
         self._toucher = threading.Thread(target=self._touch_in_progress, daemon=True,
@@ -70,17 +71,17 @@ class LeasedSource:
         interval = self._options.msg_timeout_ms / 2000
         while not self._stopping.wait(interval):
             last = self._last
-            if last is None or int(last["batch"]) <= self._finished_through:
+            if last is None or last.batch <= self._finished_through:
                 continue
             try:
                 for pair, tokens in self._by_pair(last).items():
                     self._controls[pair].touch(tokens)
             except Exception as exc:  # the leases may then expire: duplicates, never loss
-                _log.info("nsq source: could not touch the leases of batch %s: %s", last["batch"], exc)
+                _log.info("nsq source: could not touch the leases of batch %s: %s", last.batch, exc)
 
     def initial_offset(self) -> dict:
         """Nothing read yet."""
-        return {"offset": 0, "query": self._query, "batch": 0, "reads": []}
+        return LeaseOffset(0, self._query, 0, ()).to_json()
 
     def prepare_available_now(self) -> None:
         """Read what the channels hold now, and no more."""
@@ -88,8 +89,9 @@ class LeasedSource:
 
     def latest_offset(self, start: dict, limit: ReadLimit) -> dict:
         """Finish the batch ending at ``start`` (committed), then plan the next one."""
-        self._query = start.get("query") or self._query
-        self._finish(start)
+        begin = LeaseOffset.from_json(start)
+        self._query = begin.query or self._query
+        self._finish(begin)
         if self._options.lookupd and time.monotonic() - self._last_lookup >= LOOKUPD_POLL_INTERVAL_S:
             self._look_up_producers()
         budget = self._options.max_in_flight or DEFAULT_LEASED_IN_FLIGHT
@@ -101,17 +103,16 @@ class LeasedSource:
             available = {pair: min(count, self._remaining.get(pair, 0)) for pair, count in available.items()}
         take = allocate(available, budget)
         if not sum(take.values()):
-            return start
+            return start  # the same offset: Spark runs no batch
         if self._remaining is not None:
             for pair, count in take.items():
                 self._remaining[pair] -= count
-        reads = [[str(address), topic, size]
-                 for (address, topic), count in take.items() if count
-                 for size in split(count)]
-        end = {"offset": int(start.get("offset", 0)) + sum(take.values()), "query": self._query,
-               "batch": int(start.get("batch", 0)) + 1, "reads": reads}
+        reads = tuple(PlannedRead(str(address), topic, size)
+                      for (address, topic), count in take.items() if count
+                      for size in split(count))
+        end = LeaseOffset(begin.offset + sum(take.values()), self._query, begin.batch + 1, reads)
         self._last = end
-        return end
+        return end.to_json()
 
     def _look_up_producers(self) -> None:
         """Plan from the producers nsqlookupd lists now: read nodes that started producing a
@@ -147,35 +148,38 @@ class LeasedSource:
 
     def partitions(self, start: dict, end: dict) -> list[LeasePartition]:
         """One partition per planned read of ``end``, each with its own lease token."""
-        query, batch = end["query"], int(end["batch"])
+        return self._partitions(LeaseOffset.from_json(end))
+
+    def _partitions(self, end: LeaseOffset) -> list[LeasePartition]:
+        if end.query is None:
+            raise ValueError(f"nsq source: offset {end.to_json()} names no query to read for")
         return [
-            LeasePartition(parse_addresses("nsqd", address)[0], topic, int(count),
-                           lease_token(query, batch, index, self._secret))
-            for index, (address, topic, count) in enumerate(end.get("reads", []))
+            LeasePartition(parse_addresses("nsqd", read.nsqd)[0], read.topic, read.count,
+                           lease_token(end.query, end.batch, index, self._secret))
+            for index, read in enumerate(end.reads)
         ]
 
     def commit(self, end: dict) -> None:
         """Finish every message leased for the batch that ends at ``end``."""
-        self._finish(end)
+        self._finish(LeaseOffset.from_json(end))
 
-    def _by_pair(self, offset: dict) -> dict[Pair, list[str]]:
+    def _by_pair(self, offset: LeaseOffset) -> dict[Pair, list[str]]:
         tokens: dict[Pair, list[str]] = {}
-        for partition in self.partitions({}, offset):
+        for partition in self._partitions(offset):
             tokens.setdefault((partition.address, partition.topic), []).append(partition.token)
         return tokens
 
-    def _finish(self, offset: dict) -> None:
-        if "query" not in offset or int(offset.get("batch", 0)) <= self._finished_through:
+    def _finish(self, offset: LeaseOffset) -> None:
+        if offset.query is None or offset.batch <= self._finished_through:
             return
         finished = 0
         for pair, tokens in self._by_pair(offset).items():
             control = self._controls.get(pair)
             if control is not None:
                 finished += control.finish(tokens)
-        self._finished_through = int(offset["batch"])
-        planned = sum(int(read[2]) for read in offset.get("reads", []))
+        self._finished_through = offset.batch
         _log.info("nsq source: batch %s committed, %d leased messages finished (%d planned)",
-                  offset["batch"], finished, planned)
+                  offset.batch, finished, offset.planned)
 
     def stop(self) -> None:
         """Give back the leases of a planned batch never committed; close the connections."""
@@ -184,7 +188,7 @@ class LeasedSource:
             self._toucher.join(_STOP_WAIT_S)
         last = self._last
         try:
-            if last is not None and int(last["batch"]) > self._finished_through:
+            if last is not None and last.batch > self._finished_through:
                 for pair, tokens in self._by_pair(last).items():
                     self._controls[pair].requeue(tokens)
         except Exception as exc:  # the leases then expire: redelivered after msgTimeoutMs

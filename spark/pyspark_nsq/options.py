@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from broker.client import Address
 from broker.protocol import is_valid_name
 
 __all__ = [
@@ -66,17 +67,6 @@ class OptionError(ValueError):
         self.option = option
         self.problem = problem
         super().__init__(f"nsq data source: option '{option}' {problem}")
-
-
-@dataclass(frozen=True, slots=True)
-class Address:
-    """One nsqd TCP address."""
-
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
 def parse_addresses(option: str, value: str) -> tuple[Address, ...]:

@@ -15,9 +15,10 @@ import collections
 import logging
 from collections.abc import Sequence
 
+from broker.client import FramePump
 from broker.protocol import encode_dpub, encode_mpub
 
-from .connection import Connection, NsqError
+from .dial import NsqError, dial
 from .options import Address
 
 __all__ = ["Publisher", "MAX_MPUB_BYTES", "PIPELINE_DEPTH"]
@@ -49,7 +50,7 @@ class Publisher:
         self._next = first % len(self._addresses)
         self._batch_size = batch_size
         self._defer_ms = defer_ms
-        self._conn: Connection | None = None
+        self._conn: FramePump | None = None
         # (payload, answers due, messages) of each command sent and not yet answered
         self._unanswered: collections.deque[tuple[bytes, int, int]] = collections.deque()
         self._retried = False  # reconnected since nsqd last answered
@@ -127,7 +128,7 @@ class Publisher:
             self.close()
             raise
 
-    def _connection(self) -> Connection:
+    def _connection(self) -> FramePump:
         if self._conn is not None:
             return self._conn
         errors: list[NsqError] = []
@@ -135,7 +136,7 @@ class Publisher:
             address = self._addresses[self._next]
             self._next = (self._next + 1) % len(self._addresses)
             try:
-                self._conn = Connection.open(address, {})
+                self._conn = dial(address, {})
                 return self._conn
             except NsqError as exc:
                 errors.append(exc)

@@ -51,7 +51,7 @@ def source_pairs(options: SourceOptions) -> list[tuple[Address, str]]:
 def open_source(options: SourceOptions) -> LeasedSource | HeldSource:
     """The leased path when every nsqd offers leases, else the driver-side path.
 
-    Raises :class:`~.connection.NsqError` when an nsqd cannot be reached.
+    Raises :class:`~broker.client.NsqError` when an nsqd cannot be reached.
     """
     token = f"{uuid.uuid4().hex[:12]}.control"
     controls = {(address, topic): LeaseControl(address, topic, options.channel, token)

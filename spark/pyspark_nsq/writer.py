@@ -57,7 +57,7 @@ def publish_batches(options: SinkOptions, schema: StructType,
     """Publish the ``body`` column of ``batches``; returns once nsqd acknowledged all.
 
     Raises ``ValueError`` for a null or empty body or a bad topic value, and
-    :class:`~pyspark_nsq.connection.NsqError` when nsqd refuses a batch.
+    :class:`~broker.client.NsqError` when nsqd refuses a batch.
     """
     body_index, topic_index = check_sink_schema(schema, options.topic)
     context = TaskContext.get()

@@ -56,7 +56,7 @@ from broker.protocol import (  # noqa: E402
     encode_rdy,
     encode_sub,
 )
-from pyspark_nsq.connection import Connection  # noqa: E402
+from pyspark_nsq.dial import dial  # noqa: E402
 from pyspark_nsq.options import Address  # noqa: E402
 
 _LISTEN = re.compile(rb"(TCP|HTTP): listening on (\S+)")
@@ -87,7 +87,7 @@ def start_broker(command: list[str], data_path: Path,
 
 
 def publish(address: Address, topic: str, bodies: list[bytes], chunk: int = 500) -> None:
-    conn = Connection.open(address, {})
+    conn = dial(address, {})
     try:
         for start in range(0, len(bodies), chunk):
             conn.send(encode_mpub(topic, bodies[start:start + chunk]))
@@ -100,7 +100,7 @@ class Probe:
     """A consumer of the sink topic, read synchronously by the latency loop."""
 
     def __init__(self, address: Address, topic: str):
-        self.conn = Connection.open(address, {})
+        self.conn = dial(address, {})
         self.conn.send(encode_sub(topic, "probe"))
         self.conn.read_response()
         self.conn.send(encode_rdy(100))
@@ -108,9 +108,9 @@ class Probe:
     def wait_message(self, timeout: float) -> bytes:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for frame in self.conn.read_frames(deadline - time.monotonic()):
-                if frame.frame_type == FRAME_TYPE_MESSAGE:
-                    message = decode_message(frame.data)
+            for frame_type, payload in self.conn.read(deadline - time.monotonic()):
+                if frame_type == FRAME_TYPE_MESSAGE:
+                    message = decode_message(payload)
                     self.conn.send(encode_fin(message.id))
                     return message.body
         raise TimeoutError("no message on the sink topic")
@@ -232,7 +232,7 @@ def measure_latency(spark, address: Address, workdir: Path, probes: int) -> dict
     probe.wait_message(10)
     query = stream(spark, address, "lat_in", "lat_out", str(workdir / "lat"),
                    {"processingTime": "0 seconds"})
-    conn = Connection.open(address, {})
+    conn = dial(address, {})
     try:
         # Warm-up: the first batches pay for Spark's worker start.
         for index in range(3):

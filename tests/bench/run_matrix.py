@@ -73,7 +73,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from broker.bench.arguments import parse_duration  # noqa: E402
-from broker.bench.connection import BenchConnection  # noqa: E402
+from broker.bench.opening import BenchConnection  # noqa: E402
 from tests.support.paths import nsq_bin  # noqa: E402
 
 SIZES = (100, 1000)

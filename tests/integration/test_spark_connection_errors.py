@@ -8,8 +8,8 @@ import threading
 import pytest
 import trio
 
-from broker.bench.connection import BenchConnection, ServerError
-from pyspark_nsq.connection import Connection, NsqError
+from broker.bench.opening import BenchConnection, ServerError
+from pyspark_nsq.dial import NsqError, dial
 from pyspark_nsq.options import Address
 
 HINT = "answered in HTTP: this is the HTTP port; the nsqd option wants the TCP port (4150 by default)"
@@ -18,7 +18,7 @@ HINT = "answered in HTTP: this is the HTTP port; the nsqd option wants the TCP p
 async def test_connector_on_the_brokers_http_port_says_so(daemon):
     host, port = daemon.addresses.http
     with trio.fail_after(20), pytest.raises(NsqError) as caught:
-        await trio.to_thread.run_sync(Connection.open, Address(host, port), {})
+        await trio.to_thread.run_sync(dial, Address(host, port), {})
     assert caught.value.code == "E_HTTP_PORT"
     assert str(caught.value) == f"nsqd {host}:{port}: E_HTTP_PORT {HINT}"
 
@@ -26,7 +26,7 @@ async def test_connector_on_the_brokers_http_port_says_so(daemon):
 async def test_connector_on_the_tcp_port_still_connects(daemon):
     host, port = daemon.addresses.tcp
     with trio.fail_after(20):
-        conn = await trio.to_thread.run_sync(Connection.open, Address(host, port), {})
+        conn = await trio.to_thread.run_sync(dial, Address(host, port), {})
     conn.close()
 
 
@@ -46,7 +46,7 @@ def test_any_http_server_is_recognised(answer):
         server.start()
         try:
             with pytest.raises(NsqError) as caught:
-                Connection.open(Address("127.0.0.1", listener.getsockname()[1]), {})
+                dial(Address("127.0.0.1", listener.getsockname()[1]), {})
         finally:
             server.join(20)
     assert caught.value.description == HINT

@@ -3,14 +3,15 @@
 The streaming source holds messages from the moment they arrive until Spark has
 committed the batch that contains them, which may be longer than nsqd's
 msg_timeout. A daemon thread per connection therefore reads frames as they come
-(answering heartbeats), queues messages in ``inbox`` and TOUCHes every message
+(its pump answers heartbeats), queues messages in ``inbox`` and TOUCHes every message
 still held once half of the negotiated msg_timeout has passed since it arrived or
 was last touched. The owner FINs or REQs messages from its own thread.
 
 nsqd does not give back the in-flight messages of a connection that closes; they
-come back when their msg_timeout expires. ``close`` therefore stops delivery (RDY
-0, CLS) and REQs everything still held before closing, so a clean stop hands the
-messages to the next consumer at once; after a crash they return on timeout.
+come back when their msg_timeout expires. ``close`` therefore has the thread stop
+delivery and REQ everything still held (:func:`broker.client.stop_delivery`) before
+the connection closes, so a clean stop hands the messages to the next consumer at
+once; after a crash they return on timeout.
 """
 
 from __future__ import annotations
@@ -21,13 +22,12 @@ import threading
 import time
 from collections.abc import Iterable
 
+from broker.client import FramePump, stop_delivery
 from broker.protocol import (
     FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,
-    FRAME_TYPE_RESPONSE,
     MessageFrame,
     decode_message,
-    encode_cls,
     encode_fin,
     encode_rdy,
     encode_req,
@@ -35,20 +35,20 @@ from broker.protocol import (
     encode_touch,
 )
 
-from .connection import CONNECT_TIMEOUT_S, Connection, NsqError
+from .dial import CONNECT_TIMEOUT_S, NsqError, dial
 from .options import Address
 
-__all__ = ["Subscriber"]
+__all__ = ["Subscription"]
 
-#: The reader thread wakes at least this often to send due TOUCHes.
+#: The reader thread wakes at least this often to send due TOUCHes and to see a stop asked for.
 _TICK_S = 0.25
-#: How long ``close`` waits for nsqd's CLOSE_WAIT before REQ'ing anyway.
-_CLOSE_WAIT_S = 2.0
+#: How long a clean stop may take: nsqd's CLOSE_WAIT, the REQs, nsqd closing its side.
+_STOP_S = 4.0
 
 _log = logging.getLogger(__name__)
 
 
-class Subscriber:
+class Subscription:
     """One SUB to ``topic``/``channel`` on one nsqd, serviced by a daemon thread.
 
     ``start`` connects and subscribes (raises :class:`NsqError`); the owner must
@@ -58,8 +58,7 @@ class Subscriber:
 
     __slots__ = (
         "address", "topic", "channel", "inbox", "error",
-        "_identify", "_rdy", "_conn", "_thread", "_lock", "_held", "_touch_s",
-        "_closing", "_close_wait",
+        "_identify", "_rdy", "_conn", "_thread", "_lock", "_held", "_touch_s", "_stopping",
     )
 
     def __init__(self, address: Address, topic: str, channel: str, *, max_in_flight: int,
@@ -72,19 +71,18 @@ class Subscriber:
         self.error: NsqError | None = None
         self._identify = {"msg_timeout": msg_timeout_ms}
         self._rdy = max_in_flight
-        self._conn: Connection | None = None
+        self._conn: FramePump | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         # msg id -> monotonic time of its next TOUCH; insertion order is due order
         # because every entry is (re)inserted with the same interval.
         self._held: dict[bytes, float] = {}
         self._touch_s = msg_timeout_ms / 2000
-        self._closing = False
-        self._close_wait = threading.Event()
+        self._stopping = threading.Event()
 
     def start(self) -> None:
         """Connect, IDENTIFY, SUB and open the RDY window; raises :class:`NsqError`."""
-        conn = Connection.open(self.address, self._identify)
+        conn = dial(self.address, self._identify)
         try:
             msg_timeout = conn.identity.get("msg_timeout")
             if isinstance(msg_timeout, int) and msg_timeout > 0:
@@ -132,7 +130,7 @@ class Subscriber:
                 self._fail(exc)
 
     def _fail(self, exc: NsqError) -> None:
-        if self.error is None and not self._closing:
+        if self.error is None and not self._stopping.is_set():
             self.error = exc
             _log.warning("nsq subscription %s/%s on %s ended: %s",
                          self.topic, self.channel, self.address, exc)
@@ -143,30 +141,33 @@ class Subscriber:
         conn = self._conn
         assert conn is not None  # started only after start() connected
         try:
-            while not conn.closed:
-                for frame in conn.read_frames(_TICK_S):
-                    self._on_frame(frame)
+            while not self._stopping.is_set():
+                for frame_type, payload in conn.read(_TICK_S):
+                    self._on_frame(frame_type, payload)
                 self._touch_due()
         except NsqError as exc:
             self._fail(exc)
+            return
         except Exception as exc:  # a bug must end the subscription visibly, not silently
             self._fail(NsqError(self.address, "E_INTERNAL", repr(exc)))
+            return
+        stop_delivery(conn, self._take_held, timeout=_STOP_S)
 
-    def _on_frame(self, frame) -> None:
-        if frame.frame_type == FRAME_TYPE_MESSAGE:
-            message = decode_message(frame.data)
+    def _on_frame(self, frame_type: int, payload: bytes) -> None:
+        if frame_type == FRAME_TYPE_MESSAGE:
+            message = decode_message(payload)
             with self._lock:
                 self._held[message.id] = time.monotonic() + self._touch_s
             self.inbox.append(message)
-        elif frame.frame_type == FRAME_TYPE_RESPONSE:
-            if frame.data == b"CLOSE_WAIT":
-                self._close_wait.set()
-        elif frame.frame_type == FRAME_TYPE_ERROR:
-            error = NsqError.from_frame(self.address, frame.data)
-            if error.fatal:
-                raise error
-            # E_FIN_FAILED etc.: the message timed out and went to another consumer.
-            _log.info("%s", error)
+        elif frame_type == FRAME_TYPE_ERROR:
+            # E_FIN_FAILED etc.: the message timed out and went to another consumer
+            # (the pump raises the fatal errors).
+            _log.info("%s", NsqError.from_frame(self.address, payload))
+
+    def _take_held(self) -> list[bytes]:
+        with self._lock:
+            ids, self._held = list(self._held), {}
+        return ids
 
     def _touch_due(self) -> None:
         now = time.monotonic()
@@ -184,27 +185,19 @@ class Subscriber:
             assert conn is not None  # called from _run, which holds the connection
             conn.send(b"".join(map(encode_touch, due)))
 
+    def begin_close(self) -> None:
+        """Ask the thread to stop delivery and REQ every held message, without waiting:
+        closing many subscriptions, ask each first, then :meth:`close` each."""
+        self._stopping.set()
+
     def close(self) -> None:
-        """Stop delivery, REQ every held message, close; idempotent."""
-        if self._closing or self._conn is None:
-            self._closing = True
-            return
-        self._closing = True
-        conn = self._conn
-        if self.error is None:
-            try:
-                conn.send(encode_rdy(0) + encode_cls())
-                # After CLOSE_WAIT nsqd sends no more messages, so the REQs below
-                # cover everything this connection ever got.
-                self._close_wait.wait(_CLOSE_WAIT_S)
-                with self._lock:
-                    ids, self._held = list(self._held), {}
-                if ids:
-                    conn.send(b"".join(encode_req(msg_id, 0) for msg_id in ids))
-            except NsqError:
-                pass
-            # The reader thread reads on until nsqd, having seen our EOF, closes.
-            conn.shutdown_write()
-            if self._thread is not None and self._thread is not threading.current_thread():
-                self._thread.join(_CLOSE_WAIT_S)
-        conn.close()
+        """Stop delivery, REQ every held message, close; idempotent.
+
+        Waits for the thread, which does the stopping (up to a tick to notice, then
+        until nsqd has closed its side).
+        """
+        self._stopping.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(_STOP_S + 2 * _TICK_S)
+        if self._conn is not None:
+            self._conn.close()
