@@ -1,9 +1,9 @@
 """nsqd's flags and TOML config file as one declarative table, parsed once into :class:`Options`.
 
-* :mod:`~broker.config.schema` -- the :class:`Options` dataclass, whose fields declare each flag;
+* :mod:`~broker.config.schema` -- the :class:`Options` dataclass, whose fields declare each flag,
+  and the checks every :class:`Options` passes on construction;
 * :mod:`~broker.config.kinds` -- how each type of value is read (Go syntax) and shown;
 * :mod:`~broker.config.flag` and :mod:`~broker.config.flag_table` -- the flags collected from it;
-* :mod:`~broker.config.validation` -- the checks every :class:`Options` passes;
 * :mod:`~broker.config.options` -- the command line and :func:`parse_args`;
 * :mod:`~broker.config.config_file` -- the ``--config`` TOML file;
 * :mod:`~broker.config.unbuilt` -- the nsqd options accepted but not acted on yet, their

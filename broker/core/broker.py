@@ -16,6 +16,7 @@ the owner; topics and channels get a :class:`~broker.core.host.CoreHost`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from itertools import repeat
 from typing import Any
 
@@ -226,23 +227,38 @@ class Broker:
             self.metadata_changed()
         self._registry_changed(RegistryChange(name, None, created=False))
 
-    async def publish_bodies(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0) -> None:
+    def publish(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0) -> Awaitable[None] | None:
         """Publish ``bodies`` to ``topic`` as one batch of new messages (PUB, MPUB, DPUB, ``/pub``, ``/mpub``).
 
-        Each gets a fresh id and the current wall-clock timestamp; ``defer_ns``
-        > 0 makes them deferred by that long. Raises as :meth:`publish`.
+        Each gets a fresh id and the current wall-clock timestamp; ``defer_ns`` > 0 makes
+        them deferred by that long. Returns None when the batch is queued already (the
+        common case: no coroutine is made), else what must be awaited to finish it:
+        in durable mode the batch is answered once on stable storage (sharing one fsync
+        with every publisher waiting at the same moment); the first publish to a new topic
+        once the channels the listeners know for it exist (as nsqd's); a batch of more
+        than :data:`PUBLISH_PIECE` bodies is queued a piece at a time, with a checkpoint
+        between pieces, so that a huge MPUB does not hold the other connections (messages
+        of other publishers may come between its pieces, as they can in nsqd).
 
-        A batch of more than :data:`PUBLISH_PIECE` bodies is queued a piece at a time,
-        with a checkpoint between pieces, so that a huge MPUB does not hold the other
-        connections: it returns once all of it is queued (in durable mode, synced), and
-        messages of other publishers may come between its pieces, as they can in nsqd.
-        A piece the disk refuses ends it with the error, and the pieces before it stay
-        queued (nsqd too keeps the messages of an MPUB put before the one refused);
-        :class:`PublishStopped` if the topic is deleted or the broker exits meanwhile.
+        Raises (or the awaitable raises) :class:`DiskQueueError`, after marking the
+        broker unhealthy, if a disk write fails (nothing of that piece is queued; the
+        pieces before it stay, as nsqd keeps the messages of an MPUB put before the one
+        refused) or, in durable mode, if the sync fails (the batch may still be
+        delivered); :class:`PublishStopped` if the topic is deleted or the broker exits
+        between pieces.
         """
-        if len(bodies) <= PUBLISH_PIECE:
-            await self.publish(topic, self._new_messages(bodies, defer_ns))
-            return
+        if topic.group is not None or topic.name in self._starting or len(bodies) > PUBLISH_PIECE:
+            return self._publish_in_pieces(topic, bodies, defer_ns)
+        written = self._write_seq(topic)
+        try:
+            topic.put_many(self._new_messages(bodies, defer_ns))
+        except DiskQueueError as exc:
+            self.disk_failed(exc)
+            raise
+        self._disk_written(topic, written)
+        return None
+
+    async def _publish_in_pieces(self, topic: Topic, bodies: list[bytes], defer_ns: int) -> None:
         starting = self._starting.get(topic.name)
         if starting is not None:
             await starting.wait()
@@ -262,58 +278,11 @@ class Broker:
             raise
         self._disk_written(topic, written)
 
-    def publish_bodies_now(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0) -> bool:
-        """:meth:`publish_bodies` when it needs no wait: not in durable mode (the answer waits
-        for the disk) and not while ``topic`` is starting (see :meth:`publish`).
-
-        Nor for a batch queued in pieces (more than :data:`PUBLISH_PIECE` bodies).
-        Returns False, having done nothing, in those cases; raises as :meth:`publish`.
-        """
-        if topic.group is not None or topic.name in self._starting or len(bodies) > PUBLISH_PIECE:
-            return False
-        self._put(topic, self._new_messages(bodies, defer_ns))
-        return True
-
     def _new_messages(self, bodies: list[bytes], defer_ns: int) -> list[Message]:
         timestamp = now_ns()
         due = timestamp + defer_ns if defer_ns else 0
         ids = self.guid.next_ids(len(bodies))
         return list(map(Message, ids, bodies, repeat(timestamp), repeat(0), repeat(due)))
-
-    async def publish(self, topic: Topic, msgs: list[Message]) -> None:
-        """Queue ``msgs`` on ``topic`` as one batch.
-
-        In durable mode this returns only once the batch is on stable storage
-        (sharing one fsync with every publisher waiting at the same moment).
-        Raises :class:`DiskQueueError` (after marking the broker unhealthy) if a
-        disk write fails (nothing of the batch is then queued) or, in durable
-        mode, if the sync fails (the batch may still be delivered).
-        """
-        starting = self._starting.get(topic.name)
-        if starting is not None:
-            await starting.wait()  # as nsqd: the first publish returns once the channels exist
-        if topic.group is None:
-            self._put(topic, msgs)
-            return
-        written = self._write_seq(topic)
-        try:
-            topic.put_many(msgs)
-            await topic.group.wait()
-            await self.wait_metadata_persisted()  # a topic created by this publish
-        except DiskQueueError as exc:
-            self.disk_failed(exc)
-            raise
-        self._disk_written(topic, written)
-
-    def _put(self, topic: Topic, msgs: list[Message]) -> None:
-        """Queue ``msgs`` on a topic that is not durable; raises as :meth:`publish`."""
-        written = self._write_seq(topic)
-        try:
-            topic.put_many(msgs)
-        except DiskQueueError as exc:
-            self.disk_failed(exc)
-            raise
-        self._disk_written(topic, written)
 
     @staticmethod
     def _write_seq(topic: Topic) -> int:

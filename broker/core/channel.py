@@ -516,7 +516,7 @@ class Channel:
                 self.leases.forget(expired)
             if not self.retention.requeue(expired):
                 # keep them (and their records) until the disk takes a write again
-                self._hold(expired, now + RETRY_DELAY)
+                self._keep_in_flight_until(expired, now + RETRY_DELAY)
         if due:
             self.retention.release(due)
         self.in_flight_timers.compact(len(self.in_flight))
@@ -526,7 +526,7 @@ class Channel:
             return True
         return False
 
-    def _hold(self, msgs: list[Message], deadline: float) -> None:
+    def _keep_in_flight_until(self, msgs: list[Message], deadline: float) -> None:
         """Keep timed-out messages in flight, owned by nobody, until ``deadline``."""
         for msg in msgs:
             msg.deadline = deadline

@@ -21,7 +21,7 @@ from broker.http.query import first, request_params
 from broker.http.responses import APIError, v1
 from broker.http.router import Endpoint
 from broker.http.server import BodyReadError, Request, RequestBody, Response
-from broker.http.targets import existing_channel, existing_topic, new_topic, persist_metadata
+from broker.http.targets import existing_channel, existing_topic_and_channel_name, new_topic, persist_metadata
 from broker.protocol import is_valid_name
 
 if TYPE_CHECKING:
@@ -128,13 +128,13 @@ class AdminEndpoints:
 
     async def channel_create(self, request: Request, body: RequestBody, param: str) -> Response:
         """``POST /channel/create?topic=&channel=``: the topic must exist."""
-        topic, channel_name = existing_topic(self.broker, request_params(request))
+        topic, channel_name = existing_topic_and_channel_name(self.broker, request_params(request))
         topic.get_channel(channel_name)
         return v1()
 
     async def channel_delete(self, request: Request, body: RequestBody, param: str) -> Response:
         """``POST /channel/delete?topic=&channel=``."""
-        topic, channel_name = existing_topic(self.broker, request_params(request))
+        topic, channel_name = existing_topic_and_channel_name(self.broker, request_params(request))
         try:
             topic.delete_channel(channel_name)
         except KeyError:

@@ -2,7 +2,7 @@
 
 Bodies are read with limits: a ``Content-Length`` above ``--max-msg-size``
 (``/pub``) or ``--max-body-size`` (``/mpub``) is refused with 413 before any of
-the body is read. Messages are queued by :meth:`Broker.publish_bodies`, as the
+the body is read. Messages are queued by :meth:`Broker.publish`, as the
 TCP ``PUB``/``MPUB``/``DPUB`` commands queue them. An ``/mpub`` body is split into
 messages a bounded piece at a time, with a checkpoint between pieces: 5 MB of one-byte
 lines are millions of messages, and the other connections must not wait for them all.
@@ -133,7 +133,9 @@ class PublishEndpoints:
         if not bodies:
             return OK
         try:
-            await broker.publish_bodies(topic, bodies, defer_ns)
+            pending = broker.publish(topic, bodies, defer_ns)
+            if pending is not None:
+                await pending
         except Exception as exc:
             log.error("HTTP: publish to %s failed: %s", topic.name, exc)
             raise APIError(503, "EXITING") from None

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from broker.core.channel import Channel
     from broker.core.topic import Topic
 
-__all__ = ["topic_name", "new_topic", "existing_topic", "existing_channel", "persist_metadata"]
+__all__ = ["topic_name", "new_topic", "existing_topic_and_channel_name", "existing_channel", "persist_metadata"]
 
 log = logging.getLogger("pynsqd.http")
 
@@ -35,7 +35,7 @@ def new_topic(broker: Broker, params: Params) -> Topic:
     return broker.get_topic(topic_name(params))
 
 
-def existing_topic(broker: Broker, params: Params) -> tuple[Topic, str]:
+def existing_topic_and_channel_name(broker: Broker, params: Params) -> tuple[Topic, str]:
     """nsqd's ``getExistingTopicFromQuery``: validated names, the topic must exist."""
     topic_name = first(params, "topic")
     if topic_name is None:
@@ -55,7 +55,7 @@ def existing_topic(broker: Broker, params: Params) -> tuple[Topic, str]:
 
 def existing_channel(broker: Broker, params: Params) -> Channel:
     """The channel named by ``topic`` and ``channel``; both must exist."""
-    topic, channel_name = existing_topic(broker, params)
+    topic, channel_name = existing_topic_and_channel_name(broker, params)
     channel = topic.channels.get(channel_name)
     if channel is None:
         raise APIError(404, "CHANNEL_NOT_FOUND")

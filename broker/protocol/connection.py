@@ -22,15 +22,13 @@ ownership, publish failures).
 
 from __future__ import annotations
 
-import re
-import struct
-from collections.abc import Callable
 from functools import lru_cache, partial
 
 from .base10 import ms_to_duration_ns, parse_base10, to_int64
 from .bodies import AUTH_BODY, DPUB_BODY, IDENTIFY_BODY, PUB_BODY, MpubBody, SizedBody
 from .commands import Auth, Cls, Dpub, Fin, FinRun, Identify, Nop, Pub, Rdy, Req, Sub, Touch
 from .errors import ProtocolError
+from .finrun import FIN_LINE, fin_ids, fin_run_end, new_fins
 from .frames import MAGIC_V2, MSG_ID_LENGTH
 from .identify import decode_identify
 from .lease import LEASE_OPS, Lease, is_valid_lease_token
@@ -47,53 +45,6 @@ LINE_TOO_LONG = "E_LINE_TOO_LONG"
 _NS_PER_MS = 1_000_000
 _NO_LIMIT = 1 << 62
 _FIN_STATES = LEGAL_STATES[b"FIN"]
-
-# FIN is the hot path of a consumer: a client acknowledging a window of messages
-# sends a run of identical-looking lines, "FIN " + a 16-byte id + "\n" (an id with
-# no space or newline, not ending in "\r", which the general path would strip).
-# A run is found and its ids taken without the per-line split and dispatch: a chunk
-# of nothing but such lines is checked with strided slices (C loops), anything else
-# by one regex match; the ids come out of one struct unpack per 1024 lines. A frozen
-# dataclass __init__ sets each field through object.__setattr__; the slot
-# descriptor stores the same field directly.
-_FIN_RUN = re.compile(rb"(?:FIN [^ \n]{%d}[^ \n\r]\n)+" % (MSG_ID_LENGTH - 1))
-_FIN_LINE = 4 + MSG_ID_LENGTH + 1
-_FIN_PIECE = 1024
-_new = object.__new__
-_set_fin_id = Fin.__dict__["msg_id"].__set__
-
-
-def _fin_run_end(data: bytes, pos: int, end: int) -> int:
-    """Where the run of well-formed FIN lines that starts at ``pos`` ends (``pos``: no run)."""
-    count = (end - pos) // _FIN_LINE
-    if count > 1:
-        stop = pos + count * _FIN_LINE
-        lines = data[pos:stop]
-        if (lines[_FIN_LINE - 1::_FIN_LINE] == b"\n" * count and lines[0::_FIN_LINE] == b"F" * count
-                and lines[1::_FIN_LINE] == b"I" * count and lines[2::_FIN_LINE] == b"N" * count
-                and lines[3::_FIN_LINE] == b" " * count and lines.count(b" ") == count
-                and lines.count(b"\n") == count and b"\r" not in lines[_FIN_LINE - 2::_FIN_LINE]):
-            return stop
-    run = _FIN_RUN.match(data, pos, end)
-    return run.end() if run is not None else pos
-
-
-@lru_cache(maxsize=32)
-def _fin_ids_unpacker(count: int) -> Callable[[bytes, int], tuple[bytes, ...]]:
-    return struct.Struct(("4x%dsx" % MSG_ID_LENGTH) * count).unpack_from
-
-
-def _fin_ids(data: bytes, pos: int, stop: int) -> list[bytes]:
-    """The ids of the well-formed FIN lines in ``data[pos:stop]``."""
-    count = (stop - pos) // _FIN_LINE
-    ids: list[bytes] = []
-    while count:
-        piece = min(count, _FIN_PIECE)
-        ids.extend(_fin_ids_unpacker(piece)(data, pos))
-        pos += piece * _FIN_LINE
-        count -= piece
-    return ids
-
 
 @lru_cache(maxsize=1024)
 def _valid_name(raw: bytes) -> str | None:
@@ -284,17 +235,14 @@ class ServerConnection:
                         break
                     continue
                 if fin_fast and startswith(b"FIN ", pos):
-                    stop = _fin_run_end(data, pos, min(end, pos + budget * _FIN_LINE))
+                    stop = fin_run_end(data, pos, min(end, pos + budget * FIN_LINE))
                     if stop > pos:
-                        ids = _fin_ids(data, pos, stop)
+                        ids = fin_ids(data, pos, stop)
                         budget -= len(ids)
                         if fin_runs:
                             append(FinRun(ids))
                         else:
-                            for msg_id in ids:
-                                event = _new(Fin)
-                                _set_fin_id(event, msg_id)
-                                append(event)
+                            events.extend(new_fins(ids))
                         pos = stop
                         continue
                 nl = find(b"\n", pos, pos + cap)

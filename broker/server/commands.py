@@ -2,13 +2,13 @@
 
 The parser (:mod:`broker.protocol`) has already checked state legality,
 parameters, names and sizes; handlers apply a command to the domain and queue
-the response. Handlers are plain functions except SUB and the publish
-commands, which are async because in durable mode their ``OK`` waits for the
-disk: the group fsync of a publish, and the metadata naming a new topic or
-channel. A publish that needs no wait (the usual case) is applied by its plain
-``*_now`` function instead, which costs no coroutine. They return the response and
-the connection queues it, so that it goes out with the rest of the chunk's output
-(see :mod:`broker.server.connection`).
+the response. Handlers are plain functions but for AUTH and SUB, which are async
+(an auth server's answer; in durable mode the metadata naming a new topic or channel).
+A publish returns its ``OK`` when it is queued at once, the usual case, costing no
+coroutine, or a coroutine to await for it when it must wait: for an auth server, for
+the disk in durable mode (the group fsync), or for the pieces of a huge batch. The
+connection queues the response, so that it goes out with the rest of the chunk's output
+(see :mod:`broker.server.connection` and :mod:`broker.server.tcp`).
 Errors are raised as :class:`~broker.protocol.ProtocolError`.
 """
 
@@ -29,17 +29,16 @@ if TYPE_CHECKING:
     from broker.core.broker import Broker
     from broker.server.connection import Client
 
-__all__ = ["SYNC_HANDLERS", "NOW_HANDLERS", "ASYNC_HANDLERS", "SyncHandler", "NowHandler", "AsyncHandler", "fin_run",
-           "check_auth"]
+__all__ = ["SYNC_HANDLERS", "ANSWER_HANDLERS", "Answer", "SyncHandler", "AnswerHandler", "fin_run", "check_auth"]
 
 log = logging.getLogger("pynsqd.tcp")
 
 #: A command applied at once; the command argument is the event type the handler is registered for.
 SyncHandler = Callable[["Broker", "Client", Any], None]
-#: A command whose answer may wait (for the disk); returns the response to queue.
-AsyncHandler = Callable[["Broker", "Client", Any], Awaitable[bytes]]
-#: The same command applied at once when it can be: the response, or None to await its AsyncHandler.
-NowHandler = Callable[["Broker", "Client", Any], "bytes | None"]
+#: A command's answer: the response to queue, or what to await for it.
+Answer = bytes | Awaitable[bytes]
+#: A command that answers (see :data:`Answer`).
+AnswerHandler = Callable[["Broker", "Client", Any], Answer]
 
 
 def identify(broker: Broker, client: Client, cmd: p.Identify) -> None:
@@ -188,65 +187,63 @@ def lease(broker: Broker, client: Client, cmd: p.Lease) -> None:
     client.send_response(b"%d" % count)
 
 
-async def pub(broker: Broker, client: Client, cmd: p.Pub) -> bytes:
-    return await _publish(broker, client, "PUB", cmd.topic, [cmd.body], 0)
+def pub(broker: Broker, client: Client, cmd: p.Pub) -> Answer:
+    return _publish(broker, client, "PUB", cmd.topic, [cmd.body], 0)
 
 
-async def mpub(broker: Broker, client: Client, cmd: p.Mpub) -> bytes:
-    return await _publish(broker, client, "MPUB", cmd.topic, cmd.bodies, 0)
+def mpub(broker: Broker, client: Client, cmd: p.Mpub) -> Answer:
+    return _publish(broker, client, "MPUB", cmd.topic, cmd.bodies, 0)
 
 
-async def dpub(broker: Broker, client: Client, cmd: p.Dpub) -> bytes:
-    return await _publish(broker, client, "DPUB", cmd.topic, [cmd.body], cmd.defer_ms)
+def dpub(broker: Broker, client: Client, cmd: p.Dpub) -> Answer:
+    return _publish(broker, client, "DPUB", cmd.topic, [cmd.body], cmd.defer_ms)
 
 
-def pub_now(broker: Broker, client: Client, cmd: p.Pub) -> bytes | None:
-    return _publish_now(broker, client, "PUB", cmd.topic, [cmd.body], 0)
+def _publish(broker: Broker, client: Client, verb: str, topic_name: str, bodies: list[bytes],
+             defer_ms: int) -> Answer:
+    """Queue the bodies as one batch: the ``OK`` to answer when that is done at once (no auth
+    server to ask, nothing to wait for), else what to await for it (see :meth:`Broker.publish`).
 
-
-def mpub_now(broker: Broker, client: Client, cmd: p.Mpub) -> bytes | None:
-    return _publish_now(broker, client, "MPUB", cmd.topic, cmd.bodies, 0)
-
-
-def dpub_now(broker: Broker, client: Client, cmd: p.Dpub) -> bytes | None:
-    return _publish_now(broker, client, "DPUB", cmd.topic, [cmd.body], cmd.defer_ms)
-
-
-async def _publish(broker: Broker, client: Client, verb: str, topic_name: str,
-                   bodies: list[bytes], defer_ms: int) -> bytes:
-    """Queue the bodies as one all-or-nothing batch; returns the ``OK`` to answer.
-
-    Raises fatal ``E_<VERB>_FAILED <VERB> failed <reason>`` when the broker is
-    exiting or the disk write fails (nothing of the batch is kept then).
+    Raises fatal ``E_<VERB>_FAILED <VERB> failed <reason>`` when the broker is exiting or
+    the disk write fails.
     """
     if client.authd is not None:  # checked here, not in check_auth: a PUB should not pay for a coroutine
-        await check_auth(client, verb, topic_name, "")
+        return _publish_authorized(broker, client, verb, topic_name, bodies, defer_ms)
+    return _queue(broker, client, verb, topic_name, bodies, defer_ms)
+
+
+async def _publish_authorized(broker: Broker, client: Client, verb: str, topic_name: str,
+                              bodies: list[bytes], defer_ms: int) -> bytes:
+    await check_auth(client, verb, topic_name, "")
+    answer = _queue(broker, client, verb, topic_name, bodies, defer_ms)
+    return answer if isinstance(answer, bytes) else await answer
+
+
+def _queue(broker: Broker, client: Client, verb: str, topic_name: str, bodies: list[bytes],
+           defer_ms: int) -> Answer:
     if broker.exiting:
         raise ProtocolError(f"E_{verb}_FAILED", f"{verb} failed exiting")
     try:
-        await broker.publish_bodies(broker.get_topic(topic_name), bodies, defer_ms * MILLISECOND)
+        pending = broker.publish(broker.get_topic(topic_name), bodies, defer_ms * MILLISECOND)
     except ProtocolError:
         raise
     except Exception as exc:  # a failed disk write: the client must hear about it
         raise _publish_failed(verb, exc) from exc
+    if pending is not None:
+        return _published(pending, client, verb, topic_name, len(bodies))
     client.pub_counts[topic_name] = client.pub_counts.get(topic_name, 0) + len(bodies)
     return b"OK"
 
 
-def _publish_now(broker: Broker, client: Client, verb: str, topic_name: str,
-                 bodies: list[bytes], defer_ms: int) -> bytes | None:
-    """:func:`_publish` when nothing needs awaiting (no auth server, not durable, not exiting,
-    the topic started): the ``OK`` to answer, or None (nothing done: await :func:`_publish`)."""
-    if client.authd is not None or broker.exiting:
-        return None
+async def _published(pending: Awaitable[None], client: Client, verb: str, topic_name: str, count: int) -> bytes:
+    """The ``OK`` once ``pending`` (the rest of a publish) is done."""
     try:
-        if not broker.publish_bodies_now(broker.get_topic(topic_name), bodies, defer_ms * MILLISECOND):
-            return None
+        await pending
     except ProtocolError:
         raise
     except Exception as exc:  # a failed disk write: the client must hear about it
         raise _publish_failed(verb, exc) from exc
-    client.pub_counts[topic_name] = client.pub_counts.get(topic_name, 0) + len(bodies)
+    client.pub_counts[topic_name] = client.pub_counts.get(topic_name, 0) + count
     return b"OK"
 
 
@@ -265,15 +262,9 @@ SYNC_HANDLERS: dict[type, SyncHandler] = {
     p.Lease: lease,
 }
 
-#: Commands that usually complete at once: None means the command must wait, and its
-#: entry in :data:`ASYNC_HANDLERS` runs instead.
-NOW_HANDLERS: dict[type, NowHandler] = {
-    p.Pub: pub_now,
-    p.Mpub: mpub_now,
-    p.Dpub: dpub_now,
-}
-
-ASYNC_HANDLERS: dict[type, AsyncHandler] = {
+#: Commands that answer: the response, or what to await for it (AUTH and SUB always wait;
+#: a publish waits only for an auth server, the disk in durable mode, a huge batch).
+ANSWER_HANDLERS: dict[type, AnswerHandler] = {
     p.Auth: auth,
     p.Sub: sub,
     p.Pub: pub,

@@ -108,7 +108,7 @@ class Client:
         self.send_started: float | None = None
         self.closing = False
         self.batching = False  # the reader is applying a chunk of commands
-        self.unapplied: list = []  # commands of a chunk not applied yet, the first to be awaited
+        self.unapplied: list = []  # the answer of a command to await, then the rest of its turn's commands
         self._flush_pending = False
         self._sending = False  # the writer task is in a send: only it may write now
         sock = getattr(stream, "socket", None)

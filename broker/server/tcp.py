@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import ssl
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 
 import trio
@@ -26,7 +27,7 @@ import trio
 from broker.config.tls import TLS_NOT_REQUIRED
 from broker.protocol import FinRun, Identify, ProtocolError, ServerConnection
 from broker.server.auth import AuthClient
-from broker.server.commands import ASYNC_HANDLERS, NOW_HANDLERS, SYNC_HANDLERS, fin_run
+from broker.server.commands import ANSWER_HANDLERS, SYNC_HANDLERS, fin_run
 from broker.server.compression import MAX_PIECE, CompressionError
 from broker.server.connection import Client
 from broker.server.net import ConnectionServer, peer_address
@@ -120,6 +121,11 @@ class TCPServer(ConnectionServer):
             broker.clients.discard(client)
             if client.channel is not None:
                 client.channel.remove_client(client)
+            if client.unapplied:  # an answer the connection did not live to await
+                pending = client.unapplied[0]
+                client.unapplied = []
+                if isinstance(pending, Coroutine):
+                    pending.close()
             log.info("TCP: client(%s) closed", remote)
 
     async def _read_loop(self, client: Client, conn: ServerConnection) -> None:
@@ -270,14 +276,13 @@ class TCPServer(ConnectionServer):
         return self._apply_commands(client, conn, None)
 
     async def _apply_rest(self, client: Client, conn: ServerConnection) -> bool:
-        """Apply ``client.unapplied``: await its first command, then the rest of its turn, awaiting
-        each command that must wait. Returns False after a fatal error."""
-        broker = self.broker
+        """Apply ``client.unapplied``: await its first command's answer, then the rest of its
+        turn, awaiting each answer that must wait. Returns False after a fatal error."""
         while True:
-            event, *rest = client.unapplied
+            pending, *rest = client.unapplied
             client.unapplied = []
             try:
-                response = await ASYNC_HANDLERS[type(event)](broker, client, event)
+                response = await pending
             except ProtocolError as err:
                 if err.fatal:
                     return self._fail(client, err)
@@ -298,7 +303,7 @@ class TCPServer(ConnectionServer):
         dispatch and one flush; what the parser still holds is left for the next."""
         broker = self.broker
         sync_handlers = SYNC_HANDLERS
-        now_handlers = NOW_HANDLERS
+        answer_handlers = ANSWER_HANDLERS
         client.batching = True
         try:
             if events is None:
@@ -313,10 +318,9 @@ class TCPServer(ConnectionServer):
                     if handler is not None:
                         handler(broker, client, event)
                     else:
-                        now = now_handlers.get(event_type)
-                        response = now(broker, client, event) if now is not None else None
-                        if response is None:
-                            client.unapplied = events[index:]
+                        response = answer_handlers[event_type](broker, client, event)
+                        if type(response) is not bytes:  # to await: the answer, then the rest of the turn
+                            client.unapplied = [response, *events[index + 1:]]
                             # while the command waits, other tasks' output is not held back
                             client.batching = False
                             return None

@@ -3,9 +3,9 @@
 nsqd answers a negotiating IDENTIFY in plain text, then (if agreed) completes the TLS
 handshake and sends a framed ``OK`` inside TLS, then (if agreed) starts the compressed
 stream and sends a framed ``OK`` through it. Here the connection's writer task performs
-those steps (:func:`perform_upgrade`) when it reaches the IDENTIFY response in its
-output, so that everything queued before it goes out plain and everything after through
-the upgraded stream; the reader waits for :attr:`Upgrade.done` before reading again.
+those steps (``Client._perform_upgrade`` in :mod:`broker.server.connection`) when it
+reaches the IDENTIFY response in its output, so that everything queued before it goes out
+plain and everything after through the upgraded stream; the reader waits for :attr:`Upgrade.done` before reading again.
 """
 
 from __future__ import annotations

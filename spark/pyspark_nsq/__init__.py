@@ -10,15 +10,14 @@ by hand::
     spark.dataSource.register(NsqDataSource)
 """
 
-__version__ = "0.1.0"
-
 from broker.client import NsqError
 
 from .datasource import NsqDataSource
 from .options import OptionError
 from .schema import SOURCE_SCHEMA
+from .version import __version__
 
 #: The class Spark's automatic discovery looks for.
 DefaultSource = NsqDataSource
 
-__all__ = ["NsqDataSource", "DefaultSource", "OptionError", "NsqError", "SOURCE_SCHEMA"]
+__all__ = ["NsqDataSource", "DefaultSource", "OptionError", "NsqError", "SOURCE_SCHEMA", "__version__"]

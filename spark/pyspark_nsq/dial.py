@@ -12,8 +12,8 @@ from typing import Any
 
 from broker.client import CONNECT_TIMEOUT_S, FramePump, NsqError, connect
 
-from . import __version__
 from .options import Address
+from .version import __version__
 
 __all__ = ["dial", "CONNECT_TIMEOUT_S", "NsqError", "USER_AGENT"]
 
