@@ -244,7 +244,7 @@ async def consumers(proc: BrokerProcess, count: int, rdy: int, messages: int, si
 # ---------------------------------------------------------------- stuck
 
 
-async def _drain(proc: BrokerProcess, healthy: int, bodies: list[bytes], with_stuck: bool) -> dict:
+async def _backlog_run(proc: BrokerProcess, healthy: int, bodies: list[bytes], with_stuck: bool) -> dict:
     """Healthy consumers drain a backlog of ``bodies``, with a stuck consumer beside them or not."""
     await request(proc.http, "POST", f"/topic/create?topic={TOPIC}")
     await request(proc.http, "POST", f"/channel/create?topic={TOPIC}&channel=c")
@@ -285,7 +285,7 @@ async def stuck(make_broker, healthy: int, messages: int, size: int) -> dict:
     for name, with_stuck in (("alone", False), ("beside_stuck", True)):
         proc = make_broker()
         try:
-            runs[name] = await _drain(proc, healthy, bodies, with_stuck)
+            runs[name] = await _backlog_run(proc, healthy, bodies, with_stuck)
         finally:
             proc.kill()
     alone, beside = runs["alone"]["msgs_per_s"], runs["beside_stuck"]["msgs_per_s"]

@@ -33,7 +33,6 @@ Usage (from the repository root)::
 from __future__ import annotations
 
 import argparse
-import collections
 import itertools
 import json
 import random
@@ -62,7 +61,9 @@ from broker.protocol import (  # noqa: E402
     encode_req,
     encode_sub,
 )
+from tests.support.draining import drain  # noqa: E402
 from tests.support.http_client import request  # noqa: E402
+from tests.support.ledger import Ledger  # noqa: E402
 from tests.support.processes import BrokerProcess  # noqa: E402
 from tests.support.v2client import connect  # noqa: E402
 
@@ -71,8 +72,6 @@ CONSUMERS = ("ordered", "random")
 COMMANDS = ("PUB", "MPUB", "DPUB")
 TOPIC, CHANNEL = "crash", "c"
 FLAGS = ("--durable", "--msg-timeout=1s")
-#: Slack for comparing this process's wall clock with due times (same machine, same clock).
-CLOCK_SLACK_NS = 20_000_000
 _DISCONNECTED = (EOFError, trio.BrokenResourceError, trio.ClosedResourceError, OSError, trio.TooSlowError,
                  AssertionError)
 
@@ -99,59 +98,6 @@ class CellResult:
         return not (self.lost or self.copies or self.early)
 
 
-class Ledger:
-    """Every acknowledgement, delivery and answer the clients saw, by message body."""
-
-    def __init__(self) -> None:
-        self.acked: set[bytes] = set()
-        self.due: dict[bytes, int] = {}
-        self.fin_runs: dict[bytes, set[int]] = collections.defaultdict(set)
-        self.last: dict[bytes, tuple[int, str]] = {}  # body -> (run, what the client did with it last)
-        self.run = 0
-        self.deliveries = 0
-        self.fin_undone = 0
-        self.suspects: list[tuple[bytes, int]] = []
-        self.failed_fins: set[tuple[bytes, int]] = set()
-        self.redelivered = 0
-        self.early: list[str] = []
-
-    def delivered(self, body: bytes) -> None:
-        self.deliveries += 1
-        now = time.time_ns()
-        due = self.due.get(body)
-        if due is not None and now < due - CLOCK_SLACK_NS:
-            self.early.append(f"{body!r} delivered {(due - now) / 1e6:.0f} ms early")
-        fins = self.fin_runs.get(body)
-        if fins and self.run in fins:
-            # a copy, unless the FIN comes back E_FIN_FAILED (it came after the timeout that
-            # brought the message back; the two answers may come on different connections)
-            self.suspects.append((body, self.run))
-        elif fins:
-            self.fin_undone += 1
-        elif body in self.last:
-            self.redelivered += 1
-        self.last[body] = (self.run, "in flight")
-
-    def copies(self) -> list[tuple[bytes, int]]:
-        """Deliveries after a FIN of the same message in the same run that the broker did not refuse."""
-        return [(body, run) for body, run in self.suspects if (body, run) not in self.failed_fins]
-
-    def answered(self, body: bytes, what: str) -> None:
-        self.last[body] = (self.run, what)
-        if what == "FIN":
-            self.fin_runs[body].add(self.run)
-
-    def fin_failed(self, body: bytes) -> None:
-        """The broker answered E_FIN_FAILED (the message had timed out first): it comes back, rightly."""
-        self.failed_fins.add((body, self.run))
-        self.last[body] = (self.run, "timeout")
-        runs = self.fin_runs.get(body)
-        if runs is not None:
-            runs.discard(self.run)
-            if not runs:
-                del self.fin_runs[body]
-
-
 async def _publisher(address, ledger: Ledger, command: str, name: str, rng: random.Random, stop: trio.Event) -> None:
     try:
         client = await connect(address, timeout=10)
@@ -166,7 +112,7 @@ async def _publisher(address, ledger: Ledger, command: str, name: str, rng: rand
             elif command == "DPUB":
                 defer_ms = rng.randrange(20, 1500)
                 bodies = [f"{name}-{seq}-d{defer_ms}".encode()]
-                ledger.due[bodies[0]] = time.time_ns() + defer_ms * 1_000_000
+                ledger.defer(bodies[0], defer_ms)
                 frame = encode_dpub(TOPIC, defer_ms, bodies[0])
             else:
                 bodies = [f"{name}-{seq}".encode()]
@@ -187,7 +133,7 @@ async def _consumer(address, ledger: Ledger, kind: str, rng: random.Random, stop
         client = await connect(address, timeout=10)
         await client.send(encode_sub(TOPIC, CHANNEL))
         await client.expect_response(b"OK")
-        await client.send(encode_rdy({"random": 50, "drain": 2500}.get(kind, 200)))
+        await client.send(encode_rdy(50 if kind == "random" else 200))
     except _DISCONNECTED:
         return
     bodies: dict[bytes, bytes] = {}  # message id -> body, of the messages this connection was given
@@ -255,23 +201,34 @@ async def _drain(proc: BrokerProcess, ledger: Ledger, stall: float) -> None:
 
     Gives up once ``stall`` seconds pass without a delivery, so that what is missing is reported.
     """
-    stop = trio.Event()
+    bodies: dict[bytes, bytes] = {}  # message id -> body, of the messages the drain was given
+    quiet_since = trio.current_time()
 
-    async def watch() -> None:
-        seen, quiet_since = -1, trio.current_time()
-        while trio.current_time() - quiet_since < stall:
-            if ledger.deliveries != seen:
-                seen, quiet_since = ledger.deliveries, trio.current_time()
-            if all(body in ledger.fin_runs for body in ledger.acked) and _drained(await _stats(proc)):
-                break
-            await trio.sleep(0.2)
-        stop.set()
+    def record(client, msg) -> None:
+        nonlocal quiet_since
+        quiet_since = trio.current_time()
+        bodies[msg.id] = msg.body
+        ledger.delivered(msg.body)
+        ledger.answered(msg.body, "FIN")
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(watch)
-        nursery.start_soon(_consumer, proc.tcp, ledger, "drain", random.Random(0), stop)
-        await stop.wait()
-        nursery.cancel_scope.cancel()
+    def refused(frame) -> None:
+        if not frame.data.startswith(b"E_FIN_FAILED FIN "):
+            raise AssertionError(f"unexpected error {frame}")
+        ledger.fin_failed(bodies[frame.data.split()[2]])
+
+    async def done() -> bool:
+        if trio.current_time() - quiet_since >= stall:
+            return True
+        return ledger.acked <= ledger.fin_runs.keys() and _drained(await _stats(proc))
+
+    client = await connect(proc.tcp, timeout=10)
+    await client.send(encode_sub(TOPIC, CHANNEL))
+    await client.expect_response(b"OK")
+    await client.send(encode_rdy(2500))
+    try:
+        await drain(client, done, on_message=record, on_error=refused, poll=0.2)
+    finally:
+        await client.aclose()
 
 
 async def run_cell(cell: str, rounds: int, seed: int, workdir: Path) -> CellResult:
@@ -295,11 +252,10 @@ async def run_cell(cell: str, rounds: int, seed: int, workdir: Path) -> CellResu
     finally:
         if proc is not None:
             proc.kill()
-    finished = {body for body in ledger.acked if body in ledger.fin_runs}
-    missing = sorted(ledger.acked - finished)
+    missing = sorted(ledger.acked - ledger.finished)
     copies = ledger.copies()
     result = CellResult(cell=cell, rounds=rounds, acknowledged=len(ledger.acked), delivered=len(ledger.last),
-                        deliveries=ledger.deliveries, lost=len(missing), fin_undone=ledger.fin_undone,
+                        deliveries=ledger.delivery_count, lost=len(missing), fin_undone=ledger.fin_undone,
                         copies=len(copies), early=len(ledger.early), redelivered=ledger.redelivered,
                         seconds=round(time.monotonic() - started, 1))
     result.examples = [f"{body!r} delivered again in run {run} after its FIN in that run" for body, run in copies[:5]]
