@@ -25,9 +25,9 @@ when anything was lost, copied twice or delivered early.
 
 Usage (from the repository root)::
 
-    python tests/bench/crash_matrix.py --rounds 100             # the full run, about 30 minutes
-    python tests/bench/crash_matrix.py --rounds 3 --json        # what CI runs
-    python tests/bench/crash_matrix.py --cells 'default:random:DPUB' --rounds 20 --seed 7
+    python -m tests.bench.crash_matrix --rounds 100             # the full run, about 30 minutes
+    python -m tests.bench.crash_matrix --rounds 3 --json        # what CI runs
+    python -m tests.bench.crash_matrix --cells 'default:random:DPUB' --rounds 20 --seed 7
 """
 
 from __future__ import annotations
@@ -44,11 +44,7 @@ from pathlib import Path
 
 import trio
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from broker.protocol import (  # noqa: E402
+from broker.protocol import (
     FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,
     FRAME_TYPE_RESPONSE,
@@ -61,11 +57,11 @@ from broker.protocol import (  # noqa: E402
     encode_req,
     encode_sub,
 )
-from tests.support.draining import drain  # noqa: E402
-from tests.support.http_client import request  # noqa: E402
-from tests.support.ledger import Ledger  # noqa: E402
-from tests.support.processes import BrokerProcess  # noqa: E402
-from tests.support.v2client import connect  # noqa: E402
+from tests.support.draining import drain
+from tests.support.http_client import request
+from tests.support.ledger import Ledger
+from tests.support.processes import BrokerProcess
+from tests.support.v2client import connect
 
 MEMORY = {"mem0": ("--mem-queue-size=0",), "default": ()}
 CONSUMERS = ("ordered", "random")

@@ -30,14 +30,14 @@ of one core (nsqd's Go runtime uses both cores, pynsqd one thread).
 
 Usage (from the repository root)::
 
-    python tests/bench/run_matrix.py                  # comparison + HTTP rows, 3 rounds x 10 s
-    python tests/bench/run_matrix.py --quick          # 2 s per run
-    python tests/bench/run_matrix.py --rounds 5 --only http
-    python tests/bench/run_matrix.py --matrix --rounds 1 --json > matrix.json
-    python tests/bench/run_matrix.py --only 100B --only MPUB --no-nsqd   # pynsqd alone, detailed table
-    python tests/bench/run_matrix.py --profile py-spy --profile-dir /tmp/prof --only "MPUB200 both"
-    python tests/bench/run_matrix.py --memory         # 10M x 100 B backlog, peak RSS (long)
-    python tests/bench/run_matrix.py --broker-cmd "python -m broker --mem-queue-size=20000"
+    python -m tests.bench.run_matrix                  # comparison + HTTP rows, 3 rounds x 10 s
+    python -m tests.bench.run_matrix --quick          # 2 s per run
+    python -m tests.bench.run_matrix --rounds 5 --only http
+    python -m tests.bench.run_matrix --matrix --rounds 1 --json > matrix.json
+    python -m tests.bench.run_matrix --only 100B --only MPUB --no-nsqd   # pynsqd alone, detailed table
+    python -m tests.bench.run_matrix --profile py-spy --profile-dir /tmp/prof --only "MPUB200 both"
+    python -m tests.bench.run_matrix --memory         # 10M x 100 B backlog, peak RSS (long)
+    python -m tests.bench.run_matrix --broker-cmd "python -m broker --mem-queue-size=20000"
 
 ``--profile py-spy`` attaches ``py-spy record`` to pynsqd for the measured phase of each
 run and prints the functions with the most samples; ``--profile cprofile`` runs pynsqd
@@ -67,14 +67,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    # run as a script from a checkout: make broker.bench and tests.support importable without installing
-    sys.path.insert(0, str(ROOT))
+from broker.bench.arguments import parse_duration
+from broker.bench.connection import BenchConnection
+from tests.support.paths import nsq_bin
 
-from broker.bench.arguments import parse_duration  # noqa: E402
-from broker.bench.connection import BenchConnection  # noqa: E402
-from tests.support.paths import nsq_bin  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 SIZES = (100, 1000)
 PUBLISH = (("PUB", 1), ("MPUB200", 200))
