@@ -45,18 +45,13 @@ from pathlib import Path
 import trio
 
 from broker.protocol import (
-    FRAME_TYPE_ERROR,
-    FRAME_TYPE_MESSAGE,
-    FRAME_TYPE_RESPONSE,
-    decode_message,
     encode_dpub,
-    encode_fin,
     encode_mpub,
     encode_pub,
     encode_rdy,
-    encode_req,
     encode_sub,
 )
+from tests.support import crash_clients
 from tests.support.draining import drain
 from tests.support.http_client import request
 from tests.support.ledger import Ledger
@@ -68,8 +63,6 @@ CONSUMERS = ("ordered", "random")
 COMMANDS = ("PUB", "MPUB", "DPUB")
 TOPIC, CHANNEL = "crash", "c"
 FLAGS = ("--durable", "--msg-timeout=1s")
-_DISCONNECTED = (EOFError, trio.BrokenResourceError, trio.ClosedResourceError, OSError, trio.TooSlowError,
-                 AssertionError)
 
 
 @dataclass
@@ -94,74 +87,36 @@ class CellResult:
         return not (self.lost or self.copies or self.early)
 
 
-async def _publisher(address, ledger: Ledger, command: str, name: str, rng: random.Random, stop: trio.Event) -> None:
-    try:
-        client = await connect(address, timeout=10)
-    except OSError:
-        return
-    seq = 0
-    try:
-        while not stop.is_set():
-            if command == "MPUB":
-                bodies = [f"{name}-{seq + i}".encode() for i in range(rng.randrange(2, 50))]
-                frame = encode_mpub(TOPIC, bodies)
-            elif command == "DPUB":
-                defer_ms = rng.randrange(20, 1500)
-                bodies = [f"{name}-{seq}-d{defer_ms}".encode()]
-                ledger.defer(bodies[0], defer_ms)
-                frame = encode_dpub(TOPIC, defer_ms, bodies[0])
-            else:
-                bodies = [f"{name}-{seq}".encode()]
-                frame = encode_pub(TOPIC, bodies[0])
-            seq += len(bodies)
-            await client.send(frame)
-            await client.expect_response(b"OK")
-            ledger.acked.update(bodies)
-    except _DISCONNECTED:
-        return
-    finally:
-        with trio.CancelScope(shield=True):
-            await client.aclose()
+def _publishes(command: str, name: str, ledger: Ledger, rng: random.Random):
+    """The cell's command: MPUB of 2-49, DPUB by 20-1500 ms, or PUB; the bodies are named after ``name``."""
+    def next_publish(seq: int) -> tuple[bytes, list[bytes]]:
+        if command == "MPUB":
+            bodies = [f"{name}-{seq + i}".encode() for i in range(rng.randrange(2, 50))]
+            return encode_mpub(TOPIC, bodies), bodies
+        if command == "DPUB":
+            defer_ms = rng.randrange(20, 1500)
+            body = f"{name}-{seq}-d{defer_ms}".encode()
+            ledger.defer(body, defer_ms)
+            return encode_dpub(TOPIC, defer_ms, body), [body]
+        body = f"{name}-{seq}".encode()
+        return encode_pub(TOPIC, body), [body]
+
+    return next_publish
 
 
-async def _consumer(address, ledger: Ledger, kind: str, rng: random.Random, stop: trio.Event) -> None:
-    try:
-        client = await connect(address, timeout=10)
-        await client.send(encode_sub(TOPIC, CHANNEL))
-        await client.expect_response(b"OK")
-        await client.send(encode_rdy(50 if kind == "random" else 200))
-    except _DISCONNECTED:
-        return
-    bodies: dict[bytes, bytes] = {}  # message id -> body, of the messages this connection was given
-    try:
-        while not stop.is_set():
-            frame = await client.read_frame()
-            if frame.frame_type == FRAME_TYPE_ERROR and frame.data.startswith(b"E_FIN_FAILED FIN "):
-                ledger.fin_failed(bodies[frame.data.split()[2]])
-                continue
-            if frame.frame_type != FRAME_TYPE_MESSAGE:
-                assert frame.frame_type == FRAME_TYPE_RESPONSE, frame
-                continue
-            msg = decode_message(frame.data)
-            bodies[msg.id] = msg.body
-            ledger.delivered(msg.body)
-            roll = rng.random() if kind == "random" else 0.0
-            if roll < 0.7:
-                ledger.answered(msg.body, "FIN")
-                await client.send(encode_fin(msg.id))
-            elif roll < 0.8:
-                ledger.answered(msg.body, "REQ")
-                await client.send(encode_req(msg.id, 0))
-            elif roll < 0.9:
-                ledger.answered(msg.body, "REQ")
-                await client.send(encode_req(msg.id, rng.randrange(50, 800)))
-            else:
-                ledger.answered(msg.body, "timeout")
-    except _DISCONNECTED:
-        return
-    finally:
-        with trio.CancelScope(shield=True):
-            await client.aclose()
+def _answers(kind: str, rng: random.Random):
+    """ordered: FIN every message; random: FIN (70 %), REQ 0 (10 %), REQ 50-800 ms (10 %) or no answer."""
+    def answer() -> tuple[str, int]:
+        roll = rng.random() if kind == "random" else 0.0
+        if roll < 0.7:
+            return "FIN", 0
+        if roll < 0.8:
+            return "REQ", 0
+        if roll < 0.9:
+            return "REQ", rng.randrange(50, 800)
+        return "timeout", 0
+
+    return answer
 
 
 async def _stats(proc: BrokerProcess) -> dict | None:
@@ -183,10 +138,11 @@ async def _round(proc: BrokerProcess, ledger: Ledger, command: str, consumer: st
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         for _ in range(2):
-            nursery.start_soon(_consumer, proc.tcp, ledger, consumer, random.Random(rng.random()), stop)
+            nursery.start_soon(crash_clients.consumer, proc.tcp, ledger, stop, TOPIC, CHANNEL,
+                               50 if consumer == "random" else 200, _answers(consumer, random.Random(rng.random())))
         for i in range(2):
-            name = f"r{ledger.run}p{i}"
-            nursery.start_soon(_publisher, proc.tcp, ledger, command, name, random.Random(rng.random()), stop)
+            next_publish = _publishes(command, f"r{ledger.run}p{i}", ledger, random.Random(rng.random()))
+            nursery.start_soon(crash_clients.publisher, proc.tcp, ledger, stop, next_publish)
         await trio.sleep(rng.uniform(0.3, 1.5))
         proc.kill()
         stop.set()

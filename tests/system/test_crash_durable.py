@@ -24,8 +24,6 @@ import trio
 
 from broker.core.durability.restart import decode_done
 from broker.protocol import (
-    FRAME_TYPE_MESSAGE,
-    FRAME_TYPE_RESPONSE,
     decode_message,
     encode_dpub,
     encode_fin,
@@ -37,6 +35,7 @@ from broker.protocol import (
 )
 from diskqueue.checkpoint import load_checkpoint
 from diskqueue.format import meta_filename
+from tests.support import crash_clients
 from tests.support.draining import drain
 from tests.support.http_client import request
 from tests.support.ledger import Ledger
@@ -53,71 +52,32 @@ PUBLISHERS = 4
 CONSUMERS = 2
 STATS = "/stats?format=json&topic=crash&channel=c"
 
-_DISCONNECTED = (EOFError, trio.BrokenResourceError, trio.ClosedResourceError, OSError, trio.TooSlowError)
+def _publishes(name: str, ledger: Ledger, rng: random.Random):
+    """PUB, MPUB of 2-19 and DPUB by 100-1500 ms, at random; the bodies are named after ``name``."""
+    def next_publish(seq: int) -> tuple[bytes, list[bytes]]:
+        kind = rng.random()
+        if kind < 0.15:
+            defer_ms = rng.randrange(100, 1500)
+            body = f"{name}-{seq}-d{defer_ms}".encode()
+            ledger.defer(body, defer_ms)
+            return encode_dpub("crash", defer_ms, body), [body]
+        if kind < 0.5:
+            bodies = [f"{name}-{seq + i}".encode() for i in range(rng.randrange(2, 20))]
+            return encode_mpub("crash", bodies), bodies
+        body = f"{name}-{seq}".encode()
+        return encode_pub("crash", body), [body]
+
+    return next_publish
 
 
-async def _publisher(address, ledger: Ledger, name: str, rng: random.Random, stop: trio.Event) -> None:
-    try:
-        client = await connect(address, timeout=10)
-    except OSError:
-        return
-    seq = 0
-    try:
-        while not stop.is_set():
-            kind = rng.random()
-            if kind < 0.15:
-                defer_ms = rng.randrange(100, 1500)
-                body = f"{name}-{seq}-d{defer_ms}".encode()
-                seq += 1
-                ledger.defer(body, defer_ms)
-                await client.send(encode_dpub("crash", defer_ms, body))
-                bodies = [body]
-            elif kind < 0.5:
-                bodies = [f"{name}-{seq + i}".encode() for i in range(rng.randrange(2, 20))]
-                seq += len(bodies)
-                await client.send(encode_mpub("crash", bodies))
-            else:
-                bodies = [f"{name}-{seq}".encode()]
-                seq += 1
-                await client.send(encode_pub("crash", bodies[0]))
-            await client.expect_response(b"OK")
-            ledger.acked.update(bodies)
-    except _DISCONNECTED:
-        return
-    except AssertionError:  # an error frame instead of OK: not acknowledged, nothing promised
-        return
-    finally:
-        with trio.CancelScope(shield=True):
-            await client.aclose()
+def _answers(rng: random.Random):
+    """FIN (90 %) or REQ with no delay or one of 50-800 ms (10 %)."""
+    def answer() -> tuple[str, int]:
+        if rng.random() < 0.1:
+            return "REQ", rng.choice((0, rng.randrange(50, 800)))
+        return "FIN", 0
 
-
-async def _consumer(address, ledger: Ledger, rng: random.Random, stop: trio.Event, requeue: bool) -> None:
-    try:
-        client = await connect(address, timeout=10)
-        await client.send(encode_sub("crash", "c"))
-        await client.expect_response(b"OK")
-        await client.send(encode_rdy(200))
-    except (*_DISCONNECTED, AssertionError):
-        return
-    try:
-        while not stop.is_set():
-            frame = await client.read_frame()
-            if frame.frame_type != FRAME_TYPE_MESSAGE:
-                assert frame.frame_type == FRAME_TYPE_RESPONSE, frame
-                continue
-            msg = decode_message(frame.data)
-            ledger.delivered(msg.body)
-            roll = rng.random()
-            if requeue and roll < 0.1:
-                await client.send(encode_req(msg.id, rng.choice((0, rng.randrange(50, 800)))))
-            else:
-                await client.send(encode_fin(msg.id))
-                ledger.answered(msg.body, "FIN")
-    except _DISCONNECTED:
-        return
-    finally:
-        with trio.CancelScope(shield=True):
-            await client.aclose()
+    return answer
 
 
 async def _round(proc, ledger: Ledger, rng: random.Random, kill_after: float) -> None:
@@ -125,10 +85,10 @@ async def _round(proc, ledger: Ledger, rng: random.Random, kill_after: float) ->
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         for _ in range(CONSUMERS):
-            nursery.start_soon(_consumer, proc.tcp, ledger, random.Random(rng.random()), stop, True)
+            nursery.start_soon(crash_clients.consumer, proc.tcp, ledger, stop, "crash", "c", 200, _answers(random.Random(rng.random())))
         for i in range(PUBLISHERS):
-            name = f"i{ledger.run}p{i}"
-            nursery.start_soon(_publisher, proc.tcp, ledger, name, random.Random(rng.random()), stop)
+            next_publish = _publishes(f"i{ledger.run}p{i}", ledger, random.Random(rng.random()))
+            nursery.start_soon(crash_clients.publisher, proc.tcp, ledger, stop, next_publish)
         # The crash comes at a random moment of the traffic: that is what is tested.
         await trio.sleep(kill_after)
         proc.kill()
