@@ -129,6 +129,16 @@ async def _drain(proc, ledger: Ledger, want: set[bytes], timeout: float) -> None
     await client.aclose()
 
 
+async def _restart_and_drain(broker_process, data, ledger: Ledger) -> None:
+    """Start ``pynsqd --durable`` on ``data`` again and drain it: every acknowledged message is
+    finished, none was delivered before its due time."""
+    proc = broker_process("--durable", data_path=data)
+    await _drain(proc, ledger, set(ledger.acked), timeout=15)
+    proc.terminate()
+    assert ledger.acked <= ledger.finished
+    assert not ledger.early, ledger.early[:5]
+
+
 async def test_kill_9_never_loses_an_acknowledged_message(broker_process, tmp_path):
     rng = random.Random(SEED)
     ledger = Ledger()
@@ -155,9 +165,7 @@ async def test_kill_9_keeps_deferred_due_times(broker_process, tmp_path):
     ledger = Ledger()
     with trio.fail_after(60):
         proc = broker_process("--durable", data_path=data)
-        consumer = await connect(proc.tcp)
-        await consumer.send(encode_sub("crash", "c"))
-        await consumer.expect_response(b"OK")
+        await _subscribe(proc, rdy=0)  # the channel exists, its messages wait
         producer = await connect(proc.tcp)
         for i in range(40):
             defer_ms = 4000 + 50 * i  # due well after the restarts below, even on a busy machine
@@ -172,11 +180,7 @@ async def test_kill_9_keeps_deferred_due_times(broker_process, tmp_path):
             await _wait_http(proc, STATS,
                              lambda doc: doc["topics"][0]["channels"][0]["deferred_count"] == 40)
             proc.kill()
-        proc = broker_process("--durable", data_path=data)
-        await _drain(proc, ledger, set(ledger.acked), timeout=15)
-        proc.terminate()
-    assert ledger.acked <= ledger.finished
-    assert not ledger.early, ledger.early[:5]
+        await _restart_and_drain(broker_process, data, ledger)
 
 
 async def test_kill_9_keeps_the_delay_of_a_requeue(broker_process, tmp_path):
@@ -199,11 +203,7 @@ async def test_kill_9_keeps_the_delay_of_a_requeue(broker_process, tmp_path):
                          lambda doc: doc["topics"][0]["channels"][0]["deferred_count"] == 20)
         proc.kill()
         ledger.acked.update(bodies)
-        proc = broker_process("--durable", data_path=data)
-        await _drain(proc, ledger, set(bodies), timeout=15)
-        proc.terminate()
-    assert ledger.acked <= ledger.finished
-    assert not ledger.early, ledger.early[:5]
+        await _restart_and_drain(broker_process, data, ledger)
 
 
 async def test_kill_9_keeps_buried_messages(broker_process, tmp_path):

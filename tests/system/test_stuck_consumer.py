@@ -80,6 +80,15 @@ async def _stuck(proc, **identify):
     return client
 
 
+async def _stuck_then_healthy(proc, bodies: list[bytes]):
+    """``bodies`` published, a stuck consumer that the broker drops once its writes time out,
+    then a healthy consumer with RDY 50: (stuck, healthy)."""
+    await _publish(proc.tcp, bodies)
+    stuck = await _stuck(proc, heartbeat_interval=1000)
+    await wait_for(lambda: "write timed out; closing" in proc.log_text(), timeout=10)
+    return stuck, await subscriber(_Proc(proc), rdy=50)
+
+
 async def test_memory_levels_off_while_a_consumer_does_not_read(broker_process):
     proc = broker_process(f"--mem-queue-size={MEM_QUEUE_SIZE}")
     with trio.fail_after(120):
@@ -110,10 +119,7 @@ async def test_stuck_consumer_is_dropped_and_its_messages_go_to_the_others(broke
     proc = broker_process(f"--mem-queue-size={MEM_QUEUE_SIZE}")
     bodies = _bodies(400)
     with trio.fail_after(60):
-        await _publish(proc.tcp, bodies)
-        stuck = await _stuck(proc, heartbeat_interval=1000)
-        await wait_for(lambda: "write timed out; closing" in proc.log_text(), timeout=10)
-        healthy = await subscriber(_Proc(proc), rdy=50)
+        stuck, healthy = await _stuck_then_healthy(proc, bodies)
         received: list = []
         await drain(healthy, lambda: len(received) >= len(bodies), on_message=lambda _, msg: received.append(msg))
         assert sorted(m.body for m in received) == bodies
@@ -127,10 +133,7 @@ async def test_max_attempts_buries_only_what_the_stuck_consumer_was_sent(broker_
     proc = broker_process(f"--mem-queue-size={MEM_QUEUE_SIZE}", "--max-attempts=1")
     bodies = _bodies(400)
     with trio.fail_after(60):
-        await _publish(proc.tcp, bodies)
-        stuck = await _stuck(proc, heartbeat_interval=1000)
-        await wait_for(lambda: "write timed out; closing" in proc.log_text(), timeout=10)
-        healthy = await subscriber(_Proc(proc), rdy=50)
+        stuck, healthy = await _stuck_then_healthy(proc, bodies)
         await healthy.send(encode_rdy(50))
         received: list = []
 
