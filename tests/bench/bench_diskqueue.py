@@ -1,6 +1,6 @@
 """Disk queue benchmark: throughput against plain file I/O, group commit, memory at depth.
 
-    python tests/bench/bench_diskqueue.py [--seconds-per-case 0.5] [--memory-records 10000000]
+    python -m tests.bench.bench_diskqueue [--seconds-per-case 0.5] [--memory-records 10000000]
                                           [--dir DIR] [--repeat 5]
 
 A script, not a test. Every comparison runs in the same process, on the same file system,
@@ -40,8 +40,6 @@ import time
 from pathlib import Path
 
 import trio
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from diskqueue import DiskQueue
 

@@ -16,9 +16,9 @@ and fdatasyncs of a small record, measured at the start of the same run).
 
 Usage (from the repository root)::
 
-    python tests/bench/bench_durable.py                 # 5 s per run
-    python tests/bench/bench_durable.py --runfor 10s --publishers 1 8 32 64
-    python tests/bench/bench_durable.py --batch-size 20 --json
+    python -m tests.bench.bench_durable                 # 5 s per run
+    python -m tests.bench.bench_durable --runfor 10s --publishers 1 8 32 64
+    python -m tests.bench.bench_durable --batch-size 20 --json
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ client does not share a core's time with them beyond what the machine imposes.
 
 Usage (from the repository root)::
 
-    python tests/bench/bench_http.py                      # 3 x 5 s per server, 4 connections, 100 B
-    python tests/bench/bench_http.py --duration 10 --connections 8 --size 1000
-    python tests/bench/bench_http.py --broker-arg=--mem-queue-size=1000000 --json
+    python -m tests.bench.bench_http                      # 3 x 5 s per server, 4 connections, 100 B
+    python -m tests.bench.bench_http --duration 10 --connections 8 --size 1000
+    python -m tests.bench.bench_http --broker-arg=--mem-queue-size=1000000 --json
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ _LISTEN = re.compile(rb"HTTP: listening on (\S+):(\d+)")
 
 def serve_trivial() -> None:
     """Run the ceiling server: HTTP1Server answering every request like nsqd's /pub does."""
-    sys.path.insert(0, str(ROOT))
     import trio
 
     from broker.http.server import HTTP1Server, Request, RequestBody, Response
@@ -175,7 +174,7 @@ def main(argv=None) -> int:
         servers = {}
         try:
             servers[PYNSQD] = start_server(broker_cmd, tmp_path / "pynsqd.log")
-            servers[CEILING] = start_server([sys.executable, __file__, "--trivial-server"], tmp_path / "ceiling.log")
+            servers[CEILING] = start_server([sys.executable, "-m", "tests.bench.bench_http", "--trivial-server"], tmp_path / "ceiling.log")
             for _name, (_, address) in servers.items():  # warm-up
                 run_load(address, args.connections, min(1.0, args.duration), args.size)
             # alternate the two, so that load from elsewhere on the machine hits both alike

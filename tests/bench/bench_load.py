@@ -20,11 +20,11 @@ path) and drives it from this process with Trio:
 
 Usage (from the repository root)::
 
-    python tests/bench/bench_load.py                          # all three, full size
-    python tests/bench/bench_load.py idle --connections 10000 --heartbeat-ms 5000
-    python tests/bench/bench_load.py consumers --consumers 1000 --messages 100000
-    python tests/bench/bench_load.py stuck --healthy 4 --messages 20000 --size 10000
-    python tests/bench/bench_load.py idle --connections 500 --json   # what CI runs, smaller
+    python -m tests.bench.bench_load                          # all three, full size
+    python -m tests.bench.bench_load idle --connections 10000 --heartbeat-ms 5000
+    python -m tests.bench.bench_load consumers --consumers 1000 --messages 100000
+    python -m tests.bench.bench_load stuck --healthy 4 --messages 20000 --size 10000
+    python -m tests.bench.bench_load idle --connections 500 --json   # what CI runs, smaller
 
 Thousands of connections need as many file descriptors in this process and in
 the broker (which inherits the limit): the soft ``ulimit -n`` is raised to the
@@ -44,11 +44,7 @@ from pathlib import Path
 
 import trio
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from broker.protocol import (  # noqa: E402
+from broker.protocol import (
     FRAME_TYPE_MESSAGE,
     FRAME_TYPE_RESPONSE,
     decode_message,
@@ -56,9 +52,9 @@ from broker.protocol import (  # noqa: E402
     encode_mpub,
     encode_nop,
 )
-from tests.support.http_client import request  # noqa: E402
-from tests.support.processes import BrokerProcess  # noqa: E402
-from tests.support.v2client import connect, subscriber  # noqa: E402
+from tests.support.http_client import request
+from tests.support.processes import BrokerProcess
+from tests.support.v2client import connect, subscriber
 
 #: Connections opened at once: stays under the listen backlog (somaxconn, 4096 by default).
 CONNECT_BATCH = 500
@@ -244,7 +240,7 @@ async def consumers(proc: BrokerProcess, count: int, rdy: int, messages: int, si
 # ---------------------------------------------------------------- stuck
 
 
-async def _drain(proc: BrokerProcess, healthy: int, bodies: list[bytes], with_stuck: bool) -> dict:
+async def _backlog_run(proc: BrokerProcess, healthy: int, bodies: list[bytes], with_stuck: bool) -> dict:
     """Healthy consumers drain a backlog of ``bodies``, with a stuck consumer beside them or not."""
     await request(proc.http, "POST", f"/topic/create?topic={TOPIC}")
     await request(proc.http, "POST", f"/channel/create?topic={TOPIC}&channel=c")
@@ -285,7 +281,7 @@ async def stuck(make_broker, healthy: int, messages: int, size: int) -> dict:
     for name, with_stuck in (("alone", False), ("beside_stuck", True)):
         proc = make_broker()
         try:
-            runs[name] = await _drain(proc, healthy, bodies, with_stuck)
+            runs[name] = await _backlog_run(proc, healthy, bodies, with_stuck)
         finally:
             proc.kill()
     alone, beside = runs["alone"]["msgs_per_s"], runs["beside_stuck"]["msgs_per_s"]

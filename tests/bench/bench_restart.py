@@ -21,9 +21,9 @@ reported too. nsqd is nsq's own, found as the tests find it (``$NSQ_BIN``, or th
 
 Usage (from the repository root)::
 
-    python tests/bench/bench_restart.py --topics 10000
-    python tests/bench/bench_restart.py --topics 1000 5000 10000 --messages 0 1 --rounds 3
-    python tests/bench/bench_restart.py --topics 2000 --no-nsqd --json
+    python -m tests.bench.bench_restart --topics 10000
+    python -m tests.bench.bench_restart --topics 1000 5000 10000 --messages 0 1 --rounds 3
+    python -m tests.bench.bench_restart --topics 2000 --no-nsqd --json
 """
 
 from __future__ import annotations
@@ -43,11 +43,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run as a script from a checkout: make tests.support importable
+from tests.support.paths import nsq_bin
 
-from tests.support.paths import nsq_bin  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 PYNSQD, NSQD = "pynsqd", "nsqd"
 TOPIC_PREFIX = "bench_restart_"

@@ -19,8 +19,8 @@ command given with ``--broker-cmd``) and a local Spark session per master in
 
 Usage (from the repository root)::
 
-    python tests/bench/bench_spark.py
-    python tests/bench/bench_spark.py --count 200000 --masters 'local[1],local[2]' --json
+    python -m tests.bench.bench_spark
+    python -m tests.bench.bench_spark --count 200000 --masters 'local[1],local[2]' --json
 """
 
 from __future__ import annotations
@@ -41,13 +41,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-for entry in (str(ROOT / "spark"), str(ROOT)):
-    if entry not in sys.path:
-        # run as a script from a checkout: import the connector without installing it
-        sys.path.insert(0, entry)
-
-from broker.protocol import (  # noqa: E402
+from broker.protocol import (
     FRAME_TYPE_MESSAGE,
     decode_message,
     encode_fin,
@@ -56,8 +50,10 @@ from broker.protocol import (  # noqa: E402
     encode_rdy,
     encode_sub,
 )
-from pyspark_nsq.dial import dial  # noqa: E402
-from pyspark_nsq.options import Address  # noqa: E402
+from pyspark_nsq.dial import dial
+from pyspark_nsq.options import Address
+
+ROOT = Path(__file__).resolve().parents[2]
 
 _LISTEN = re.compile(rb"(TCP|HTTP): listening on (\S+)")
 

@@ -16,8 +16,8 @@ of being a broker (parsing, validating, message ids, queues, counters).
 
 Usage (from the repository root)::
 
-    python tests/bench/bench_tcp_baseline.py                       # PUB and MPUB 200, 100 B, 3 x 3 s
-    python tests/bench/bench_tcp_baseline.py --size 1000 --runfor 5s --rounds 5 --json
+    python -m tests.bench.bench_tcp_baseline                       # PUB and MPUB 200, 100 B, 3 x 3 s
+    python -m tests.bench.bench_tcp_baseline --size 1000 --runfor 5s --rounds 5 --json
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def main() -> int:
                 for name in names:
                     cmd = ([sys.executable, "-m", "broker", f"--data-path={data}", "--tcp-address=127.0.0.1:0",
                             "--http-address=127.0.0.1:0"] if name == "pynsqd"
-                           else [sys.executable, __file__, f"--serve-ceiling={name}"])
+                           else [sys.executable, "-m", "tests.bench.bench_tcp_baseline", f"--serve-ceiling={name}"])
                     proc, address = start(cmd)
                     try:
                         best[name] = max(best[name], writer(address, args, batch))

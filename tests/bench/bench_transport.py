@@ -15,8 +15,8 @@ pynsqd / nsqd (best of ``--rounds``). Numbers on a busy machine are provisional.
 
 Usage (from the repository root)::
 
-    python tests/bench/bench_transport.py                   # 3 rounds, 2 s per case, 200 B bodies
-    python tests/bench/bench_transport.py --rounds 5 --seconds 5 --size 1000
+    python -m tests.bench.bench_transport                   # 3 rounds, 2 s per case, 200 B bodies
+    python -m tests.bench.bench_transport --rounds 5 --seconds 5 --size 1000
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ import time
 from pathlib import Path
 
 import trio
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from broker.protocol import FRAME_TYPE_MESSAGE, FrameDecoder, encode_fin, encode_mpub, encode_rdy, encode_sub
 from tests.support.paths import nsq_bin

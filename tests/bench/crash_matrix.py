@@ -25,15 +25,14 @@ when anything was lost, copied twice or delivered early.
 
 Usage (from the repository root)::
 
-    python tests/bench/crash_matrix.py --rounds 100             # the full run, about 30 minutes
-    python tests/bench/crash_matrix.py --rounds 3 --json        # what CI runs
-    python tests/bench/crash_matrix.py --cells 'default:random:DPUB' --rounds 20 --seed 7
+    python -m tests.bench.crash_matrix --rounds 100             # the full run, about 30 minutes
+    python -m tests.bench.crash_matrix --rounds 3 --json        # what CI runs
+    python -m tests.bench.crash_matrix --cells 'default:random:DPUB' --rounds 20 --seed 7
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import itertools
 import json
 import random
@@ -45,36 +44,25 @@ from pathlib import Path
 
 import trio
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from broker.protocol import (  # noqa: E402
-    FRAME_TYPE_ERROR,
-    FRAME_TYPE_MESSAGE,
-    FRAME_TYPE_RESPONSE,
-    decode_message,
+from broker.protocol import (
     encode_dpub,
-    encode_fin,
     encode_mpub,
     encode_pub,
     encode_rdy,
-    encode_req,
     encode_sub,
 )
-from tests.support.http_client import request  # noqa: E402
-from tests.support.processes import BrokerProcess  # noqa: E402
-from tests.support.v2client import connect  # noqa: E402
+from tests.support import crash_clients
+from tests.support.draining import drain
+from tests.support.http_client import request
+from tests.support.ledger import Ledger
+from tests.support.processes import BrokerProcess
+from tests.support.v2client import connect
 
 MEMORY = {"mem0": ("--mem-queue-size=0",), "default": ()}
 CONSUMERS = ("ordered", "random")
 COMMANDS = ("PUB", "MPUB", "DPUB")
 TOPIC, CHANNEL = "crash", "c"
 FLAGS = ("--durable", "--msg-timeout=1s")
-#: Slack for comparing this process's wall clock with due times (same machine, same clock).
-CLOCK_SLACK_NS = 20_000_000
-_DISCONNECTED = (EOFError, trio.BrokenResourceError, trio.ClosedResourceError, OSError, trio.TooSlowError,
-                 AssertionError)
 
 
 @dataclass
@@ -99,127 +87,36 @@ class CellResult:
         return not (self.lost or self.copies or self.early)
 
 
-class Ledger:
-    """Every acknowledgement, delivery and answer the clients saw, by message body."""
+def _publishes(command: str, name: str, ledger: Ledger, rng: random.Random):
+    """The cell's command: MPUB of 2-49, DPUB by 20-1500 ms, or PUB; the bodies are named after ``name``."""
+    def next_publish(seq: int) -> tuple[bytes, list[bytes]]:
+        if command == "MPUB":
+            bodies = [f"{name}-{seq + i}".encode() for i in range(rng.randrange(2, 50))]
+            return encode_mpub(TOPIC, bodies), bodies
+        if command == "DPUB":
+            defer_ms = rng.randrange(20, 1500)
+            body = f"{name}-{seq}-d{defer_ms}".encode()
+            ledger.defer(body, defer_ms)
+            return encode_dpub(TOPIC, defer_ms, body), [body]
+        body = f"{name}-{seq}".encode()
+        return encode_pub(TOPIC, body), [body]
 
-    def __init__(self) -> None:
-        self.acked: set[bytes] = set()
-        self.due: dict[bytes, int] = {}
-        self.fin_runs: dict[bytes, set[int]] = collections.defaultdict(set)
-        self.last: dict[bytes, tuple[int, str]] = {}  # body -> (run, what the client did with it last)
-        self.run = 0
-        self.deliveries = 0
-        self.fin_undone = 0
-        self.suspects: list[tuple[bytes, int]] = []
-        self.failed_fins: set[tuple[bytes, int]] = set()
-        self.redelivered = 0
-        self.early: list[str] = []
-
-    def delivered(self, body: bytes) -> None:
-        self.deliveries += 1
-        now = time.time_ns()
-        due = self.due.get(body)
-        if due is not None and now < due - CLOCK_SLACK_NS:
-            self.early.append(f"{body!r} delivered {(due - now) / 1e6:.0f} ms early")
-        fins = self.fin_runs.get(body)
-        if fins and self.run in fins:
-            # a copy, unless the FIN comes back E_FIN_FAILED (it came after the timeout that
-            # brought the message back; the two answers may come on different connections)
-            self.suspects.append((body, self.run))
-        elif fins:
-            self.fin_undone += 1
-        elif body in self.last:
-            self.redelivered += 1
-        self.last[body] = (self.run, "in flight")
-
-    def copies(self) -> list[tuple[bytes, int]]:
-        """Deliveries after a FIN of the same message in the same run that the broker did not refuse."""
-        return [(body, run) for body, run in self.suspects if (body, run) not in self.failed_fins]
-
-    def answered(self, body: bytes, what: str) -> None:
-        self.last[body] = (self.run, what)
-        if what == "FIN":
-            self.fin_runs[body].add(self.run)
-
-    def fin_failed(self, body: bytes) -> None:
-        """The broker answered E_FIN_FAILED (the message had timed out first): it comes back, rightly."""
-        self.failed_fins.add((body, self.run))
-        self.last[body] = (self.run, "timeout")
-        runs = self.fin_runs.get(body)
-        if runs is not None:
-            runs.discard(self.run)
-            if not runs:
-                del self.fin_runs[body]
+    return next_publish
 
 
-async def _publisher(address, ledger: Ledger, command: str, name: str, rng: random.Random, stop: trio.Event) -> None:
-    try:
-        client = await connect(address, timeout=10)
-    except OSError:
-        return
-    seq = 0
-    try:
-        while not stop.is_set():
-            if command == "MPUB":
-                bodies = [f"{name}-{seq + i}".encode() for i in range(rng.randrange(2, 50))]
-                frame = encode_mpub(TOPIC, bodies)
-            elif command == "DPUB":
-                defer_ms = rng.randrange(20, 1500)
-                bodies = [f"{name}-{seq}-d{defer_ms}".encode()]
-                ledger.due[bodies[0]] = time.time_ns() + defer_ms * 1_000_000
-                frame = encode_dpub(TOPIC, defer_ms, bodies[0])
-            else:
-                bodies = [f"{name}-{seq}".encode()]
-                frame = encode_pub(TOPIC, bodies[0])
-            seq += len(bodies)
-            await client.send(frame)
-            await client.expect_response(b"OK")
-            ledger.acked.update(bodies)
-    except _DISCONNECTED:
-        return
-    finally:
-        with trio.CancelScope(shield=True):
-            await client.aclose()
+def _answers(kind: str, rng: random.Random):
+    """ordered: FIN every message; random: FIN (70 %), REQ 0 (10 %), REQ 50-800 ms (10 %) or no answer."""
+    def answer() -> tuple[str, int]:
+        roll = rng.random() if kind == "random" else 0.0
+        if roll < 0.7:
+            return "FIN", 0
+        if roll < 0.8:
+            return "REQ", 0
+        if roll < 0.9:
+            return "REQ", rng.randrange(50, 800)
+        return "timeout", 0
 
-
-async def _consumer(address, ledger: Ledger, kind: str, rng: random.Random, stop: trio.Event) -> None:
-    try:
-        client = await connect(address, timeout=10)
-        await client.send(encode_sub(TOPIC, CHANNEL))
-        await client.expect_response(b"OK")
-        await client.send(encode_rdy({"random": 50, "drain": 2500}.get(kind, 200)))
-    except _DISCONNECTED:
-        return
-    bodies: dict[bytes, bytes] = {}  # message id -> body, of the messages this connection was given
-    try:
-        while not stop.is_set():
-            frame = await client.read_frame()
-            if frame.frame_type == FRAME_TYPE_ERROR and frame.data.startswith(b"E_FIN_FAILED FIN "):
-                ledger.fin_failed(bodies[frame.data.split()[2]])
-                continue
-            if frame.frame_type != FRAME_TYPE_MESSAGE:
-                assert frame.frame_type == FRAME_TYPE_RESPONSE, frame
-                continue
-            msg = decode_message(frame.data)
-            bodies[msg.id] = msg.body
-            ledger.delivered(msg.body)
-            roll = rng.random() if kind == "random" else 0.0
-            if roll < 0.7:
-                ledger.answered(msg.body, "FIN")
-                await client.send(encode_fin(msg.id))
-            elif roll < 0.8:
-                ledger.answered(msg.body, "REQ")
-                await client.send(encode_req(msg.id, 0))
-            elif roll < 0.9:
-                ledger.answered(msg.body, "REQ")
-                await client.send(encode_req(msg.id, rng.randrange(50, 800)))
-            else:
-                ledger.answered(msg.body, "timeout")
-    except _DISCONNECTED:
-        return
-    finally:
-        with trio.CancelScope(shield=True):
-            await client.aclose()
+    return answer
 
 
 async def _stats(proc: BrokerProcess) -> dict | None:
@@ -241,10 +138,11 @@ async def _round(proc: BrokerProcess, ledger: Ledger, command: str, consumer: st
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         for _ in range(2):
-            nursery.start_soon(_consumer, proc.tcp, ledger, consumer, random.Random(rng.random()), stop)
+            nursery.start_soon(crash_clients.consumer, proc.tcp, ledger, stop, TOPIC, CHANNEL,
+                               50 if consumer == "random" else 200, _answers(consumer, random.Random(rng.random())))
         for i in range(2):
-            name = f"r{ledger.run}p{i}"
-            nursery.start_soon(_publisher, proc.tcp, ledger, command, name, random.Random(rng.random()), stop)
+            next_publish = _publishes(command, f"r{ledger.run}p{i}", ledger, random.Random(rng.random()))
+            nursery.start_soon(crash_clients.publisher, proc.tcp, ledger, stop, next_publish)
         await trio.sleep(rng.uniform(0.3, 1.5))
         proc.kill()
         stop.set()
@@ -255,23 +153,34 @@ async def _drain(proc: BrokerProcess, ledger: Ledger, stall: float) -> None:
 
     Gives up once ``stall`` seconds pass without a delivery, so that what is missing is reported.
     """
-    stop = trio.Event()
+    bodies: dict[bytes, bytes] = {}  # message id -> body, of the messages the drain was given
+    quiet_since = trio.current_time()
 
-    async def watch() -> None:
-        seen, quiet_since = -1, trio.current_time()
-        while trio.current_time() - quiet_since < stall:
-            if ledger.deliveries != seen:
-                seen, quiet_since = ledger.deliveries, trio.current_time()
-            if all(body in ledger.fin_runs for body in ledger.acked) and _drained(await _stats(proc)):
-                break
-            await trio.sleep(0.2)
-        stop.set()
+    def record(client, msg) -> None:
+        nonlocal quiet_since
+        quiet_since = trio.current_time()
+        bodies[msg.id] = msg.body
+        ledger.delivered(msg.body)
+        ledger.answered(msg.body, "FIN")
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(watch)
-        nursery.start_soon(_consumer, proc.tcp, ledger, "drain", random.Random(0), stop)
-        await stop.wait()
-        nursery.cancel_scope.cancel()
+    def refused(frame) -> None:
+        if not frame.data.startswith(b"E_FIN_FAILED FIN "):
+            raise AssertionError(f"unexpected error {frame}")
+        ledger.fin_failed(bodies[frame.data.split()[2]])
+
+    async def done() -> bool:
+        if trio.current_time() - quiet_since >= stall:
+            return True
+        return ledger.acked <= ledger.fin_runs.keys() and _drained(await _stats(proc))
+
+    client = await connect(proc.tcp, timeout=10)
+    await client.send(encode_sub(TOPIC, CHANNEL))
+    await client.expect_response(b"OK")
+    await client.send(encode_rdy(2500))
+    try:
+        await drain(client, done, on_message=record, on_error=refused, poll=0.2)
+    finally:
+        await client.aclose()
 
 
 async def run_cell(cell: str, rounds: int, seed: int, workdir: Path) -> CellResult:
@@ -295,11 +204,10 @@ async def run_cell(cell: str, rounds: int, seed: int, workdir: Path) -> CellResu
     finally:
         if proc is not None:
             proc.kill()
-    finished = {body for body in ledger.acked if body in ledger.fin_runs}
-    missing = sorted(ledger.acked - finished)
+    missing = sorted(ledger.acked - ledger.finished)
     copies = ledger.copies()
     result = CellResult(cell=cell, rounds=rounds, acknowledged=len(ledger.acked), delivered=len(ledger.last),
-                        deliveries=ledger.deliveries, lost=len(missing), fin_undone=ledger.fin_undone,
+                        deliveries=ledger.delivery_count, lost=len(missing), fin_undone=ledger.fin_undone,
                         copies=len(copies), early=len(ledger.early), redelivered=ledger.redelivered,
                         seconds=round(time.monotonic() - started, 1))
     result.examples = [f"{body!r} delivered again in run {run} after its FIN in that run" for body, run in copies[:5]]

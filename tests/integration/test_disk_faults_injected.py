@@ -21,6 +21,7 @@ from tests.support.diskfaults import FaultyDisk
 from tests.support.http_client import request
 from tests.support.publishers import KINDS, Consumer, Ledger, publish_once, publish_until
 from tests.support.v2client import connect, publish, subscriber
+from tests.support.waiting import wait_for
 
 
 async def _ping(daemon) -> tuple[int, bytes]:
@@ -121,9 +122,7 @@ async def test_durable_messages_a_channel_refused_are_delivered_once_the_disk_ta
             disk.fail(errno.ENOSPC)
             for _ in range(10):
                 assert await publish_once("PUB", d.addresses.tcp, d.addresses.http, ledger) is None
-            with trio.move_on_after(1):  # the topic's pump copies (and fails) meanwhile
-                while not disk.refused:
-                    await trio.sleep(0.01)
+            await wait_for(lambda: disk.refused, timeout=5)  # the topic's pump copied, and the copy failed
             disk.fail(None)
             for _ in range(10):
                 assert await publish_once("PUB", d.addresses.tcp, d.addresses.http, ledger) is None
@@ -147,7 +146,11 @@ async def test_a_channel_that_cannot_spill_holds_its_topic_back_instead_of_growi
             for start in range(0, len(bodies), 100):
                 await producer.send(encode_mpub("t", bodies[start:start + 100]))
                 await producer.expect_response(b"OK")
-            await trio.sleep(0.3)  # the topic's pump has had every chance to move them
+            # the pump is held back: a spill of the channel was refused, and refused again
+            # when the pump tried once more (each attempt's calls run without a checkpoint)
+            await wait_for(lambda: disk.refused, timeout=10)
+            first_attempt = disk.refused
+            await wait_for(lambda: disk.refused > first_attempt, timeout=10)
             topic = d.broker.topics["t"]
             channel = topic.channels["c"]
             # at most one more pump batch than it may hold (REFILL_BATCH from the topic's disk)

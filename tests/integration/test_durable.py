@@ -20,6 +20,7 @@ from broker.protocol import (
     encode_pub,
     encode_req,
 )
+from tests.support.draining import drain
 from tests.support.v2client import connect, publish, subscriber
 from tests.support.waiting import wait_for
 
@@ -30,17 +31,10 @@ def tcp(daemon):
     return daemon.addresses.tcp
 
 
-async def drain(client, channel) -> list:
+async def drain_channel(client, channel) -> list:
     """Every message ``channel`` delivers to ``client``, each FIN'd, until it holds none."""
-    got = []
     with trio.fail_after(10):
-        while True:
-            arrived = await client.sync()
-            for msg in arrived:
-                await client.send(encode_fin(msg.id))
-            got += arrived
-            if not arrived and not channel.in_flight and channel.depth == 0 and not channel.deferred:
-                return got
+        return await drain(client, lambda: not channel.in_flight and channel.depth == 0 and not channel.deferred)
 
 
 # ---------------------------------------------------------------- group commit
@@ -145,7 +139,7 @@ async def test_durable_graceful_restart_delivers_each_live_message_once(start_da
         await consumer.sync()
     async with start_daemon("--durable") as d:
         consumer = await subscriber(d, rdy=50)
-        again = await drain(consumer, d.broker.topics["t"].channels["c"])
+        again = await drain_channel(consumer, d.broker.topics["t"].channels["c"])
     finished = {m.body for m in got[:3]}
     seen = [m.body for m in again]
     assert sorted(seen) == sorted(set(bodies) - finished), seen

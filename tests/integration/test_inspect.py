@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker.protocol import encode_dpub, encode_fin, encode_mpub, encode_rdy, encode_req, encode_sub
+from broker.protocol import encode_dpub, encode_fin, encode_mpub, encode_rdy, encode_req
 from tests.support.http_client import request
-from tests.support.v2client import connect
+from tests.support.v2client import connect, subscriber
 from tests.support.waiting import wait_for
 
 MODES = pytest.mark.parametrize("flags", [(), ("--durable",)], ids=["default", "durable"])
@@ -33,9 +33,7 @@ def summary(channel) -> tuple:
 @MODES
 async def test_peeking_every_state_changes_nothing(start_daemon, flags):
     async with start_daemon("--max-attempts=1", *flags) as d:
-        consumer = await connect(d.addresses.tcp)
-        await consumer.send(encode_sub("t", "c"))
-        await consumer.expect_response(b"OK")
+        consumer = await subscriber(d)
         producer = await connect(d.addresses.tcp)
         channel = d.broker.topics["t"].channels["c"]
         # buried: delivered once, requeued, buried instead of a second delivery
@@ -81,9 +79,7 @@ async def test_peeking_every_state_changes_nothing(start_daemon, flags):
 @MODES
 async def test_peek_ready_reads_unread_disk_records_without_consuming_them(start_daemon, flags):
     async with start_daemon("--mem-queue-size=0", *flags) as d:
-        consumer = await connect(d.addresses.tcp)
-        await consumer.send(encode_sub("t", "c"))
-        await consumer.expect_response(b"OK")
+        consumer = await subscriber(d)
         producer = await connect(d.addresses.tcp)
         bodies = [b"m%02d" % i for i in range(30)]
         await producer.send(encode_mpub("t", bodies))

@@ -2,8 +2,9 @@
 that keep a ledger of what was acknowledged and what was refused, and a consumer that counts
 what it is given.
 
-Every body is unique (its kind and a number, padded to ``size``), so a test can tell which
-acknowledged message was delivered and which was not. A refused publish is recorded with
+The :class:`~tests.support.ledger.Ledger` makes the bodies: every body is unique (its kind
+and a number, padded to ``size``), so a test can tell which acknowledged message was
+delivered and which was not. A refused publish is recorded with
 the broker's answer: the error frame for TCP (after which the broker closes the connection,
 as nsqd does: the publisher connects again), the status and body for HTTP.
 """
@@ -11,7 +12,6 @@ as nsqd does: the publisher connects again), the status and body for HTTP.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 
 import trio
 
@@ -24,7 +24,9 @@ from broker.protocol import (
     encode_rdy,
     encode_sub,
 )
+from tests.support.draining import drain
 from tests.support.http_client import HTTPClient
+from tests.support.ledger import Ledger
 from tests.support.v2client import V2Client, connect
 
 __all__ = ["KINDS", "Consumer", "Ledger", "publish_once", "publish_until"]
@@ -34,26 +36,6 @@ KINDS = ("PUB", "MPUB", "DPUB", "HTTP /pub", "HTTP /mpub")
 BATCH = 10
 #: DPUB's deferral: short, so deferred messages are due by the time a test drains.
 DEFER_MS = 20
-
-
-@dataclass
-class Ledger:
-    """What the publishers were told: bodies acknowledged, and each kind's refusals (the answers)."""
-
-    topic: str
-    size: int = 1000
-    acked: set[bytes] = field(default_factory=set)
-    refused: dict[str, list[bytes]] = field(default_factory=dict)
-    _numbers: Counter[str] = field(default_factory=Counter)
-
-    def bodies(self, kind: str, count: int) -> list[bytes]:
-        """``count`` new bodies for ``kind``."""
-        start = self._numbers[kind]
-        self._numbers[kind] += count
-        return [f"{kind}-{n}-".encode().ljust(self.size, b"x") for n in range(start, start + count)]
-
-    def refused_kinds(self) -> set[str]:
-        return {kind for kind, answers in self.refused.items() if answers}
 
 
 class _Publisher:
@@ -154,8 +136,10 @@ class Consumer:
 
     async def drain(self, expected: set[bytes]) -> None:
         """Receive and FIN until every body of ``expected`` was delivered."""
-        while not expected <= self.delivered.keys():
-            await self.take(1)
+        def count(client: V2Client, msg) -> None:
+            self.delivered[msg.body] += 1
+
+        await drain(self.client, lambda: expected <= self.delivered.keys(), on_message=count)
 
     async def aclose(self) -> None:
         await self.client.aclose()

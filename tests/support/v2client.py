@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import trio
 
@@ -92,8 +93,11 @@ class V2Client:
         assert frame.frame_type == FRAME_TYPE_RESPONSE, frame
         return None if frame.data == b"OK" else json.loads(frame.data)
 
-    async def sync(self) -> list:
+    async def sync(self, on_error: Callable[[Frame], object] | None = None) -> list:
         """The messages that arrive before the server has handled everything sent so far.
+
+        Another error frame goes to ``on_error`` if given (a non-fatal one, such as the
+        ``E_FIN_FAILED`` of a message that timed out first), else fails the read.
 
         The barrier is a FIN of :data:`BARRIER_ID`: the server handles a connection's commands
         in order and answers it with nsqd's non-fatal ``E_FIN_FAILED``, so once that answer is
@@ -106,6 +110,9 @@ class V2Client:
             frame = await self.read_frame()
             if (frame.frame_type, frame.data) == (FRAME_TYPE_ERROR, _BARRIER_ANSWER):
                 return messages
+            if frame.frame_type == FRAME_TYPE_ERROR and on_error is not None:
+                on_error(frame)
+                continue
             assert frame.frame_type == FRAME_TYPE_MESSAGE, frame
             messages.append(decode_message(frame.data))
 

@@ -52,7 +52,7 @@ def test_channels_against_the_broker(bench_broker, capsys):
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (Debian: apt-get install wrk)")
 def test_run_matrix_compares_pynsqd_with_nsqd_side_by_side():
     # the two PUB rows: nsq's bench_writer over TCP and wrk over HTTP, one short round each
-    done = subprocess.run([sys.executable, str(REPO / "tests/bench/run_matrix.py"), "--rounds=1", "--runfor=1s",
+    done = subprocess.run([sys.executable, "-m", "tests.bench.run_matrix", "--rounds=1", "--runfor=1s",
                            "--only=PUB 100B", "--json"], capture_output=True, text=True, timeout=180, cwd=REPO)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)

@@ -17,16 +17,13 @@ The random choices are seeded, so a failing run can be replayed.
 
 from __future__ import annotations
 
-import collections
 import random
-import time
 
 import pytest
 import trio
 
+from broker.core.durability.restart import decode_done
 from broker.protocol import (
-    FRAME_TYPE_MESSAGE,
-    FRAME_TYPE_RESPONSE,
     decode_message,
     encode_dpub,
     encode_fin,
@@ -36,7 +33,12 @@ from broker.protocol import (
     encode_req,
     encode_sub,
 )
+from diskqueue.checkpoint import load_checkpoint
+from diskqueue.format import meta_filename
+from tests.support import crash_clients
+from tests.support.draining import drain
 from tests.support.http_client import request
+from tests.support.ledger import Ledger
 from tests.support.v2client import connect
 from tests.support.waiting import wait_for
 
@@ -48,93 +50,34 @@ ROUNDS = 10
 FLAGS = ("--durable", "--msg-timeout=3s", "--sync-timeout=100ms", "--sync-every=200")
 PUBLISHERS = 4
 CONSUMERS = 2
-#: Slack for comparing the test's wall clock with due times (same machine, same clock).
-CLOCK_SLACK_NS = 20_000_000
+STATS = "/stats?format=json&topic=crash&channel=c"
 
-_DISCONNECTED = (EOFError, trio.BrokenResourceError, trio.ClosedResourceError, OSError, trio.TooSlowError)
+def _publishes(name: str, ledger: Ledger, rng: random.Random):
+    """PUB, MPUB of 2-19 and DPUB by 100-1500 ms, at random; the bodies are named after ``name``."""
+    def next_publish(seq: int) -> tuple[bytes, list[bytes]]:
+        kind = rng.random()
+        if kind < 0.15:
+            defer_ms = rng.randrange(100, 1500)
+            body = f"{name}-{seq}-d{defer_ms}".encode()
+            ledger.defer(body, defer_ms)
+            return encode_dpub("crash", defer_ms, body), [body]
+        if kind < 0.5:
+            bodies = [f"{name}-{seq + i}".encode() for i in range(rng.randrange(2, 20))]
+            return encode_mpub("crash", bodies), bodies
+        body = f"{name}-{seq}".encode()
+        return encode_pub("crash", body), [body]
 
-
-class Ledger:
-    """What the test knows: messages acknowledged, finished, seen, and their due times."""
-
-    def __init__(self) -> None:
-        self.acked: set[bytes] = set()
-        self.due: dict[bytes, int] = {}  # body -> earliest allowed delivery (wall ns)
-        self.finished: set[bytes] = set()
-        self.deliveries: collections.Counter[bytes] = collections.Counter()
-        self.early: list[str] = []
-        self.incarnation = 0
-
-    def delivered(self, body: bytes) -> None:
-        now = time.time_ns()
-        self.deliveries[body] += 1
-        due = self.due.get(body)
-        if due is not None and now < due - CLOCK_SLACK_NS:
-            self.early.append(f"DPUB {body!r} delivered {(due - now) / 1e6:.0f} ms early")
+    return next_publish
 
 
-async def _publisher(address, ledger: Ledger, name: str, rng: random.Random, stop: trio.Event) -> None:
-    try:
-        client = await connect(address, timeout=10)
-    except OSError:
-        return
-    seq = 0
-    try:
-        while not stop.is_set():
-            kind = rng.random()
-            if kind < 0.15:
-                defer_ms = rng.randrange(100, 1500)
-                body = f"{name}-{seq}-d{defer_ms}".encode()
-                seq += 1
-                ledger.due[body] = time.time_ns() + defer_ms * 1_000_000
-                await client.send(encode_dpub("crash", defer_ms, body))
-                bodies = [body]
-            elif kind < 0.5:
-                bodies = [f"{name}-{seq + i}".encode() for i in range(rng.randrange(2, 20))]
-                seq += len(bodies)
-                await client.send(encode_mpub("crash", bodies))
-            else:
-                bodies = [f"{name}-{seq}".encode()]
-                seq += 1
-                await client.send(encode_pub("crash", bodies[0]))
-            await client.expect_response(b"OK")
-            ledger.acked.update(bodies)
-    except _DISCONNECTED:
-        return
-    except AssertionError:  # an error frame instead of OK: not acknowledged, nothing promised
-        return
-    finally:
-        with trio.CancelScope(shield=True):
-            await client.aclose()
+def _answers(rng: random.Random):
+    """FIN (90 %) or REQ with no delay or one of 50-800 ms (10 %)."""
+    def answer() -> tuple[str, int]:
+        if rng.random() < 0.1:
+            return "REQ", rng.choice((0, rng.randrange(50, 800)))
+        return "FIN", 0
 
-
-async def _consumer(address, ledger: Ledger, rng: random.Random, stop: trio.Event, requeue: bool) -> None:
-    try:
-        client = await connect(address, timeout=10)
-        await client.send(encode_sub("crash", "c"))
-        await client.expect_response(b"OK")
-        await client.send(encode_rdy(200))
-    except (*_DISCONNECTED, AssertionError):
-        return
-    try:
-        while not stop.is_set():
-            frame = await client.read_frame()
-            if frame.frame_type != FRAME_TYPE_MESSAGE:
-                assert frame.frame_type == FRAME_TYPE_RESPONSE, frame
-                continue
-            msg = decode_message(frame.data)
-            ledger.delivered(msg.body)
-            roll = rng.random()
-            if requeue and roll < 0.1:
-                await client.send(encode_req(msg.id, rng.choice((0, rng.randrange(50, 800)))))
-            else:
-                await client.send(encode_fin(msg.id))
-                ledger.finished.add(msg.body)
-    except _DISCONNECTED:
-        return
-    finally:
-        with trio.CancelScope(shield=True):
-            await client.aclose()
+    return answer
 
 
 async def _round(proc, ledger: Ledger, rng: random.Random, kill_after: float) -> None:
@@ -142,10 +85,10 @@ async def _round(proc, ledger: Ledger, rng: random.Random, kill_after: float) ->
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         for _ in range(CONSUMERS):
-            nursery.start_soon(_consumer, proc.tcp, ledger, random.Random(rng.random()), stop, True)
+            nursery.start_soon(crash_clients.consumer, proc.tcp, ledger, stop, "crash", "c", 200, _answers(random.Random(rng.random())))
         for i in range(PUBLISHERS):
-            name = f"i{ledger.incarnation}p{i}"
-            nursery.start_soon(_publisher, proc.tcp, ledger, name, random.Random(rng.random()), stop)
+            next_publish = _publishes(f"i{ledger.run}p{i}", ledger, random.Random(rng.random()))
+            nursery.start_soon(crash_clients.publisher, proc.tcp, ledger, stop, next_publish)
         # The crash comes at a random moment of the traffic: that is what is tested.
         await trio.sleep(kill_after)
         proc.kill()
@@ -172,26 +115,28 @@ async def _drain(proc, ledger: Ledger, want: set[bytes], timeout: float) -> None
 
     Stops after ``timeout`` seconds at the latest, so that what is missing is reported.
     """
-    stop = trio.Event()
+    def record(client, msg) -> None:
+        ledger.delivered(msg.body)
+        ledger.answered(msg.body, "FIN")
 
-    async def watch() -> None:
-        with trio.move_on_after(timeout):
-            await wait_for(lambda: want <= ledger.finished, timeout=timeout, poll=0.05)
-            # duplicates, if any, are delivered before the channel is empty
-            await _wait_http(proc, "/stats?format=json&topic=crash&channel=c", _channel_is_empty, timeout=timeout)
-        stop.set()
+    async def done() -> bool:
+        # duplicates, if any, are delivered before the channel is empty
+        return want <= ledger.finished and _channel_is_empty(await _stats(proc))
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(watch)
-        nursery.start_soon(_consumer, proc.tcp, ledger, random.Random(0), stop, False)
-        await stop.wait()
-        nursery.cancel_scope.cancel()
+    client = await _subscribe(proc, rdy=200)
+    with trio.move_on_after(timeout):
+        await drain(client, done, on_message=record, poll=0.05)
+    await client.aclose()
 
 
-def _report(ledger: Ledger, label: str) -> str:
-    dups = sum(n - 1 for n in ledger.deliveries.values() if n > 1)
-    return (f"{label}: {len(ledger.acked)} acknowledged, {len(ledger.deliveries)} delivered, "
-            f"{dups} duplicate deliveries, {sum(1 for n in ledger.deliveries.values() if n > 1)} messages duplicated")
+async def _restart_and_drain(broker_process, data, ledger: Ledger) -> None:
+    """Start ``pynsqd --durable`` on ``data`` again and drain it: every acknowledged message is
+    finished, none was delivered before its due time."""
+    proc = broker_process("--durable", data_path=data)
+    await _drain(proc, ledger, set(ledger.acked), timeout=15)
+    proc.terminate()
+    assert ledger.acked <= ledger.finished
+    assert not ledger.early, ledger.early[:5]
 
 
 async def test_kill_9_never_loses_an_acknowledged_message(broker_process, tmp_path):
@@ -200,15 +145,15 @@ async def test_kill_9_never_loses_an_acknowledged_message(broker_process, tmp_pa
     data = tmp_path / "data"
     with trio.fail_after(90):
         for round_number in range(ROUNDS):
-            ledger.incarnation = round_number
+            ledger.run = round_number
             proc = broker_process(*FLAGS, data_path=data)
             await _round(proc, ledger, rng, rng.uniform(0.3, 1.5))
-        ledger.incarnation = ROUNDS
+        ledger.run = ROUNDS
         proc = broker_process(*FLAGS, data_path=data)
         await _drain(proc, ledger, set(ledger.acked), timeout=20)
         proc.terminate()
     missing = ledger.acked - ledger.finished
-    print(_report(ledger, f"SIGKILL x{ROUNDS}"))
+    print(ledger.report(f"SIGKILL x{ROUNDS}"))
     assert len(ledger.acked) > 500, "the test published too little to mean anything"
     assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
     assert not ledger.early, ledger.early[:5]
@@ -220,28 +165,22 @@ async def test_kill_9_keeps_deferred_due_times(broker_process, tmp_path):
     ledger = Ledger()
     with trio.fail_after(60):
         proc = broker_process("--durable", data_path=data)
-        consumer = await connect(proc.tcp)
-        await consumer.send(encode_sub("crash", "c"))
-        await consumer.expect_response(b"OK")
+        await _subscribe(proc, rdy=0)  # the channel exists, its messages wait
         producer = await connect(proc.tcp)
         for i in range(40):
             defer_ms = 4000 + 50 * i  # due well after the restarts below, even on a busy machine
             body = f"deferred-{i}".encode()
-            ledger.due[body] = time.time_ns() + defer_ms * 1_000_000
+            ledger.defer(body, defer_ms)
             await producer.send(encode_dpub("crash", defer_ms, body))
             await producer.expect_response(b"OK")
             ledger.acked.add(body)
         proc.kill()
         for _ in range(2):  # crash once more while they are still waiting, once they are loaded
             proc = broker_process("--durable", data_path=data)
-            await _wait_http(proc, "/stats?format=json&topic=crash&channel=c",
+            await _wait_http(proc, STATS,
                              lambda doc: doc["topics"][0]["channels"][0]["deferred_count"] == 40)
             proc.kill()
-        proc = broker_process("--durable", data_path=data)
-        await _drain(proc, ledger, set(ledger.acked), timeout=15)
-        proc.terminate()
-    assert ledger.acked <= ledger.finished
-    assert not ledger.early, ledger.early[:5]
+        await _restart_and_drain(broker_process, data, ledger)
 
 
 async def test_kill_9_keeps_the_delay_of_a_requeue(broker_process, tmp_path):
@@ -257,18 +196,14 @@ async def test_kill_9_keeps_the_delay_of_a_requeue(broker_process, tmp_path):
         consumer = await _subscribe(proc, rdy=20)
         for msg in await consumer.read_messages(20):
             delay_ms = 1500 + 50 * int(msg.body.split(b"-")[1])
-            ledger.due[msg.body] = time.time_ns() + delay_ms * 1_000_000
+            ledger.defer(msg.body, delay_ms)
             await consumer.send(encode_req(msg.id, delay_ms))
         # applied once the broker counts them all as deferred
-        await _wait_http(proc, "/stats?format=json&topic=crash&channel=c",
+        await _wait_http(proc, STATS,
                          lambda doc: doc["topics"][0]["channels"][0]["deferred_count"] == 20)
         proc.kill()
         ledger.acked.update(bodies)
-        proc = broker_process("--durable", data_path=data)
-        await _drain(proc, ledger, set(bodies), timeout=15)
-        proc.terminate()
-    assert ledger.acked <= ledger.finished
-    assert not ledger.early, ledger.early[:5]
+        await _restart_and_drain(broker_process, data, ledger)
 
 
 async def test_kill_9_keeps_buried_messages(broker_process, tmp_path):
@@ -304,9 +239,18 @@ async def _wait_http(proc, path: str, done, timeout: float = 5.0) -> dict:
             await trio.sleep(0.05)
 
 
-async def _depth(proc) -> int:
-    doc = await _wait_http(proc, "/stats?format=json&topic=crash&channel=c", lambda doc: True)
-    return doc["topics"][0]["channels"][0]["depth"]
+async def _stats(proc) -> dict:
+    """The ``/stats`` answer for the ``crash``/``c`` channel."""
+    return await _wait_http(proc, STATS, lambda doc: True)
+
+
+def _finished_in_checkpoint(data) -> int:
+    """How many records of the ``crash``/``c`` queue its checkpoint on disk lists as finished
+    past the committed cursor (0 before the first checkpoint)."""
+    checkpoint, _ = load_checkpoint(str(data / meta_filename("crash:c")))
+    if checkpoint is None:
+        return 0
+    return sum(end - first for first, end in decode_done(checkpoint.note, checkpoint.commit.seq))
 
 
 @pytest.mark.parametrize("kind", ["MPUB", "PUB", "DPUB", "DPUB-due"])
@@ -320,7 +264,7 @@ async def test_kill_9_after_the_fan_out_does_not_copy_unconsumed_messages_twice(
     data = tmp_path / "data"
     bodies = [f"m{i}".encode() for i in range(5 if kind == "MPUB" else 20)]
     defer_ms = {"DPUB": 60_000, "DPUB-due": 100}.get(kind)
-    stats = "/stats?format=json&topic=crash&channel=c"
+    stats = STATS
 
     def held(doc: dict) -> bool:
         channel = doc["topics"][0]["channels"][0]
@@ -354,7 +298,7 @@ async def test_kill_9_after_the_fan_out_does_not_copy_unconsumed_messages_twice(
         consumer = await _subscribe(proc, rdy=100)
         got = [msg.body for msg in await consumer.read_messages(len(bodies))]
         assert sorted(got) == sorted(bodies)
-        assert await _depth(proc) == 0
+        assert (await _stats(proc))["topics"][0]["channels"][0]["depth"] == 0
         proc.terminate()
 
 
@@ -379,7 +323,7 @@ async def test_kill_9_after_requeues_deferrals_and_releases_delivers_each_messag
             for msg in moving:
                 await consumer.send(encode_req(msg.id, delay))
             moving = await consumer.read_messages(20)
-        await _wait_http(proc, "/stats?format=json&topic=crash&channel=c",
+        await _wait_http(proc, STATS,
                          lambda doc: doc["topics"][0]["channels"][0]["in_flight_count"] == 21)
         proc.kill()
         proc = broker_process("--durable", data_path=data)
@@ -394,7 +338,7 @@ async def test_kill_9_after_requeues_deferrals_and_releases_delivers_each_messag
                 await consumer.send(encode_fin(msg.id))
                 idle.deadline = trio.current_time() + 1.5
         assert sorted(got) == sorted(bodies)
-        doc = await _wait_http(proc, "/stats?format=json&topic=crash&channel=c", lambda doc: True)
+        doc = await _stats(proc)
         assert _channel_is_empty(doc), doc["topics"][0]["channels"][0]
         proc.terminate()
 
@@ -415,9 +359,10 @@ async def test_kill_9_does_not_bring_back_messages_finished_behind_one_in_flight
         for msg in got:
             if msg.body != b"m0":
                 await consumer.send(encode_fin(msg.id))
-        await _wait_http(proc, "/stats?format=json&topic=crash&channel=c",
+        await _wait_http(proc, STATS,
                          lambda doc: doc["topics"][0]["channels"][0]["in_flight_count"] == 1)
-        await trio.sleep(0.5)  # a few commit steps (every 100 ms)
+        # the commit step that follows writes the checkpoint listing the 49 finished behind m0
+        await wait_for(lambda: _finished_in_checkpoint(data) == 49, timeout=10)
         proc.kill()
         proc = broker_process("--durable", data_path=data)
         consumer = await _subscribe(proc, rdy=100)

@@ -17,12 +17,13 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "crash_matrix.py"
+REPO = Path(__file__).resolve().parents[2]
+MODULE = "tests.bench.crash_matrix"  # run from the repository root
 
 
 def test_every_cell_keeps_every_acknowledged_message_and_delivers_no_copy():
-    done = subprocess.run([sys.executable, str(SCRIPT), "--rounds=2", "--seed=11", "--json"],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", MODULE, "--rounds=2", "--seed=11", "--json"],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
     results = json.loads(done.stdout)
     assert len(results) == 12, done.stderr
     for cell in results:

@@ -21,6 +21,7 @@ import trio
 
 from broker.protocol import encode_fin, encode_mpub, encode_rdy, encode_sub
 from diskqueue.format import meta_filename, segment_filename
+from tests.support.draining import drain
 from tests.support.http_client import request
 from tests.support.v2client import connect
 
@@ -55,10 +56,7 @@ async def _drain(address: tuple[str, int], topic: str, want: set[bytes]) -> set[
     await consumer.expect_response(b"OK")
     await consumer.send(encode_rdy(COUNT))
     got: set[bytes] = set()
-    while not want <= got:
-        msg = await consumer.read_message()
-        got.add(msg.body)
-        await consumer.send(encode_fin(msg.id))
+    await drain(consumer, lambda: want <= got, on_message=lambda _, msg: got.add(msg.body))
     got.update(m.body for m in await consumer.sync())
     await consumer.aclose()
     return got

@@ -16,14 +16,15 @@ import pytest
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the broker's RSS from /proc")
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "bench_load.py"
+REPO = Path(__file__).resolve().parents[2]
+MODULE = "tests.bench.bench_load"  # run from the repository root
 OUTPUT_BUFFER_SIZE = 16 * 1024
 FRAME_OVERHEAD = 34
 
 
 def _run(*args: str) -> dict:
-    done = subprocess.run([sys.executable, str(SCRIPT), *args, "--json"], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-m", MODULE, *args, "--json"], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 

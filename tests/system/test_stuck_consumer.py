@@ -16,7 +16,8 @@ import sys
 import pytest
 import trio
 
-from broker.protocol import FRAME_TYPE_MESSAGE, decode_message, encode_fin, encode_mpub, encode_rdy
+from broker.protocol import FRAME_TYPE_MESSAGE, decode_message, encode_mpub, encode_rdy
+from tests.support.draining import drain
 from tests.support.http_client import request
 from tests.support.v2client import connect, subscriber
 from tests.support.waiting import wait_for
@@ -79,14 +80,13 @@ async def _stuck(proc, **identify):
     return client
 
 
-async def _drain(client, want: int, received: list) -> None:
-    """Read and FIN messages until ``want`` have arrived (in ``received``)."""
-    while len(received) < want:
-        frame = await client.read_frame()
-        assert frame.frame_type == FRAME_TYPE_MESSAGE, frame
-        msg = decode_message(frame.data)
-        received.append(msg)
-        await client.send(encode_fin(msg.id))
+async def _stuck_then_healthy(proc, bodies: list[bytes]):
+    """``bodies`` published, a stuck consumer that the broker drops once its writes time out,
+    then a healthy consumer with RDY 50: (stuck, healthy)."""
+    await _publish(proc.tcp, bodies)
+    stuck = await _stuck(proc, heartbeat_interval=1000)
+    await wait_for(lambda: "write timed out; closing" in proc.log_text(), timeout=10)
+    return stuck, await subscriber(_Proc(proc), rdy=50)
 
 
 async def test_memory_levels_off_while_a_consumer_does_not_read(broker_process):
@@ -119,12 +119,9 @@ async def test_stuck_consumer_is_dropped_and_its_messages_go_to_the_others(broke
     proc = broker_process(f"--mem-queue-size={MEM_QUEUE_SIZE}")
     bodies = _bodies(400)
     with trio.fail_after(60):
-        await _publish(proc.tcp, bodies)
-        stuck = await _stuck(proc, heartbeat_interval=1000)
-        await wait_for(lambda: "write timed out; closing" in proc.log_text(), timeout=10)
-        healthy = await subscriber(_Proc(proc), rdy=50)
+        stuck, healthy = await _stuck_then_healthy(proc, bodies)
         received: list = []
-        await _drain(healthy, len(bodies), received)
+        await drain(healthy, lambda: len(received) >= len(bodies), on_message=lambda _, msg: received.append(msg))
         assert sorted(m.body for m in received) == bodies
         channel = await _channel(proc)
         assert len(channel["clients"]) == 1
@@ -136,22 +133,19 @@ async def test_max_attempts_buries_only_what_the_stuck_consumer_was_sent(broker_
     proc = broker_process(f"--mem-queue-size={MEM_QUEUE_SIZE}", "--max-attempts=1")
     bodies = _bodies(400)
     with trio.fail_after(60):
-        await _publish(proc.tcp, bodies)
-        stuck = await _stuck(proc, heartbeat_interval=1000)
-        await wait_for(lambda: "write timed out; closing" in proc.log_text(), timeout=10)
-        healthy = await subscriber(_Proc(proc), rdy=50)
+        stuck, healthy = await _stuck_then_healthy(proc, bodies)
         await healthy.send(encode_rdy(50))
         received: list = []
 
         async def buried_count() -> int:
             return (await _channel(proc)).get("buried_count", 0)
 
+        async def all_accounted_for() -> bool:
+            return len(received) + await buried_count() >= len(bodies)
+
         # every message reaches the healthy consumer or the buried set
-        while True:
-            buried = await buried_count()
-            if len(received) + buried >= len(bodies):
-                break
-            await _drain(healthy, len(received) + 1, received)
+        await drain(healthy, all_accounted_for, on_message=lambda _, msg: received.append(msg))
+        buried = await buried_count()
         assert len(received) + buried == len(bodies)
 
         # what the stuck consumer could ever have read is what the kernel holds for it

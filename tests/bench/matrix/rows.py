@@ -1,0 +1,172 @@
+"""The rows of the side-by-side matrix: scenarios, the comparison rows, and what one run measured."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SIZES = (100, 1000)
+
+
+PUBLISH = (("PUB", 1), ("MPUB200", 200))
+
+
+ROLES = ("writer", "reader", "both")
+
+
+MEM_QUEUE = (None, 0)  # None: the broker's default
+
+
+#: the reader and writer of "both" are started this long before their deadline
+STEP_DELAY = 2.0
+
+
+TOPIC = "sub_bench"
+
+
+CHANNEL = "ch"
+
+
+#: wrk's load for the HTTP rows: threads and keep-alive connections
+WRK_THREADS = 2
+
+
+WRK_CONNECTIONS = 16
+
+
+PYNSQD, NSQD = "pynsqd", "nsqd"
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """One row: what load, from which tool, against a broker with which ``--mem-queue-size``.
+
+    ``tool`` is ``nsq`` (nsq's bench_writer/bench_reader, ``connections`` of them per tool),
+    ``wrk`` (HTTP ``path``, ``batch`` lines of ``size`` bytes per request) or ``bench``
+    (``python -m broker.bench``).
+    """
+
+    tool: str
+    size: int
+    batch: int
+    role: str
+    mem_queue_size: int | None = None
+    connections: int | None = None
+    path: str = ""
+
+    @property
+    def publish(self) -> str:
+        return "PUB" if self.batch == 1 else f"MPUB{self.batch}"
+
+    @property
+    def name(self) -> str:
+        mem = "" if self.mem_queue_size is None else f" mem={self.mem_queue_size}"
+        if self.tool == "wrk":
+            lines = f"{self.batch}x" if self.batch > 1 else ""
+            return f"http {self.path} {lines}{self.size}B x{WRK_CONNECTIONS}{mem}"
+        if self.tool == "nsq":
+            conns = f" x{self.connections}" if self.connections else ""
+            return f"nsq {self.publish} {self.size}B{conns} {self.role}{mem}"
+        return f"{self.size}B {self.publish} {self.role} {'mem=default' if self.mem_queue_size is None else mem.strip()}"
+
+    def as_dict(self) -> dict:
+        return {"tool": self.tool, "size": self.size, "batch_size": self.batch, "role": self.role,
+                "mem_queue_size": self.mem_queue_size, "connections": self.connections, "path": self.path}
+
+
+#: The rows of the side-by-side comparison: nsq's own tools, then HTTP.
+COMPARISON = (
+    Scenario("nsq", 100, 1, "writer", connections=8),
+    Scenario("nsq", 100, 200, "writer"),
+    Scenario("nsq", 100, 200, "both"),
+    Scenario("nsq", 1000, 200, "both"),
+    Scenario("nsq", 100, 200, "writer", mem_queue_size=0),
+    Scenario("wrk", 100, 1, "writer", path="/pub"),
+    Scenario("wrk", 100, 100, "writer", path="/mpub"),
+)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one run of one scenario on one broker measured."""
+
+    scenario: Scenario
+    broker: str = PYNSQD
+    round: int = 0
+    writer: dict | None = None
+    reader: dict | None = None
+    prefilled: int | None = None
+    broker_cpu_s: float = 0.0
+    busy_s: float = 0.0  # the whole machine's busy CPU seconds over the same window
+    harness_cpu_s: float = 0.0  # this runner and the bench processes, start-up included
+    window_s: float = 0.0  # wall time over which busy_s, harness_cpu_s and broker_cpu_s were taken
+    measured_s: float = 0.0
+    peak_rss_mb: float = 0.0
+    rss_mb: float = 0.0
+    profile: dict = field(default_factory=dict)  # {"samples": N, "top": [...]}
+    error: str | None = None
+
+    @property
+    def tool_cpu_s(self) -> float:
+        """CPU seconds of the bench tools over their timed runs (when they report it)."""
+        return sum(x["cpu"]["user_s"] + x["cpu"]["system_s"] for x in (self.writer, self.reader) if x and "cpu" in x)
+
+    @property
+    def other_cpu_s(self) -> float:
+        """Busy CPU seconds of everything else on the machine: load that skews the numbers."""
+        return max(self.busy_s - self.broker_cpu_s - self.harness_cpu_s, 0.0)
+
+    @property
+    def broker_cpu_percent(self) -> float | None:
+        return 100 * self.broker_cpu_s / self.measured_s if self.measured_s else None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Outcome:
+        """The inverse of as_dict (for ``--render``)."""
+        broker = d["broker"]
+        runs = [r for r in (d["writer"], d["reader"]) if r]
+        scenario = Scenario(d.get("tool", "bench"), d["size"], d["batch_size"], d["role"], d["mem_queue_size"],
+                            d.get("connections"), d.get("path", ""))
+        return cls(
+            scenario, broker=d.get("broker_name", PYNSQD), round=d.get("round", 0),
+            writer=d["writer"], reader=d["reader"], prefilled=d["prefilled"], broker_cpu_s=broker["cpu_s"],
+            busy_s=broker["cpu_s"] + d["other_cpu_s"], window_s=d["window_s"],
+            measured_s=max((r["duration_s"] for r in runs), default=0.0), peak_rss_mb=broker["peak_rss_mb"],
+            rss_mb=broker["rss_mb"], profile=d["profile"], error=d["error"])
+
+    def as_dict(self) -> dict:
+        s = self.scenario
+        return {
+            "scenario": s.name,
+            **s.as_dict(),
+            "publish": s.publish,
+            "broker_name": self.broker,
+            "round": self.round,
+            "writer": self.writer,
+            "reader": self.reader,
+            "prefilled": self.prefilled,
+            "broker": {
+                "cpu_s": self.broker_cpu_s,
+                "cpu_percent": self.broker_cpu_percent,
+                "peak_rss_mb": self.peak_rss_mb,
+                "rss_mb": self.rss_mb,
+            },
+            "tool_cpu_s": self.tool_cpu_s,
+            "other_cpu_s": self.other_cpu_s,
+            "window_s": self.window_s,
+            "profile": self.profile,
+            "error": self.error,
+        }
+
+
+def matrix() -> list[Scenario]:
+    """The matrix driven by pynsqd's bench tool."""
+    return [Scenario("bench", size, batch, role, mem)
+            for mem in MEM_QUEUE for size in SIZES for _, batch in PUBLISH for role in ROLES]
+
+
+def scenarios(only: list[str], with_matrix: bool) -> list[Scenario]:
+    """The rows to run: the comparison rows, the matrix when asked, and with ``only`` every row
+    whose name contains all of ``only`` (case-insensitive)."""
+    if not only:
+        return matrix() if with_matrix else list(COMPARISON)
+    return [s for s in (*COMPARISON, *matrix()) if all(o.lower() in s.name.lower() for o in only)]
