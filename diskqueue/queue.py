@@ -1,16 +1,8 @@
 """``DiskQueue``: an append-only, segmented, crash-recoverable FIFO of byte strings.
 
-One object owns all of a queue's file state and delegates each side of it to a module:
-
-* ``writer.py`` — ``SegmentWriter``, the append end: the write cursor, the segment being
-  written and the finished ones awaiting their fsync;
-* ``reader.py`` — ``QueueReader``, the read end: the read and committed cursors, the
-  records handed out in between, the segment being read and reading past damage;
-* ``sync.py`` — ``SyncPolicy``, when to sync (nsqd's policy and its loop), and ``SyncJob``,
-  what one sync does in a worker thread;
-* ``checkpoint.py`` — the checkpoint's format; ``recovery.py`` — what happens on open;
-  ``format.py`` — the segment and record layout; ``listing.py`` — many queues opened from
-  one listing of their directory; ``fileops.py`` — every call to the file system.
+One object owns all of a queue's file state; ``writer.py`` holds its append end,
+``reader.py`` its read end and ``sync.py`` when and how it syncs (the other modules are
+listed in ``__init__.py``).
 
 Cursors. Three positions (``checkpoint.Cursor``: segment, offset, seq) move through the
 segments: ``write`` (the end), ``read`` (the next record ``read_many`` hands out) and
@@ -35,28 +27,15 @@ Which calls are async, and why:
   Descriptors are never closed while a worker thread may be fsyncing them: a finished
   segment's descriptor is closed by the sync that fsynced it, and ``empty()``/``delete()``
   during a sync defer their closes until the worker returns.
-* ``run()`` is the sync policy loop (see ``sync.py``), started by the owner in its nursery
-  or, with ``run_on_demand()``, by the first change; ``close()`` is async because it waits
-  for a running sync and does a final one.
+* ``run()`` is the sync policy loop (see ``sync.py``, which also says when a sync is a
+  single data fsync and when it writes the checkpoint), started by the owner in its
+  nursery or, with ``run_on_demand()``, by the first change; ``close()`` is async because
+  it waits for a running sync and does a final one.
 * Construction is synchronous: recovery reads the checkpoint and verifies only what was
   written after it, so it is cheap; when the checkpoint cannot be trusted it counts every
   record, which blocks in proportion to the data. Writing then continues in a new segment
   when the last one already holds records: nothing is appended after bytes this process
   did not write, so damage found there later never hides newer records.
-
-A segment roll happens inside ``put_many``, which cannot wait for an fsync: the finished
-segment stays open, ``run()`` is woken, and the next sync fsyncs it (and the directory)
-before writing a checkpoint that names anything after it. Consumed segments are removed
-(or renamed ``.bad`` when corrupt) only by a sync, after a checkpoint whose committed
-cursor is past them is durable: a crash never leaves the checkpoint pointing at a removed
-file.
-
-``sync()`` is the group commit: after many ``put_many`` calls one ``await sync()`` makes
-all of them durable. When only records were added since the last checkpoint it is a
-single data fsync (inline while such syncs are quick, see ``inline_sync_below`` in
-``sync.py``): the checkpoint is a hint, and recovery keeps every complete, checksum-valid
-record written after it. ``sync(commits=False)`` is always just that, and leaves a moved
-committed cursor to the policy.
 """
 
 from __future__ import annotations
@@ -68,16 +47,16 @@ from collections.abc import Iterable, Iterator, Sequence
 import trio
 
 from . import fileops
-from .checkpoint import Checkpoint, Cursor, encode_checkpoint
+from .checkpoint import Cursor, encode_checkpoint
 from .checksum import warn_if_slow
-from .errors import DiskQueueClosed, DiskQueueIOError, MessageSizeError, describe_os_error
-from .format import HEADER_SIZE, RECORD_HEADER_SIZE, frame_records, meta_filename, segment_filename
+from .errors import DiskQueueClosed
+from .format import HEADER_SIZE, RECORD_HEADER_SIZE, meta_filename, segment_filename
 from .listing import DirectoryListing
 from .reader import QueueReader
-from .recovery import Recovered, recover
+from .recovery import recover
 from .scan import list_segments
 from .statistics import DiskQueueStatistics
-from .sync import Guard, Spawner, SyncJob, SyncPolicy, sync_problem
+from .sync import AUTO, FULL, RECORDS, Guard, Spawner, SyncJob, SyncPolicy
 from .writer import SegmentWriter
 
 __all__ = ["DiskQueue"]
@@ -86,10 +65,6 @@ DEFAULT_MAX_BYTES_PER_FILE = 104857600
 DEFAULT_MAX_MSG_SIZE = 1048576 + 26
 DEFAULT_SYNC_EVERY = 2500
 DEFAULT_SYNC_TIMEOUT = 2.0
-
-# What a sync writes besides the data fsync: always a checkpoint (the policy, close), one
-# when the checkpoint's content changed (sync()), none (sync(commits=False)).
-_FULL, _AUTO, _RECORDS = 0, 1, 2
 
 
 class DiskQueue:
@@ -106,12 +81,8 @@ class DiskQueue:
     (a listing of another directory among them).
     """
 
-    __slots__ = (
-        "name", "data_path", "_max_bytes", "_min", "_max", "_auto", "_log", "_writer", "_segments",
-        "_reader", "_depth", "_dirty", "_meta_dirty", "_records_lost", "_syncs", "_last_sync_error",
-        "_policy", "_sync_lock", "_guard", "_sync_active", "_deferred_close", "_closed", "_listing",
-        "_close_done", "_meta_path", "_note",
-    )
+    __slots__ = ("name", "data_path", "_max_bytes", "_min", "_max", "_auto", "_log", "_writer", "_segments",
+                 "_reader", "_policy", "_sync_lock", "_guard", "_closed", "_listing", "_close_done", "_meta_path", "_note")
 
     def __init__(
         self,
@@ -143,51 +114,26 @@ class DiskQueue:
         self._log = logger if logger is not None else logging.getLogger("diskqueue")
         self._policy = SyncPolicy(sync_every, sync_timeout, inline_sync_below, name, self._log)
         self._meta_path = os.path.join(self.data_path, meta_filename(name))
-        entries = None
         self._listing = listing
-        if listing is not None:
-            if listing.data_path != self.data_path:
-                raise ValueError(f"the listing is of {listing.data_path!r}, not of {self.data_path!r}")
-            entries = listing.take(name)
+        entries = None if listing is None else listing.take(name, self.data_path)
         if entries is None:
             fileops.makedirs(self.data_path, exist_ok=True)  # a listing found it there already
         warn_if_slow(self._log)
 
         found = recover(self.data_path, name, min_msg_size, max_msg_size, entries=entries)
-        self._report(found)
-        w = found.write
-        if found.write_exists and w.pos > HEADER_SIZE:
-            # Never append after bytes this process did not write: a record there that rots
-            # would make the reader skip the rest of the segment, new records included.
-            self._writer = SegmentWriter(self.data_path, name, w.file + 1, HEADER_SIZE, w.seq, False)
-        else:
-            self._writer = SegmentWriter(self.data_path, name, w.file, w.pos, w.seq, found.write_exists)
+        found.report(self._log, name)
+        self._writer = SegmentWriter.resume(self.data_path, name, found.write, found.write_exists)
         self._segments = found.segments
-        self._reader = self._new_reader(found.commit, found.bad, found.accounted)
-        self._depth = found.depth
-        self._dirty = bool(found.notes or found.problems)
-        self._meta_dirty = self._dirty  # checkpoint content other than the write cursor changed
-        self._records_lost = found.lost
+        self._reader = self._new_reader(found.commit, found.depth, found.lost, found.bad, found.accounted)
+        self._policy.dirty = self._policy.meta_dirty = bool(found.notes or found.problems)
         self._note = found.note
-        self._syncs = 0
-        self._last_sync_error: str | None = None
         self._sync_lock = trio.Lock()
         self._guard = Guard()
-        self._sync_active = False
-        self._deferred_close: list[int] = []
         self._closed = False
         self._close_done: trio.Event | None = None
 
-    def _report(self, found: Recovered) -> None:
-        for note in found.notes:
-            self._log.info("DISKQUEUE(%s): %s", self.name, note)
-        for problem in found.problems:
-            self._log.warning("DISKQUEUE(%s): %s", self.name, problem)
-        if found.lost:
-            self._log.warning("DISKQUEUE(%s): %d record(s) lost to damaged or missing files", self.name, found.lost)
-
-    def _new_reader(self, start: Cursor, bad: dict[int, int], accounted: set[int]) -> QueueReader:
-        return QueueReader(self._writer, self._segments, start, bad, accounted, self._min, self._max,
+    def _new_reader(self, start: Cursor, depth: int, lost: int, bad: dict[int, int], accounted: set[int]) -> QueueReader:
+        return QueueReader(self._writer, self._segments, start, depth, lost, bad, accounted, self._min, self._max,
                            self._auto, self.name, self._log)
 
     # -- state ---------------------------------------------------------------------------
@@ -195,7 +141,7 @@ class DiskQueue:
     @property
     def depth(self) -> int:
         """Records written and not yet read."""
-        return self._depth
+        return self._reader.depth
 
     @property
     def read_seq(self) -> int:
@@ -232,7 +178,7 @@ class DiskQueue:
         self._check_open()
         if value != self._note:
             self._note = bytes(value)
-            self._dirty = self._meta_dirty = True
+            self._policy.dirty = self._policy.meta_dirty = True
             if self._policy.idle:
                 self._wake()
 
@@ -243,7 +189,7 @@ class DiskQueue:
         Records read after damage in the same segment are numbered as if none had been lost
         until the reader leaves the segment, so ``read_seq`` may then run behind.
         """
-        return bool(self._reader.bad or self._records_lost)
+        return bool(self._reader.bad or self._reader.lost)
 
     @property
     def uncommitted(self) -> int:
@@ -254,7 +200,7 @@ class DiskQueue:
     def sync_needed(self) -> bool:
         """Whether anything happened that the last sync does not cover."""
         w = self._writer
-        return bool(self._dirty or w.dirty or w.rolled or w.created or self._removable())
+        return bool(self._policy.dirty or w.dirty or w.rolled or w.created or self._removable())
 
     def statistics(self) -> DiskQueueStatistics:
         """A snapshot of the queue's counters and cursors."""
@@ -262,18 +208,18 @@ class DiskQueue:
         r = self._reader
         return DiskQueueStatistics(
             name=self.name,
-            depth=self._depth,
+            depth=r.depth,
             uncommitted=r.pending.count,
             segments=len(self._segments),
             read_cursor=(r.at.file, r.at.pos),
             commit_cursor=(r.committed.file, r.committed.pos),
             write_cursor=(w.number, w.pos),
             records_written=w.seq,
-            records_lost=self._records_lost,
-            syncs=self._syncs,
+            records_lost=r.lost,
+            syncs=self._policy.syncs,
             unsynced_operations=self._policy.ops,
             sync_needed=self.sync_needed,
-            last_sync_error=self._last_sync_error,
+            last_sync_error=self._policy.last_error,
         )
 
     def _check_open(self) -> None:
@@ -299,58 +245,22 @@ class DiskQueue:
         self._check_open()
         if not isinstance(payloads, list):
             payloads = list(payloads)
-        count = len(payloads)
-        if not count:
+        if not payloads:
             return
-        lengths = list(map(len, payloads))
-        if min(lengths) < self._min or max(lengths) > self._max:
-            index = next(i for i, n in enumerate(lengths) if not self._min <= n <= self._max)
-            raise MessageSizeError(lengths[index], self._min, self._max, index)
-        parts = frame_records(payloads, lengths)
-        total = sum(lengths) + RECORD_HEADER_SIZE * count
-        if self._writer.pos + total <= self._max_bytes:
-            self._write(b"".join(parts), count, 0)
-        else:
-            self._write_rolling(parts, lengths)
-        if self._policy.nudge():
+        w = self._writer
+        seq = w.seq
+        try:
+            w.append(payloads, (self._min, self._max), self._max_bytes, self._segments, self._roll)
+        finally:
+            written = w.seq - seq  # all of them, or those accepted before an error
+            self._reader.depth += written
+            wake = bool(written) and self._policy.changed(written, False)
+        if wake:
             self._wake()
 
-    def _write_rolling(self, parts: list[bytes], lengths: list[int]) -> None:
-        """Write a batch that does not fit the current segment, rolling as often as needed."""
-        w = self._writer
-        count = len(lengths)
-        i = 0
-        while i < count:
-            room = self._max_bytes - w.pos
-            j, size = i, 0
-            while j < count and size + lengths[j] + RECORD_HEADER_SIZE <= room:
-                size += lengths[j] + RECORD_HEADER_SIZE
-                j += 1
-            if j == i:
-                if not w.is_empty_segment:
-                    self._reader.roll_writer()
-                    self._wake()
-                    continue
-                j = i + 1  # a record bigger than a whole segment goes alone into one
-            self._write(b"".join(parts[2 * i : 2 * j]), j - i, i)
-            i = j
-
-    def _write(self, data: bytes, count: int, accepted: int) -> None:
-        w = self._writer
-        try:
-            w.write(data, count)
-        except OSError as exc:
-            # creating the segment is the only call here that names a file
-            what = describe_os_error("open", exc.filename, exc) if exc.filename else \
-                describe_os_error("write", w.path(w.number), exc)
-            if accepted:
-                what += f" (the first {accepted} record(s) of the batch were written)"
-            raise DiskQueueIOError(what, errno=exc.errno, accepted=accepted) from exc
-        if not self._segments or self._segments[-1] != w.number:
-            self._segments.append(w.number)
-        self._depth += count
-        self._policy.ops += count
-        self._dirty = True
+    def _roll(self) -> None:
+        self._reader.roll_writer()
+        self._wake()
 
     # -- reading -------------------------------------------------------------------------
 
@@ -368,30 +278,8 @@ class DiskQueue:
         if max_records <= 0 or reader.caught_up:
             return []
         out = reader.read(max_records)
-        changed = reader.changed  # crossed into another segment or found damage: wake the policy
-        if changed:
-            reader.changed = False
-            lost, reader.lost = reader.lost, 0
-            self._records_lost += lost
-            self._depth = max(0, self._depth - lost)
-            self._dirty = self._meta_dirty = True
-        if out:
-            n = len(out)
-            if n > self._depth:
-                self._log.error("DISKQUEUE(%s): depth %d below records read %d; correcting", self.name, self._depth, n)
-                self._depth = n
-            self._depth -= n
-            self._policy.ops += n
-            self._dirty = True
-            if self._auto:
-                self._meta_dirty = True
-            if self._depth and reader.caught_up:
-                self._log.error("DISKQUEUE(%s): reader caught up with depth %d left; correcting to 0",
-                                self.name, self._depth)
-                self._depth = 0
-        elif not changed:
-            return out
-        if changed or self._policy.nudge():
+        changed, reader.changed = reader.changed, False  # moved to another segment or found damage
+        if (out or changed) and (self._policy.changed(len(out), changed or self._auto) or changed):
             self._wake()
         return out
 
@@ -417,16 +305,8 @@ class DiskQueue:
         Raises ``DiskQueueClosed``.
         """
         self._check_open()
-        w = self._writer
-        numbers = sorted(set(self._segments) | ({w.number} if w.fd is not None else set()), reverse=True)
-        for number in numbers:
-            if since_ns:
-                try:
-                    if fileops.stat(self._segment_path(number)).st_mtime_ns < since_ns:
-                        return
-                except OSError:
-                    continue
-            yield self._reader.records(number, HEADER_SIZE, 1 << 62)
+        for records in self._reader.newest(since_ns):
+            yield records
             self._check_open()
 
     # -- committing ----------------------------------------------------------------------
@@ -438,15 +318,10 @@ class DiskQueue:
         negative or more than ``uncommitted``, ``DiskQueueClosed``.
         """
         self._check_open()
-        count = self._reader.pending.count
-        if n is None:
-            n = count
-        if n < 0 or n > count:
-            raise ValueError(f"cannot commit {n} record(s): {count} uncommitted")
-        if not n:
-            return
         moved_file = self._reader.commit(n)  # a segment may be removable now
-        self._dirty = self._meta_dirty = True
+        if moved_file is None:
+            return
+        self._policy.dirty = self._policy.meta_dirty = True
         if moved_file or self._policy.idle:
             self._wake()
 
@@ -457,21 +332,17 @@ class DiskQueue:
 
         In a worker thread: fsync the data; then, when the committed cursor moved or a
         segment was started, finished or consumed since the last checkpoint, replace the
-        checkpoint atomically (temp file, fsync, rename, fsync the directory) and remove
-        consumed segments. Records written since the checkpoint need no new checkpoint to be
-        durable: recovery keeps every complete, checksum-valid record after it.
-
-        With ``commits=False`` only the written records are made durable (one data fsync,
-        plus a directory fsync after a segment was created); the committed cursor is left
-        to ``run()``'s policy and ``close()``. After a crash, records committed since then
-        are delivered again, never lost. Raises ``DiskQueueIOError`` when the OS refuses
-        (nothing is lost: the next sync retries), ``DiskQueueClosed``.
+        checkpoint atomically and remove consumed segments (see ``sync.py``). With
+        ``commits=False`` only the written records are made durable; the committed cursor is
+        left to ``run()``'s policy and ``close()`` (after a crash, records committed since
+        then are delivered again, never lost). Raises ``DiskQueueIOError`` when the OS
+        refuses (nothing is lost: the next sync retries), ``DiskQueueClosed``.
         """
-        await self._sync(_AUTO if commits else _RECORDS)
+        await self._sync(AUTO if commits else RECORDS)
 
     async def _sync_full(self) -> None:
         """The policy's sync: always writes the checkpoint."""
-        await self._sync(_FULL)
+        await self._sync(FULL)
 
     def _sync_urgent(self) -> bool:
         """A finished segment awaits its fsync, or a consumed one its removal."""
@@ -484,95 +355,48 @@ class DiskQueue:
                 return  # close() made the final sync (or raised its error) meanwhile
             await self._sync_locked(mode)
 
-    async def _sync_locked(self, mode: int = _FULL) -> None:
+    async def _sync_locked(self, mode: int = FULL) -> None:
         w = self._writer
-        if not (w.dirty or w.rolled or w.created) if mode == _RECORDS else not self.sync_needed:
+        if not (w.dirty or w.rolled or w.created) if mode == RECORDS else not self.sync_needed:
             await trio.lowlevel.checkpoint()
             return
         job = self._capture(mode)
-        self._sync_active = True
-        try:
-            removed = await self._policy.execute(job, mode == _RECORDS)
-        except BaseException as exc:
-            self._sync_failed(job)
-            if isinstance(exc, OSError):
-                self._last_sync_error = str(exc)
-                raise DiskQueueIOError(f"disk queue {self.name!r}: sync failed: {sync_problem(exc)}",
-                                       errno=exc.errno) from exc
-            raise
-        finally:
-            self._sync_active = False
-            deferred, self._deferred_close = self._deferred_close, []
-            for fd in deferred:
-                fileops.close(fd)
-        for _, fd in job.rolled:
-            fileops.close(fd)
+        removed = await self._policy.execute(job, mode == RECORDS, self._sync_failed)
         if job.current and removed:
             gone = set(removed)
             self._segments[:] = [n for n in self._segments if n not in gone]  # the reader shares the list
             self._reader.forget(gone)
-        self._syncs += 1
-        self._last_sync_error = None
 
     def _capture(self, mode: int) -> SyncJob:
         """Everything one sync needs, taken at one instant on the Trio thread."""
-        w = self._writer
-        r = self._reader
-        rolled = w.take_rolled()
-        fds = [fd for _, fd in rolled]
-        if w.fd is not None and w.dirty:
-            fds.append(w.fd)
-            w.dirty = False
-        floor = r.committed.file
+        w, r = self._writer, self._reader
         removals = []
-        if mode != _RECORDS:
+        if mode != RECORDS:
+            floor = r.committed.file
             removals = [(n, self._segment_path(n), n in r.bad) for n in self._segments if n < floor]
-        data = None
-        if mode == _FULL or (mode == _AUTO and (self._meta_dirty or rolled or w.created or removals)):
-            checkpoint = Checkpoint(
-                commit=r.committed,
-                write=Cursor(w.number, w.pos, w.seq),
-                depth=self._depth + r.pending.count,
-                bad=tuple(sorted((f, e) for f, e in r.bad.items() if f >= floor)),
-                accounted=tuple(sorted(f for f in r.accounted if f >= floor)),
-                note=self._note,
-            )
-            data = encode_checkpoint(checkpoint)
-        job = SyncJob(fds=fds, rolled=rolled, created=w.created, data=data,
-                      meta_path=self._meta_path, directory=self.data_path, removals=removals,
-                      guard=self._guard, ops=0, meta_dirty=self._meta_dirty, log=self._log)
-        w.created = False
-        if data is not None:
-            self._meta_dirty = False
-        if not self._meta_dirty:  # otherwise the policy still owes a checkpoint of the commits
-            job.ops, self._policy.ops = self._policy.ops, 0
-            self._dirty = False
+        job = SyncJob(w, removals, self._guard, self._meta_path, self.data_path, self._log)
+        if mode == FULL or (mode == AUTO and (self._policy.meta_dirty or job.rolled or job.created or removals)):
+            job.data = encode_checkpoint(r.checkpoint(Cursor(w.number, w.pos, w.seq), self._note))
+        self._policy.captured(job)
         return job
 
     def _sync_failed(self, job: SyncJob) -> None:
         job.abandon_temporary()
         if job.current and not self._closed:
-            w = self._writer
-            w.rolled[:0] = job.rolled
-            w.created = w.created or job.created
-            w.dirty = w.fd is not None
-            self._policy.ops += job.ops
-            self._dirty = True
-            self._meta_dirty = self._meta_dirty or job.meta_dirty
+            job.give_back(self._writer)
+            self._policy.owed(job)
             if self._policy.idle:
                 self._wake()  # the policy loop retries what an owner's sync() could not do
         else:
-            self._close_fds(fd for _, fd in job.rolled)
-        job.rolled = []
+            self._policy.close(fd for _, fd in job.rolled)
+            job.rolled = []
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The sync policy loop (see ``sync.py``); returns once the queue is closed.
 
         Start it in the owner's nursery, or let :meth:`run_on_demand` start it. While
-        everything is synced it waits without a timeout, so an idle queue costs no wake-ups;
-        the first change after that starts the ``sync_timeout`` clock. A failed sync is
-        logged and retried after ``sync_timeout``; the error is also in
-        ``statistics().last_sync_error``.
+        everything is synced it waits without a timeout. A failed sync is logged and
+        retried after ``sync_timeout``; the error is also in ``statistics().last_sync_error``.
         """
         await self._policy.run(self, task_status)
 
@@ -608,14 +432,12 @@ class DiskQueue:
         self._release()
         for number in set(self._segments) | {self._writer.number}:
             self._unlink(self._segment_path(number))
-        w = self._writer
-        number, seq = w.number + 1, w.seq
-        self._writer = SegmentWriter(self.data_path, self.name, number, HEADER_SIZE, seq, False)
+        start = Cursor(self._writer.number + 1, HEADER_SIZE, self._writer.seq)
+        self._writer = SegmentWriter.resume(self.data_path, self.name, start, False)
         self._segments = []
-        self._reader = self._new_reader(Cursor(number, HEADER_SIZE, seq), {}, set())
-        self._depth = 0
+        self._reader = self._new_reader(start, 0, self._reader.lost, {}, set())
         self._note = b""
-        self._dirty = self._meta_dirty = True
+        self._policy.dirty = self._policy.meta_dirty = True
         self._wake()
 
     def delete(self) -> None:
@@ -652,20 +474,13 @@ class DiskQueue:
             self._close_done.set()
 
     def _forget_checkpoint(self) -> None:
-        with self._guard.lock:
+        with self._guard.lock:  # no sync running now installs a checkpoint after this
             self._guard.advance()
             self._unlink(self._meta_path)
 
     def _release(self) -> None:
         self._reader.close()
-        self._close_fds(self._writer.descriptors())
-
-    def _close_fds(self, fds: Iterable[int]) -> None:
-        for fd in fds:
-            if self._sync_active:
-                self._deferred_close.append(fd)  # a worker thread may be fsyncing it
-            else:
-                fileops.close(fd)
+        self._policy.close(self._writer.descriptors())
 
     def _unlink(self, path: str) -> None:
         try:
@@ -677,4 +492,4 @@ class DiskQueue:
         return os.path.join(self.data_path, segment_filename(self.name, number))
 
     def __repr__(self) -> str:
-        return f"<DiskQueue {self.name!r} depth={self._depth} uncommitted={self._reader.pending.count}>"
+        return f"<DiskQueue {self.name!r} depth={self._reader.depth} uncommitted={self._reader.pending.count}>"

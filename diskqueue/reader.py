@@ -19,9 +19,10 @@ from __future__ import annotations
 import logging
 import os
 from bisect import bisect_right
+from collections.abc import Iterator
 
 from . import fileops
-from .checkpoint import Cursor
+from .checkpoint import Checkpoint, Cursor
 from .format import HEADER_SIZE, decode_records, next_record_size
 from .pending import Uncommitted
 from .scan import read_header, resync
@@ -104,17 +105,18 @@ class QueueReader:
     segment being written) and ``segments`` its list of segment numbers, which the queue
     changes in place only. ``bad`` maps a damaged segment to where reading it stops,
     ``accounted`` lists the segments whose loss is already counted; both are in the
-    checkpoint. After a read that moved to another segment or found damage, ``changed`` is
-    set and ``lost`` holds the records newly found lost; the queue takes and resets both. Owns the descriptor of
+    checkpoint. ``depth`` counts the records written and not yet read (the queue adds what
+    it writes), ``lost`` the records found lost since the queue was opened. After a read
+    that moved to another segment or found damage, ``changed`` is set; the queue resets it. Owns the descriptor of
     the segment it reads; ``close()`` releases it.
     """
 
     __slots__ = ("_writer", "_segments", "_min", "_max", "_auto", "_name", "_log", "at", "committed",
-                 "end", "segment", "pending", "bad", "accounted", "lost", "changed")
+                 "end", "segment", "pending", "bad", "accounted", "depth", "lost", "changed")
 
-    def __init__(self, writer: SegmentWriter, segments: list[int], start: Cursor, bad: dict[int, int],
-                 accounted: set[int], min_size: int, max_size: int, auto_commit: bool, name: str,
-                 log: logging.Logger) -> None:
+    def __init__(self, writer: SegmentWriter, segments: list[int], start: Cursor, depth: int, lost: int,
+                 bad: dict[int, int], accounted: set[int], min_size: int, max_size: int, auto_commit: bool,
+                 name: str, log: logging.Logger) -> None:
         self._writer = writer
         self._segments = segments
         self._min = min_size
@@ -129,7 +131,8 @@ class QueueReader:
         self.pending = Uncommitted()
         self.bad = bad
         self.accounted = accounted
-        self.lost = 0
+        self.depth = depth
+        self.lost = lost
         self.changed = False
 
     @property
@@ -183,13 +186,32 @@ class QueueReader:
         self._cross_finished()
         if out is None:
             return []
+        n = len(out)
+        if n > self.depth:
+            self._log.error("DISKQUEUE(%s): depth %d below records read %d; correcting", self._name, self.depth, n)
+            self.depth = n
+        self.depth -= n
+        if self.depth and self.caught_up:
+            self._log.error("DISKQUEUE(%s): reader caught up with depth %d left; correcting to 0",
+                            self._name, self.depth)
+            self.depth = 0
         if self._auto:
             self.committed = self.at
         return out
 
-    def commit(self, n: int) -> bool:
-        """Move the committed cursor past the ``n`` oldest handed-out records
-        (``0 < n <= pending.count``); whether it moved to another segment."""
+    def commit(self, n: int | None) -> bool | None:
+        """Move the committed cursor past the ``n`` oldest handed-out records (all when None).
+
+        Returns whether it moved to another segment, None when ``n`` is 0. Raises
+        ``ValueError`` when ``n`` is negative or more than were handed out.
+        """
+        count = self.pending.count
+        if n is None:
+            n = count
+        if n < 0 or n > count:
+            raise ValueError(f"cannot commit {n} record(s): {count} uncommitted")
+        if not n:
+            return None
         c = self.pending.commit(n)
         if not self.pending:
             c = self.at
@@ -244,6 +266,31 @@ class QueueReader:
             if own is None:
                 reader.close()
         return out
+
+    def newest(self, since_ns: int) -> Iterator[list[bytes]]:
+        """The records of each segment file, newest first (see ``DiskQueue.newest_records``)."""
+        w = self._writer
+        numbers = sorted(set(self._segments) | ({w.number} if w.fd is not None else set()), reverse=True)
+        for number in numbers:
+            if since_ns:
+                try:
+                    if fileops.stat(w.path(number)).st_mtime_ns < since_ns:
+                        return
+                except OSError:
+                    continue
+            yield self.records(number, HEADER_SIZE, 1 << 62)
+
+    def checkpoint(self, write: Cursor, note: bytes) -> Checkpoint:
+        """The checkpoint of this read side, with the written end ``write`` and the owner's ``note``."""
+        floor = self.committed.file
+        return Checkpoint(
+            commit=self.committed,
+            write=write,
+            depth=self.depth + self.pending.count,
+            bad=tuple(sorted((f, e) for f, e in self.bad.items() if f >= floor)),
+            accounted=tuple(sorted(f for f in self.accounted if f >= floor)),
+            note=note,
+        )
 
     def roll_writer(self) -> None:
         """Finish the segment being written (``SegmentWriter.roll``), noting where reading it stops."""
@@ -356,6 +403,7 @@ class QueueReader:
         if lost > 0 and left not in self.accounted:
             self.accounted.add(left)
             self.lost += lost
+            self.depth = max(0, self.depth - lost)
             if left in self.bad:
                 self._log.warning("DISKQUEUE(%s): %d record(s) lost to damage in segment %06d",
                                   self._name, lost, left)

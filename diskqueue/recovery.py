@@ -30,6 +30,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -68,6 +69,15 @@ class Recovered:
     note: bytes = b""
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+
+    def report(self, log: logging.Logger, name: str) -> None:
+        """Log what recovery of queue ``name`` found."""
+        for note in self.notes:
+            log.info("DISKQUEUE(%s): %s", name, note)
+        for problem in self.problems:
+            log.warning("DISKQUEUE(%s): %s", name, problem)
+        if self.lost:
+            log.warning("DISKQUEUE(%s): %d record(s) lost to damaged or missing files", name, self.lost)
 
 
 def set_aside(path: str) -> str:
