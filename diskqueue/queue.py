@@ -152,7 +152,7 @@ class DiskQueue:
         ``read_seq`` (before the call) onwards, unless the call read past damage
         (see ``damage_found``).
         """
-        return self._reader.at.seq
+        return self._reader.seq
 
     @property
     def write_seq(self) -> int:
@@ -211,7 +211,7 @@ class DiskQueue:
             depth=r.depth,
             uncommitted=r.pending.count,
             segments=len(self._segments),
-            read_cursor=(r.at.file, r.at.pos),
+            read_cursor=(r.file, r.pos),
             commit_cursor=(r.committed.file, r.committed.pos),
             write_cursor=(w.number, w.pos),
             records_written=w.seq,
@@ -275,7 +275,7 @@ class DiskQueue:
         """
         self._check_open()
         reader = self._reader
-        if max_records <= 0 or reader.caught_up:
+        if max_records <= 0:
             return []
         out = reader.read(max_records)
         changed, reader.changed = reader.changed, False  # moved to another segment or found damage

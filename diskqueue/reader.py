@@ -105,14 +105,15 @@ class QueueReader:
     segment being written) and ``segments`` its list of segment numbers, which the queue
     changes in place only. ``bad`` maps a damaged segment to where reading it stops,
     ``accounted`` lists the segments whose loss is already counted; both are in the
-    checkpoint. ``depth`` counts the records written and not yet read (the queue adds what
-    it writes), ``lost`` the records found lost since the queue was opened. After a read
-    that moved to another segment or found damage, ``changed`` is set; the queue resets it. Owns the descriptor of
-    the segment it reads; ``close()`` releases it.
+    checkpoint. ``file``/``pos``/``seq`` are the read cursor (``at`` as a ``Cursor``),
+    ``committed`` the committed one. ``depth`` counts the records written and not yet read
+    (the queue adds what it writes), ``lost`` the records found lost since the queue was
+    opened. After a read that moved to another segment or found damage, ``changed`` is set;
+    the queue resets it. Owns the descriptor of the segment it reads; ``close()`` releases it.
     """
 
-    __slots__ = ("_writer", "_segments", "_min", "_max", "_auto", "_name", "_log", "at", "committed",
-                 "end", "segment", "pending", "bad", "accounted", "depth", "lost", "changed")
+    __slots__ = ("_writer", "_segments", "_min", "_max", "_auto", "_name", "_log", "file", "pos", "seq",
+                 "_committed", "end", "segment", "pending", "bad", "accounted", "depth", "lost", "changed")
 
     def __init__(self, writer: SegmentWriter, segments: list[int], start: Cursor, depth: int, lost: int,
                  bad: dict[int, int], accounted: set[int], min_size: int, max_size: int, auto_commit: bool,
@@ -124,8 +125,9 @@ class QueueReader:
         self._auto = auto_commit
         self._name = name
         self._log = log
-        self.at = start  # the read cursor
-        self.committed = start
+        # the read cursor, as plain fields (like SegmentWriter's): it moves on every read
+        self.file, self.pos, self.seq = start.file, start.pos, start.seq
+        self._committed: Cursor | None = start  # None: at the read cursor (auto_commit keeps it there)
         self.end: int | None = None  # where reading the read segment stops, once it is finished
         self.segment: SegmentReader | None = None
         self.pending = Uncommitted()
@@ -136,10 +138,15 @@ class QueueReader:
         self.changed = False
 
     @property
-    def caught_up(self) -> bool:
-        """Whether everything written has been read."""
-        w = self._writer
-        return self.at.file == w.number and self.at.pos >= w.pos
+    def at(self) -> Cursor:
+        """The read cursor."""
+        return Cursor(self.file, self.pos, self.seq)
+
+    @property
+    def committed(self) -> Cursor:
+        """The committed cursor (the ack floor)."""
+        c = self._committed
+        return Cursor(self.file, self.pos, self.seq) if c is None else c
 
     def read(self, want: int) -> list[bytes]:
         """Up to ``want`` records from the read cursor on, moving it (and, with
@@ -147,10 +154,10 @@ class QueueReader:
         w = self._writer
         out: list[bytes] | None = None
         while want:
-            at = self.at
-            if at.file == w.number:
+            file, pos = self.file, self.pos
+            if file == w.number:
                 limit = w.pos
-                if at.pos >= limit:
+                if pos >= limit:
                     break
                 if self.segment is None and not self._open():
                     continue
@@ -160,7 +167,7 @@ class QueueReader:
                 end = self.end
                 assert end is not None  # _open sets it for a finished segment
                 limit = end
-                if at.pos >= limit:
+                if pos >= limit:
                     self._cross()
                     continue
                 if self.segment is None and not self._open():
@@ -168,14 +175,14 @@ class QueueReader:
             segment = self.segment
             assert segment is not None
             try:
-                got, pos, problem = segment.read(at.pos, want, limit, self._min, self._max)
+                got, self.pos, problem = segment.read(pos, want, limit, self._min, self._max)
             except OSError as exc:
-                got, pos, problem = [], at.pos, f"read failed: {exc}"
+                got, problem = [], f"read failed: {exc}"
             if got:
                 n = len(got)
                 if not self._auto:
-                    self.pending.hand_out(at.file, at.pos, at.seq, got)
-                self.at = Cursor(at.file, pos, at.seq + n)
+                    self.pending.hand_out(file, pos, self.seq, got)
+                self.seq += n
                 want -= n
                 if out is None:
                     out = got
@@ -191,12 +198,12 @@ class QueueReader:
             self._log.error("DISKQUEUE(%s): depth %d below records read %d; correcting", self._name, self.depth, n)
             self.depth = n
         self.depth -= n
-        if self.depth and self.caught_up:
+        if self.depth and self.file == w.number and self.pos >= w.pos:
             self._log.error("DISKQUEUE(%s): reader caught up with depth %d left; correcting to 0",
                             self._name, self.depth)
             self.depth = 0
         if self._auto:
-            self.committed = self.at
+            self._committed = None
         return out
 
     def commit(self, n: int | None) -> bool | None:
@@ -216,7 +223,7 @@ class QueueReader:
         if not self.pending:
             c = self.at
         moved_file = c.file != self.committed.file
-        self.committed = c
+        self._committed = c
         return moved_file
 
     def peek(self, max_records: int) -> list[bytes]:
@@ -239,12 +246,12 @@ class QueueReader:
         w = self._writer
         if number == w.number:
             limit: int | None = w.pos
-        elif number == self.at.file and self.end is not None:
+        elif number == self.file and self.end is not None:
             limit = self.end
         else:
             limit = self.bad.get(number)
         out: list[bytes] = []
-        own = self.segment if number == self.at.file else None
+        own = self.segment if number == self.file else None
         try:
             reader = own if own is not None else SegmentReader(w.path(number), number)
         except OSError:
@@ -282,9 +289,10 @@ class QueueReader:
 
     def checkpoint(self, write: Cursor, note: bytes) -> Checkpoint:
         """The checkpoint of this read side, with the written end ``write`` and the owner's ``note``."""
-        floor = self.committed.file
+        committed = self.committed
+        floor = committed.file
         return Checkpoint(
-            commit=self.committed,
+            commit=committed,
             write=write,
             depth=self.depth + self.pending.count,
             bad=tuple(sorted((f, e) for f, e in self.bad.items() if f >= floor)),
@@ -297,7 +305,7 @@ class QueueReader:
         w = self._writer
         finished, end = w.number, w.pos
         w.roll()
-        if self.at.file == finished:
+        if self.file == finished:
             self.end = min(end, self.bad.get(finished, end))
 
     def forget(self, removed: set[int]) -> None:
@@ -314,7 +322,7 @@ class QueueReader:
 
     def _open(self) -> bool:
         """Open the read segment; on failure mark it corrupt and return False."""
-        number = self.at.file
+        number = self.file
         try:
             segment = SegmentReader(self._writer.path(number), number)
         except OSError as exc:
@@ -333,8 +341,7 @@ class QueueReader:
         the segment. Otherwise reading stops at the damage and ``_cross`` skips to the next
         segment.
         """
-        at = self.at
-        number, pos = at.file, at.pos
+        number, pos = self.file, self.pos
         w = self._writer
         limit = w.pos if number == w.number else self.end
         resume = None
@@ -345,7 +352,9 @@ class QueueReader:
             self._log.warning("DISKQUEUE(%s): segment %06d offset %d: %s; skipped %d byte(s) "
                               "to the next valid record", self._name, number, pos, problem, resume - pos)
             self.bad[number] = max(limit, self.bad.get(number, 0))
-            self.at = Cursor(number, resume, at.seq)
+            if self._committed is None:
+                self._committed = self.at  # it stays where it is until records are read
+            self.pos = resume
         else:
             self._log.warning("DISKQUEUE(%s): segment %06d offset %d: %s; skipping to the next segment",
                               self._name, number, pos, problem)
@@ -358,18 +367,17 @@ class QueueReader:
     def _cross_finished(self) -> None:
         """Move the read cursor off segments that have been read to their end."""
         w = self._writer
-        while self.at.file != w.number:
+        while self.file != w.number:
             if self.end is None and not self._open():
                 continue
             assert self.end is not None
-            if self.at.pos < self.end:
+            if self.pos < self.end:
                 return
             self._cross()
 
     def _cross(self) -> None:
         """Move the read cursor from the end of the read segment to the start of the next."""
-        at = self.at
-        left, end = at.file, at.pos
+        left, end, seq = self.file, self.pos, self.seq
         self.close()
         w = self._writer
         i = bisect_right(self._segments, left)
@@ -385,15 +393,15 @@ class QueueReader:
                 if nxt == w.number:
                     self.roll_writer()
         if first is None:
-            first = at.seq
+            first = seq
         else:
-            self._count_loss(left, end, nxt, first, at.seq)
-        self.at = Cursor(nxt, HEADER_SIZE, first)
+            self._count_loss(left, end, nxt, first, seq)
+        self.file, self.pos, self.seq = nxt, HEADER_SIZE, first
         self.end = None
         if self.pending:
             self.pending.crossed(left, end, self.at)
         else:
-            self.committed = self.at
+            self._committed = self.at
         self.changed = True
 
     def _count_loss(self, left: int, end: int, nxt: int, first: int, seq: int) -> None:
