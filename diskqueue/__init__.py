@@ -2,11 +2,21 @@
 
 Segment files of length-prefixed, checksummed records plus an atomically replaced msgpack
 checkpoint; two read cursors (handed out, committed); nsqd's sync policy; corruption
-recovery that counts what it loses. See ``queue.py`` for the API and which calls are
-async, ``format.py`` for the file layout, ``recovery.py`` for what happens on open,
-``check.py`` for verifying a data directory (``python -m diskqueue DATA_PATH [NAME ...]``),
-``listing.py`` for opening many queues from one listing of their directory, and
-``fileops.py``, through which every call to the file system goes.
+recovery that counts what it loses. The modules:
+
+* ``queue.py`` — ``DiskQueue``, the API, which calls are async and why; the one owner of
+  a queue's file state, which it hands to the three below;
+* ``writer.py`` — the append end (``SegmentWriter``);
+* ``reader.py`` — the read end (``QueueReader``: read and committed cursors, handed-out
+  records, reading past damage; ``SegmentReader``: read-ahead I/O);
+* ``sync.py`` — when to sync (``SyncPolicy``, nsqd's policy and its loop) and what one
+  sync does in a worker thread (``SyncJob``);
+* ``checkpoint.py`` — the checkpoint's format; ``format.py`` — the segment and record
+  layout; ``pending.py`` — records handed out and not committed;
+* ``recovery.py`` — what happens on open; ``scan.py`` — verifying and resynchronising on
+  records; ``check.py`` — verifying a data directory (``python -m diskqueue DATA_PATH [NAME ...]``);
+* ``listing.py`` — opening many queues from one listing of their directory;
+* ``fileops.py`` — through which every call to the file system goes (the fault seam).
 """
 
 from .check import CheckReport, check

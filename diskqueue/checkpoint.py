@@ -39,7 +39,7 @@ __all__ = [
     "Cursor",
     "decode_checkpoint",
     "encode_checkpoint",
-    "fsync_directory",
+    "fsync_path",
     "load_checkpoint",
     "store_checkpoint",
     "write_temporary",
@@ -158,9 +158,10 @@ def write_temporary(path: str, data: bytes) -> str:
     return tmp
 
 
-def fsync_directory(directory: str) -> None:
-    """Make renames, creations and removals in ``directory`` durable."""
-    fd = fileops.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+def fsync_path(path: str) -> None:
+    """fsync the file or directory at ``path``; for a directory, this makes the renames,
+    creations and removals in it durable."""
+    fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         fileops.fsync(fd)
     finally:
@@ -170,4 +171,4 @@ def fsync_directory(directory: str) -> None:
 def store_checkpoint(path: str, data: bytes) -> None:
     """Replace the checkpoint at ``path`` atomically and durably (blocking: several fsyncs)."""
     fileops.replace(write_temporary(path, data), path)
-    fsync_directory(os.path.dirname(path) or ".")
+    fsync_path(os.path.dirname(path) or ".")

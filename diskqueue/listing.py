@@ -67,10 +67,13 @@ class DirectoryListing:
             return None
         return list(self._groups.get(name, ()))
 
-    def take(self, name: str) -> list[str] | None:
+    def take(self, name: str, data_path: str | None = None) -> list[str] | None:
         """The file names of queue ``name`` (``[]`` when it had none), for the one caller that
         opens the queue now; None when they were handed out before (the files may have
-        changed since: list the directory)."""
+        changed since: list the directory). Raises ``ValueError`` when ``data_path`` is
+        given and is not the listed directory."""
+        if data_path is not None and data_path != self.data_path:
+            raise ValueError(f"the listing is of {self.data_path!r}, not of {data_path!r}")
         if name in self._taken:
             return None
         self._taken.add(name)

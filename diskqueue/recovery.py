@@ -30,12 +30,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass, field
 
 from . import fileops
-from .checkpoint import TEMP_SUFFIX, Checkpoint, Cursor, fsync_directory, load_checkpoint
+from .checkpoint import TEMP_SUFFIX, Checkpoint, Cursor, fsync_path, load_checkpoint
 from .format import HEADER_SIZE, SegmentHeader, meta_filename, segment_filename
 from .scan import list_segments, read_header, scan_segment
 
@@ -68,6 +69,15 @@ class Recovered:
     note: bytes = b""
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+
+    def report(self, log: logging.Logger, name: str) -> None:
+        """Log what recovery of queue ``name`` found."""
+        for note in self.notes:
+            log.info("DISKQUEUE(%s): %s", name, note)
+        for problem in self.problems:
+            log.warning("DISKQUEUE(%s): %s", name, problem)
+        if self.lost:
+            log.warning("DISKQUEUE(%s): %d record(s) lost to damaged or missing files", name, self.lost)
 
 
 def set_aside(path: str) -> str:
@@ -151,7 +161,7 @@ def recover(
                          checkpoint.write if checkpoint is not None else None,
                          min_size, max_size, repair, state)
     if repair and changed_dir:
-        fsync_directory(data_path)
+        fsync_path(data_path)
     return state
 
 
@@ -289,7 +299,7 @@ def _walk(data_path: str, name: str, segments: list[int], headers: _Headers, sta
             elif last:
                 state.lost_unknown = True
         if repair and scan.records and (synced is None or (n, scan.end) > (synced.file, synced.pos)):
-            _fsync(path)  # records found past the checkpoint may still be only in the page cache
+            fsync_path(path)  # records found past the checkpoint may still be only in the page cache
         if scan.problem is None:
             state.write, state.write_exists = Cursor(n, scan.end, seq), True
             continue
@@ -315,14 +325,6 @@ def _walk(data_path: str, name: str, segments: list[int], headers: _Headers, sta
         _lose(state, synced.seq - state.write.seq, "from the end of the queue (files shorter than checkpointed)")
     state.segments = kept
     return changed
-
-
-def _fsync(path: str) -> None:
-    fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        fileops.fsync(fd)
-    finally:
-        fileops.close(fd)
 
 
 def _truncate(path: str, size: int) -> None:

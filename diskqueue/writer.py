@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from . import fileops
-from .format import HEADER_SIZE, encode_header, segment_filename
+from .checkpoint import Cursor
+from .errors import DiskQueueIOError, MessageSizeError, describe_os_error
+from .format import HEADER_SIZE, RECORD_HEADER_SIZE, encode_header, frame_records, segment_filename
 
 __all__ = ["SegmentWriter"]
 
@@ -40,6 +43,18 @@ class SegmentWriter:
             self.fd = fileops.open(self.path(number), _APPEND_FLAGS)
             if fileops.fstat(self.fd).st_size > pos:
                 self._stale_tail = True
+
+    @classmethod
+    def resume(cls, data_path: str, name: str, end: Cursor, exists: bool) -> SegmentWriter:
+        """The writer after recovery found the written data ending at ``end``.
+
+        Never append after bytes this process did not write: a record there that rots would
+        make the reader skip the rest of the segment, new records included. So writing
+        continues in a new segment when the last one already holds records.
+        """
+        if exists and end.pos > HEADER_SIZE:
+            return cls(data_path, name, end.file + 1, HEADER_SIZE, end.seq, False)
+        return cls(data_path, name, end.file, end.pos, end.seq, exists)
 
     def path(self, number: int) -> str:
         """Path of segment ``number``."""
@@ -77,6 +92,55 @@ class SegmentWriter:
         self.pos = pos
         self.seq += records
         self.dirty = True
+
+    def append(self, payloads: list[bytes], size_bounds: tuple[int, int], max_bytes: int, segments: list[int],
+               roll: Callable[[], None]) -> None:
+        """Append records, one ``pwrite`` per segment, calling ``roll`` (which calls
+        :meth:`roll`) whenever the next record would take the current segment past
+        ``max_bytes``; a record bigger than a whole segment goes alone into one. Adds each
+        segment written into to ``segments``.
+
+        Raises ``MessageSizeError`` (nothing written) when a payload's size is outside
+        ``size_bounds`` (inclusive), ``DiskQueueIOError`` naming the file when the OS
+        refuses a write (its ``accepted`` records were written, the rest not).
+        """
+        lo, hi = size_bounds
+        lengths = list(map(len, payloads))
+        if min(lengths) < lo or max(lengths) > hi:
+            index = next(i for i, n in enumerate(lengths) if not lo <= n <= hi)
+            raise MessageSizeError(lengths[index], lo, hi, index)
+        parts = frame_records(payloads, lengths)
+        count = len(lengths)
+        if self.pos + sum(lengths) + RECORD_HEADER_SIZE * count <= max_bytes:
+            self._append(b"".join(parts), count, 0, segments)
+            return
+        i = 0
+        while i < count:
+            room = max_bytes - self.pos
+            j, size = i, 0
+            while j < count and size + lengths[j] + RECORD_HEADER_SIZE <= room:
+                size += lengths[j] + RECORD_HEADER_SIZE
+                j += 1
+            if j == i:
+                if not self.is_empty_segment:
+                    roll()
+                    continue
+                j = i + 1
+            self._append(b"".join(parts[2 * i : 2 * j]), j - i, i, segments)
+            i = j
+
+    def _append(self, data: bytes, count: int, accepted: int, segments: list[int]) -> None:
+        try:
+            self.write(data, count)
+        except OSError as exc:
+            # creating the segment is the only call here that names a file
+            what = describe_os_error("open", exc.filename, exc) if exc.filename else \
+                describe_os_error("write", self.path(self.number), exc)
+            if accepted:
+                what += f" (the first {accepted} record(s) of the batch were written)"
+            raise DiskQueueIOError(what, errno=exc.errno, accepted=accepted) from exc
+        if not segments or segments[-1] != self.number:
+            segments.append(self.number)
 
     def _create(self) -> None:
         path = self.path(self.number)

@@ -31,8 +31,10 @@ def records(n: int, start: int = 0) -> list[bytes]:
 def drain(q: DiskQueue, batch: int = 5) -> list[bytes]:
     out: list[bytes] = []
     while True:
-        assert q.depth >= 0
+        depth, lost = q.depth, q.statistics().records_lost
         got = q.read_many(batch)
+        # each record read or found lost leaves the depth exactly once
+        assert q.depth == depth - len(got) - (q.statistics().records_lost - lost)
         if not got:
             return out
         out += got
