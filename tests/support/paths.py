@@ -23,6 +23,8 @@ def nsq_bin() -> Path | None:
     for base in (REPO.parent, REPO.parent.parent):
         script = base / "shared" / "nsq" / "bin"
         if script.is_file():
+            # the script unpacks into ~/.cache, which a fresh machine may not have yet
+            (Path.home() / ".cache").mkdir(parents=True, exist_ok=True)
             found = subprocess.run([str(script)], capture_output=True, text=True, check=False)
             if found.returncode == 0 and (Path(found.stdout.strip()) / "nsqd").is_file():
                 return Path(found.stdout.strip())
