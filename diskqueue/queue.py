@@ -49,7 +49,7 @@ import trio
 from . import fileops
 from .checkpoint import Cursor, encode_checkpoint
 from .checksum import warn_if_slow
-from .errors import DiskQueueClosed
+from .errors import DiskQueueClosed, DiskQueueIOError, describe_os_error
 from .format import HEADER_SIZE, RECORD_HEADER_SIZE, meta_filename, segment_filename
 from .listing import DirectoryListing
 from .reader import QueueReader
@@ -120,9 +120,13 @@ class DiskQueue:
             fileops.makedirs(self.data_path, exist_ok=True)  # a listing found it there already
         warn_if_slow(self._log)
 
-        found = recover(self.data_path, name, min_msg_size, max_msg_size, entries=entries)
-        found.report(self._log, name)
-        self._writer = SegmentWriter.resume(self.data_path, name, found.write, found.write_exists)
+        try:
+            found = recover(self.data_path, name, min_msg_size, max_msg_size, entries=entries)
+            found.report(self._log, name)
+            self._writer = SegmentWriter.resume(self.data_path, name, found.write, found.write_exists)
+        except OSError as exc:  # the disk refused to open, repair or set aside a file
+            what = describe_os_error("open", exc.filename or self._meta_path, exc)
+            raise DiskQueueIOError(what, errno=exc.errno) from exc
         self._segments = found.segments
         self._reader = self._new_reader(found.commit, found.depth, found.lost, found.bad, found.accounted)
         self._policy.dirty = self._policy.meta_dirty = bool(found.notes or found.problems)

@@ -197,7 +197,7 @@ class Broker:
             return
         try:
             topic.get_channel(name)
-        except (OSError, ValueError, DiskQueueError) as exc:
+        except DiskQueueError as exc:
             log.error("TOPIC(%s): failed to create channel %s named by nsqlookupd - %s", topic.name, name, exc)
 
     def listen(self, listener: RegistryListener) -> None:

@@ -103,7 +103,7 @@ async def sub(broker: Broker, client: Client, cmd: p.Sub) -> bytes:
         raise ProtocolError("E_SUB_FAILED", "SUB failed exiting")
     try:
         channel = broker.get_topic(cmd.topic).get_channel(cmd.channel)
-    except (OSError, DiskQueueError) as exc:  # its queue's files cannot be opened
+    except DiskQueueError as exc:  # its queue's files cannot be opened
         broker.disk_failed(exc)
         raise ProtocolError("E_SUB_FAILED", "SUB failed to open the channel's files") from None
     channel.add_client(client)

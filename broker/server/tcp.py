@@ -346,7 +346,7 @@ class TCPServer(ConnectionServer):
             log.info("TCP: client(%s) error: %s %s", client.remote_address, exc.code, exc.description)
             if exc.payload:  # an over-long line closes without a frame, as in nsqd
                 client.send_error(exc)
-        elif isinstance(exc, (DiskQueueError, OSError)):
+        elif isinstance(exc, DiskQueueError):
             # a disk write (or a queue's files) under a command failed: that client goes, the others stay
             self.broker.disk_failed(exc)
             log.error("TCP: client(%s) closed after a disk error", client.remote_address)
