@@ -5,7 +5,7 @@ the first value that does not fit, in document order, and decodes the rest anywa
 ``json: cannot unmarshal string into Go struct field Metadata.topics of type
 []nsqd.TopicMetadata``. :func:`unmarshal` reads a document the same way against a
 description of the struct (:class:`GoStruct`, :class:`GoSlice`, :data:`GO_STRING`,
-:data:`GO_BOOL`), so a program that mirrors a Go file format answers with Go's words.
+:data:`GO_BOOL`, :data:`GO_INT`), so a program that mirrors a Go file format answers with Go's words.
 
 As in Go: a syntax error is reported first, in Go's words
 (:func:`~broker.gocompat.jsonscan.syntax_error`); ``null`` leaves a value at its zero value; object keys match field names exactly or else
@@ -19,23 +19,28 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.gocompat.ints import INT64_MAX, INT64_MIN
 from broker.gocompat.json import replace_surrogates
 from broker.gocompat.jsonscan import syntax_error
 
-__all__ = ["GO_BOOL", "GO_STRING", "GoScalar", "GoSlice", "GoStruct", "unmarshal"]
+__all__ = ["GO_BOOL", "GO_INT", "GO_STRING", "GoScalar", "GoSlice", "GoStruct", "unmarshal"]
 
 
 @dataclass(frozen=True)
 class GoScalar:
-    """A Go ``string`` or ``bool``: ``name`` as Go prints the type, ``json`` the Python type it holds."""
+    """A Go ``string``, ``bool`` or ``int``: ``name`` as Go prints the type, ``json`` the Python
+    type it holds, ``bounds`` the range a number must be in (Go refuses one that overflows)."""
 
     name: str
     json: type
     zero: Any
+    bounds: tuple[int, int] | None = None
 
 
 GO_STRING = GoScalar("string", str, "")
 GO_BOOL = GoScalar("bool", bool, False)
+#: Go's ``int`` (64 bits): an integer literal in range; a fraction, an exponent or more is refused
+GO_INT = GoScalar("int", int, 0, (INT64_MIN, INT64_MAX))
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,9 @@ class _Decoding:
         if value is None:
             return self.zero(go_type)
         if isinstance(go_type, GoScalar):
-            if type(value) is go_type.json:
+            bounds = go_type.bounds
+            if type(value) is go_type.json and (
+                    bounds is None or (isinstance(value, int) and bounds[0] <= value <= bounds[1])):
                 return replace_surrogates(value) if isinstance(value, str) else value
             self.fail(value, go_type, context)
             return go_type.zero

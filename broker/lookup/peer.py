@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import trio
 
-from broker.gocompat import go_unmarshal
+from broker.gocompat.unmarshal import GO_INT, GO_STRING, GoStruct, unmarshal
 from broker.lookup.commands import MAGIC_V1, ResponseBuffer, ResponseTooLarge
 
 __all__ = ["LookupPeer", "LookupPeerError", "PeerInfo", "split_address"]
@@ -27,7 +27,9 @@ IO_TIMEOUT = 1.0
 
 _READ_SIZE = 65536
 _MAX_PORT = 65535
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+#: nsqd's ``peerInfo``, as lookupd's IDENTIFY answer is decoded into it
+_PEER_INFO = GoStruct("nsqd.peerInfo", {"tcp_port": GO_INT, "http_port": GO_INT, "version": GO_STRING,
+                                        "broadcast_address": GO_STRING})
 
 
 class LookupPeerError(OSError):
@@ -51,11 +53,8 @@ class PeerInfo:
     @classmethod
     def parse(cls, response: bytes) -> PeerInfo:
         """The IDENTIFY answer's fields; raises ValueError when it is not such a JSON object."""
-        data = go_unmarshal(response)
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        return cls(_go_int(data, "tcp_port"), _go_int(data, "http_port"),
-                   _go_string(data, "version"), _go_string(data, "broadcast_address"))
+        data = unmarshal(response, _PEER_INFO)
+        return cls(data["tcp_port"], data["http_port"], data["version"], data["broadcast_address"])
 
     def http_address(self) -> str | None:
         """``host:port`` of the lookupd's HTTP API, or None without a broadcast address."""
@@ -63,26 +62,6 @@ class PeerInfo:
             return None
         host = self.broadcast_address
         return f"[{host}]:{self.http_port}" if ":" in host else f"{host}:{self.http_port}"
-
-
-def _go_int(data: dict, key: str) -> int:
-    """``data[key]`` as Go's decoder fills an ``int`` field: an integer within int64, 0 if absent or null."""
-    value = data.get(key)
-    if value is None:
-        return 0
-    if type(value) is not int or not _INT64_MIN <= value <= _INT64_MAX:
-        raise ValueError(f"json: cannot unmarshal {value!r:.40} into Go struct field peerInfo.{key} of type int")
-    return value
-
-
-def _go_string(data: dict, key: str) -> str:
-    """``data[key]`` as Go's decoder fills a ``string`` field: a JSON string, "" if absent or null."""
-    value = data.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ValueError(f"json: cannot unmarshal {value!r:.40} into Go struct field peerInfo.{key} of type string")
-    return value
 
 
 def split_address(address: str) -> tuple[str, int]:

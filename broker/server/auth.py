@@ -23,13 +23,12 @@ from urllib.parse import urlencode
 import httpx
 import trio
 
-from broker.gocompat import GoRegexp, compile_go, go_quote_str, go_unmarshal, replace_surrogates
+from broker.gocompat import INT64_MAX, INT64_MIN, GoRegexp, compile_go, go_quote_str, go_unmarshal, replace_surrogates
 
 __all__ = ["AuthError", "Authorization", "AuthState", "AuthClient", "PERMISSIONS"]
 
 #: The permissions an auth server may grant.
 PERMISSIONS = frozenset({"subscribe", "publish"})
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 #: The largest auth server answer read (bytes). A real one names a few grants: a few KB.
 MAX_ANSWER_SIZE = 1 << 20
 #: Answers larger than this (bytes) are decoded, and their patterns compiled, in a worker
@@ -132,7 +131,7 @@ def parse_state(body: bytes, now: float) -> AuthState:
     if type(ttl) is not int or not isinstance(identity, str) or not isinstance(identity_url, str) \
             or not isinstance(grants, list):
         raise AuthError("json: cannot unmarshal the answer into auth.State")
-    if not _INT64_MIN <= ttl <= _INT64_MAX:  # Go's int: a larger number does not decode
+    if not INT64_MIN <= ttl <= INT64_MAX:  # Go's int: a larger number does not decode
         raise AuthError(f"json: cannot unmarshal number {str(ttl)[:40]} into Go struct field State.ttl of type int")
     authorizations = []
     for grant in grants:
