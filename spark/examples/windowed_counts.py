@@ -30,6 +30,7 @@ import argparse
 import signal
 import sys
 import threading
+import time
 
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
@@ -98,6 +99,10 @@ def build_query(spark: SparkSession, args: argparse.Namespace):
     )
 
 
+#: Seconds Ctrl-C waits for the micro-batch under way before stopping the query.
+STOP_WAIT = 60.0
+
+
 def spark_session() -> SparkSession:
     """A local Spark session whose JVM runs in a session of its own.
 
@@ -127,6 +132,11 @@ def main(argv=None) -> int:
         query.awaitTermination()  # raises the reason the query failed
         return 0
     spark.sparkContext.setLogLevel("ERROR")  # the stop warns of jobs it finds already finished
+    # stopping in the middle of a micro-batch aborts its write (it is published again on the
+    # next start): let the batch under way finish first, if it does within a while
+    deadline = time.monotonic() + STOP_WAIT
+    while query.status["isTriggerActive"] and time.monotonic() < deadline:
+        time.sleep(0.05)
     query.stop()
     spark.stop()
     print("windowed_counts.py: stopped; start it again with the same --checkpoint to continue", file=sys.stderr)
