@@ -49,6 +49,12 @@ def _directory(path: Path) -> None:
     path.mkdir()
 
 
+async def _copied_depths(address: tuple[str, int]) -> dict[str, int]:
+    """Each topic's channel ``c`` depth, or -1 while the topic still holds messages not copied to it."""
+    topics = (await request(address, "GET", "/stats?format=json&channel=c")).json()["topics"]
+    return {t["topic_name"]: t["channels"][0]["depth"] if not t["depth"] else -1 for t in topics}
+
+
 async def _drain(address: tuple[str, int], topic: str, want: set[bytes]) -> set[bytes]:
     """Everything the channel ``topic:c`` delivers until ``want`` has come, and what else was ready."""
     consumer = await connect(address, timeout=20)
@@ -84,6 +90,10 @@ async def test_damaged_queue_files_cost_only_what_they_held(broker_process, mode
             await consumer.send(encode_fin(msg.id))
         await consumer.expect_quiet()
         assert {m.body for m in consumed} == set(bodies["a"][:CONSUMED])
+        # durable mode copies a topic's messages to its channels after the publish is answered:
+        # stop only once every channel holds its copy, so that each channel has files to damage
+        while await _copied_depths(proc.http) != {"a": COUNT - CONSUMED, "b": COUNT, "d": COUNT, "e": COUNT}:
+            await trio.sleep(0.02)
     assert proc.terminate() == 0
 
     data = proc.data_path
