@@ -349,5 +349,5 @@ class Broker:
                     timed.discard(channel)
                     continue
                 channel.process_timers()
-                if not (channel.in_flight_timers or channel.deferred_timers):
+                if not (channel.in_flight_timers or channel.deferred.timers):
                     timed.discard(channel)

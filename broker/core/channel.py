@@ -18,7 +18,10 @@ setting) times is buried instead (:mod:`broker.core.deadletter`).
 Where messages are kept is the channel's *retention*, chosen once at
 construction (:mod:`broker.core.retention`): memory only (ephemeral), memory
 spilling to disk, or on disk until finished (``--durable``). The channel says
-where a message goes (ready again, deferred, retired); the retention does it.
+where a message goes (ready again, deferred, retired); the retention does it
+and answers whether it could, without a reference back to the channel: what
+it must hold back goes to the channel's deferred index
+(:class:`~broker.core.deferred.Deferred`), which both share.
 
 The module is a little over the usual length on purpose: delivery, FIN/REQ/TOUCH
 and the timers share the channel's per-message state, and keeping them in one
@@ -28,6 +31,7 @@ class keeps the hot paths free of calls through another object.
 from __future__ import annotations
 
 import heapq
+import logging
 import operator
 import random
 from collections.abc import Callable
@@ -35,18 +39,20 @@ from collections.abc import Callable
 import trio
 
 from broker.core.deadletter import BuriedSet
-from broker.core.durability.retention import RETRY_DELAY, DurableRetention
+from broker.core.deferred import Deferred
 from broker.core.host import CoreHost, Subscriber
 from broker.core.latency import LatencyHistogram, LatencyStream
 from broker.core.leases import Leases
 from broker.core.message import Message, now_ns
-from broker.core.retention import Retention, SpillRetention
+from broker.core.retention import RETRY_DELAY, MemoryRetention, retention_for
 from broker.core.tasks import TaskSet
 from broker.core.timers import TimerHeap
 from broker.protocol import MESSAGE_HEADER_LENGTH, ProtocolError, is_ephemeral
 from diskqueue import DiskQueue
 
 __all__ = ["Channel"]
+
+log = logging.getLogger("pynsqd.channel")
 
 _DEADLINE = operator.attrgetter("deadline")
 #: A message frame's bytes besides the body: size and frame type, then the message header.
@@ -64,9 +70,9 @@ def _failed(code: str, verb: str, msg_id: bytes, reason: bytes) -> ProtocolError
 class Channel:
     """A named channel of a topic; owned by its :class:`~broker.core.topic.Topic`.
 
-    Owns its retention (queues and stores, the buried set), its in-flight and
-    deferred messages (``in_flight_timers`` and ``deferred_timers`` order them
-    by deadline) and the list of subscribers. ``topic_e2e`` is the
+    Owns its retention (queues and stores, the buried set), its in-flight
+    messages (``in_flight_timers`` orders them by deadline), its deferred ones
+    (``deferred``, shared with the retention) and the list of subscribers. ``topic_e2e`` is the
     topic's latency stream (a FIN counts there too); ``on_empty`` is called
     when an ephemeral channel loses its last subscriber.
     """
@@ -80,10 +86,9 @@ class Channel:
         self.options = options
         self._host = host
         self.in_flight: dict[bytes, Message] = {}
-        self.deferred: dict[bytes, Message] = {}
         armed = host.timed.add  # the broker's scanner visits only channels with timers
         self.in_flight_timers = TimerHeap(_DEADLINE, lambda m: self.in_flight.get(m.id) is m, lambda: armed(self))
-        self.deferred_timers = TimerHeap(_DEADLINE, lambda m: self.deferred.get(m.id) is m, lambda: armed(self))
+        self.deferred = Deferred(lambda: armed(self))
         self.clients: list[Subscriber] = []
         self.leases = Leases()
         self._rr = 0
@@ -100,13 +105,7 @@ class Channel:
         self.bury_after = options.max_attempts  # the limit in force (0: never bury)
         self._on_empty = on_empty
         self.tasks = TaskSet()
-        self.retention: Retention
-        if self.ephemeral:
-            self.retention = Retention(self, host)
-        elif options.durable:
-            self.retention = DurableRetention(self, host)
-        else:
-            self.retention = SpillRetention(self, host)
+        self.retention: MemoryRetention = retention_for(self.where, host, self.deferred, ephemeral=self.ephemeral)
         self.ready = self.retention.ready
         self.memory = self.ready.memory
         self.buried: BuriedSet = self.retention.buried
@@ -133,7 +132,7 @@ class Channel:
     async def close_queues(self) -> int:
         """Shutdown: make the disk state final and close every queue (see the retention);
         the number of messages that could not be written."""
-        return await self.retention.close()
+        return await self.retention.close(self.in_flight_timers.live())
 
     def delete_queues(self) -> None:
         """Remove every file of the channel (it was deleted)."""
@@ -197,14 +196,6 @@ class Channel:
             self.dispatch()
         else:
             self.retention.defer([msg], msg.due_ns)
-
-    def defer_until(self, msg: Message, due_ns: int) -> None:
-        """Hold ``msg`` as deferred until the wall-clock time ``due_ns`` (its records are the retention's)."""
-        msg.due_ns = due_ns
-        msg.deadline = trio.current_time() + max(0, due_ns - now_ns()) / 1e9
-        msg.client = None
-        self.deferred[msg.id] = msg
-        self.deferred_timers.push(msg.deadline, msg)
 
     # ---------------------------------------------------------------- delivery
 
@@ -297,7 +288,9 @@ class Channel:
         if skipped:
             self.retention.retire(skipped)
         if dead:
-            self.retention.bury(dead)
+            if self.retention.bury(dead):
+                log.info("channel %s: buried %d message(s) after %d attempts", self.where, len(dead),
+                         bury_after)
 
     def _lease_out(self, client: Subscriber, owner: str, token: str, sent: list[Message]) -> None:
         """Hand delivered messages to the lease of ``owner`` and ``token``: they leave the
@@ -507,10 +500,7 @@ class Channel:
             # reached the socket: that delivery was not an attempt
             for msg in client.unsent(msgs):
                 msg.attempts -= 1
-        due = self.deferred_timers.pop_due(now)
-        for msg in due:
-            del self.deferred[msg.id]
-            msg.due_ns = 0
+        due = self.deferred.pop_due(now)
         if expired:
             if self.leases:
                 self.leases.forget(expired)
@@ -520,7 +510,7 @@ class Channel:
         if due:
             self.retention.release(due)
         self.in_flight_timers.compact(len(self.in_flight))
-        self.deferred_timers.compact(len(self.deferred))
+        self.deferred.compact()
         if expired or due:
             self.dispatch()
             return True
@@ -597,7 +587,6 @@ class Channel:
         self.leases.clear()
         self.deferred.clear()
         self.in_flight_timers.clear()
-        self.deferred_timers.clear()
         self.retention.empty()
         for client in self.clients:
             client.wake_writer()

@@ -28,9 +28,9 @@ import trio
 from broker.core.channel import Channel
 from broker.core.durability.ackfloor import COMMIT_INTERVAL
 from broker.core.durability.groupcommit import GroupCommit
-from broker.core.durability.retention import RETRY_DELAY
 from broker.core.host import CoreHost, RegistryChange
 from broker.core.message import Message, is_deferred_record
+from broker.core.retention import RETRY_DELAY
 from broker.core.spill import REFILL_BATCH, SpillQueue
 from broker.core.tasks import TaskSet
 from broker.protocol import is_ephemeral

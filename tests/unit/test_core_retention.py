@@ -1,13 +1,12 @@
-"""Where a channel keeps its messages (``broker/core/retention.py``): memory only for an
+"""Where a channel keeps its messages (``broker/core/retention/``): memory only for an
 ephemeral channel, memory spilling to disk otherwise; their files, shutdown and deletion."""
 
 from __future__ import annotations
 
 import logging
 
-from broker.core.durability.retention import DurableRetention
 from broker.core.message import Message, encode, now_ns
-from broker.core.retention import Retention, SpillRetention, store_name
+from broker.core.retention import DurableRetention, MemoryRetention, SpillRetention, store_name
 
 
 def _files(path, prefix="t:c"):
@@ -15,13 +14,13 @@ def _files(path, prefix="t:c"):
 
 
 async def test_each_kind_of_channel_gets_its_retention_and_its_files(make_host, tmp_path):
-    assert type(make_host().channel("c#ephemeral").retention) is Retention
+    assert type(make_host().channel("c#ephemeral").retention) is MemoryRetention
     assert type(make_host().channel().retention) is SpillRetention
     assert type(make_host("--durable").channel("d").retention) is DurableRetention
     assert not _files(tmp_path, "t:c#ephemeral")
     channel = make_host().channel()
     assert [q.name for q in channel.retention.queues()] == ["t:c", "t:c#buried"]
-    assert store_name(channel, "deferred") == "t:c#deferred"
+    assert store_name(channel.where, "deferred") == "t:c#deferred"
 
 
 async def test_memory_only_drops_what_does_not_fit_and_opens_no_file(make_host, messages, tmp_path):
@@ -64,7 +63,7 @@ async def test_shutdown_on_a_full_disk_counts_and_logs_what_it_could_not_write(m
     channel.put_many(messages(b"in-flight", b"ready"))
     host.queues.opened["t:c"].full = True
     with caplog.at_level(logging.ERROR, logger="pynsqd.channel"):
-        assert await channel.retention.close() == 2
+        assert await channel.close_queues() == 2
     assert "2 ready messages could not be written to disk" in caplog.text
 
 
@@ -74,7 +73,7 @@ async def test_shutdown_writes_memory_and_in_flight_messages_to_the_queue_for_th
     consumer = subscriber(rdy=1)
     channel.add_client(consumer)
     channel.put_many(messages(b"in-flight", b"memory", b"disk"))
-    assert await channel.retention.close() == 0
+    assert await channel.close_queues() == 0
     again = make_host("--mem-queue-size=1").channel()
     assert again.depth == 3
     reader = subscriber(rdy=3)

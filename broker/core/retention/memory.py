@@ -1,64 +1,58 @@
-"""Where a channel keeps its messages: in memory only, or in memory spilling to disk.
+"""Memory only (ephemeral channels), and what every retention shares.
 
-A channel's retention is chosen once, when the channel is created, and owns
-the channel's queues and stores. The channel decides where a message goes
-next (ready again, deferred, retired); its retention carries that out:
-
-* :class:`Retention` (ephemeral channels): a bounded memory queue, messages
-  past it are dropped; deferred and buried messages live in memory.
-* :class:`SpillRetention`: ready messages spill to the channel's disk queue
-  (a failed write keeps them in memory and reports the disk error); the
-  buried set is mirrored in a store; at shutdown memory and in-flight
-  messages are appended to the queue and deferred ones stashed for the next
-  start.
-* :class:`~broker.core.durability.retention.DurableRetention` (``--durable``):
-  every message stays on disk until it is finished.
+:class:`MemoryRetention` keeps a bounded memory queue (messages past it are
+dropped, as nsqd drops them) and the deferred and buried messages in memory.
+The other retentions (:mod:`.spilling`, :mod:`.durable`) extend it with files.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from broker.core.deadletter import BuriedSet
+from broker.core.deferred import Deferred
 from broker.core.durability.ledger import CommitLedger
 from broker.core.durability.parked import ParkedStore
 from broker.core.host import CoreHost
-from broker.core.message import Message, decode_all, encode, now_ns
+from broker.core.message import Message, decode_all, now_ns
 from broker.core.spill import REFILL_BATCH, SpillQueue
 from broker.core.tasks import TaskSet
 from diskqueue import DiskQueue, DiskQueueError
 
-if TYPE_CHECKING:
-    from broker.core.channel import Channel
-
-__all__ = ["Retention", "SpillRetention", "store_name"]
+__all__ = ["MemoryRetention", "RETRY_DELAY", "close_all", "store_name"]
 
 log = logging.getLogger("pynsqd.channel")
 
+#: Seconds before a write the disk refused is tried again.
+RETRY_DELAY = 1.0
 
-def store_name(channel: Channel, kind: str) -> str:
-    """The disk queue name of a channel's ``deferred`` or ``buried`` store.
+
+def store_name(where: str, kind: str) -> str:
+    """The disk queue name of the ``deferred`` or ``buried`` store of the channel ``where``
+    (``topic:channel``).
 
     '#' can only appear in a name as '#ephemeral', and ephemeral channels
     have no files, so this never collides with a topic's or channel's queue.
     """
-    return f"{channel.topic_name}:{channel.name}#{kind}"
+    return f"{where}#{kind}"
 
 
-class Retention:
+class MemoryRetention:
     """Memory only (an ephemeral channel); the base of the other retentions.
 
-    ``ready`` is the channel's queue of ready messages, ``buried`` its buried
+    ``where`` names the channel (``topic:channel``), ``deferred`` is its
+    deferred index (a retention holds messages back there, never through the
+    channel), ``ready`` its queue of ready messages, ``buried`` its buried
     set, ``ledger`` commits what the channel's stores retired.
     """
 
-    def __init__(self, channel: Channel, host: CoreHost, ready: SpillQueue | None = None,
+    def __init__(self, where: str, host: CoreHost, deferred: Deferred, ready: SpillQueue | None = None,
                  buried: ParkedStore | None = None):
-        self.channel = channel
+        self.where = where
         self.host = host
+        self.deferred = deferred
         if ready is None:
-            ready = SpillQueue(None, host.options.mem_queue_size, where=f"channel {channel.where}", log=log)
+            ready = SpillQueue(None, host.options.mem_queue_size, where=f"channel {where}", log=log)
         self.ready = ready
         self.buried = BuriedSet(buried)
         self.ledger = CommitLedger(self._floors(), host.disk_failed, self._notes())
@@ -131,7 +125,7 @@ class Retention:
     def defer(self, msgs: list[Message], due_ns: int) -> bool:
         """Hold ``msgs`` until ``due_ns``; False if that failed (nothing moved)."""
         for msg in msgs:
-            self.channel.defer_until(msg, due_ns)
+            self.deferred.hold(msg, due_ns)
         return True
 
     def release(self, msgs: list[Message]) -> None:
@@ -144,18 +138,18 @@ class Retention:
     def buried_replaced(self, tickets: list[int]) -> None:
         """Messages holding ``tickets`` were written to the buried store."""
 
-    def bury(self, msgs: list[Message]) -> None:
-        """Move messages that used up their attempts to the buried set."""
+    def bury(self, msgs: list[Message]) -> bool:
+        """Move messages that used up their attempts to the buried set; False if their store
+        refused them (they are buried in memory all the same)."""
         old = [m.ticket for m in msgs]
         try:
             self.buried.bury(msgs)
         except DiskQueueError as exc:
             # kept in memory all the same; in durable mode their records stay unretired
             self.host.disk_failed(exc)
-            return
-        log.info("channel %s: buried %d message(s) after %d attempts", self.channel.where, len(msgs),
-                 self.channel.bury_after)
+            return False
         self.buried_replaced(old)
+        return True
 
     def kick(self, msg_id: bytes | None, n: int) -> int:
         """Make the buried message ``msg_id``, or the ``n`` oldest, ready with 0 attempts; how many moved."""
@@ -190,7 +184,7 @@ class Retention:
         wall = now_ns()
         for msg in decode_all(records, log, ready.where):
             if msg.due_ns > wall:
-                self.channel.defer_until(msg, msg.due_ns)
+                self.deferred.hold(msg, msg.due_ns)
             else:
                 msg.due_ns = 0
                 memory.append(msg)
@@ -216,9 +210,10 @@ class Retention:
 
     # ---------------------------------------------------------------- end
 
-    async def close(self) -> int:
-        """Shutdown: make the disk state final and close every queue; the number of
-        messages that could not be written (a full disk), each failure logged."""
+    async def close(self, in_flight: list[Message]) -> int:
+        """Shutdown: make the disk state final (``in_flight``: the messages still in flight)
+        and close every queue; the number of messages that could not be written (a full
+        disk), each failure logged."""
         return 0
 
     def delete(self) -> None:
@@ -227,69 +222,11 @@ class Retention:
         for queue in queues:
             queue.delete()
         if queues:
-            self.host.queues.drop_stash(store_name(self.channel, "deferred"))
+            self.host.queues.drop_stash(store_name(self.where, "deferred"))
 
     def empty(self) -> None:
         """Drop every ready message (the channel dropped its in-flight and deferred ones)."""
         self.ready.empty()
-
-
-class SpillRetention(Retention):
-    """Memory spilling to disk; what memory holds is written out at shutdown."""
-
-    def __init__(self, channel: Channel, host: CoreHost):
-        queues = host.queues
-        ready = SpillQueue(queues.open(channel.where), host.options.mem_queue_size,
-                           where=f"channel {channel.where}", log=log, on_error=host.disk_failed)
-        super().__init__(channel, host, ready, ParkedStore(queues.open(store_name(channel, "buried"),
-                                                                       auto_commit=False)))
-
-    def restore(self) -> None:
-        super().restore()
-        channel = self.channel
-        records = self.host.queues.take_stash(store_name(channel, "deferred"))
-        if records:
-            for msg in decode_all(records, log, self.ready.where):
-                channel.defer_until(msg, msg.due_ns)
-            log.info("channel %s: restored %d deferred messages", channel.where, len(records))
-
-    async def close(self) -> int:
-        """Append memory and in-flight messages to the queue (in-flight ones keep their attempts) and
-        stash the deferred ones for the next start; returns how many of them could not be written."""
-        channel = self.channel
-        store = self.buried.store
-        assert store is not None and self.ready.backend is not None
-        lost = 0
-        ready = self.ready.records()
-        ready.extend(encode(m) for m in channel.in_flight_timers.live())
-        deferred = [encode(m) for m in channel.deferred_timers.live()]
-        try:
-            store.settle(list(self.buried.messages.values()))
-            store.commit()
-        except DiskQueueError as exc:
-            lost += len(self.buried.messages)
-            log.error("channel %s: %d buried messages could not be written to disk: %s", channel.where,
-                      len(self.buried.messages), exc)
-        try:
-            if ready:
-                self.ready.backend.put_many(ready)
-        except DiskQueueError as exc:
-            lost += len(ready)
-            log.error("channel %s: %d ready messages could not be written to disk: %s", channel.where,
-                      len(ready), exc)
-            ready = []
-        try:
-            if deferred:
-                await self.host.queues.stash(store_name(channel, "deferred"), deferred)
-        except (DiskQueueError, OSError) as exc:
-            lost += len(deferred)
-            log.error("channel %s: %d deferred messages could not be written to disk: %s", channel.where,
-                      len(deferred), exc)
-            deferred = []
-        log.info("channel %s: wrote %d ready and %d deferred messages to disk", channel.where, len(ready),
-                 len(deferred))
-        await close_all(self.queues(), f"channel {channel.where}")
-        return lost
 
 
 async def close_all(queues: list[DiskQueue], where: str) -> None:

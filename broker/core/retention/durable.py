@@ -28,8 +28,8 @@ the channel's queue.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
+from broker.core.deferred import Deferred
 from broker.core.durability.ackfloor import AckFloor
 from broker.core.durability.groupcommit import GroupCommit
 from broker.core.durability.parked import ParkedStore
@@ -47,19 +47,13 @@ from broker.core.message import (
     mark_origin,
     now_ns,
 )
-from broker.core.retention import Retention, close_all, store_name
+from broker.core.retention.memory import RETRY_DELAY, MemoryRetention, close_all, store_name
 from broker.core.spill import REFILL_BATCH, SpillQueue
 from diskqueue import DiskQueue, DiskQueueError
 
-if TYPE_CHECKING:
-    from broker.core.channel import Channel
-
-__all__ = ["DurableRetention", "RETRY_DELAY"]
+__all__ = ["DurableRetention"]
 
 log = logging.getLogger("pynsqd.channel")
-
-#: Seconds before a replacement write that failed is tried again.
-RETRY_DELAY = 1.0
 
 #: How far a file's modification time may lag the wall clock of the write that set it.
 _MTIME_SLACK_NS = 1_000_000_000
@@ -68,28 +62,28 @@ _MTIME_SLACK_NS = 1_000_000_000
 _NOTE_RANGES = 4096
 
 
-class DurableRetention(Retention):
+class DurableRetention(MemoryRetention):
     """A channel's disk queue read without auto-commit, its deferred and buried stores, and their commits.
 
     ``group`` is the group commit of the channel's queue.
     """
 
-    def __init__(self, channel: Channel, host: CoreHost):
+    def __init__(self, where: str, host: CoreHost, deferred: Deferred):
         queues = host.queues
-        backend = queues.open(channel.where, auto_commit=False)
+        backend = queues.open(where, auto_commit=False)
         self.backend: DiskQueue = backend
         self.acks = AckFloor()
         self.group = GroupCommit(backend)
         # the store a shutdown without --durable writes deferred messages to, kept live
-        self.deferred_store = ParkedStore(queues.open(store_name(channel, "deferred"), auto_commit=False))
+        self.deferred_store = ParkedStore(queues.open(store_name(where, "deferred"), auto_commit=False))
         self._copies_failed = False
         self.leftovers = Leftovers(backend)
         self._origins: dict[bytes, int] = {}  # deferred message id -> the queue record its deferral replaced
         self._offset: int | None = None  # a record's number in the queue minus its ticket, while known
         self._offset_known = False
-        ready = SpillQueue(backend, host.options.mem_queue_size, where=f"channel {channel.where}", log=log, write_through=True)
-        super().__init__(channel, host, ready, ParkedStore(queues.open(store_name(channel, "buried"),
-                                                                       auto_commit=False)))
+        ready = SpillQueue(backend, host.options.mem_queue_size, where=f"channel {where}", log=log, write_through=True)
+        super().__init__(where, host, deferred, ready,
+                         ParkedStore(queues.open(store_name(where, "buried"), auto_commit=False)))
 
     def _floors(self) -> list:
         store = self.deferred_store
@@ -130,7 +124,7 @@ class DurableRetention(Retention):
             due = self._not_released(due)
         if due:
             self.release(due)
-        log.info("channel %s: %d deferred messages in the store", self.channel.where, len(msgs))
+        log.info("channel %s: %d deferred messages in the store", self.where, len(msgs))
 
     # ---------------------------------------------------------------- moves
 
@@ -292,8 +286,7 @@ class DurableRetention(Retention):
         self.leftovers.released_before(found)
         store.remove_many(found)
         self.ledger.wake()
-        log.info("channel %s: %d deferred messages were released before the restart", self.channel.where,
-                 len(found))
+        log.info("channel %s: %d deferred messages were released before the restart", self.where, len(found))
         gone = {id(m) for m in found}
         return [m for m in due if id(m) not in gone]
 
@@ -307,10 +300,10 @@ class DurableRetention(Retention):
 
     def _hold(self, msg: Message, due_ns: int) -> None:
         """Hold ``msg`` as deferred, dropping the record of an older copy (re-delivered after a crash)."""
-        old = self.channel.deferred.get(msg.id)
+        old = self.deferred.get(msg.id)
         if old is not None and old is not msg:
             self.deferred_store.remove(old)
-        self.channel.defer_until(msg, due_ns)
+        self.deferred.hold(msg, due_ns)
 
     def release(self, msgs: list[Message]) -> None:
         """Move due messages from the deferred store to the ready queue (retried later if the write fails).
@@ -338,7 +331,7 @@ class DurableRetention(Retention):
             origins.pop(msg.id, None)
         store.remove_many(msgs)
         if store.wants_compaction():
-            store.compact(list(self.channel.deferred.values()))
+            store.compact(self.deferred.values())
 
     def retire(self, msgs: list[Message]) -> None:
         done = self.acks.done
@@ -407,7 +400,7 @@ class DurableRetention(Retention):
         The newer copy has at least as many attempts. (Once the deferred copy
         is due and back in the queue, ``leftovers`` still knows it.)
         """
-        held = self.channel.deferred.get(msg.id) or self.buried.messages.get(msg.id)
+        held = self.deferred.get(msg.id) or self.buried.messages.get(msg.id)
         return held is not None and held.attempts >= msg.attempts
 
     # ---------------------------------------------------------------- commits and end
@@ -416,7 +409,7 @@ class DurableRetention(Retention):
         await self.group.wait()
         await self.deferred_store.group.wait()
 
-    async def close(self) -> int:
+    async def close(self, in_flight: list[Message]) -> int:
         """Append the messages in memory and in flight once more and commit every record read so far.
 
         Deferred and buried messages are records of their stores already; a
@@ -425,15 +418,14 @@ class DurableRetention(Retention):
         committed: every message is still a record read but not committed, so
         the next start delivers it again; none is lost (returns 0).
         """
-        channel = self.channel
         buried = self.buried.store
         assert buried is not None
         stores = [buried, self.deferred_store]
         live = list(self.ready.memory)
-        live.extend(channel.in_flight_timers.live())
+        live.extend(in_flight)
         try:
             buried.settle(list(self.buried.messages.values()))
-            self.deferred_store.settle(list(channel.deferred.values()))
+            self.deferred_store.settle(self.deferred.values())
             if live:
                 self.backend.put_many([encode(m) for m in live])
             # replacements first, on stable storage in every queue; then the commits
@@ -445,9 +437,9 @@ class DurableRetention(Retention):
                 store.commit()
         except DiskQueueError as exc:
             log.error("channel %s: the disk refused the final writes (%s); nothing was committed, so the "
-                      "next start delivers the %d messages in memory or in flight again", channel.where, exc,
+                      "next start delivers the %d messages in memory or in flight again", self.where, exc,
                       len(live))
-        await close_all(self.queues(), f"channel {channel.where}")
+        await close_all(self.queues(), f"channel {self.where}")
         return 0
 
     def empty(self) -> None:

@@ -1,4 +1,4 @@
-"""Durable retention (``broker/core/durability/retention.py``): every message of a channel stays
+"""Durable retention (``broker/core/retention/durable.py``): every message of a channel stays
 on disk until it is finished; a graceful restart delivers each live message once, a crash
 re-delivers but never loses, a deferral survives both."""
 
@@ -24,7 +24,7 @@ async def test_copied_records_are_kept_ready_or_deferred_across_a_restart(make_h
     assert channel.retention.put_records(records, 7) == 2
     assert [m.body for m in channel.peek_deferred(5)] == [b"later"]
     assert [q.name for q in channel.retention.queues()] == ["t:c", "t:c#buried", "t:c#deferred"]
-    assert await channel.retention.close() == 0
+    assert await channel.close_queues() == 0
     again, consumer = _reopened(make_host, subscriber)
     assert consumer.bodies() == [b"now"]
     assert [(m.body, m.due_ns) for m in again.peek_deferred(5)] == [(b"later", later)]
@@ -36,7 +36,7 @@ async def test_a_graceful_restart_delivers_each_unfinished_message_once(make_hos
     channel.add_client(consumer)
     channel.put_many(messages(b"finished", b"in-flight", b"ready"))
     channel.finish_many(consumer, [consumer.received[0].id])
-    assert await channel.retention.close() == 0
+    assert await channel.close_queues() == 0
     _, again = _reopened(make_host, subscriber)
     assert sorted(again.bodies()) == [b"in-flight", b"ready"]
 
@@ -48,7 +48,7 @@ async def test_a_full_disk_at_shutdown_commits_nothing_and_loses_nothing(make_ho
     channel.add_client(consumer)
     channel.put_many(messages(b"a", b"b"))
     host.queues.opened["t:c"].full = True
-    assert await channel.retention.close() == 0
+    assert await channel.close_queues() == 0
     _, again = _reopened(make_host, subscriber)
     assert sorted(again.bodies()) == [b"a", b"b"]
 
