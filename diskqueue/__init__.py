@@ -6,7 +6,8 @@ recovery that counts what it loses. The modules:
 
 * ``queue.py`` — ``DiskQueue``, the API, which calls are async and why; the one owner of
   a queue's file state, which it hands to the three below;
-* ``writer.py`` — the append end (``SegmentWriter``);
+* ``writer.py`` — the append end (``SegmentWriter``); ``batch.py`` — records framed once
+  for many queues (``RecordBatch``);
 * ``reader.py`` — the read end (``QueueReader``: read and committed cursors, handed-out
   records, reading past damage; ``SegmentReader``: read-ahead I/O);
 * ``sync.py`` — when to sync (``SyncPolicy``, nsqd's policy and its loop) and what one
@@ -19,6 +20,7 @@ recovery that counts what it loses. The modules:
 * ``fileops.py`` — through which every call to the file system goes (the fault seam).
 """
 
+from .batch import RecordBatch
 from .check import CheckReport, check
 from .errors import (
     DiskQueueClosed,
@@ -43,6 +45,7 @@ __all__ = [
     "DiskQueueStatistics",
     "FormatVersionError",
     "MessageSizeError",
+    "RecordBatch",
     "check",
     "describe_os_error",
     "os_error_reason",

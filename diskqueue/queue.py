@@ -47,6 +47,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import trio
 
 from . import fileops
+from .batch import RecordBatch
 from .checkpoint import Cursor, encode_checkpoint
 from .checksum import warn_if_slow
 from .errors import DiskQueueClosed, DiskQueueIOError, describe_os_error
@@ -239,22 +240,22 @@ class DiskQueue:
         """Append one record. Raises like ``put_many``."""
         self.put_many((payload,))
 
-    def put_many(self, payloads: Sequence[bytes] | Iterable[bytes]) -> None:
+    def put_many(self, payloads: Sequence[bytes] | Iterable[bytes] | RecordBatch) -> None:
         """Append records, one ``pwrite`` per batch (per segment when the batch rolls over).
 
-        Raises ``MessageSizeError`` (nothing written) when a payload is outside
+        A :class:`~diskqueue.batch.RecordBatch` is framed once for every queue it is
+        appended to. Raises ``MessageSizeError`` (nothing written) when a payload is outside
         ``[min_msg_size, max_msg_size]``, ``DiskQueueIOError`` when the OS refuses the write
         (its ``accepted`` payloads were written; the rest were not), ``DiskQueueClosed``.
         """
         self._check_open()
-        if not isinstance(payloads, list):
-            payloads = list(payloads)
-        if not payloads:
+        batch = payloads if isinstance(payloads, RecordBatch) else RecordBatch(list(payloads))
+        if not batch:
             return
         w = self._writer
         seq = w.seq
         try:
-            w.append(payloads, (self._min, self._max), self._max_bytes, self._segments, self._roll)
+            w.append(batch, (self._min, self._max), self._max_bytes, self._segments, self._roll)
         finally:
             written = w.seq - seq  # all of them, or those accepted before an error
             self._reader.depth += written

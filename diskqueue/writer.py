@@ -6,9 +6,10 @@ import os
 from collections.abc import Callable
 
 from . import fileops
+from .batch import RecordBatch
 from .checkpoint import Cursor
 from .errors import DiskQueueIOError, MessageSizeError, describe_os_error
-from .format import HEADER_SIZE, RECORD_HEADER_SIZE, encode_header, frame_records, segment_filename
+from .format import HEADER_SIZE, RECORD_HEADER_SIZE, encode_header, segment_filename
 
 __all__ = ["SegmentWriter"]
 
@@ -93,9 +94,9 @@ class SegmentWriter:
         self.seq += records
         self.dirty = True
 
-    def append(self, payloads: list[bytes], size_bounds: tuple[int, int], max_bytes: int, segments: list[int],
+    def append(self, batch: RecordBatch, size_bounds: tuple[int, int], max_bytes: int, segments: list[int],
                roll: Callable[[], None]) -> None:
-        """Append records, one ``pwrite`` per segment, calling ``roll`` (which calls
+        """Append the records of ``batch``, one ``pwrite`` per segment, calling ``roll`` (which calls
         :meth:`roll`) whenever the next record would take the current segment past
         ``max_bytes``; a record bigger than a whole segment goes alone into one. Adds each
         segment written into to ``segments``.
@@ -105,15 +106,15 @@ class SegmentWriter:
         refuses a write (its ``accepted`` records were written, the rest not).
         """
         lo, hi = size_bounds
-        lengths = list(map(len, payloads))
-        if min(lengths) < lo or max(lengths) > hi:
+        lengths = batch.lengths
+        if batch.shortest < lo or batch.longest > hi:
             index = next(i for i, n in enumerate(lengths) if not lo <= n <= hi)
             raise MessageSizeError(lengths[index], lo, hi, index)
-        parts = frame_records(payloads, lengths)
         count = len(lengths)
-        if self.pos + sum(lengths) + RECORD_HEADER_SIZE * count <= max_bytes:
-            self._append(b"".join(parts), count, 0, segments)
+        if self.pos + batch.size <= max_bytes:
+            self._append(batch.joined(), count, 0, segments)
             return
+        parts = batch.parts
         i = 0
         while i < count:
             room = max_bytes - self.pos

@@ -247,7 +247,7 @@ class Broker:
         delivered); :class:`PublishStopped` if the topic is deleted or the broker exits
         between pieces.
         """
-        if topic.group is not None or topic.name in self._starting or len(bodies) > PUBLISH_PIECE:
+        if topic.wait_stored is not None or topic.name in self._starting or len(bodies) > PUBLISH_PIECE:
             return self._publish_in_pieces(topic, bodies, defer_ns)
         written = self._write_seq(topic)
         try:
@@ -270,8 +270,8 @@ class Broker:
                     if self.exiting or topic.exiting:
                         raise PublishStopped("exiting")  # nsqd's word for a put to a topic gone
                 topic.put_many(self._new_messages(bodies[start:start + PUBLISH_PIECE], defer_ns))
-            if topic.group is not None:
-                await topic.group.wait()
+            if topic.wait_stored is not None:
+                await topic.wait_stored()
                 await self.wait_metadata_persisted()  # a topic created by this publish
         except DiskQueueError as exc:
             self.disk_failed(exc)

@@ -45,6 +45,7 @@ from broker.core.latency import LatencyHistogram, LatencyStream
 from broker.core.leases import Leases
 from broker.core.message import Message, now_ns
 from broker.core.retention import RETRY_DELAY, MemoryRetention, retention_for
+from broker.core.spill import SharedBatch
 from broker.core.tasks import TaskSet
 from broker.core.timers import TimerHeap
 from broker.protocol import MESSAGE_HEADER_LENGTH, ProtocolError, is_ephemeral
@@ -165,10 +166,14 @@ class Channel:
     def backend(self, queue: DiskQueue | None) -> None:
         self.ready.backend = queue
 
-    def put_many(self, msgs: list[Message]) -> None:
-        """Accept a batch of new messages from the topic and deliver what fits."""
+    def put_many(self, msgs: list[Message], shared: SharedBatch | None = None) -> None:
+        """Accept a batch of new messages from the topic and deliver what fits.
+
+        ``shared``: the topic hands the same batch to other channels too (its messages are
+        ``shared``), encoded for disk once for all of them.
+        """
         self.message_count += len(msgs)
-        self.ready.put(msgs)
+        self.ready.put(msgs, shared)
         self.dispatch()
 
     def put_records(self, records: list[bytes], number: int) -> None:
@@ -260,6 +265,8 @@ class Channel:
         sent = []
         for _ in range(n):
             msg = memory.popleft()
+            if msg.shared:  # the topic's object, which other channels hold too: deliver our own
+                msg = msg.copy()
             if (sample_rate and random.randrange(100) >= sample_rate) or msg.id in in_flight:
                 # sampled out, or a second copy of a message in flight (a crash left both
                 # records in durable mode; the one in flight keeps or replaces its own)

@@ -75,6 +75,11 @@ class Message:
     are Trio clock times. ``ticket`` identifies the disk record the message was
     read from while that record is not yet committed (see
     :mod:`broker.core.durability.ackfloor`), or is -1.
+
+    A message a topic hands to several channels is the same object in each
+    (``shared``): id, body and timestamp never change, and a channel that
+    delivers it, defers it or keeps it takes its own :meth:`copy` first, so a
+    fan-out costs a reference per channel, not an object.
     """
 
     __slots__ = (
@@ -87,6 +92,7 @@ class Message:
         "deadline",
         "delivered_at",
         "ticket",
+        "shared",
     )
 
     def __init__(self, msg_id: bytes, body: bytes, timestamp: int, attempts: int = 0, due_ns: int = 0):
@@ -99,6 +105,7 @@ class Message:
         self.deadline = 0.0
         self.delivered_at = 0.0
         self.ticket = -1
+        self.shared = False
 
     def copy(self) -> Message:
         """A fresh copy for another channel: same id, body, timestamp, attempts and due time."""

@@ -24,12 +24,33 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from broker.core.message import Message, decode_all, encode
-from diskqueue import DiskQueue, DiskQueueError
+from diskqueue import DiskQueue, DiskQueueError, RecordBatch
 
-__all__ = ["REFILL_BATCH", "SpillQueue"]
+__all__ = ["REFILL_BATCH", "SharedBatch", "SpillQueue"]
 
 #: Records read from disk into memory per refill at most.
 REFILL_BATCH = 1024
+
+
+class SharedBatch:
+    """Messages a topic hands to several channels at once: the same objects, encoded for disk once.
+
+    Every channel that spills the batch appends the same framed records
+    (:class:`~diskqueue.RecordBatch`) to its queue, so a spill costs a channel one
+    write, not an encoding per message.
+    """
+
+    __slots__ = ("messages", "_records")
+
+    def __init__(self, messages: list[Message]):
+        self.messages = messages
+        self._records: RecordBatch | None = None
+
+    def records(self, start: int = 0) -> RecordBatch:
+        """The disk records of ``messages[start:]``."""
+        if self._records is None:
+            self._records = RecordBatch([encode(m) for m in self.messages])
+        return self._records if not start else RecordBatch(self._records.payloads[start:])
 
 
 class SpillQueue:
@@ -56,8 +77,12 @@ class SpillQueue:
     def backend_depth(self) -> int:
         return self.backend.depth if self.backend is not None else 0
 
-    def put(self, msgs: Sequence[Message]) -> None:
-        """Append ``msgs`` behind everything held, applying the disk-error policy (see the module docstring)."""
+    def put(self, msgs: Sequence[Message], shared: SharedBatch | None = None) -> None:
+        """Append ``msgs`` behind everything held, applying the disk-error policy (see the module docstring).
+
+        ``shared``: ``msgs`` are that batch's messages, whose records it encodes once
+        for every queue they spill to.
+        """
         backend = self.backend
         memory = self.memory
         head: Sequence[Message] = ()
@@ -72,7 +97,7 @@ class SpillQueue:
                 memory.extend(head)
                 return
         try:
-            backend.put_many([encode(m) for m in msgs])
+            backend.put_many(shared.records(len(head)) if shared is not None else [encode(m) for m in msgs])
         except DiskQueueError as exc:
             if self._on_error is None:
                 raise

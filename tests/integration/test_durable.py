@@ -56,7 +56,7 @@ async def test_concurrent_publishers_share_fsyncs(start_daemon):
         topic = d.broker.topics["t"]
         assert topic.depth == 160
         # one sync served several publishers: far fewer syncs than acknowledged PUBs
-        assert 0 < topic.group.syncs < 160 * 3 // 4, topic.group.syncs
+        assert 0 < topic.fanout.group.syncs < 160 * 3 // 4, topic.fanout.group.syncs
 
 
 async def test_durable_publish_reaches_the_file_before_ok(start_daemon, tmp_path):
