@@ -23,8 +23,9 @@ from typing import Any
 import trio
 
 from broker.config.options import Options
+from broker.core.channel import Channel
 from broker.core.guid import GuidFactory
-from broker.core.host import BrokerStorage, CoreHost, RegistryChange, RegistryListener
+from broker.core.host import BrokerStorage, CoreHost, RegistryChange, RegistryListener, Subscriber
 from broker.core.message import Message, now_ns
 from broker.core.topic import Topic
 from broker.gocompat import go_quote_str
@@ -178,6 +179,23 @@ class Broker:
             started.set()
         if not topic.exiting:
             await topic.run()
+
+    def subscribe(self, topic_name: str, channel_name: str, client: Subscriber) -> tuple[Channel, Awaitable[None] | None]:
+        """Subscribe ``client`` to a channel (SUB), creating the topic and the channel if new.
+
+        Returns the channel and what must be awaited before the subscription is answered,
+        or None: in durable mode, the metadata naming the channel on stable storage (a
+        channel a crash forgets would take its queue and dead letters with it until
+        someone subscribes again). Raises ``DiskQueueError`` (reported) when the
+        channel's files cannot be opened, and the channel's fatal ``E_SUB_FAILED`` errors.
+        """
+        try:
+            channel = self.get_topic(topic_name).get_channel(channel_name)
+        except DiskQueueError as exc:
+            self.disk_failed(exc)
+            raise
+        channel.add_client(client)
+        return channel, self.wait_metadata_persisted() if self.options.durable else None
 
     @staticmethod
     def _create_peer_channel(topic: Topic, name: str) -> None:

@@ -23,9 +23,8 @@ and answers whether it could, without a reference back to the channel: what
 it must hold back goes to the channel's deferred index
 (:class:`~broker.core.deferred.Deferred`), which both share.
 
-The module is a little over the usual length on purpose: delivery, FIN/REQ/TOUCH
-and the timers share the channel's per-message state, and keeping them in one
-class keeps the hot paths free of calls through another object.
+The lease commands (:mod:`broker.core.leasing`) and the dead-letter commands
+(:mod:`broker.core.deadletter`) are base classes of the channel, in their own modules.
 """
 
 from __future__ import annotations
@@ -38,17 +37,18 @@ from collections.abc import Callable
 
 import trio
 
-from broker.core.deadletter import BuriedSet
+from broker.core.deadletter import BuriedSet, DeadLetterCommands
 from broker.core.deferred import Deferred
 from broker.core.host import CoreHost, Subscriber
 from broker.core.latency import LatencyHistogram, LatencyStream
 from broker.core.leases import Leases
+from broker.core.leasing import LeaseSettlement
 from broker.core.message import Message, now_ns
 from broker.core.retention import RETRY_DELAY, MemoryRetention, retention_for
 from broker.core.spill import SharedBatch
 from broker.core.tasks import TaskSet
 from broker.core.timers import TimerHeap
-from broker.protocol import MESSAGE_HEADER_LENGTH, ProtocolError, is_ephemeral
+from broker.protocol import MESSAGE_HEADER_LENGTH, ProtocolError, command_failed, is_ephemeral
 from diskqueue import DiskQueue
 
 __all__ = ["Channel"]
@@ -59,16 +59,8 @@ _DEADLINE = operator.attrgetter("deadline")
 #: A message frame's bytes besides the body: size and frame type, then the message header.
 _FRAME_OVERHEAD = 8 + MESSAGE_HEADER_LENGTH
 
-#: Why a LEASE FIN, REQ or TOUCH naming another identity's lease fails (cf. nsqd's "client does not own message").
-_NOT_OWNER = b"lease belongs to another identity"
 
-
-def _failed(code: str, verb: str, msg_id: bytes, reason: bytes) -> ProtocolError:
-    """nsqd's non-fatal ``E_<VERB>_FAILED <VERB> <id> failed <reason>``, id bytes as sent."""
-    return ProtocolError.with_raw_description(code, verb.encode() + b" " + msg_id + b" failed " + reason, fatal=False)
-
-
-class Channel:
+class Channel(LeaseSettlement, DeadLetterCommands):
     """A named channel of a topic; owned by its :class:`~broker.core.topic.Topic`.
 
     Owns its retention (queues and stores, the buried set), its in-flight
@@ -315,9 +307,9 @@ class Channel:
         """The in-flight message ``msg_id`` of ``client``, or nsqd's non-fatal error."""
         msg = self.in_flight.get(msg_id)
         if msg is None:
-            raise _failed(code, verb, msg_id, b"ID not in flight")
+            raise command_failed(code, verb, msg_id, b"ID not in flight")
         if msg.client is not client:
-            raise _failed(code, verb, msg_id, b"client does not own message")
+            raise command_failed(code, verb, msg_id, b"client does not own message")
         return msg
 
     def finish_many(self, client: Subscriber, msg_ids: list[bytes]) -> list[ProtocolError]:
@@ -333,7 +325,7 @@ class Channel:
             msg = in_flight.get(msg_id)
             if msg is None or msg.client is not client:
                 reason = b"ID not in flight" if msg is None else b"client does not own message"
-                errors.append(_failed("E_FIN_FAILED", "FIN", msg_id, reason))
+                errors.append(command_failed("E_FIN_FAILED", "FIN", msg_id, reason))
                 continue
             del in_flight[msg_id]
             msg.client = None
@@ -353,82 +345,6 @@ class Channel:
         self._topic_e2e.record_many(latencies)
         self.fin_latency.observe_many(latencies)
 
-    # ---------------------------------------------------------------- leases (broker.core.leases)
-
-    def finish_lease(self, owner: str, token: str) -> int:
-        """LEASE FIN: finish every message ``owner`` still leases under ``token``; returns how many.
-
-        Raises the non-fatal ``E_FIN_FAILED`` when ``owner`` holds nothing under
-        ``token`` but another owner does (nothing changes then).
-        """
-        finished = self._settle(owner, token, "E_FIN_FAILED", "LEASE FIN")
-        for msg in finished:
-            del self.in_flight[msg.id]
-        if finished:
-            self._retire_finished(finished)
-        return len(finished)
-
-    def requeue_lease(self, owner: str, token: str, delay_ms: int) -> int:
-        """LEASE REQ: requeue what ``owner`` leases under ``token``, now or after ``delay_ms``;
-        returns how many.
-
-        Raises the non-fatal ``E_REQ_FAILED`` when exiting, when ``owner`` holds
-        nothing under ``token`` but another owner does, or when the disk refuses
-        the write (the messages then stay leased).
-        """
-        if self.exiting:
-            raise _failed("E_REQ_FAILED", "LEASE REQ", token.encode(), b"exiting")
-        msgs = self._settle(owner, token, "E_REQ_FAILED", "LEASE REQ")
-        if not msgs:
-            return 0
-        for msg in msgs:
-            del self.in_flight[msg.id]
-        if delay_ms > 0:
-            moved = self.retention.defer(msgs, now_ns() + delay_ms * 1_000_000)
-        else:
-            moved = self.retention.requeue(msgs)
-        if not moved:
-            for msg in msgs:
-                msg.client = None
-                self.in_flight[msg.id] = msg
-            self.leases.add(owner, token, msgs)
-            raise _failed("E_REQ_FAILED", "LEASE REQ", token.encode(), b"disk write failed")
-        self.requeue_count += len(msgs)
-        self.dispatch()
-        return len(msgs)
-
-    def touch_lease(self, owner: str, token: str, msg_timeout: float) -> int:
-        """LEASE TOUCH: restart the timeouts of what ``owner`` leases under ``token`` (never
-        past delivery + max-msg-timeout); returns how many are leased.
-
-        Raises the non-fatal ``E_TOUCH_FAILED`` when ``owner`` holds nothing under
-        ``token`` but another owner does.
-        """
-        msgs = self.leases.peek(owner, token, self.in_flight)
-        if not msgs:
-            self._refuse_other_owners(owner, token, "E_TOUCH_FAILED", "LEASE TOUCH")
-        now = trio.current_time()
-        limit = self.options.max_msg_timeout
-        for msg in msgs:
-            deadline = min(now + msg_timeout, msg.delivered_at + limit)
-            if deadline != msg.deadline:
-                msg.deadline = deadline
-                self.in_flight_timers.push(deadline, msg)
-        return len(msgs)
-
-    def _settle(self, owner: str, token: str, code: str, verb: str) -> list[Message]:
-        """Take what ``owner`` leases under ``token`` out of its lease (still in flight)."""
-        msgs = self.leases.take(owner, token, self.in_flight)
-        if not msgs:
-            self._refuse_other_owners(owner, token, code, verb)
-        return msgs
-
-    def _refuse_other_owners(self, owner: str, token: str, code: str, verb: str) -> None:
-        """A token names a lease only for its owner: naming another's is refused, not answered 0,
-        so that a client learns why its settle did nothing."""
-        if self.leases.held_by_others(owner, token, self.in_flight):
-            raise _failed(code, verb, token.encode(), _NOT_OWNER)
-
     def requeue(self, client: Subscriber, msg_id: bytes, delay_ms: int) -> None:
         """REQ: back to the queue now, or after ``delay_ms``. Raises ``E_REQ_FAILED``.
 
@@ -436,31 +352,38 @@ class Channel:
         durable mode, once its replacement record is written).
         """
         if self.exiting:
-            raise _failed("E_REQ_FAILED", "REQ", msg_id, b"exiting")
+            raise command_failed("E_REQ_FAILED", "REQ", msg_id, b"exiting")
         msg = self._owned(client, msg_id, "REQ", "E_REQ_FAILED")
         del self.in_flight[msg_id]
-        if delay_ms > 0:
-            moved = self.retention.defer([msg], now_ns() + delay_ms * 1_000_000)
-        else:
-            msg.client = None
-            moved = self.retention.requeue([msg])
-        if not moved:
+        msg.client = None
+        if not self._move_back([msg], delay_ms):
             msg.client = client
             self.in_flight[msg_id] = msg
-            raise _failed("E_REQ_FAILED", "REQ", msg_id, b"disk write failed")
-        msg.client = None
+            raise command_failed("E_REQ_FAILED", "REQ", msg_id, b"disk write failed")
         client.in_flight_count -= 1
         client.requeue_count += 1
         self.requeue_count += 1
 
     def touch(self, client: Subscriber, msg_id: bytes) -> None:
         """TOUCH: restart the timeout, never past delivery + max-msg-timeout."""
-        msg = self._owned(client, msg_id, "TOUCH", "E_TOUCH_FAILED")
+        self._extend([self._owned(client, msg_id, "TOUCH", "E_TOUCH_FAILED")], client.msg_timeout)
+
+    def _extend(self, msgs: list[Message], msg_timeout: float) -> None:
+        """Restart the timeouts of in-flight ``msgs``, never past delivery + max-msg-timeout."""
         now = trio.current_time()
-        deadline = min(now + client.msg_timeout, msg.delivered_at + self.options.max_msg_timeout)
-        if deadline != msg.deadline:
-            msg.deadline = deadline
-            self.in_flight_timers.push(deadline, msg)
+        limit = self.options.max_msg_timeout
+        for msg in msgs:
+            deadline = min(now + msg_timeout, msg.delivered_at + limit)
+            if deadline != msg.deadline:
+                msg.deadline = deadline
+                self.in_flight_timers.push(deadline, msg)
+
+    def _move_back(self, msgs: list[Message], delay_ms: int) -> bool:
+        """Out of flight (REQ, LEASE REQ): ready again now, or deferred ``delay_ms``; False if the
+        retention could not take them (nothing moved)."""
+        if delay_ms > 0:
+            return self.retention.defer(msgs, now_ns() + delay_ms * 1_000_000)
+        return self.retention.requeue(msgs)
 
     # ---------------------------------------------------------------- subscribers
 
@@ -530,33 +453,6 @@ class Channel:
             self.in_flight[msg.id] = msg
             self.in_flight_timers.push(deadline, msg)
 
-    # ---------------------------------------------------------------- dead letters
-
-    def set_max_attempts(self, value: int | None) -> None:
-        """Set this channel's maximum attempts (0 = never bury; None = follow ``--max-attempts``)."""
-        self.max_attempts = value
-        self.bury_after = self.options.max_attempts if value is None else value
-        if not self.ephemeral:
-            self._host.metadata_changed()
-
-    def kick(self, msg_id: bytes | None = None, n: int = 0) -> int:
-        """Move the buried message ``msg_id``, or the ``n`` oldest, back to ready.
-
-        Kicked messages start over with 0 attempts. Returns how many moved.
-        """
-        moved = self.retention.kick(msg_id, n)
-        if moved:
-            self.dispatch()
-        return moved
-
-    async def persist_buried(self) -> None:
-        """Make a kick or delete final on disk. Raises the queues' ``DiskQueueError``."""
-        await self.retention.persist_buried()
-
-    def delete_buried(self, msg_id: bytes | None = None, n: int = 0) -> int:
-        """Drop the buried message ``msg_id``, or the ``n`` oldest. Returns how many went."""
-        return self.retention.delete_buried(msg_id, n)
-
     # ---------------------------------------------------------------- inspection
 
     def peek_ready(self, n: int) -> list[Message]:
@@ -570,10 +466,6 @@ class Channel:
     def peek_in_flight(self, n: int) -> list[Message]:
         """The ``n`` in-flight messages whose timeout comes first, unchanged."""
         return heapq.nsmallest(n, self.in_flight.values(), key=lambda m: (m.deadline, m.id))
-
-    def peek_buried(self, n: int) -> list[Message]:
-        """The ``n`` messages buried first, unchanged."""
-        return self.buried.peek(n)
 
     # ---------------------------------------------------------------- admin
 

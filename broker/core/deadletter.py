@@ -8,19 +8,24 @@ back to the ready queue (with its attempts reset, so it gets a fresh series
 of deliveries) or deletes it. The set survives restarts: it is mirrored in a
 :class:`~broker.core.durability.parked.ParkedStore` named ``<topic>:<channel>#buried``
 (ephemeral channels keep theirs in memory only).
+
+:class:`DeadLetterCommands`, a base class of the channel, is what an operator
+does to it (``/channel/max_attempts``, ``/channel/kick``, ``/channel/delete_buried``).
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
+from broker.config.options import Options
 from broker.core.durability.parked import ParkedStore
+from broker.core.host import CoreHost
 
 if TYPE_CHECKING:
     from broker.core.message import Message
 
-__all__ = ["BuriedSet"]
+__all__ = ["BuriedSet", "DeadLetterCommands"]
 
 
 class BuriedSet:
@@ -98,3 +103,57 @@ class BuriedSet:
         self.messages.clear()
         if self.store is not None:
             self.store.clear()
+
+
+class _BuriedMoves(Protocol):
+    """What the dead-letter commands ask of a channel's retention."""
+
+    def kick(self, msg_id: bytes | None, n: int) -> int: ...
+
+    def delete_buried(self, msg_id: bytes | None, n: int) -> int: ...
+
+    async def persist_buried(self) -> None: ...
+
+
+class DeadLetterCommands:
+    """A channel's dead-letter commands; what they use of the channel is declared here."""
+
+    options: Options
+    ephemeral: bool
+    max_attempts: int | None
+    bury_after: int
+    buried: BuriedSet
+    retention: _BuriedMoves
+    _host: CoreHost
+
+    def dispatch(self) -> None:
+        raise NotImplementedError
+
+    def set_max_attempts(self, value: int | None) -> None:
+        """Set this channel's maximum attempts (0 = never bury; None = follow ``--max-attempts``)."""
+        self.max_attempts = value
+        self.bury_after = self.options.max_attempts if value is None else value
+        if not self.ephemeral:
+            self._host.metadata_changed()
+
+    def kick(self, msg_id: bytes | None = None, n: int = 0) -> int:
+        """Move the buried message ``msg_id``, or the ``n`` oldest, back to ready.
+
+        Kicked messages start over with 0 attempts. Returns how many moved.
+        """
+        moved = self.retention.kick(msg_id, n)
+        if moved:
+            self.dispatch()
+        return moved
+
+    async def persist_buried(self) -> None:
+        """Make a kick or delete final on disk. Raises the queues' ``DiskQueueError``."""
+        await self.retention.persist_buried()
+
+    def delete_buried(self, msg_id: bytes | None = None, n: int = 0) -> int:
+        """Drop the buried message ``msg_id``, or the ``n`` oldest. Returns how many went."""
+        return self.retention.delete_buried(msg_id, n)
+
+    def peek_buried(self, n: int) -> list[Message]:
+        """The ``n`` messages buried first, unchanged."""
+        return self.buried.peek(n)

@@ -36,7 +36,7 @@ from .commands import (
     encode_touch,
 )
 from .connection import LINE_TOO_LONG, ServerConnection
-from .errors import ProtocolError
+from .errors import ProtocolError, command_failed
 from .frames import (
     BAD_PROTOCOL_FRAME,
     CLOSE_WAIT_FRAME,
@@ -77,7 +77,7 @@ from .state import State
 __all__ = [
     "MAGIC_V2", "FRAME_TYPE_RESPONSE", "FRAME_TYPE_ERROR", "FRAME_TYPE_MESSAGE", "MSG_ID_LENGTH",
     "MESSAGE_HEADER_LENGTH", "DEFAULT_MAX_FRAME_SIZE", "MAX_ATTEMPTS",
-    "ProtocolError", "LINE_TOO_LONG",
+    "ProtocolError", "command_failed", "LINE_TOO_LONG",
     "is_valid_name", "is_ephemeral", "go_quote",
     "encode_frame", "encode_response", "encode_error", "encode_message_frame", "message_frame_header",
     "pack_message_frame_header",

@@ -9,7 +9,7 @@ fatal: nsqd sends the frame, then closes the connection.
 
 from __future__ import annotations
 
-__all__ = ["ProtocolError"]
+__all__ = ["ProtocolError", "command_failed"]
 
 
 class ProtocolError(Exception):
@@ -48,3 +48,9 @@ class ProtocolError(Exception):
 
     def __repr__(self) -> str:
         return f"ProtocolError({self.code!r}, {self.description!r}, fatal={self.fatal!r}, payload={self.payload!r})"
+
+
+def command_failed(code: str, verb: str, subject: bytes, reason: bytes) -> ProtocolError:
+    """nsqd's non-fatal ``E_<VERB>_FAILED <VERB> <id> failed <reason>``, the id (or lease token)
+    bytes as the client sent them."""
+    return ProtocolError.with_raw_description(code, verb.encode() + b" " + subject + b" failed " + reason, fatal=False)

@@ -102,17 +102,13 @@ async def sub(broker: Broker, client: Client, cmd: p.Sub) -> bytes:
     if broker.exiting:
         raise ProtocolError("E_SUB_FAILED", "SUB failed exiting")
     try:
-        channel = broker.get_topic(cmd.topic).get_channel(cmd.channel)
-    except DiskQueueError as exc:  # its queue's files cannot be opened
-        broker.disk_failed(exc)
+        channel, persisted = broker.subscribe(cmd.topic, cmd.channel, client)
+    except DiskQueueError:  # its queue's files cannot be opened
         raise ProtocolError("E_SUB_FAILED", "SUB failed to open the channel's files") from None
-    channel.add_client(client)
     client.channel = channel
     client.state = p.State.SUBSCRIBED
-    if broker.options.durable:
-        # a channel a crash forgets would take its queue (and dead letters) with it
-        # until someone subscribes again: answer once nsqd.dat names it
-        await broker.wait_metadata_persisted()
+    if persisted is not None:
+        await persisted
     return b"OK"
 
 
