@@ -1,5 +1,5 @@
 """The report: per-row summaries of each broker, the comparison table, the detailed table,
-the memory run."""
+the bytes written to disk per message, the memory run."""
 
 from __future__ import annotations
 
@@ -99,11 +99,60 @@ def table(outcomes: list[Outcome]) -> str:
     return _markdown(head, rows)
 
 
+def disk_summary(outcomes: list[Outcome], brokers: list[str]) -> list[dict]:
+    """Per scenario measured for disk (the rows with channels): each broker's medians of the
+    messages published and of the bytes per message (tests.bench.matrix.disk), the runs that
+    did not settle, and pynsqd / nsqd of the data-path bytes per message."""
+    rows: dict[str, dict] = {}
+    for o in outcomes:
+        if o.disk is None:
+            continue
+        row = rows.setdefault(o.scenario.name, {"scenario": o.scenario.name, "channels": o.scenario.channels,
+                                                **{b: {"runs": []} for b in brokers}})
+        row[o.broker]["runs"].append(o.disk)
+    for row in rows.values():
+        for b in brokers:
+            side = row[b]
+            for key in ("messages", "data_bytes_per_msg", "write_bytes_per_msg"):
+                values = [r[key] for r in side["runs"] if r[key] is not None]
+                side[key] = statistics.median(values) if values else None
+            side["unsettled"] = sum(not r["settled"] for r in side["runs"])
+        py, ref = row[PYNSQD]["data_bytes_per_msg"], row[NSQD]["data_bytes_per_msg"] if NSQD in row else None
+        row["ratio"] = py / ref if py is not None and ref is not None and ref >= 1 else None  # not of ~0
+    return list(rows.values())
+
+
+def disk_table(summary: list[dict], brokers: list[str]) -> str:
+    """The bytes written to disk per published message, each broker's medians, as one Markdown table."""
+    head = ["scenario"]
+    for b in brokers:
+        head += [f"{b} msgs", f"{b} data B/msg", f"{b} write_bytes B/msg"]
+    if len(brokers) > 1:
+        head.append("pynsqd/nsqd (data)")
+    rows = []
+    for row in summary:
+        cells = [row["scenario"]]
+        for b in brokers:
+            side = row[b]
+            note = f" ({side['unsettled']} unsettled)" if side["unsettled"] else ""
+            cells += [number(side["messages"]), number(side["data_bytes_per_msg"]) + note,
+                      number(side["write_bytes_per_msg"])]
+        if len(brokers) > 1:
+            cells.append("-" if row["ratio"] is None else f"{row['ratio']:.2f}")
+        rows.append(cells)
+    return _markdown(head, rows)
+
+
 def render(data: dict | list) -> str:
     """The tables of a saved ``--json`` run."""
     if isinstance(data, list):  # a single-broker run
-        return table([Outcome.from_dict(d) for d in data])
-    return comparison_table(data["summary"])
+        outcomes = [Outcome.from_dict(d) for d in data]
+        disk = disk_summary(outcomes, [PYNSQD])
+        return table(outcomes) + (f"\n\n{disk_table(disk, [PYNSQD])}" if disk else "")
+    text = comparison_table(data["summary"])
+    if data.get("disk"):
+        text += "\n\n" + disk_table(data["disk"], list(data["brokers"]))
+    return text
 
 
 def memory_text(result: dict) -> str:
