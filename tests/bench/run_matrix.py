@@ -37,7 +37,11 @@ spilling fan-out run writes one copy of every message per channel to disk):
   growth of the data path's files (the sum of their sizes, the broker's log left out) and of
   ``write_bytes`` in the broker's ``/proc/<pid>/io`` since just before the writer, each
   divided by the topic's ``message_count`` from ``/stats``; what a broker writes when it stops
-  is not counted. They are printed as a second table (``"disk"`` in ``--json``).
+  is not counted. The same looks at ``/stats`` give the fan-out rate: messages published over
+  the seconds from the writer's start until every channel held every one of them (the
+  writer's rate is how fast a broker accepts; nsqd copies to the channels behind its topic's
+  queue, seconds later with many channels). Both are printed as a second table (``"disk"`` in
+  ``--json``).
 - ``--only consumers``, many consumers: one channel read by ``bench_reader`` on N connections
   while ``bench_writer`` writes, as the "both" rows (reader subscribed first, one
   ``--deadline``): ``nsq MPUB200 100B both N consumers`` for N = 2, 16 and 64. Neither nsq tool
@@ -195,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         print(_header(opts, chosen))
         print(comparison_table(summary) if side_by_side else table(outcomes))
         if disk:
-            print(f"\n# bytes written to disk per published message (medians; see tests/bench/matrix/disk.py)\n"
+            print(f"\n# fan-out rate and bytes written to disk per published message (medians; "
+                  f"see tests/bench/matrix/disk.py)\n"
                   f"{disk_table(disk, names)}")
         for o in outcomes:
             if o.profile:

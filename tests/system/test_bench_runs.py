@@ -81,3 +81,4 @@ def test_run_matrix_fan_out_row_measures_disk_bytes_per_message():
         # every channel held every message; past the default --mem-queue-size each wrote its own copy
         assert run["settled"] and run["messages"] > 0 and run["channels"] == 3
         assert run["data_bytes_per_msg"] > 0 and run["write_bytes"] > 0
+        assert run["copied_s"] >= 1 and run["fan_out_msgs_per_s"] > 0

@@ -506,10 +506,14 @@ def test_disk_meter_counts_the_data_path_growth_per_published_message(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "ch1.dat").write_bytes(b"d" * 13_000)
     (tmp_path / "broker.log").write_bytes(b"x" * 5000)
+    time.sleep(0.05)
     result = meter.finish(timeout=5, poll=0.01)
     assert result["settled"] is True and result["messages"] == 100 and result["channels"] == 2
     assert result["data_bytes"] == 26_000 and result["data_bytes_per_msg"] == 260.0
     assert result["write_bytes"] >= 0 and "write_bytes_per_msg" in result
+    # copied from start() to the first look that found every message in every channel
+    assert 0.05 <= result["copied_s"] < 5 and result["fan_out_msgs_per_s"] == pytest.approx(100 / result["copied_s"],
+                                                                                              rel=0.01)
     # settled only once every channel holds every message and the topic holds none
     assert copied(stats, 2) and not copied(stats, 3) and not copied(None, 1)
     assert not copied(dict(stats, depth=5), 2)
@@ -517,29 +521,39 @@ def test_disk_meter_counts_the_data_path_growth_per_published_message(tmp_path):
     # a broker that never settles is measured at the timeout, and says so
     late = DiskMeter(tmp_path, os.getpid(), 3, lambda: stats)
     late.start()
-    assert late.finish(timeout=0.05, poll=0.01)["settled"] is False
+    never = late.finish(timeout=0.05, poll=0.01)
+    assert never["settled"] is False and never["copied_s"] is None and never["fan_out_msgs_per_s"] is None
 
 
 def test_disk_table_gives_each_brokers_median_bytes_per_message(monkeypatch):
     run_matrix = _load_run_matrix(monkeypatch)
     row = run_matrix.scenarios(["10 channels"], with_matrix=False)[0]
 
-    def run(broker, messages, data_bytes, settled=True):
+    def run(broker, messages, data_bytes, copied_s, settled=True):
         return run_matrix.Outcome(row, broker, writer={"msgs_per_s": 1.0, "duration_s": 1.0},
-                                  disk=figures(messages, 10, data_bytes, data_bytes + 100, settled=settled))
+                                  disk=figures(messages, 10, data_bytes, data_bytes + 100, settled=settled,
+                                               copied_s=copied_s))
 
-    outcomes = [run("nsqd", 1000, 1_300_000), run("pynsqd", 500, 60_000), run("nsqd", 1000, 1_200_000),
-                run("pynsqd", 500, 70_000, settled=False), run_matrix.Outcome(run_matrix.scenarios([], False)[0], "nsqd")]
+    outcomes = [run("nsqd", 1000, 1_300_000, 4.0), run("pynsqd", 500, 60_000, 1.0), run("nsqd", 1000, 1_200_000, 6.0),
+                run("pynsqd", 500, 70_000, None, settled=False),
+                run_matrix.Outcome(run_matrix.scenarios([], False)[0], "nsqd")]
     (summary,) = run_matrix.disk_summary(outcomes, ["nsqd", "pynsqd"])
     assert summary["scenario"] == "nsq MPUB200 100B writer 10 channels" and summary["channels"] == 10
     assert summary["nsqd"]["data_bytes_per_msg"] == 1250 and summary["pynsqd"]["data_bytes_per_msg"] == 130
+    assert summary["nsqd"]["fan_out_msgs_per_s"] == pytest.approx(625 / 3) and summary["pynsqd"]["fan_out_msgs_per_s"] == 500
     assert summary["pynsqd"]["unsettled"] == 1 and summary["ratio"] == pytest.approx(0.104)
+    assert summary["fan_out_ratio"] == pytest.approx(2.4)
     lines = run_matrix.disk_table([summary], ["nsqd", "pynsqd"]).splitlines()
+    assert [c.strip() for c in lines[0].split("|")[1:-1]] == [
+        "scenario", "nsqd msgs", "nsqd fan-out msgs/s", "pynsqd msgs", "pynsqd fan-out msgs/s", "pynsqd/nsqd",
+        "nsqd data B/msg", "nsqd write_bytes B/msg", "pynsqd data B/msg", "pynsqd write_bytes B/msg",
+        "pynsqd/nsqd (data)"]
     assert [c.strip() for c in lines[2].split("|")[1:-1]] == [
-        "nsq MPUB200 100B writer 10 channels", "1,000", "1,250", "1,250", "500", "130 (1 unsettled)", "130", "0.10"]
+        "nsq MPUB200 100B writer 10 channels", "1,000", "208", "500", "500 (1 unsettled)", "2.40",
+        "1,250", "1,250", "130", "130", "0.10"]
     # ~0 bytes per message (all in memory) gives no ratio
     zero = run_matrix.Outcome(row, "nsqd", disk=figures(1000, 10, -5, 0))
-    assert run_matrix.disk_summary([zero, run("pynsqd", 500, 0)], ["nsqd", "pynsqd"])[0]["ratio"] is None
+    assert run_matrix.disk_summary([zero, run("pynsqd", 500, 0, 1.0)], ["nsqd", "pynsqd"])[0]["ratio"] is None
 
 
 def test_matrix_runner_compares_the_medians_of_each_broker(monkeypatch):

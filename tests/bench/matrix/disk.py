@@ -16,6 +16,12 @@ topic's depth is 0 and the data path has stopped growing (or ``SETTLE_TIMEOUT`` 
 
 Both leave out what a broker writes when it stops (nsqd and pynsqd flush their in-memory
 queues then), so with ``--mem-queue-size=2000000`` they are about 0.
+
+The same looks give ``copied_s``, the seconds from just before the writer started to the
+first look at which every channel held every message, and ``fan_out_msgs_per_s``, the
+topic's ``message_count`` over it: how fast messages reached every channel, where the
+writer's rate is how fast the broker accepted them (nsqd accepts into the topic's queue and
+copies to the channels behind it, seconds later with many channels).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ SETTLE_TIMEOUT = 60.0
 
 
 #: how often the settling broker is looked at; it is settled once two looks in a row agree
-SETTLE_POLL = 0.25
+SETTLE_POLL = 0.1
 
 
 def data_path_bytes(data: Path, skip: tuple[str, ...] = ("broker.log",)) -> int:
@@ -70,38 +76,49 @@ class DiskMeter:
     def __init__(self, data: Path, pid: int, channels: int, stats: Callable[[], dict | None]):
         self.data, self.pid, self.channels, self.stats = data, pid, channels, stats
         self.data0 = self.write0 = self.cancelled0 = 0
+        self.began = 0.0
 
     def start(self) -> None:
         self.data0 = data_path_bytes(self.data)
         io = io_counters(self.pid)
         self.write0, self.cancelled0 = io.get("write_bytes", 0), io.get("cancelled_write_bytes", 0)
+        self.began = time.monotonic()
 
     def finish(self, timeout: float = SETTLE_TIMEOUT, poll: float = SETTLE_POLL) -> dict:
         """Wait for the broker to settle, then the figures (see the module's docstring)."""
-        began = time.monotonic()
+        waited = time.monotonic()
         last: tuple | None = None
+        copied_at = None
         while True:
             stats = self.stats()
+            now = time.monotonic()
             size = data_path_bytes(self.data)
             io = io_counters(self.pid)
             look = (size, io.get("write_bytes", 0), stats and stats.get("message_count"))
-            settled = copied(stats, self.channels) and look == last
-            if settled or time.monotonic() - began > timeout:
+            done = copied(stats, self.channels)
+            if done and copied_at is None:
+                copied_at = now
+            settled = done and look == last
+            if settled or now - waited > timeout:
                 break
             last = look
             time.sleep(poll)
         return figures(messages=(stats or {}).get("message_count", 0), channels=self.channels,
                        data_bytes=size - self.data0, write_bytes=io.get("write_bytes", 0) - self.write0,
                        cancelled_write_bytes=io.get("cancelled_write_bytes", 0) - self.cancelled0,
-                       settled=settled, settle_s=time.monotonic() - began)
+                       settled=settled, settle_s=time.monotonic() - waited,
+                       copied_s=None if copied_at is None else copied_at - self.began)
 
 
 def figures(messages: int, channels: int, data_bytes: int, write_bytes: int, cancelled_write_bytes: int = 0,
-            settled: bool = True, settle_s: float = 0.0) -> dict:
-    """One run's disk record, with the per-message figures (None without messages)."""
+            settled: bool = True, settle_s: float = 0.0, copied_s: float | None = None) -> dict:
+    """One run's record, with the per-message figures (None without messages) and the fan-out
+    rate (None when the channels never held every message)."""
     return {
         "messages": messages, "channels": channels, "data_bytes": data_bytes, "write_bytes": write_bytes,
         "cancelled_write_bytes": cancelled_write_bytes, "settled": settled, "settle_s": round(settle_s, 2),
+        "copied_s": None if copied_s is None else round(copied_s, 3),
         "data_bytes_per_msg": data_bytes / messages if messages else None,
         "write_bytes_per_msg": write_bytes / messages if messages else None,
+        "fan_out_msgs_per_s": messages / copied_s if messages and copied_s else None,
     }

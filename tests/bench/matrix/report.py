@@ -101,8 +101,9 @@ def table(outcomes: list[Outcome]) -> str:
 
 def disk_summary(outcomes: list[Outcome], brokers: list[str]) -> list[dict]:
     """Per scenario measured for disk (the rows with channels): each broker's medians of the
-    messages published and of the bytes per message (tests.bench.matrix.disk), the runs that
-    did not settle, and pynsqd / nsqd of the data-path bytes per message."""
+    messages published, of the fan-out rate and of the bytes per message (tests.bench.matrix.disk),
+    the runs that did not settle, and pynsqd / nsqd of the fan-out rates and of the data-path
+    bytes per message."""
     rows: dict[str, dict] = {}
     for o in outcomes:
         if o.disk is None:
@@ -113,34 +114,46 @@ def disk_summary(outcomes: list[Outcome], brokers: list[str]) -> list[dict]:
     for row in rows.values():
         for b in brokers:
             side = row[b]
-            for key in ("messages", "data_bytes_per_msg", "write_bytes_per_msg"):
-                values = [r[key] for r in side["runs"] if r[key] is not None]
+            for key in ("messages", "fan_out_msgs_per_s", "data_bytes_per_msg", "write_bytes_per_msg"):
+                values = [r[key] for r in side["runs"] if r.get(key) is not None]
                 side[key] = statistics.median(values) if values else None
             side["unsettled"] = sum(not r["settled"] for r in side["runs"])
-        py, ref = row[PYNSQD]["data_bytes_per_msg"], row[NSQD]["data_bytes_per_msg"] if NSQD in row else None
-        row["ratio"] = py / ref if py is not None and ref is not None and ref >= 1 else None  # not of ~0
+        py, ref = row[PYNSQD], row.get(NSQD)
+        rate, ref_rate = py["fan_out_msgs_per_s"], ref and ref["fan_out_msgs_per_s"]
+        row["fan_out_ratio"] = rate / ref_rate if rate is not None and ref_rate else None
+        data, ref_data = py["data_bytes_per_msg"], ref and ref["data_bytes_per_msg"]
+        row["ratio"] = data / ref_data if data is not None and ref_data is not None and ref_data >= 1 else None
     return list(rows.values())
 
 
 def disk_table(summary: list[dict], brokers: list[str]) -> str:
-    """The bytes written to disk per published message, each broker's medians, as one Markdown table."""
+    """Each broker's medians of the fan-out rate and of the bytes written to disk per published
+    message, as one Markdown table."""
+    both = len(brokers) > 1
     head = ["scenario"]
     for b in brokers:
-        head += [f"{b} msgs", f"{b} data B/msg", f"{b} write_bytes B/msg"]
-    if len(brokers) > 1:
-        head.append("pynsqd/nsqd (data)")
+        head += [f"{b} msgs", f"{b} fan-out msgs/s"]
+    head += ["pynsqd/nsqd"] if both else []
+    for b in brokers:
+        head += [f"{b} data B/msg", f"{b} write_bytes B/msg"]
+    head += ["pynsqd/nsqd (data)"] if both else []
     rows = []
     for row in summary:
         cells = [row["scenario"]]
         for b in brokers:
             side = row[b]
             note = f" ({side['unsettled']} unsettled)" if side["unsettled"] else ""
-            cells += [number(side["messages"]), number(side["data_bytes_per_msg"]) + note,
-                      number(side["write_bytes_per_msg"])]
-        if len(brokers) > 1:
-            cells.append("-" if row["ratio"] is None else f"{row['ratio']:.2f}")
+            cells += [number(side["messages"]), number(side["fan_out_msgs_per_s"]) + note]
+        cells += [_ratio(row["fan_out_ratio"])] if both else []
+        for b in brokers:
+            cells += [number(row[b]["data_bytes_per_msg"]), number(row[b]["write_bytes_per_msg"])]
+        cells += [_ratio(row["ratio"])] if both else []
         rows.append(cells)
     return _markdown(head, rows)
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def render(data: dict | list) -> str:
