@@ -24,6 +24,38 @@ the same load generators:
   the backlog. both: one writer and one reader started in step with ``--deadline``; the
   reader subscribes before the writer publishes.
 
+Two groups of rows with nsq's tools run only when ``--only`` picks them, being long (a
+spilling fan-out run writes one copy of every message per channel to disk):
+
+- ``--only channels``, fan-out: ``bench_writer`` MPUB 200 x 100 B alone into a topic whose
+  N channels were created beforehand (``POST /topic/create``, then ``POST /channel/create``
+  for ch0 .. ch<N-1>, on either broker) and that nobody reads: ``nsq MPUB200 100B writer N
+  channels`` for N = 1 (the baseline), 3, 10 and 30 at the default ``--mem-queue-size``
+  (spilling), and ``... N channels mem=2000000`` for N = 10 and 30 (all in memory). These rows
+  also measure the bytes written to disk per published message (tests/bench/matrix/disk.py):
+  once the writer is done and the broker has settled (every channel holds every message), the
+  growth of the data path's files (the sum of their sizes, the broker's log left out) and of
+  ``write_bytes`` in the broker's ``/proc/<pid>/io`` since just before the writer, each
+  divided by the topic's ``message_count`` from ``/stats``; what a broker writes when it stops
+  is not counted. The same looks at ``/stats`` give the fan-out rate: messages published over
+  the seconds from the writer's start until every channel held every one of them (the
+  writer's rate is how fast a broker accepts; nsqd copies to the channels behind its topic's
+  queue, seconds later with many channels). Both are printed as a second table (``"disk"`` in
+  ``--json``).
+- ``--only consumers``, many consumers: one channel read by ``bench_reader`` on N connections
+  while ``bench_writer`` writes, as the "both" rows (reader subscribed first, one
+  ``--deadline``): ``nsq MPUB200 100B both N consumers`` for N = 2, 16 and 64. Neither nsq tool
+  has a flag for its connection count; each opens ``GOMAXPROCS`` connections, so the reader
+  runs with ``GOMAXPROCS=N`` (``--rdy`` each) and the writer with the machine's default.
+
+``--only`` matches substrings, all of them: ``--only "3 channels"`` picks the 3-channel row
+alone, ``--only "10 channels" --only mem=`` the 10 channels all in memory, ``--only
+"64 consumers"`` one consumer row.
+
+Once the disk figures are taken, the channels of a fan-out row are emptied (``POST
+/channel/empty``) before the broker is stopped: otherwise both brokers first write out every
+message they hold in memory, which takes nsqd minutes with 30 channels x 2,000,000.
+
 Without ``--matrix`` or ``--only`` the comparison and HTTP rows run; ``--only`` chooses
 among all rows. Broker CPU is the broker's CPU seconds over the measured phase in percent
 of one core (nsqd's Go runtime uses both cores, pynsqd one thread).
@@ -33,6 +65,8 @@ Usage (from the repository root)::
     python -m tests.bench.run_matrix                  # comparison + HTTP rows, 3 rounds x 10 s
     python -m tests.bench.run_matrix --quick          # 2 s per run
     python -m tests.bench.run_matrix --rounds 5 --only http
+    python -m tests.bench.run_matrix --quick --rounds 2 --only channels    # fan-out, bytes per message
+    python -m tests.bench.run_matrix --quick --rounds 2 --only consumers   # 2 / 16 / 64 reader connections
     python -m tests.bench.run_matrix --matrix --rounds 1 --json > matrix.json
     python -m tests.bench.run_matrix --only 100B --only MPUB --no-nsqd   # pynsqd alone, detailed table
     python -m tests.bench.run_matrix --profile py-spy --profile-dir /tmp/prof --only "MPUB200 both"
@@ -57,13 +91,22 @@ from pathlib import Path
 
 from broker.bench.arguments import parse_duration
 from tests.bench.matrix.profiling import summarize_stacks
-from tests.bench.matrix.report import comparison_table, memory_text, render, summarize, table
+from tests.bench.matrix.report import (
+    comparison_table,
+    disk_summary,
+    disk_table,
+    memory_text,
+    render,
+    summarize,
+    table,
+)
 from tests.bench.matrix.rows import NSQD, PYNSQD, WRK_CONNECTIONS, WRK_THREADS, Outcome, Scenario, scenarios
 from tests.bench.matrix.runs import run_memory, run_side_by_side
 from tests.support.paths import nsq_bin
 
 #: what the tests use of the runner
-__all__ = ["Outcome", "Scenario", "comparison_table", "main", "parse_args", "scenarios", "summarize", "summarize_stacks"]
+__all__ = ["Outcome", "Scenario", "comparison_table", "disk_summary", "disk_table", "main", "parse_args", "scenarios",
+           "summarize", "summarize_stacks"]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -144,15 +187,21 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         outcomes = run_side_by_side(opts, work, chosen)
     side_by_side = len(opts.brokers) > 1
-    summary = summarize(outcomes, [name for name, _ in opts.brokers]) if side_by_side else []
+    names = [name for name, _ in opts.brokers]
+    summary = summarize(outcomes, names) if side_by_side else []
+    disk = disk_summary(outcomes, names)
     if opts.json:
         runs = [o.as_dict() for o in outcomes]
         print(json.dumps({"brokers": {name: command for name, command in opts.brokers}, "runfor_s": opts.runfor,
-                          "rounds": opts.rounds, "summary": summary, "runs": runs} if side_by_side else runs,
-                         indent=2))
+                          "rounds": opts.rounds, "summary": summary, "disk": disk, "runs": runs}
+                         if side_by_side else runs, indent=2))
     else:
         print(_header(opts, chosen))
         print(comparison_table(summary) if side_by_side else table(outcomes))
+        if disk:
+            print(f"\n# fan-out rate and bytes written to disk per published message (medians; "
+                  f"see tests/bench/matrix/disk.py)\n"
+                  f"{disk_table(disk, names)}")
         for o in outcomes:
             if o.profile:
                 print(f"\n## profile: {o.scenario.name} round {o.round + 1} "

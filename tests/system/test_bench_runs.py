@@ -65,3 +65,20 @@ def test_run_matrix_compares_pynsqd_with_nsqd_side_by_side():
     assert sorted(run["broker_name"] for run in runs) == ["nsqd", "nsqd", "pynsqd", "pynsqd"]
     # every run published what the tool reported, to a broker of its own
     assert all(run["error"] is None and run["writer"]["messages"] > 0 for run in runs)
+
+
+@pytest.mark.skipif(nsq_bin_missing() is not None, reason=str(nsq_bin_missing()))
+def test_run_matrix_fan_out_row_measures_disk_bytes_per_message():
+    # one fan-out row: bench_writer into 3 channels made over HTTP beforehand, one short round each
+    done = subprocess.run([sys.executable, "-m", "tests.bench.run_matrix", "--rounds=1", "--runfor=1s",
+                           "--only=3 channels", "--json"], capture_output=True, text=True, timeout=180, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert [row["scenario"] for row in result["summary"]] == ["nsq MPUB200 100B writer 3 channels"]
+    (disk,) = result["disk"]
+    for broker in ("nsqd", "pynsqd"):
+        (run,) = disk[broker]["runs"]
+        # every channel held every message; past the default --mem-queue-size each wrote its own copy
+        assert run["settled"] and run["messages"] > 0 and run["channels"] == 3
+        assert run["data_bytes_per_msg"] > 0 and run["write_bytes"] > 0
+        assert run["copied_s"] >= 1 and run["fan_out_msgs_per_s"] > 0

@@ -11,6 +11,8 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from broker.bench.arguments import parse_duration
@@ -38,12 +40,15 @@ def finish(proc: subprocess.Popen, what: str) -> dict:
     return json.loads(out)
 
 
-def nsq_tool(tool: str, address: tuple[str, int], s: Scenario, args: list[str]) -> subprocess.Popen:
-    """Start nsq's ``bench_writer`` or ``bench_reader`` with ``s.connections`` connections."""
+def nsq_tool(tool: str, address: tuple[str, int], s: Scenario, args: list[str],
+             connections: int | None = None) -> subprocess.Popen:
+    """Start nsq's ``bench_writer`` or ``bench_reader`` with ``connections`` connections (default
+    ``s.connections``; neither tool has a flag for it: each opens ``GOMAXPROCS`` of them)."""
     folder = nsq_bin()
     if folder is None:
         raise RuntimeError("nsq's bench tools are not here (set NSQ_BIN, or put nsq's bin script at ../shared/nsq/bin)")
-    env = child_env(GOMAXPROCS=str(s.connections)) if s.connections else child_env()
+    connections = connections or s.connections
+    env = child_env(GOMAXPROCS=str(connections)) if connections else child_env()
     cmd = [str(folder / tool), f"--nsqd-tcp-address={address[0]}:{address[1]}", f"--topic={TOPIC}",
            f"--size={s.size}", *args]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
@@ -106,6 +111,38 @@ def reader_args(connections: int, rdy: int) -> list[str]:
     return [f"--topic={TOPIC}", f"--channel={CHANNEL}", f"--connections={connections}", f"--rdy={rdy}"]
 
 
+def channel_names(count: int) -> list[str]:
+    """The channels of a fan-out row: ch0, ch1, ..."""
+    return [f"{CHANNEL}{i}" for i in range(count)]
+
+
+def http_post(http_address: tuple[str, int], path: str, **params: str) -> None:
+    """``POST path?params`` to a broker's HTTP listener; raises RuntimeError unless it answers 200."""
+    url = f"http://{http_address[0]}:{http_address[1]}{path}?{urllib.parse.urlencode(params)}"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=10) as answer:
+            answer.read()
+    except OSError as exc:  # urllib's HTTPError and URLError included
+        raise RuntimeError(f"POST {path} {params}: {exc}") from None
+
+
+def create_channels_http(http_address: tuple[str, int], topic: str, channels: list[str]) -> None:
+    """``POST /topic/create``, then ``POST /channel/create`` for each channel (nsqd's needs the topic)."""
+    http_post(http_address, "/topic/create", topic=topic)
+    for name in channels:
+        http_post(http_address, "/channel/create", topic=topic, channel=name)
+
+
+def topic_stats(http_address: tuple[str, int], topic: str) -> dict | None:
+    """The topic's entry of ``GET /stats?format=json`` (channels without their clients), or None."""
+    query = urllib.parse.urlencode({"format": "json", "topic": topic, "include_clients": "false"})
+    url = f"http://{http_address[0]}:{http_address[1]}/stats?{query}"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        doc = json.loads(answer.read())
+    doc = doc.get("data", doc)  # nsqd answers a V1 client's Accept with a {"data": ...} wrapper
+    return next((t for t in doc.get("topics") or () if t["topic_name"] == topic), None)
+
+
 def create_channel(address: tuple[str, int], topic: str, channel: str) -> None:
     """Create a topic's channel by subscribing once (it outlives the subscriber)."""
     conn = BenchConnection.open(*address, "bench_matrix", {})
@@ -141,7 +178,8 @@ def run_nsq(s: Scenario, address: tuple[str, int], outcome: Outcome, opts: argpa
         outcome.writer = finish_nsq(nsq_tool("bench_writer", address, s, writer_flags), s, "bench_writer")
         return
     deadline = f"--deadline={nsq_deadline()}"
-    reader = nsq_tool("bench_reader", address, s, [f"--channel={CHANNEL}", f"--rdy={opts.rdy}", runfor, deadline])
+    reader = nsq_tool("bench_reader", address, s, [f"--channel={CHANNEL}", f"--rdy={opts.rdy}", runfor, deadline],
+                      s.readers)
     writer = nsq_tool("bench_writer", address, s, [*writer_flags, deadline])
     outcome.writer = finish_nsq(writer, s, "bench_writer")
     outcome.reader = finish_nsq(reader, s, "bench_reader")

@@ -1,5 +1,5 @@
 """The report: per-row summaries of each broker, the comparison table, the detailed table,
-the memory run."""
+the bytes written to disk per message, the memory run."""
 
 from __future__ import annotations
 
@@ -99,11 +99,73 @@ def table(outcomes: list[Outcome]) -> str:
     return _markdown(head, rows)
 
 
+def disk_summary(outcomes: list[Outcome], brokers: list[str]) -> list[dict]:
+    """Per scenario measured for disk (the rows with channels): each broker's medians of the
+    messages published, of the fan-out rate and of the bytes per message (tests.bench.matrix.disk),
+    the runs that did not settle, and pynsqd / nsqd of the fan-out rates and of the data-path
+    bytes per message."""
+    rows: dict[str, dict] = {}
+    for o in outcomes:
+        if o.disk is None:
+            continue
+        row = rows.setdefault(o.scenario.name, {"scenario": o.scenario.name, "channels": o.scenario.channels,
+                                                **{b: {"runs": []} for b in brokers}})
+        row[o.broker]["runs"].append(o.disk)
+    for row in rows.values():
+        for b in brokers:
+            side = row[b]
+            for key in ("messages", "fan_out_msgs_per_s", "data_bytes_per_msg", "write_bytes_per_msg"):
+                values = [r[key] for r in side["runs"] if r.get(key) is not None]
+                side[key] = statistics.median(values) if values else None
+            side["unsettled"] = sum(not r["settled"] for r in side["runs"])
+        py, ref = row[PYNSQD], row.get(NSQD)
+        rate, ref_rate = py["fan_out_msgs_per_s"], ref and ref["fan_out_msgs_per_s"]
+        row["fan_out_ratio"] = rate / ref_rate if rate is not None and ref_rate else None
+        data, ref_data = py["data_bytes_per_msg"], ref and ref["data_bytes_per_msg"]
+        row["ratio"] = data / ref_data if data is not None and ref_data is not None and ref_data >= 1 else None
+    return list(rows.values())
+
+
+def disk_table(summary: list[dict], brokers: list[str]) -> str:
+    """Each broker's medians of the fan-out rate and of the bytes written to disk per published
+    message, as one Markdown table."""
+    both = len(brokers) > 1
+    head = ["scenario"]
+    for b in brokers:
+        head += [f"{b} msgs", f"{b} fan-out msgs/s"]
+    head += ["pynsqd/nsqd"] if both else []
+    for b in brokers:
+        head += [f"{b} data B/msg", f"{b} write_bytes B/msg"]
+    head += ["pynsqd/nsqd (data)"] if both else []
+    rows = []
+    for row in summary:
+        cells = [row["scenario"]]
+        for b in brokers:
+            side = row[b]
+            note = f" ({side['unsettled']} unsettled)" if side["unsettled"] else ""
+            cells += [number(side["messages"]), number(side["fan_out_msgs_per_s"]) + note]
+        cells += [_ratio(row["fan_out_ratio"])] if both else []
+        for b in brokers:
+            cells += [number(row[b]["data_bytes_per_msg"]), number(row[b]["write_bytes_per_msg"])]
+        cells += [_ratio(row["ratio"])] if both else []
+        rows.append(cells)
+    return _markdown(head, rows)
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def render(data: dict | list) -> str:
     """The tables of a saved ``--json`` run."""
     if isinstance(data, list):  # a single-broker run
-        return table([Outcome.from_dict(d) for d in data])
-    return comparison_table(data["summary"])
+        outcomes = [Outcome.from_dict(d) for d in data]
+        disk = disk_summary(outcomes, [PYNSQD])
+        return table(outcomes) + (f"\n\n{disk_table(disk, [PYNSQD])}" if disk else "")
+    text = comparison_table(data["summary"])
+    if data.get("disk"):
+        text += "\n\n" + disk_table(data["disk"], list(data["brokers"]))
+    return text
 
 
 def memory_text(result: dict) -> str:

@@ -1,4 +1,5 @@
-"""The rows of the side-by-side matrix: scenarios, the comparison rows, and what one run measured."""
+"""The rows of the side-by-side matrix: scenarios, the comparison rows, the fan-out and
+many-consumer rows, and what one run measured."""
 
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ TOPIC = "sub_bench"
 CHANNEL = "ch"
 
 
+#: ``--mem-queue-size`` of the fan-out rows that keep every channel's messages in memory
+ALL_IN_MEMORY = 2_000_000
+
+
 #: wrk's load for the HTTP rows: threads and keep-alive connections
 WRK_THREADS = 2
 
@@ -42,7 +47,10 @@ class Scenario:
 
     ``tool`` is ``nsq`` (nsq's bench_writer/bench_reader, ``connections`` of them per tool),
     ``wrk`` (HTTP ``path``, ``batch`` lines of ``size`` bytes per request) or ``bench``
-    (``python -m broker.bench``).
+    (``python -m broker.bench``). ``channels`` (nsq writer rows): that many channels of the
+    topic are created over HTTP before the writer starts, nobody reads them, and the run also
+    measures the bytes written to disk per published message. ``readers`` (nsq "both" rows):
+    bench_reader's connection count (its ``GOMAXPROCS``), the writer keeping ``connections``.
     """
 
     tool: str
@@ -52,6 +60,8 @@ class Scenario:
     mem_queue_size: int | None = None
     connections: int | None = None
     path: str = ""
+    channels: int | None = None
+    readers: int | None = None
 
     @property
     def publish(self) -> str:
@@ -65,12 +75,16 @@ class Scenario:
             return f"http {self.path} {lines}{self.size}B x{WRK_CONNECTIONS}{mem}"
         if self.tool == "nsq":
             conns = f" x{self.connections}" if self.connections else ""
-            return f"nsq {self.publish} {self.size}B{conns} {self.role}{mem}"
+            # "N channels", not "channels=N": --only "3 channels" must not pick "30 channels"
+            shape = (f" {self.channels} channels" if self.channels else "") + (
+                f" {self.readers} consumers" if self.readers else "")
+            return f"nsq {self.publish} {self.size}B{conns} {self.role}{shape}{mem}"
         return f"{self.size}B {self.publish} {self.role} {'mem=default' if self.mem_queue_size is None else mem.strip()}"
 
     def as_dict(self) -> dict:
         return {"tool": self.tool, "size": self.size, "batch_size": self.batch, "role": self.role,
-                "mem_queue_size": self.mem_queue_size, "connections": self.connections, "path": self.path}
+                "mem_queue_size": self.mem_queue_size, "connections": self.connections, "path": self.path,
+                "channels": self.channels, "readers": self.readers}
 
 
 #: The rows of the side-by-side comparison: nsq's own tools, then HTTP.
@@ -83,6 +97,20 @@ COMPARISON = (
     Scenario("wrk", 100, 1, "writer", path="/pub"),
     Scenario("wrk", 100, 100, "writer", path="/mpub"),
 )
+
+
+#: Fan-out (``--only channels``): bench_writer MPUB 200 x 100 B into a topic with N channels
+#: created beforehand and nobody reading, spilling at the default --mem-queue-size and all in
+#: memory; 1 channel is the baseline. Not in the default run (a run writes N copies to disk).
+CHANNEL_ROWS = (
+    *(Scenario("nsq", 100, 200, "writer", channels=n) for n in (1, 3, 10, 30)),
+    *(Scenario("nsq", 100, 200, "writer", mem_queue_size=ALL_IN_MEMORY, channels=n) for n in (10, 30)),
+)
+
+
+#: Many consumers (``--only consumers``): one channel read by bench_reader on N connections
+#: while bench_writer (default connections) writes, as the "both" rows. Not in the default run.
+CONSUMER_ROWS = tuple(Scenario("nsq", 100, 200, "both", readers=n) for n in (2, 16, 64))
 
 
 @dataclass(slots=True)
@@ -103,6 +131,7 @@ class Outcome:
     peak_rss_mb: float = 0.0
     rss_mb: float = 0.0
     profile: dict = field(default_factory=dict)  # {"samples": N, "top": [...]}
+    disk: dict | None = None  # the rows with channels: see tests.bench.matrix.disk
     error: str | None = None
 
     @property
@@ -125,13 +154,13 @@ class Outcome:
         broker = d["broker"]
         runs = [r for r in (d["writer"], d["reader"]) if r]
         scenario = Scenario(d.get("tool", "bench"), d["size"], d["batch_size"], d["role"], d["mem_queue_size"],
-                            d.get("connections"), d.get("path", ""))
+                            d.get("connections"), d.get("path", ""), d.get("channels"), d.get("readers"))
         return cls(
             scenario, broker=d.get("broker_name", PYNSQD), round=d.get("round", 0),
             writer=d["writer"], reader=d["reader"], prefilled=d["prefilled"], broker_cpu_s=broker["cpu_s"],
             busy_s=broker["cpu_s"] + d["other_cpu_s"], window_s=d["window_s"],
             measured_s=max((r["duration_s"] for r in runs), default=0.0), peak_rss_mb=broker["peak_rss_mb"],
-            rss_mb=broker["rss_mb"], profile=d["profile"], error=d["error"])
+            rss_mb=broker["rss_mb"], profile=d["profile"], disk=d.get("disk"), error=d["error"])
 
     def as_dict(self) -> dict:
         s = self.scenario
@@ -154,6 +183,7 @@ class Outcome:
             "other_cpu_s": self.other_cpu_s,
             "window_s": self.window_s,
             "profile": self.profile,
+            "disk": self.disk,
             "error": self.error,
         }
 
@@ -166,7 +196,8 @@ def matrix() -> list[Scenario]:
 
 def scenarios(only: list[str], with_matrix: bool) -> list[Scenario]:
     """The rows to run: the comparison rows, the matrix when asked, and with ``only`` every row
-    whose name contains all of ``only`` (case-insensitive)."""
+    whose name contains all of ``only`` (case-insensitive), the fan-out and consumer rows included."""
     if not only:
         return matrix() if with_matrix else list(COMPARISON)
-    return [s for s in (*COMPARISON, *matrix()) if all(o.lower() in s.name.lower() for o in only)]
+    rows = (*COMPARISON, *CHANNEL_ROWS, *CONSUMER_ROWS, *matrix())
+    return [s for s in rows if all(o.lower() in s.name.lower() for o in only)]

@@ -10,14 +10,19 @@ import time
 from pathlib import Path
 
 from tests.bench.matrix.brokers import BrokerProcess, harness_cpu_seconds, machine_busy_seconds
+from tests.bench.matrix.disk import DiskMeter
 from tests.bench.matrix.loads import (
     bench,
+    channel_names,
     create_channel,
+    create_channels_http,
     finish,
+    http_post,
     reader_args,
     run_bench,
     run_nsq,
     run_wrk,
+    topic_stats,
     writer_args,
 )
 from tests.bench.matrix.profiling import Profiler, summarize_cprofile
@@ -40,8 +45,15 @@ def run_scenario(s: Scenario, broker_name: str, command: list[str], opts: argpar
     runfor = f"--runfor={opts.runfor}s"
     conns = opts.connections
     profiler = None
+    disk = None
     try:
         address = broker.start()
+        if s.channels:
+            http = broker.http_address
+            assert http is not None
+            create_channels_http(http, TOPIC, channel_names(s.channels))
+            disk = DiskMeter(data, broker.pid, s.channels, lambda: topic_stats(http, TOPIC))
+            disk.start()
         if s.role == "reader":
             pre = finish(bench("writer", address, [*writer_args(s, conns), runfor]), "prefill writer")
             outcome.prefilled = pre["messages"]
@@ -65,6 +77,13 @@ def run_scenario(s: Scenario, broker_name: str, command: list[str], opts: argpar
         outcome.profile, profiler = profiler.stop(), None
         outcome.measured_s = max(r["duration_s"] for r in (outcome.writer, outcome.reader) if r)
         outcome.peak_rss_mb, outcome.rss_mb = broker.memory_mb()
+        if disk is not None:
+            outcome.disk = disk.finish()
+            # measured: empty the channels, or stopping would first write out every message held
+            # in memory (nsqd needs minutes for 30 channels x 2,000,000)
+            assert broker.http_address is not None
+            for name in channel_names(s.channels or 0):
+                http_post(broker.http_address, "/channel/empty", topic=TOPIC, channel=name)
     except (RuntimeError, OSError, ValueError) as exc:
         outcome.error = f"{exc}\n{broker.log_tail(5)}".strip()
     finally:
