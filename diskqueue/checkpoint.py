@@ -41,7 +41,7 @@ __all__ = [
     "encode_checkpoint",
     "fsync_path",
     "load_checkpoint",
-    "store_checkpoint",
+    "replace_durably",
     "write_temporary",
 ]
 
@@ -168,7 +168,8 @@ def fsync_path(path: str) -> None:
         fileops.close(fd)
 
 
-def store_checkpoint(path: str, data: bytes) -> None:
-    """Replace the checkpoint at ``path`` atomically and durably (blocking: several fsyncs)."""
+def replace_durably(path: str, data: bytes) -> None:
+    """Replace the file at ``path`` (a checkpoint, the metadata file) atomically and durably
+    (blocking: several fsyncs)."""
     fileops.replace(write_temporary(path, data), path)
     fsync_path(os.path.dirname(path) or ".")

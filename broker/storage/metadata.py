@@ -27,7 +27,7 @@ from broker.gocompat.jsonscan import syntax_error
 from broker.gocompat.unmarshal import GO_BOOL, GO_STRING, GoSlice, GoStruct, unmarshal
 from broker.protocol import is_valid_name
 from diskqueue import describe_os_error
-from diskqueue.checkpoint import TEMP_SUFFIX, store_checkpoint
+from diskqueue.checkpoint import TEMP_SUFFIX, replace_durably
 
 __all__ = ["METADATA_FILE", "MetadataFile", "MetadataLoadError", "MetadataWriteError", "load", "save", "dump"]
 
@@ -154,7 +154,7 @@ def save(data_path: Path, payload: bytes) -> None:
     """
     path = str(data_path / METADATA_FILE)
     try:
-        store_checkpoint(path, payload)
+        replace_durably(path, payload)
     except OSError as exc:
         if exc.filename2 is not None:
             what = describe_os_error("rename", exc.filename, exc, exc.filename2)
