@@ -30,7 +30,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import socket
 import statistics
 import subprocess
@@ -52,6 +51,7 @@ from broker.protocol import (
 )
 from pyspark_nsq.dial import dial
 from pyspark_nsq.options import Address
+from tests.support.processes import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -307,11 +307,7 @@ def main(argv=None) -> None:
                     result["latency"] = measure_latency(spark, address, workdir, args.probes)
                 spark.stop()
         finally:
-            broker.send_signal(signal.SIGTERM)
-            try:
-                broker.wait(30)
-            except subprocess.TimeoutExpired:
-                broker.kill()
+            stop_process(broker, 30)
     if args.json:
         print(json.dumps(result))
         return
