@@ -44,6 +44,18 @@ async def opened(path: Path, **options) -> AsyncIterator[DiskQueue]:
         await q.close()
 
 
+@asynccontextmanager
+async def running(path: Path, **options) -> AsyncIterator[DiskQueue]:
+    """The queue ``NAME`` in ``path`` (with ``options``) and its ``run`` loop while the block runs,
+    closed after it. For tests on the mock clock: the time bound is virtual time."""
+    with trio.fail_after(1000):  # virtual time: the mock clock only moves when jumped
+        q = DiskQueue(NAME, path, **options)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(q.run)
+            yield q
+            await q.close()
+
+
 def segment_files(path: Path) -> list[str]:
     return sorted(p for p in os.listdir(path) if p.endswith(".dat") and ".meta." not in p)
 
@@ -382,57 +394,45 @@ async def test_empty_or_delete_during_sync(tmp_path: Path, blocking_fsync, actio
 
 
 async def test_run_syncs_after_sync_every_operations(tmp_path: Path, mock_clock) -> None:
-    with trio.fail_after(1000):  # virtual time: the mock clock only moves when jumped
-        q = DiskQueue(NAME, tmp_path, sync_every=10, sync_timeout=5.0)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(q.run)
-            q.put_many(records(6))
-            q.read_many(3)
-            await wait_all_tasks_blocked()
-            assert q.sync_needed and q.statistics().syncs == 0
-            q.put(b"tenth")
-            await wait_all_tasks_blocked()
-            assert not q.sync_needed  # the loop has captured a sync
-            await q.sync()  # waits for the loop's sync to finish
-            assert q.statistics().syncs == 1
-            assert checkpoint_of(tmp_path).write.seq == 7
-            await q.close()
+    async with running(tmp_path, sync_every=10, sync_timeout=5.0) as q:
+        q.put_many(records(6))
+        q.read_many(3)
+        await wait_all_tasks_blocked()
+        assert q.sync_needed and q.statistics().syncs == 0
+        q.put(b"tenth")
+        await wait_all_tasks_blocked()
+        assert not q.sync_needed  # the loop has captured a sync
+        await q.sync()  # waits for the loop's sync to finish
+        assert q.statistics().syncs == 1
+        assert checkpoint_of(tmp_path).write.seq == 7
 
 
 async def test_run_syncs_within_sync_timeout_of_activity(tmp_path: Path, mock_clock) -> None:
-    with trio.fail_after(1000):  # virtual time: the mock clock only moves when jumped
-        q = DiskQueue(NAME, tmp_path, sync_every=1000, sync_timeout=2.0)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(q.run)
-            q.put(b"x")
-            mock_clock.jump(1.9)
-            await wait_all_tasks_blocked()
-            assert q.sync_needed
-            mock_clock.jump(0.2)
-            await wait_all_tasks_blocked()
-            assert not q.sync_needed
-            await q.sync()
-            assert q.statistics().syncs == 1
-            mock_clock.jump(60)  # idle: nothing to sync
-            await wait_all_tasks_blocked()
-            assert q.statistics().syncs == 1
-            await q.close()
+    async with running(tmp_path, sync_every=1000, sync_timeout=2.0) as q:
+        q.put(b"x")
+        mock_clock.jump(1.9)
+        await wait_all_tasks_blocked()
+        assert q.sync_needed
+        mock_clock.jump(0.2)
+        await wait_all_tasks_blocked()
+        assert not q.sync_needed
+        await q.sync()
+        assert q.statistics().syncs == 1
+        mock_clock.jump(60)  # idle: nothing to sync
+        await wait_all_tasks_blocked()
+        assert q.statistics().syncs == 1
 
 
 async def test_run_syncs_promptly_after_a_roll(tmp_path: Path, mock_clock) -> None:
-    with trio.fail_after(1000):  # virtual time: the mock clock only moves when jumped
-        q = DiskQueue(NAME, tmp_path, max_bytes_per_file=200, sync_every=1000, sync_timeout=60.0)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(q.run)
-            q.put_many(records(5))
-            await wait_all_tasks_blocked()
-            assert q.sync_needed
-            q.put_many(records(5))  # passes 200 bytes: rolls
-            await wait_all_tasks_blocked()
-            assert not q.sync_needed
-            await q.sync()
-            assert checkpoint_of(tmp_path).write.file == 1
-            await q.close()
+    async with running(tmp_path, max_bytes_per_file=200, sync_every=1000, sync_timeout=60.0) as q:
+        q.put_many(records(5))
+        await wait_all_tasks_blocked()
+        assert q.sync_needed
+        q.put_many(records(5))  # passes 200 bytes: rolls
+        await wait_all_tasks_blocked()
+        assert not q.sync_needed
+        await q.sync()
+        assert checkpoint_of(tmp_path).write.file == 1
 
 
 async def until(condition) -> None:
@@ -454,23 +454,19 @@ async def test_run_retries_a_failed_sync(tmp_path: Path, mock_clock, monkeypatch
         real(fd)
 
     monkeypatch.setattr(fileops, "fdatasync", datasync)
-    with trio.fail_after(1000):  # virtual time: the mock clock only moves when jumped
-        q = DiskQueue(NAME, tmp_path, sync_every=1, sync_timeout=1.0)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(q.run)
-            q.put(b"x")
-            await until(lambda: q.statistics().last_sync_error is not None)
-            stats = q.statistics()
-            assert stats.syncs == 0 and "Input/output error" in (stats.last_sync_error or "")
-            assert q.sync_needed and not (tmp_path / meta_filename(NAME)).exists()
-            await wait_all_tasks_blocked()  # the loop is waiting sync_timeout before retrying
-            mock_clock.jump(1.0)
-            await wait_all_tasks_blocked()
-            assert not q.sync_needed  # the loop retried
-            await q.sync()
-            assert q.statistics().syncs == 1 and q.statistics().last_sync_error is None
-            assert checkpoint_of(tmp_path).write.seq == 1
-            await q.close()
+    async with running(tmp_path, sync_every=1, sync_timeout=1.0) as q:
+        q.put(b"x")
+        await until(lambda: q.statistics().last_sync_error is not None)
+        stats = q.statistics()
+        assert stats.syncs == 0 and "Input/output error" in (stats.last_sync_error or "")
+        assert q.sync_needed and not (tmp_path / meta_filename(NAME)).exists()
+        await wait_all_tasks_blocked()  # the loop is waiting sync_timeout before retrying
+        mock_clock.jump(1.0)
+        await wait_all_tasks_blocked()
+        assert not q.sync_needed  # the loop retried
+        await q.sync()
+        assert q.statistics().syncs == 1 and q.statistics().last_sync_error is None
+        assert checkpoint_of(tmp_path).write.seq == 1
 
 
 async def test_statistics(tmp_path: Path) -> None:
