@@ -15,7 +15,9 @@ import datetime
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 __all__ = [
     "WriterConfig",
@@ -33,6 +35,8 @@ DEFAULT_RUNFOR = 10.0
 #: nsq's tools open one connection per core (GOMAXPROCS).
 DEFAULT_CONNECTIONS = os.cpu_count() or 1
 DEFAULT_PROGRESS = 5.0
+
+_T = TypeVar("_T")
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -154,25 +158,21 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _flag_type(parse: Callable[[str], _T], what: str | None = None) -> Callable[[str], _T]:
+    """``parse`` as an argparse ``type``: its ValueError becomes argparse's usage error, whose
+    message is the ValueError's, or ``invalid <what> '<text>': <its message>`` given ``what``."""
+    def convert(text: str) -> _T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            message = str(exc) if what is None else f"invalid {what} {text!r}: {exc}"
+            raise argparse.ArgumentTypeError(message) from None
+    return convert
 
 
-def _deadline(text: str) -> float:
-    try:
-        return parse_deadline(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"invalid deadline {text!r}: {exc}") from None
-
-
-def _address(text: str) -> tuple[str, int]:
-    try:
-        return parse_address(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+_duration = _flag_type(parse_duration)
+_deadline = _flag_type(parse_deadline, "deadline")
+_address = _flag_type(parse_address)
 
 
 def _identify(text: str) -> dict:

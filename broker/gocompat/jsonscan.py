@@ -54,6 +54,11 @@ class _Scanner:
         self.err: str | None = None
         self.end_top = False
 
+    def then(self, state: Callable[[int], bool]) -> bool:
+        """Go's ``s.step = state; return scanContinue``: the next byte goes to ``state``."""
+        self.step = state
+        return True
+
     def error(self, c: int, context: str) -> bool:
         self.step = self.failed
         self.err = f"invalid character {quote_char(c)} {context}"
@@ -106,11 +111,9 @@ class _Scanner:
             return self.push(c, _ARRAY_VALUE)
         literal = _LITERAL_STARTS.get(c)
         if literal is not None:
-            self.step = getattr(self, literal)
-            return True
+            return self.then(getattr(self, literal))
         if 0x31 <= c <= 0x39:
-            self.step = self.state1
-            return True
+            return self.then(self.state1)
         return self.error(c, "looking for beginning of value")
 
     def begin_string_or_empty(self, c: int) -> bool:
@@ -125,8 +128,7 @@ class _Scanner:
         if c in _SPACE:
             return True
         if c == 0x22:
-            self.step = self.in_string
-            return True
+            return self.then(self.in_string)
         return self.error(c, "looking for beginning of object key string")
 
     def end_value(self, c: int) -> bool:
@@ -135,27 +137,23 @@ class _Scanner:
             self.end_top = True
             return self.end_top_state(c)
         if c in _SPACE:
-            self.step = self.end_value
-            return True
+            return self.then(self.end_value)
         state = self.stack[-1]
         if state == _OBJECT_KEY:
             if c == 0x3A:  # :
                 self.stack[-1] = _OBJECT_VALUE
-                self.step = self.begin_value
-                return True
+                return self.then(self.begin_value)
             return self.error(c, "after object key")
         if state == _OBJECT_VALUE:
             if c == 0x2C:  # ,
                 self.stack[-1] = _OBJECT_KEY
-                self.step = self.begin_string
-                return True
+                return self.then(self.begin_string)
             if c == 0x7D:
                 self.pop()
                 return True
             return self.error(c, "after object key:value pair")
         if c == 0x2C:
-            self.step = self.begin_value
-            return True
+            return self.then(self.begin_value)
         if c == 0x5D:
             self.pop()
             return True
@@ -170,29 +168,24 @@ class _Scanner:
 
     def in_string(self, c: int) -> bool:
         if c == 0x22:
-            self.step = self.end_value
-            return True
+            return self.then(self.end_value)
         if c == 0x5C:
-            self.step = self.in_string_escape
-            return True
+            return self.then(self.in_string_escape)
         if c < 0x20:
             return self.error(c, "in string literal")
         return True
 
     def in_string_escape(self, c: int) -> bool:
         if c in b'bfnrt\\/"':
-            self.step = self.in_string
-            return True
+            return self.then(self.in_string)
         if c == 0x75:  # u
-            self.step = self.hex_digit(4)
-            return True
+            return self.then(self.hex_digit(4))
         return self.error(c, "in string escape code")
 
     def hex_digit(self, left: int) -> Callable[[int], bool]:
         def state(c: int) -> bool:
             if c in _HEX:
-                self.step = self.in_string if left == 1 else self.hex_digit(left - 1)
-                return True
+                return self.then(self.in_string if left == 1 else self.hex_digit(left - 1))
             return self.error(c, "in \\u hexadecimal character escape")
         return state
 
@@ -200,52 +193,43 @@ class _Scanner:
 
     def neg(self, c: int) -> bool:
         if c == 0x30:
-            self.step = self.state0
-            return True
+            return self.then(self.state0)
         if 0x31 <= c <= 0x39:
-            self.step = self.state1
-            return True
+            return self.then(self.state1)
         return self.error(c, "in numeric literal")
 
     def state1(self, c: int) -> bool:
         if c in _DIGIT:
-            self.step = self.state1
-            return True
+            return self.then(self.state1)
         return self.state0(c)
 
     def state0(self, c: int) -> bool:
         if c == 0x2E:  # .
-            self.step = self.dot
-            return True
+            return self.then(self.dot)
         if c in b"eE":
-            self.step = self.exponent
-            return True
+            return self.then(self.exponent)
         return self.end_value(c)
 
     def dot(self, c: int) -> bool:
         if c in _DIGIT:
-            self.step = self.dot0
-            return True
+            return self.then(self.dot0)
         return self.error(c, "after decimal point in numeric literal")
 
     def dot0(self, c: int) -> bool:
         if c in _DIGIT:
             return True
         if c in b"eE":
-            self.step = self.exponent
-            return True
+            return self.then(self.exponent)
         return self.end_value(c)
 
     def exponent(self, c: int) -> bool:
         if c in b"+-":
-            self.step = self.exponent_sign
-            return True
+            return self.then(self.exponent_sign)
         return self.exponent_sign(c)
 
     def exponent_sign(self, c: int) -> bool:
         if c in _DIGIT:
-            self.step = self.exponent0
-            return True
+            return self.then(self.exponent0)
         return self.error(c, "in exponent of numeric literal")
 
     def exponent0(self, c: int) -> bool:
@@ -261,8 +245,7 @@ class _Scanner:
 
         def state(c: int) -> bool:
             if c == expected:
-                self.step = self.end_value if done + 1 == len(word) else self.literal(word, done + 1)
-                return True
+                return self.then(self.end_value if done + 1 == len(word) else self.literal(word, done + 1))
             return self.error(c, f"in literal {word} (expecting {quote_char(expected)})")
         return state
 

@@ -78,23 +78,21 @@ _CACHED_TARGETS = 1024
 _CACHED_TARGET_BYTES = 512
 
 
+@dataclass(slots=True)
 class Request:
     """One request's head. ``path`` is percent-decoded; ``raw_query`` is not.
 
     ``headers`` are (lower-case name, value) pairs as received; ``content_length`` is None
-    for a chunked body.
+    for a chunked body. Not frozen: a frozen dataclass's ``__init__`` is slower, and one is
+    made per request.
     """
 
-    __slots__ = ("method", "path", "raw_query", "headers", "content_length", "remote")
-
-    def __init__(self, method: str, path: str, raw_query: str, headers: tuple[tuple[bytes, bytes], ...],
-                 content_length: int | None, remote: str):
-        self.method = method
-        self.path = path
-        self.raw_query = raw_query
-        self.headers = headers
-        self.content_length = content_length
-        self.remote = remote
+    method: str
+    path: str
+    raw_query: str
+    headers: tuple[tuple[bytes, bytes], ...]
+    content_length: int | None
+    remote: str
 
     def header(self, name: bytes) -> bytes | None:
         """The first value of header ``name`` (lower case), or None."""

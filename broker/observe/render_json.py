@@ -7,12 +7,41 @@ clients were excluded, omitempty fields left out. pynsqd's dead-letter keys foll
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 from broker.gocompat import go_json
 from broker.observe.stats import ChannelStats, ClientStats, E2eStats, MemoryStats, Snapshot, TopicStats
 
 __all__ = ["stats_document", "memory_document", "render_json"]
+
+
+def _fields(*names: str) -> Callable[[Any], dict[str, Any]]:
+    """A function of a stats record: ``{name: record.name}`` for each of ``names``, in that order
+    (the JSON keys are the records' field names)."""
+    get = attrgetter(*names)
+    return lambda record: dict(zip(names, get(record)))
+
+
+# Each in nsqd's key order; the documents below add the keys that are not plain fields.
+_client_fields = _fields(
+    "client_id", "hostname", "version", "remote_address", "state", "ready_count", "in_flight_count",
+    "message_count", "finish_count", "requeue_count", "connect_ts", "sample_rate", "deflate", "snappy",
+    "user_agent",
+)
+_client_tls_fields = _fields(
+    "tls", "tls_cipher_suite", "tls_version", "tls_negotiated_protocol", "tls_negotiated_protocol_is_mutual",
+)
+_channel_fields = _fields(
+    "channel_name", "depth", "backend_depth", "in_flight_count", "deferred_count", "message_count",
+    "requeue_count", "timeout_count", "client_count",
+)
+_topic_fields = _fields("depth", "backend_depth", "message_count", "message_bytes", "paused")
+_memory_fields = _fields(
+    "heap_objects", "heap_idle_bytes", "heap_in_use_bytes", "heap_released_bytes", "gc_pause_usec_100",
+    "gc_pause_usec_99", "gc_pause_usec_95", "next_gc_bytes", "gc_total_runs",
+)
 
 
 def _e2e_document(e2e: E2eStats) -> dict[str, Any]:
@@ -24,23 +53,7 @@ def _e2e_document(e2e: E2eStats) -> dict[str, Any]:
 
 
 def _client_document(client: ClientStats) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "client_id": client.client_id,
-        "hostname": client.hostname,
-        "version": client.version,
-        "remote_address": client.remote_address,
-        "state": client.state,
-        "ready_count": client.ready_count,
-        "in_flight_count": client.in_flight_count,
-        "message_count": client.message_count,
-        "finish_count": client.finish_count,
-        "requeue_count": client.requeue_count,
-        "connect_ts": client.connect_ts,
-        "sample_rate": client.sample_rate,
-        "deflate": client.deflate,
-        "snappy": client.snappy,
-        "user_agent": client.user_agent,
-    }
+    doc = _client_fields(client)
     # omitempty fields, in struct order
     if client.authed:
         doc["authed"] = True
@@ -50,29 +63,15 @@ def _client_document(client: ClientStats) -> dict[str, Any]:
         doc["auth_identity_url"] = client.auth_identity_url
     if client.pub_counts:
         doc["pub_counts"] = [{"topic": name, "count": count} for name, count in client.pub_counts]
-    doc["tls"] = client.tls
-    doc["tls_cipher_suite"] = client.tls_cipher_suite
-    doc["tls_version"] = client.tls_version
-    doc["tls_negotiated_protocol"] = client.tls_negotiated_protocol
-    doc["tls_negotiated_protocol_is_mutual"] = client.tls_negotiated_protocol_is_mutual
+    doc.update(_client_tls_fields(client))
     return doc
 
 
 def _channel_document(channel: ChannelStats) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "channel_name": channel.channel_name,
-        "depth": channel.depth,
-        "backend_depth": channel.backend_depth,
-        "in_flight_count": channel.in_flight_count,
-        "deferred_count": channel.deferred_count,
-        "message_count": channel.message_count,
-        "requeue_count": channel.requeue_count,
-        "timeout_count": channel.timeout_count,
-        "client_count": channel.client_count,
-        "clients": None if channel.clients is None else [_client_document(c) for c in channel.clients],
-        "paused": channel.paused,
-        "e2e_processing_latency": _e2e_document(channel.e2e_processing_latency),
-    }
+    doc = _channel_fields(channel)
+    doc["clients"] = None if channel.clients is None else [_client_document(c) for c in channel.clients]
+    doc["paused"] = channel.paused
+    doc["e2e_processing_latency"] = _e2e_document(channel.e2e_processing_latency)
     if channel.max_attempts or channel.buried_count:
         # pynsqd's dead letters, after nsqd's keys (clients of nsqd's shape ignore them)
         doc["max_attempts"] = channel.max_attempts
@@ -81,31 +80,15 @@ def _channel_document(channel: ChannelStats) -> dict[str, Any]:
 
 
 def _topic_document(topic: TopicStats) -> dict[str, Any]:
-    return {
-        "topic_name": topic.topic_name,
-        "channels": [_channel_document(c) for c in topic.channels],
-        "depth": topic.depth,
-        "backend_depth": topic.backend_depth,
-        "message_count": topic.message_count,
-        "message_bytes": topic.message_bytes,
-        "paused": topic.paused,
-        "e2e_processing_latency": _e2e_document(topic.e2e_processing_latency),
-    }
+    doc: dict[str, Any] = {"topic_name": topic.topic_name, "channels": [_channel_document(c) for c in topic.channels]}
+    doc.update(_topic_fields(topic))
+    doc["e2e_processing_latency"] = _e2e_document(topic.e2e_processing_latency)
+    return doc
 
 
 def memory_document(memory: MemoryStats) -> dict[str, int]:
     """nsqd's ``memory`` block as a dict, in nsqd's key order."""
-    return {
-        "heap_objects": memory.heap_objects,
-        "heap_idle_bytes": memory.heap_idle_bytes,
-        "heap_in_use_bytes": memory.heap_in_use_bytes,
-        "heap_released_bytes": memory.heap_released_bytes,
-        "gc_pause_usec_100": memory.gc_pause_usec_100,
-        "gc_pause_usec_99": memory.gc_pause_usec_99,
-        "gc_pause_usec_95": memory.gc_pause_usec_95,
-        "next_gc_bytes": memory.next_gc_bytes,
-        "gc_total_runs": memory.gc_total_runs,
-    }
+    return _memory_fields(memory)
 
 
 def stats_document(snap: Snapshot) -> dict[str, Any]:

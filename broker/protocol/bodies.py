@@ -80,6 +80,8 @@ IDENTIFY_BODY = BodySpec("IDENTIFY", "E_BAD_BODY", "body", "body", too_big_first
 AUTH_BODY = BodySpec("AUTH", "E_BAD_BODY", "body", "body", too_big_first=True)
 PUB_BODY = BodySpec("PUB", "E_BAD_MESSAGE", "message body", "message", too_big_first=False)
 DPUB_BODY = BodySpec("DPUB", "E_BAD_MESSAGE", "message body", "message", too_big_first=False)
+#: The whole body of an MPUB; its messages' errors name their index (see :class:`MpubBody`).
+MPUB_BODY = BodySpec("MPUB", "E_BAD_BODY", "body", "body", too_big_first=False)
 
 
 class SizedBody:
@@ -154,10 +156,8 @@ class MpubBody:
             if end - pos < 4:
                 return pos, None
             size = _unpack_length(data, pos)[0]
-            if size <= 0:
-                raise ProtocolError("E_BAD_BODY", f"MPUB invalid body size {size}")
-            if size > max_body_size:
-                raise ProtocolError("E_BAD_BODY", f"MPUB body too big {size} > {max_body_size}")
+            if size <= 0 or size > max_body_size:
+                MPUB_BODY.check_size(size, max_body_size)
             pos += 4
             self.phase = _COUNT
         if self.phase == _COUNT:
@@ -198,9 +198,7 @@ class MpubBody:
         total += pos - first
         while index < count:
             if end - pos < 4:
-                self.total = total
-                self.need = 4
-                return pos, None
+                return self._wait(pos, total, 4)
             size = unpack(data, pos)[0]
             if size <= 0:
                 raise ProtocolError("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size {size}")
@@ -213,26 +211,28 @@ class MpubBody:
             stop = start + size
             if stop > end:
                 # leave the size unconsumed: it is cheap to re-read and keeps one position to resume from
-                self.total = total
-                self.need = 4 + size
-                return pos, None
+                return self._wait(pos, total, 4 + size)
             append(data[start:stop])
             total = grown
             pos = stop
             index += 1
         if index < self.count:  # stopped at the limit
-            self.total = total
-            self.need = 4
-            return pos, None
+            return self._wait(pos, total, 4)
         # built field by field: a frozen dataclass's __init__ goes through object.__setattr__
         event = _new(Mpub)
         _set_mpub_topic(event, self.topic)
         _set_mpub_bodies(event, bodies)
         return pos, event
 
+    def _wait(self, pos: int, total: int, need: int) -> tuple[int, None]:
+        """Stop at ``pos``, ``total`` bytes of the body read, until ``need`` bytes are at hand."""
+        self.total = total
+        self.need = need
+        return pos, None
+
     def eof_error(self) -> ProtocolError:
         if self.phase == _BODY_SIZE:
-            return ProtocolError("E_BAD_BODY", "MPUB failed to read body size")
+            return MPUB_BODY.read_size_error()
         if self.phase == _COUNT:
             return ProtocolError("E_BAD_BODY", "MPUB failed to read message count")
         if self.need == 4:

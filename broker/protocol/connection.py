@@ -384,10 +384,7 @@ class ServerConnection:
         return Rdy(count)
 
     def _fin(self, params: list[bytes]) -> Fin:
-        self._require_state(b"FIN")
-        if len(params) < 2:
-            raise _invalid("FIN insufficient number of params")
-        return Fin(self._message_id(params[1]))
+        return Fin(self._only_message_id(b"FIN", params))
 
     def _req(self, params: list[bytes]) -> Req:
         self._require_state(b"REQ")
@@ -401,10 +398,14 @@ class ServerConnection:
         return Req(msg_id, timeout_ns // _NS_PER_MS)
 
     def _touch(self, params: list[bytes]) -> Touch:
-        self._require_state(b"TOUCH")
+        return Touch(self._only_message_id(b"TOUCH", params))
+
+    def _only_message_id(self, command: bytes, params: list[bytes]) -> bytes:
+        """The message id of a FIN or TOUCH line, checked as nsqd checks it."""
+        self._require_state(command)
         if len(params) < 2:
-            raise _invalid("TOUCH insufficient number of params")
-        return Touch(self._message_id(params[1]))
+            raise _invalid(f"{command.decode()} insufficient number of params")
+        return self._message_id(params[1])
 
     def _cls(self, params: list[bytes]) -> Cls:
         self._require_state(b"CLS")

@@ -27,12 +27,13 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from tests.support.processes import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 LISTENING = re.compile(rb"(TCP|HTTP): listening on \[?([^\s\]]*)\]?:(\d+)")
@@ -102,12 +103,7 @@ class Broker:
 
     def __exit__(self, *exc) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop_process(self.proc, 60)
 
 
 def run_writer(address: tuple[str, int], connections: int, runfor: str, batch_size: int, size: int) -> dict:

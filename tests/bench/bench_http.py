@@ -34,6 +34,8 @@ import threading
 import time
 from pathlib import Path
 
+from tests.support.processes import stop_process
+
 ROOT = Path(__file__).resolve().parents[2]
 PYNSQD = "pynsqd /pub"
 CEILING = "trivial HTTP server"
@@ -142,15 +144,6 @@ def start_server(cmd: list[str], log_path: Path) -> tuple[subprocess.Popen, tupl
     raise RuntimeError(f"server did not start:\n{log_path.read_text()}")
 
 
-def stop_server(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=5.0, help="seconds of load per server")
@@ -183,7 +176,7 @@ def main(argv=None) -> int:
                     samples[name].append(run_load(address, args.connections, args.duration, args.size))
         finally:
             for proc, _ in servers.values():
-                stop_server(proc)
+                stop_process(proc, 30)
     best = {name: max(rates) for name, rates in samples.items()}
     ratio = best[PYNSQD] / best[CEILING]
     if args.json:

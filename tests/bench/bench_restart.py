@@ -33,7 +33,6 @@ import http.client
 import json
 import os
 import shlex
-import signal
 import socket
 import statistics
 import subprocess
@@ -44,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.paths import nsq_bin
+from tests.support.processes import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -134,13 +134,9 @@ class Broker:
         """SIGTERM and wait for the exit; returns the seconds it took. Raises on a failed exit."""
         assert self.proc is not None
         started = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            status = self.proc.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise RuntimeError(f"{self.name} did not exit within {STOP_TIMEOUT:g}s of SIGTERM") from None
+        status = stop_process(self.proc, STOP_TIMEOUT)
+        if status is None:
+            raise RuntimeError(f"{self.name} did not exit within {STOP_TIMEOUT:g}s of SIGTERM")
         if status != 0:
             raise RuntimeError(f"{self.name} exited with status {status}; see {self.log_path}")
         return time.monotonic() - started

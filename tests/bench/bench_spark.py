@@ -30,7 +30,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import socket
 import statistics
 import subprocess
@@ -52,6 +51,8 @@ from broker.protocol import (
 )
 from pyspark_nsq.dial import dial
 from pyspark_nsq.options import Address
+from tests.support.processes import stop_process
+from tests.support.spark_queries import start_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,17 +113,6 @@ class Probe:
         raise TimeoutError("no message on the sink topic")
 
 
-def stream(spark, address: Address, source: str, sink: str, checkpoint: str, trigger: dict,
-           **options):
-    reader = (spark.readStream.format("nsq").option("nsqd", str(address))
-              .option("topic", source).option("channel", "bench"))
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return (reader.load().select("body").writeStream.format("nsq")
-            .option("nsqd", str(address)).option("topic", sink)
-            .option("checkpointLocation", checkpoint).trigger(**trigger).start())
-
-
 class TopicCounter:
     """Polls the broker's ``/stats`` on a thread for a topic's message count and notes
     when the first message and the ``expect``-th were published to it. No consumer
@@ -163,8 +153,8 @@ def measure_copy(spark, address: Address, http: str, workdir: Path, count: int, 
     publish(address, source, [b"x" * size] * count)
     watch = TopicCounter(http, sink, count)
     started = time.monotonic()
-    query = stream(spark, address, source, sink, str(workdir / f"copy_{tag}"),
-                   {"processingTime": "0 seconds"})
+    query = start_copy(spark, str(address), source, sink, str(workdir / f"copy_{tag}"), channel="bench",
+                       trigger={"processingTime": "0 seconds"})
     try:
         watch.wait(600)
         deadline = time.monotonic() + 30
@@ -226,8 +216,8 @@ def measure_latency(spark, address: Address, workdir: Path, probes: int) -> dict
     publish(address, "lat_out", [b"create"])
     probe = Probe(address, "lat_out")
     probe.wait_message(10)
-    query = stream(spark, address, "lat_in", "lat_out", str(workdir / "lat"),
-                   {"processingTime": "0 seconds"})
+    query = start_copy(spark, str(address), "lat_in", "lat_out", str(workdir / "lat"), channel="bench",
+                       trigger={"processingTime": "0 seconds"})
     conn = dial(address, {})
     try:
         # Warm-up: the first batches pay for Spark's worker start.
@@ -307,11 +297,7 @@ def main(argv=None) -> None:
                     result["latency"] = measure_latency(spark, address, workdir, args.probes)
                 spark.stop()
         finally:
-            broker.send_signal(signal.SIGTERM)
-            try:
-                broker.wait(30)
-            except subprocess.TimeoutExpired:
-                broker.kill()
+            stop_process(broker, 30)
     if args.json:
         print(json.dumps(result))
         return

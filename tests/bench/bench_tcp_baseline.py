@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.support.processes import stop_process
+
 ROOT = Path(__file__).resolve().parents[2]
 CEILINGS = ("stream", "socket")
 _LISTEN = re.compile(r"TCP: listening on (\S+):(\d+)")
@@ -142,15 +144,6 @@ def start(cmd: list[str]) -> tuple[subprocess.Popen, str]:
     raise RuntimeError(f"{cmd} did not start")
 
 
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def writer(address: str, args: argparse.Namespace, batch: int) -> float:
     cmd = [sys.executable, "-m", "broker", "bench", "writer", f"--nsqd-tcp-address={address}",
            f"--runfor={args.runfor}", f"--size={args.size}", f"--connections={args.connections}",
@@ -186,7 +179,7 @@ def main() -> int:
                     try:
                         best[name] = max(best[name], writer(address, args, batch))
                     finally:
-                        stop(proc)
+                        stop_process(proc, 30)
         result = {"command": label, "size": args.size, "pynsqd_msgs_per_sec": round(best["pynsqd"])}
         for ceiling in CEILINGS:
             result[f"{ceiling}_ceiling_msgs_per_sec"] = round(best[ceiling])

@@ -7,9 +7,9 @@ import json
 import time
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from broker.protocol import encode_dpub, encode_fin, encode_pub, encode_rdy, encode_req, encode_sub
+from tests.support.exposition import metric_samples
 from tests.support.http_client import request
 from tests.support.v2client import connect
 from tests.support.waiting import wait_for
@@ -23,6 +23,11 @@ async def get_json(d, target: str) -> dict:
     assert reply.headers["content-type"] == "application/json; charset=utf-8"
     assert reply.headers["x-nsq-content-type"] == "nsq; version=1.0"
     return json.loads(reply.body)
+
+
+def fields(doc: dict, *names: str) -> dict:
+    """The entries of ``doc`` under ``names``, to compare with what they should be in one assert."""
+    return {name: doc[name] for name in names}
 
 
 async def traffic(d):
@@ -81,27 +86,18 @@ async def test_stats_json_field_by_field(start_daemon):
         assert audit["depth"] == 3 and audit["deferred_count"] == 1 and audit["message_count"] == 4
         assert audit["client_count"] == 0 and audit["clients"] == []
 
-        assert billing["depth"] == 0
-        assert billing["backend_depth"] == 0
-        assert billing["in_flight_count"] == 2
-        assert billing["deferred_count"] == 1
-        assert billing["message_count"] == 4
-        assert billing["requeue_count"] == 1
-        assert billing["timeout_count"] == 0
-        assert billing["client_count"] == 1
+        counts = {"depth": 0, "backend_depth": 0, "in_flight_count": 2, "deferred_count": 1, "message_count": 4,
+                  "requeue_count": 1, "timeout_count": 0, "client_count": 1}
+        assert fields(billing, *counts) == counts
         assert billing["e2e_processing_latency"]["count"] == 1
 
         (c,) = billing["clients"]
-        assert c["client_id"] == "consumer-1"
-        assert c["hostname"] == "conshost"
-        assert c["version"] == "V2"
+        identity = {"client_id": "consumer-1", "hostname": "conshost", "version": "V2"}
+        assert fields(c, *identity) == identity
         assert c["remote_address"].startswith("127.0.0.1:")
-        assert c["state"] == 3
-        assert c["ready_count"] == 3
-        assert c["in_flight_count"] == 2
-        assert c["message_count"] == 4
-        assert c["finish_count"] == 1
-        assert c["requeue_count"] == 1
+        counts = {"state": 3, "ready_count": 3, "in_flight_count": 2, "message_count": 4, "finish_count": 1,
+                  "requeue_count": 1}
+        assert fields(c, *counts) == counts
         assert abs(c["connect_ts"] - time.time()) < 60
         assert c["sample_rate"] == 0
         assert c["deflate"] is False and c["snappy"] is False and c["tls"] is False
@@ -190,14 +186,6 @@ async def test_stats_text_format(start_daemon):
         await consumer.aclose()
 
 
-def metric_values(text: str) -> dict[tuple[str, tuple], float]:
-    values = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            values[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return values
-
-
 async def test_stats_and_metrics_agree(start_daemon):
     async with start_daemon(PERCENTILES) as d:
         producer, consumer = await traffic(d)
@@ -205,7 +193,7 @@ async def test_stats_and_metrics_agree(start_daemon):
         reply = await request(d.addresses.http, "GET", "/metrics")
         assert reply.status == 200
         assert reply.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
-        metrics = metric_values(reply.text)
+        metrics = metric_samples(reply.text)
 
         for t in stats["topics"]:
             key = (("topic", t["topic_name"]),)
@@ -282,7 +270,7 @@ async def test_fin_latency_histogram_counts_every_fin(daemon):
     channel = daemon.broker.topics["t"].channels["c"]
     await wait_for(lambda: channel.e2e.count == 5)
     text = (await request(daemon.addresses.http, "GET", "/metrics")).text
-    values = metric_values(text)
+    values = metric_samples(text)
     key = (("channel", "c"), ("topic", "t"))
     assert values[("nsq_topic_channel_e2e_processing_latency_seconds_count", key)] == 5
     assert values[("nsq_topic_channel_e2e_processing_latency_seconds_bucket", (key[0], ("le", "+Inf"), key[1]))] == 5

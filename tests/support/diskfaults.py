@@ -14,11 +14,11 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from diskqueue import fileops
+from tests.support.file_layer import FileLayer
 
 __all__ = ["FULL_DISK_CALLS", "FaultyDisk"]
 
@@ -28,7 +28,7 @@ _EVERY_CHANGE = FULL_DISK_CALLS | {"open", "ftruncate", "fsync", "rename", "unli
 _WRITING = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
-class FaultyDisk:
+class FaultyDisk(FileLayer):
     """The disk queues' file layer with faults switched on and off by the test.
 
     ``matches`` picks the files (by name, without the directory) that fail; every file by
@@ -52,16 +52,8 @@ class FaultyDisk:
         """Make matching changes fail with ``error`` from now on (None: succeed again)."""
         self.error = error
 
-    @contextmanager
-    def installed(self) -> Iterator[FaultyDisk]:
-        """Route ``diskqueue.fileops`` through this layer while the block runs."""
-        previous = fileops.substitute(self._calls())
-        try:
-            yield self
-        finally:
-            fileops.substitute(previous)
-
-    def _calls(self) -> dict[str, Callable[..., Any]]:
+    def calls(self) -> dict[str, Callable[..., Any]]:
+        """The replacements: each refuses when it must, then makes the real call."""
         real = {name: getattr(fileops, name) for name in
                 ("open", "close", "pwrite", "write", "ftruncate", "fsync", "fdatasync", "rename", "replace",
                  "unlink")}

@@ -52,20 +52,28 @@ def _unmount(path: Path) -> None:
 
 
 @contextmanager
+def _mounted(path: Path, what: str, *mount_args: str) -> Iterator[Path]:
+    """``mount <mount_args> <path>`` on the new directory ``path`` while the block runs; skips the
+    test ("cannot <what> here") when the mount fails."""
+    path.mkdir(parents=True, exist_ok=True)
+    mounted = _run("mount", *mount_args, str(path))
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot {what} here: {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        _unmount(path)
+
+
+@contextmanager
 def tmpfs(path: Path, size: str, *, read_only: bool = False) -> Iterator[Path]:
     """A tmpfs of ``size`` (``mount -o size=``, e.g. ``"3m"``) on the new directory ``path``."""
     reason = _can_mount()
     if reason is not None:
         pytest.skip(f"cannot mount a tmpfs here: {reason}")
-    path.mkdir(parents=True, exist_ok=True)
     options = f"size={size}" + (",ro" if read_only else "")
-    mounted = _run("mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path))
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with _mounted(path, "mount a tmpfs", "-t", "tmpfs", "-o", options, "tmpfs"):
         yield path
-    finally:
-        _unmount(path)
 
 
 def remount(path: Path, *, read_only: bool) -> None:
@@ -112,14 +120,8 @@ def ext4_image(path: Path, size_mb: int = 32) -> Iterator[Path]:
     made = _run("mkfs.ext4", "-q", "-F", str(image))
     if made.returncode != 0:
         pytest.skip(f"cannot make an ext4 image here: {made.stderr.strip()}")
-    path.mkdir(parents=True, exist_ok=True)
-    mounted = _run("mount", "-o", "loop,errors=remount-ro", str(image), str(path))
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot loop-mount an ext4 image here: {mounted.stderr.strip()}")
-    try:
+    with _mounted(path, "loop-mount an ext4 image", "-o", "loop,errors=remount-ro", str(image)):
         yield path
-    finally:
-        _unmount(path)
 
 
 def abort_ext4(path: Path) -> None:

@@ -43,14 +43,13 @@ from __future__ import annotations
 import os
 import random
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from copy import deepcopy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from diskqueue import fileops
+from tests.support.file_layer import FileLayer
 
 __all__ = ["Disk", "Op", "Recorder", "crash_points", "first_seed", "write_directory"]
 
@@ -92,7 +91,7 @@ class Op:
         return f"mark {self.event!r}"
 
 
-class Recorder:
+class Recorder(FileLayer):
     """The file layer of one directory, ``root``: real calls, every change recorded in ``ops``.
 
     Install it with :meth:`installed` around the code under test. Thread-safe: a change
@@ -107,15 +106,6 @@ class Recorder:
         self.ops: list[Op] = []
         self._lock = threading.Lock()
         self._names: dict[int, str] = {}  # open descriptor -> the name it was opened under
-
-    @contextmanager
-    def installed(self) -> Iterator[Recorder]:
-        """Route the disk queue's file operations through this recorder while the block runs."""
-        previous = fileops.substitute(self.calls())
-        try:
-            yield self
-        finally:
-            fileops.substitute(previous)
 
     def calls(self) -> dict[str, Callable[..., Any]]:
         """The replacements for ``diskqueue.fileops`` (reads go to the real calls)."""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BrokerProcess", "Exited", "broker_args", "run_to_exit"]
+__all__ = ["BrokerProcess", "Exited", "broker_args", "run_to_exit", "stop_process"]
 
 _LISTEN = re.compile(r"(TCP|HTTP): listening on (\S+)")
 
@@ -94,6 +94,18 @@ class BrokerProcess:
                 if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
         raise RuntimeError(f"no {field} in /proc/{self.proc.pid}/status")
+
+
+def stop_process(proc: subprocess.Popen, timeout: float, sig: int = signal.SIGTERM) -> int | None:
+    """Send ``sig`` (SIGTERM: the graceful path) and wait up to ``timeout`` seconds for the exit;
+    SIGKILL it if it is still running then. Returns its exit status, None if it had to be killed."""
+    proc.send_signal(sig)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+        return None
 
 
 def _split(addr: str) -> tuple[str, int]:

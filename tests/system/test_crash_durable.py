@@ -104,6 +104,16 @@ async def _subscribe(proc, rdy: int):
     return client
 
 
+async def _start_published(broker_process, data, bodies: list[bytes], *, rdy: int, flags: tuple[str, ...] = ()):
+    """Start ``pynsqd --durable`` (with ``flags``) on ``data``, MPUB ``bodies`` to ``crash``, and
+    subscribe a consumer of ``crash``/``c`` with ``rdy``. Returns the process and the consumer."""
+    proc = broker_process("--durable", *flags, data_path=data)
+    producer = await connect(proc.tcp)
+    await producer.send(encode_mpub("crash", bodies))
+    await producer.expect_response(b"OK")
+    return proc, await _subscribe(proc, rdy=rdy)
+
+
 def _channel_is_empty(doc: dict) -> bool:
     """The ``crash``/``c`` channel of a ``/stats`` answer holds nothing: nothing more can be delivered."""
     (channel,) = doc["topics"][0]["channels"]
@@ -187,13 +197,9 @@ async def test_kill_9_keeps_the_delay_of_a_requeue(broker_process, tmp_path):
     """Messages REQ'd with a delay, killed while waiting, come back after the delay, not before."""
     data = tmp_path / "data"
     ledger = Ledger()
+    bodies = [f"req-{i}".encode() for i in range(20)]
     with trio.fail_after(60):
-        proc = broker_process("--durable", data_path=data)
-        producer = await connect(proc.tcp)
-        bodies = [f"req-{i}".encode() for i in range(20)]
-        await producer.send(encode_mpub("crash", bodies))
-        await producer.expect_response(b"OK")
-        consumer = await _subscribe(proc, rdy=20)
+        proc, consumer = await _start_published(broker_process, data, bodies, rdy=20)
         for msg in await consumer.read_messages(20):
             delay_ms = 1500 + 50 * int(msg.body.split(b"-")[1])
             ledger.defer(msg.body, delay_ms)
@@ -209,11 +215,8 @@ async def test_kill_9_keeps_the_delay_of_a_requeue(broker_process, tmp_path):
 async def test_kill_9_keeps_buried_messages(broker_process, tmp_path):
     data = tmp_path / "data"
     with trio.fail_after(60):
-        proc = broker_process("--durable", "--max-attempts=1", data_path=data)
-        producer = await connect(proc.tcp)
-        await producer.send(encode_mpub("crash", [b"a", b"b", b"c"]))
-        await producer.expect_response(b"OK")
-        consumer = await _subscribe(proc, rdy=10)
+        proc, consumer = await _start_published(broker_process, data, [b"a", b"b", b"c"], rdy=10,
+                                                 flags=("--max-attempts=1",))
         msgs = await consumer.read_messages(3)
         for msg in msgs:
             await consumer.send(encode_req(msg.id, 0))
@@ -311,11 +314,7 @@ async def test_kill_9_after_requeues_deferrals_and_releases_delivers_each_messag
     data = tmp_path / "data"
     bodies = [f"m{i}".encode() for i in range(21)]
     with trio.fail_after(60):
-        proc = broker_process("--durable", data_path=data)
-        producer = await connect(proc.tcp)
-        await producer.send(encode_mpub("crash", bodies))
-        await producer.expect_response(b"OK")
-        consumer = await _subscribe(proc, rdy=100)
+        proc, consumer = await _start_published(broker_process, data, bodies, rdy=100)
         first = await consumer.read_messages(21)
         pinned = next(m for m in first if m.body == b"m0")
         moving = [m for m in first if m is not pinned]
@@ -350,11 +349,7 @@ async def test_kill_9_does_not_bring_back_messages_finished_behind_one_in_flight
     data = tmp_path / "data"
     bodies = [f"m{i}".encode() for i in range(50)]
     with trio.fail_after(60):
-        proc = broker_process("--durable", data_path=data)
-        producer = await connect(proc.tcp)
-        await producer.send(encode_mpub("crash", bodies))
-        await producer.expect_response(b"OK")
-        consumer = await _subscribe(proc, rdy=100)
+        proc, consumer = await _start_published(broker_process, data, bodies, rdy=100)
         got = await consumer.read_messages(50)
         for msg in got:
             if msg.body != b"m0":

@@ -18,6 +18,7 @@ import trio
 from broker.protocol import encode_fin, encode_rdy, encode_sub
 from tests.support.http_client import request
 from tests.support.paths import DEPLOY
+from tests.support.processes import stop_process
 from tests.support.snapshots import MIXIN_NAMES
 from tests.support.v2client import connect
 
@@ -128,12 +129,7 @@ async def test_prometheus_scrapes_the_dashboard_series(broker_process, tmp_path)
                                                                  "NsqChannelDepthIncreasing", "NsqUnhealthy"}
         assert all(rule["health"] != "err" for rule in groups[0]["rules"])
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc, 10)
         log.close()
 
 

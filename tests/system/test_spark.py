@@ -34,6 +34,7 @@ from pyspark_nsq import SOURCE_SCHEMA, NsqDataSource
 from tests.support.http_client import request
 from tests.support.paths import REPO, nsq_bin
 from tests.support.processes import BrokerProcess
+from tests.support.spark_queries import start_copy
 from tests.support.v2client import connect
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -326,13 +327,25 @@ def test_defer_delays_delivery(spark, nsqd):
 
 def start_pipeline(spark, nsqd, source: str, sink: str, checkpoint: Path, *, trigger: dict,
                    **source_options):
-    stream = (spark.readStream.format("nsq").option("nsqd", address(nsqd))
-              .option("topic", source).option("channel", "spark"))
-    for key, value in source_options.items():
-        stream = stream.option(key, value)
-    return (stream.load().select("body").writeStream.format("nsq")
-            .option("nsqd", address(nsqd)).option("topic", sink)
-            .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
+    """Copy topic ``source`` (read on channel ``spark``) to ``sink`` with a streaming query."""
+    return start_copy(spark, address(nsqd), source, sink, str(checkpoint), channel="spark", trigger=trigger,
+                      **source_options)
+
+
+def copy_backlog_available_now(spark, nsqd, prefix: str, count: int, checkpoint: Path,
+                               max_per_trigger: int) -> tuple[list[bytes], object]:
+    """Publish ``count`` bodies to ``<prefix>_in`` and copy them to ``<prefix>_out`` (which has a
+    channel ``check``) with an ``availableNow`` query; asserts that the query ends without an
+    error. Returns the bodies published and the finished query."""
+    expected = bodies_of(prefix, count)
+    create_channel(nsqd, f"{prefix}_out", "check")
+    publish(nsqd, f"{prefix}_in", expected)
+    query = start_pipeline(spark, nsqd, f"{prefix}_in", f"{prefix}_out", checkpoint,
+                           trigger={"availableNow": True}, maxMessagesPerTrigger=str(max_per_trigger),
+                           drainTimeoutMs="500")
+    assert query.awaitTermination(DEADLINE_S)
+    assert query.exception() is None
+    return expected, query
 
 
 def test_stream_topic_to_topic_without_loss_or_duplicates(spark, nsqd, tmp_path):
@@ -356,14 +369,7 @@ def test_stream_topic_to_topic_without_loss_or_duplicates(spark, nsqd, tmp_path)
 
 def test_available_now_reads_the_backlog_and_stops(spark, nsqd, tmp_path):
     count = 1500
-    expected = bodies_of("now", count)
-    create_channel(nsqd, "now_out", "check")
-    publish(nsqd, "now_in", expected)
-    query = start_pipeline(spark, nsqd, "now_in", "now_out", tmp_path / "checkpoint",
-                           trigger={"availableNow": True}, maxMessagesPerTrigger="600",
-                           drainTimeoutMs="500")
-    assert query.awaitTermination(DEADLINE_S)
-    assert query.exception() is None
+    expected, query = copy_backlog_available_now(spark, nsqd, "now", count, tmp_path / "checkpoint", 600)
     batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sum(batches) == count and max(batches) <= 600
     assert sorted(consume(nsqd, "now_out", "check", expect=count)) == expected
@@ -371,14 +377,7 @@ def test_available_now_reads_the_backlog_and_stops(spark, nsqd, tmp_path):
 
 def test_against_nsqd_the_driver_side_path_copies_everything(spark, real_nsqd, tmp_path):
     count = 3000
-    expected = bodies_of("real", count)
-    create_channel(real_nsqd, "real_out", "check")
-    publish(real_nsqd, "real_in", expected)
-    query = start_pipeline(spark, real_nsqd, "real_in", "real_out", tmp_path / "checkpoint",
-                           trigger={"availableNow": True}, maxMessagesPerTrigger="1000",
-                           drainTimeoutMs="500")
-    assert query.awaitTermination(DEADLINE_S)
-    assert query.exception() is None
+    expected, _ = copy_backlog_available_now(spark, real_nsqd, "real", count, tmp_path / "checkpoint", 1000)
     assert sorted(consume(real_nsqd, "real_out", "check", expect=count)) == expected
     # nsqd FIN'd every message the driver held: nothing of the channel is left
     assert consume(real_nsqd, "real_in", "spark", expect=1, linger=0, timeout=2) == []

@@ -41,9 +41,14 @@ def pynsqd(tmp_path):
     broker.kill()
 
 
-def _options(broker) -> SourceOptions:
+def _open_and_stop(broker, caplog):
+    """The streaming source the connector opens on ``broker`` for topic ``t``, stopped again;
+    the connector's INFO lines are captured in ``caplog``."""
+    caplog.set_level(logging.INFO, "pyspark_nsq")
     host, port = broker.tcp
-    return SourceOptions.parse({"nsqd": f"{host}:{port}", "topic": "t", "channel": "c"})
+    source = open_source(SourceOptions.parse({"nsqd": f"{host}:{port}", "topic": "t", "channel": "c"}))
+    source.stop()
+    return source
 
 
 def test_nsqds_identify_answer_has_no_lease(nsqd):
@@ -57,22 +62,12 @@ def test_nsqds_identify_answer_has_no_lease(nsqd):
 
 
 def test_against_nsqd_the_source_reads_on_the_driver_and_logs_it(nsqd, caplog):
-    caplog.set_level(logging.INFO, "pyspark_nsq")
-    source = open_source(_options(nsqd))
-    try:
-        assert isinstance(source, HeldSource)
-    finally:
-        source.stop()
+    assert isinstance(_open_and_stop(nsqd, caplog), HeldSource)
     host, port = nsqd.tcp
     assert (f"nsq source: nsqd {host}:{port} offers no leases (a pynsqd extension); messages pass "
             "through the driver, which does not scale past one process") in caplog.messages
 
 
 def test_against_pynsqd_the_executors_read(pynsqd, caplog):
-    caplog.set_level(logging.INFO, "pyspark_nsq")
-    source = open_source(_options(pynsqd))
-    try:
-        assert isinstance(source, LeasedSource)
-    finally:
-        source.stop()
+    assert isinstance(_open_and_stop(pynsqd, caplog), LeasedSource)
     assert "nsq source: the brokers offer leases; executors read the messages" in caplog.messages

@@ -296,6 +296,19 @@ def in_pieces(data: bytes, piece: int = 7):
     return [data[i : i + piece] for i in range(0, len(data), piece)]
 
 
+def run_against(peer: ScriptedPeer, worker):
+    """Connect ``worker`` to ``peer``, run it to its end and close it, then wait for the peer's
+    script to finish. Returns the worker's report."""
+    try:
+        worker.connect()
+        start = time.monotonic()
+        report = worker.run(start, start + PEER_TIMEOUT, Scoreboard([0, 0], 1), 0)
+    finally:
+        worker.close()
+    peer.join()
+    return report
+
+
 def test_reader_loop_handles_split_frames_and_heartbeats():
     ids = [f"{i:016x}".encode() for i in range(50)]
     received = []
@@ -319,14 +332,7 @@ def test_reader_loop_handles_split_frames_and_heartbeats():
     peer = ScriptedPeer(script)
     plan = ConsumerPlan(host="127.0.0.1", port=peer.port, subscriptions=[("sub_bench", "ch")], rdy=2500,
                         client_id="test", count=len(ids))
-    worker = ReaderWorker(plan)
-    try:
-        worker.connect()
-        start = time.monotonic()
-        report = worker.run(start, start + PEER_TIMEOUT, Scoreboard([0, 0], 1), 0)
-    finally:
-        worker.close()
-    peer.join()
+    report = run_against(peer, ReaderWorker(plan))
     assert report.messages == len(ids)
     assert report.body_bytes == 100 * len(ids)
     assert report.latencies.count == len(ids)
@@ -355,14 +361,7 @@ def test_writer_loop_counts_oks_not_heartbeats():
     peer = ScriptedPeer(script)
     config = WriterConfig(host="127.0.0.1", port=peer.port, size=10, batch_size=200, count=450, connections=1,
                           pipeline=2)
-    worker = WriterWorker(config, [3])  # ceil(450 / 200) batches
-    try:
-        worker.connect()
-        start = time.monotonic()
-        report = worker.run(start, start + PEER_TIMEOUT, Scoreboard([0, 0], 1), 0)
-    finally:
-        worker.close()
-    peer.join()
+    report = run_against(peer, WriterWorker(config, [3]))  # ceil(450 / 200) batches
     assert report.messages == 600 and report.body_bytes == 6000
     mpubs = [c for c in commands if c[0] == b"MPUB sub_bench"]
     assert len(mpubs) == 3

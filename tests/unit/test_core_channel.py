@@ -8,11 +8,16 @@ from broker.core.message import now_ns
 from broker.protocol import ProtocolError
 
 
+def subscribe_and_put(channel, consumer, batch):
+    """Subscribe ``consumer`` to ``channel``, then put the messages of ``batch`` into it; returns ``consumer``."""
+    channel.add_client(consumer)
+    channel.put_many(batch)
+    return consumer
+
+
 async def test_delivers_within_the_rdy_window_and_keeps_the_rest_ready(make_host, subscriber, messages):
     channel = make_host().channel()
-    consumer = subscriber(rdy=2)
-    channel.add_client(consumer)
-    channel.put_many(messages(b"a", b"b", b"c"))
+    consumer = subscribe_and_put(channel, subscriber(rdy=2), messages(b"a", b"b", b"c"))
     assert consumer.bodies() == [b"a", b"b"]
     assert (channel.depth, len(channel.in_flight)) == (1, 2)
     channel.finish_many(consumer, [consumer.received[0].id])
@@ -40,9 +45,7 @@ async def test_fin_of_a_message_not_in_flight_or_not_owned_fails(make_host, subs
 
 async def test_message_timeout_requeues_and_redelivers(make_host, subscriber, messages, autojump_clock):
     channel = make_host().channel()
-    consumer = subscriber(rdy=1, msg_timeout=30.0)
-    channel.add_client(consumer)
-    channel.put_many(messages(b"slow"))
+    consumer = subscribe_and_put(channel, subscriber(rdy=1, msg_timeout=30.0), messages(b"slow"))
     await trio.sleep(29)
     assert not channel.process_timers()
     await trio.sleep(2)
@@ -53,9 +56,7 @@ async def test_message_timeout_requeues_and_redelivers(make_host, subscriber, me
 
 async def test_touch_extends_the_deadline(make_host, subscriber, messages, autojump_clock):
     channel = make_host().channel()
-    consumer = subscriber(rdy=1, msg_timeout=30.0)
-    channel.add_client(consumer)
-    channel.put_many(messages(b"a"))
+    consumer = subscribe_and_put(channel, subscriber(rdy=1, msg_timeout=30.0), messages(b"a"))
     await trio.sleep(20)
     channel.touch(consumer, consumer.received[0].id)
     await trio.sleep(20)  # 40 s after delivery, 20 s after the touch
@@ -68,9 +69,7 @@ async def test_touch_extends_the_deadline(make_host, subscriber, messages, autoj
 
 async def test_touch_never_extends_past_max_msg_timeout(make_host, subscriber, messages, autojump_clock):
     channel = make_host("--max-msg-timeout=45s").channel()
-    consumer = subscriber(rdy=1, msg_timeout=30.0)
-    channel.add_client(consumer)
-    channel.put_many(messages(b"a"))
+    consumer = subscribe_and_put(channel, subscriber(rdy=1, msg_timeout=30.0), messages(b"a"))
     await trio.sleep(25)
     channel.touch(consumer, consumer.received[0].id)
     await trio.sleep(21)  # 46 s after delivery: the touch's 55 s were capped at 45 s
@@ -80,9 +79,7 @@ async def test_touch_never_extends_past_max_msg_timeout(make_host, subscriber, m
 
 async def test_req_without_delay_goes_to_the_tail(make_host, subscriber, messages):
     channel = make_host().channel()
-    consumer = subscriber(rdy=1)
-    channel.add_client(consumer)
-    channel.put_many(messages(b"a", b"b"))
+    consumer = subscribe_and_put(channel, subscriber(rdy=1), messages(b"a", b"b"))
     channel.requeue(consumer, consumer.received[0].id, 0)
     assert (channel.requeue_count, consumer.requeue_count, consumer.in_flight_count) == (1, 1, 0)
     channel.dispatch()
@@ -93,9 +90,7 @@ async def test_req_without_delay_goes_to_the_tail(make_host, subscriber, message
 
 async def test_req_with_delay_is_released_at_its_due_time(make_host, subscriber, messages, autojump_clock):
     channel = make_host().channel()
-    consumer = subscriber(rdy=5)
-    channel.add_client(consumer)
-    channel.put_many(messages(b"later"))
+    consumer = subscribe_and_put(channel, subscriber(rdy=5), messages(b"later"))
     channel.requeue(consumer, consumer.received[0].id, 10_000)
     assert len(channel.deferred) == 1 and not channel.in_flight
     await trio.sleep(9.9)
@@ -191,9 +186,7 @@ async def test_message_is_buried_after_max_attempts_and_kicked_back(make_host, s
                                                                    autojump_clock):
     host = make_host("--max-attempts=2")
     channel = host.channel()
-    consumer = subscriber(rdy=1)
-    channel.add_client(consumer)
-    channel.put_many(messages(b"poison"))
+    consumer = subscribe_and_put(channel, subscriber(rdy=1), messages(b"poison"))
     for _ in range(2):
         channel.requeue(consumer, consumer.received[-1].id, 0)
         channel.dispatch()
@@ -208,9 +201,7 @@ async def test_message_is_buried_after_max_attempts_and_kicked_back(make_host, s
 async def test_buried_messages_survive_a_restart_and_can_be_deleted(make_host, subscriber, messages):
     host = make_host("--max-attempts=1")
     channel = host.channel()
-    consumer = subscriber(rdy=1)
-    channel.add_client(consumer)
-    channel.put_many(messages(b"poison"))
+    consumer = subscribe_and_put(channel, subscriber(rdy=1), messages(b"poison"))
     channel.requeue(consumer, consumer.received[0].id, 0)
     channel.dispatch()
     assert len(channel.buried) == 1

@@ -6,6 +6,8 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,28 @@ def drain(q: DiskQueue, batch: int = 7) -> list[bytes]:
         out += got
 
 
+@asynccontextmanager
+async def opened(path: Path, **options) -> AsyncIterator[DiskQueue]:
+    """The queue ``NAME`` in ``path`` (with ``options``) while the block runs, closed after it;
+    the whole has 10 seconds."""
+    with trio.fail_after(10):
+        q = DiskQueue(NAME, path, **options)
+        yield q
+        await q.close()
+
+
+@asynccontextmanager
+async def running(path: Path, **options) -> AsyncIterator[DiskQueue]:
+    """The queue ``NAME`` in ``path`` (with ``options``) and its ``run`` loop while the block runs,
+    closed after it. For tests on the mock clock: the time bound is virtual time."""
+    with trio.fail_after(1000):  # virtual time: the mock clock only moves when jumped
+        q = DiskQueue(NAME, path, **options)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(q.run)
+            yield q
+            await q.close()
+
+
 def segment_files(path: Path) -> list[str]:
     return sorted(p for p in os.listdir(path) if p.endswith(".dat") and ".meta." not in p)
 
@@ -44,19 +68,16 @@ def checkpoint_of(path: Path):
 
 
 async def test_round_trip_single_records(tmp_path: Path) -> None:
-    with trio.fail_after(10):
-        q = DiskQueue(NAME, tmp_path)
+    async with opened(tmp_path) as q:
         for payload in (b"a", b"", b"ccc"):
             q.put(payload)
         assert q.depth == 3
         assert q.read_many(10) == [b"a", b"", b"ccc"]
         assert q.depth == 0 and q.read_many(10) == []
-        await q.close()
 
 
 async def test_round_trip_batches(tmp_path: Path) -> None:
-    with trio.fail_after(10):
-        q = DiskQueue(NAME, tmp_path, max_bytes_per_file=4096)
+    async with opened(tmp_path, max_bytes_per_file=4096) as q:
         sent = [os.urandom(n) for n in range(0, 600, 3)]
         q.put_many(sent[:50])
         q.put_many(iter(sent[50:]))
@@ -64,7 +85,6 @@ async def test_round_trip_batches(tmp_path: Path) -> None:
         for size in (1, 2, 30, 1000):
             got += q.read_many(size)
         assert got == sent
-        await q.close()
 
 
 async def test_opening_an_empty_directory_creates_nothing(tmp_path: Path) -> None:
@@ -76,8 +96,7 @@ async def test_opening_an_empty_directory_creates_nothing(tmp_path: Path) -> Non
 
 
 async def test_segments_roll_before_passing_max_and_are_deleted_once_consumed(tmp_path: Path) -> None:
-    with trio.fail_after(10):
-        q = DiskQueue(NAME, tmp_path, max_bytes_per_file=300)
+    async with opened(tmp_path, max_bytes_per_file=300) as q:
         sent = records(100)  # 28 bytes a record: 9 per segment
         q.put_many(sent[:40])
         for i in range(40, 100, 3):
@@ -88,33 +107,27 @@ async def test_segments_roll_before_passing_max_and_are_deleted_once_consumed(tm
         assert drain(q, 10) == sent
         await q.sync()
         assert segment_files(tmp_path) == [segment_filename(NAME, 11)]
-        await q.close()
 
 
 async def test_consumed_segments_wait_for_the_checkpoint(tmp_path: Path) -> None:
-    with trio.fail_after(10):
-        q = DiskQueue(NAME, tmp_path, max_bytes_per_file=300)
+    async with opened(tmp_path, max_bytes_per_file=300) as q:
         q.put_many(records(30))
         q.read_many(30)
         assert len(segment_files(tmp_path)) == 4  # removal happens in sync, after the checkpoint
         await q.sync()
         assert segment_files(tmp_path) == [segment_filename(NAME, 3)]
-        await q.close()
 
 
 async def test_record_bigger_than_a_segment_goes_alone(tmp_path: Path) -> None:
-    with trio.fail_after(10):
-        q = DiskQueue(NAME, tmp_path, max_bytes_per_file=100)
+    async with opened(tmp_path, max_bytes_per_file=100) as q:
         sent = [b"s", b"L" * 500, b"t"]
         q.put_many(sent)
         assert len(segment_files(tmp_path)) == 3
         assert q.read_many(5) == sent
-        await q.close()
 
 
 async def test_message_size_bounds(tmp_path: Path) -> None:
-    with trio.fail_after(10):
-        q = DiskQueue(NAME, tmp_path, min_msg_size=2, max_msg_size=10)
+    async with opened(tmp_path, min_msg_size=2, max_msg_size=10) as q:
         with pytest.raises(MessageSizeError) as info:
             q.put_many([b"ok", b"x"])
         assert info.value.size == 1 and info.value.index == 1
@@ -123,7 +136,6 @@ async def test_message_size_bounds(tmp_path: Path) -> None:
         assert q.depth == 0 and segment_files(tmp_path) == []
         q.put_many([b"ok", b"x" * 10])
         assert q.read_many(5) == [b"ok", b"x" * 10]
-        await q.close()
 
 
 @pytest.mark.parametrize("graceful", [True, False], ids=["close", "crash"])
@@ -208,8 +220,7 @@ async def test_commit_in_pieces_across_segments(tmp_path: Path) -> None:
 
 
 async def test_committing_everything_releases_segments(tmp_path: Path) -> None:
-    with trio.fail_after(10):
-        q = DiskQueue(NAME, tmp_path, max_bytes_per_file=150, auto_commit=False)
+    async with opened(tmp_path, max_bytes_per_file=150, auto_commit=False) as q:
         q.put_many(records(40))
         q.read_many(40)
         await q.sync()
@@ -217,7 +228,6 @@ async def test_committing_everything_releases_segments(tmp_path: Path) -> None:
         q.commit()
         await q.sync()
         assert len(segment_files(tmp_path)) == 1
-        await q.close()
 
 
 async def test_empty_drops_everything(tmp_path: Path) -> None:
@@ -271,8 +281,7 @@ async def test_delete_and_close_are_final_and_idempotent(tmp_path: Path) -> None
 
 
 async def test_sync_is_a_group_commit(tmp_path: Path) -> None:
-    with trio.fail_after(10):
-        q = DiskQueue(NAME, tmp_path, max_bytes_per_file=1000)
+    async with opened(tmp_path, max_bytes_per_file=1000) as q:
         for i in range(0, 100, 10):
             q.put_many(records(10, start=i))
         assert q.sync_needed
@@ -284,7 +293,6 @@ async def test_sync_is_a_group_commit(tmp_path: Path) -> None:
         assert checkpoint.write.seq == 100 and checkpoint.depth == 100
         await q.sync()  # nothing new: no fsync, no new checkpoint
         assert q.statistics().syncs == 1
-        await q.close()
 
 
 async def test_sync_of_new_records_alone_is_one_data_fsync(tmp_path: Path) -> None:
@@ -386,57 +394,45 @@ async def test_empty_or_delete_during_sync(tmp_path: Path, blocking_fsync, actio
 
 
 async def test_run_syncs_after_sync_every_operations(tmp_path: Path, mock_clock) -> None:
-    with trio.fail_after(1000):  # virtual time: the mock clock only moves when jumped
-        q = DiskQueue(NAME, tmp_path, sync_every=10, sync_timeout=5.0)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(q.run)
-            q.put_many(records(6))
-            q.read_many(3)
-            await wait_all_tasks_blocked()
-            assert q.sync_needed and q.statistics().syncs == 0
-            q.put(b"tenth")
-            await wait_all_tasks_blocked()
-            assert not q.sync_needed  # the loop has captured a sync
-            await q.sync()  # waits for the loop's sync to finish
-            assert q.statistics().syncs == 1
-            assert checkpoint_of(tmp_path).write.seq == 7
-            await q.close()
+    async with running(tmp_path, sync_every=10, sync_timeout=5.0) as q:
+        q.put_many(records(6))
+        q.read_many(3)
+        await wait_all_tasks_blocked()
+        assert q.sync_needed and q.statistics().syncs == 0
+        q.put(b"tenth")
+        await wait_all_tasks_blocked()
+        assert not q.sync_needed  # the loop has captured a sync
+        await q.sync()  # waits for the loop's sync to finish
+        assert q.statistics().syncs == 1
+        assert checkpoint_of(tmp_path).write.seq == 7
 
 
 async def test_run_syncs_within_sync_timeout_of_activity(tmp_path: Path, mock_clock) -> None:
-    with trio.fail_after(1000):  # virtual time: the mock clock only moves when jumped
-        q = DiskQueue(NAME, tmp_path, sync_every=1000, sync_timeout=2.0)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(q.run)
-            q.put(b"x")
-            mock_clock.jump(1.9)
-            await wait_all_tasks_blocked()
-            assert q.sync_needed
-            mock_clock.jump(0.2)
-            await wait_all_tasks_blocked()
-            assert not q.sync_needed
-            await q.sync()
-            assert q.statistics().syncs == 1
-            mock_clock.jump(60)  # idle: nothing to sync
-            await wait_all_tasks_blocked()
-            assert q.statistics().syncs == 1
-            await q.close()
+    async with running(tmp_path, sync_every=1000, sync_timeout=2.0) as q:
+        q.put(b"x")
+        mock_clock.jump(1.9)
+        await wait_all_tasks_blocked()
+        assert q.sync_needed
+        mock_clock.jump(0.2)
+        await wait_all_tasks_blocked()
+        assert not q.sync_needed
+        await q.sync()
+        assert q.statistics().syncs == 1
+        mock_clock.jump(60)  # idle: nothing to sync
+        await wait_all_tasks_blocked()
+        assert q.statistics().syncs == 1
 
 
 async def test_run_syncs_promptly_after_a_roll(tmp_path: Path, mock_clock) -> None:
-    with trio.fail_after(1000):  # virtual time: the mock clock only moves when jumped
-        q = DiskQueue(NAME, tmp_path, max_bytes_per_file=200, sync_every=1000, sync_timeout=60.0)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(q.run)
-            q.put_many(records(5))
-            await wait_all_tasks_blocked()
-            assert q.sync_needed
-            q.put_many(records(5))  # passes 200 bytes: rolls
-            await wait_all_tasks_blocked()
-            assert not q.sync_needed
-            await q.sync()
-            assert checkpoint_of(tmp_path).write.file == 1
-            await q.close()
+    async with running(tmp_path, max_bytes_per_file=200, sync_every=1000, sync_timeout=60.0) as q:
+        q.put_many(records(5))
+        await wait_all_tasks_blocked()
+        assert q.sync_needed
+        q.put_many(records(5))  # passes 200 bytes: rolls
+        await wait_all_tasks_blocked()
+        assert not q.sync_needed
+        await q.sync()
+        assert checkpoint_of(tmp_path).write.file == 1
 
 
 async def until(condition) -> None:
@@ -458,28 +454,23 @@ async def test_run_retries_a_failed_sync(tmp_path: Path, mock_clock, monkeypatch
         real(fd)
 
     monkeypatch.setattr(fileops, "fdatasync", datasync)
-    with trio.fail_after(1000):  # virtual time: the mock clock only moves when jumped
-        q = DiskQueue(NAME, tmp_path, sync_every=1, sync_timeout=1.0)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(q.run)
-            q.put(b"x")
-            await until(lambda: q.statistics().last_sync_error is not None)
-            stats = q.statistics()
-            assert stats.syncs == 0 and "Input/output error" in (stats.last_sync_error or "")
-            assert q.sync_needed and not (tmp_path / meta_filename(NAME)).exists()
-            await wait_all_tasks_blocked()  # the loop is waiting sync_timeout before retrying
-            mock_clock.jump(1.0)
-            await wait_all_tasks_blocked()
-            assert not q.sync_needed  # the loop retried
-            await q.sync()
-            assert q.statistics().syncs == 1 and q.statistics().last_sync_error is None
-            assert checkpoint_of(tmp_path).write.seq == 1
-            await q.close()
+    async with running(tmp_path, sync_every=1, sync_timeout=1.0) as q:
+        q.put(b"x")
+        await until(lambda: q.statistics().last_sync_error is not None)
+        stats = q.statistics()
+        assert stats.syncs == 0 and "Input/output error" in (stats.last_sync_error or "")
+        assert q.sync_needed and not (tmp_path / meta_filename(NAME)).exists()
+        await wait_all_tasks_blocked()  # the loop is waiting sync_timeout before retrying
+        mock_clock.jump(1.0)
+        await wait_all_tasks_blocked()
+        assert not q.sync_needed  # the loop retried
+        await q.sync()
+        assert q.statistics().syncs == 1 and q.statistics().last_sync_error is None
+        assert checkpoint_of(tmp_path).write.seq == 1
 
 
 async def test_statistics(tmp_path: Path) -> None:
-    with trio.fail_after(10):
-        q = DiskQueue(NAME, tmp_path, max_bytes_per_file=200, auto_commit=False)
+    async with opened(tmp_path, max_bytes_per_file=200, auto_commit=False) as q:
         q.put_many(records(20))
         q.read_many(8)
         q.commit(3)
@@ -489,7 +480,6 @@ async def test_statistics(tmp_path: Path) -> None:
         assert stats.read_cursor == (1, HEADER_SIZE + 2 * 28)
         assert stats.commit_cursor == (0, HEADER_SIZE + 3 * 28)
         assert stats.unsynced_operations == 28 and stats.sync_needed and stats.records_lost == 0
-        await q.close()
 
 
 async def test_max_bytes_per_file_may_change_between_runs(tmp_path: Path) -> None:

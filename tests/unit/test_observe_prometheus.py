@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from broker.core.latency import LATENCY_BUCKETS, LatencyHistogram
 from broker.observe import E2eStats, MetricsExporter, Snapshot, percentile_suffix
+from tests.support.exposition import metric_samples
 from tests.support.snapshots import MEMORY, MIXIN_NAMES, START, channel, client, topic
 
 
@@ -22,21 +22,13 @@ def example_snapshot() -> Snapshot:
                     memory=MEMORY, producers=None, percentiles=(0.99, 0.95))
 
 
-def samples(text: str) -> dict[tuple[str, tuple], float]:
-    found = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return found
-
-
 @pytest.fixture(scope="module")
 def exposition() -> str:
     return MetricsExporter().render(example_snapshot()).decode()
 
 
 def test_every_mixin_series_exists(exposition):
-    names = {name for name, _ in samples(exposition)}
+    names = {name for name, _ in metric_samples(exposition)}
     missing = [name for name in MIXIN_NAMES if name not in names]
     assert not missing
 
@@ -48,7 +40,7 @@ def test_counters_keep_their_statsd_names(exposition):
 
 
 def test_values_and_labels(exposition):
-    found = samples(exposition)
+    found = metric_samples(exposition)
     assert found[("nsq_topic_depth", (("topic", "t"),))] == 5
     assert found[("nsq_topic_depth", (("topic", "empty"),))] == 5
     assert found[("nsq_topic_channel_count", (("topic", "t"),))] == 2
@@ -70,7 +62,7 @@ def test_values_and_labels(exposition):
 
 
 def test_client_series_carry_lovoos_labels(exposition):
-    found = samples(exposition)
+    found = metric_samples(exposition)
     labels = (("channel", "ch"), ("client_id", "worker"), ("deflate", "false"), ("hostname", "host1"),
               ("remote_address", "127.0.0.1:5555"), ("snappy", "false"), ("tls", "false"), ("topic", "t"),
               ("version", "V2"))
@@ -79,7 +71,7 @@ def test_client_series_carry_lovoos_labels(exposition):
 
 
 def test_fin_latency_histogram(exposition):
-    found = samples(exposition)
+    found = metric_samples(exposition)
     key = (("channel", "ch"), ("topic", "t"))
     assert found[("nsq_topic_channel_e2e_processing_latency_seconds_count", key)] == 5
     assert found[("nsq_topic_channel_e2e_processing_latency_seconds_sum", key)] == pytest.approx(2.0465)
@@ -97,7 +89,7 @@ def test_fin_latency_histogram(exposition):
 
 
 def test_process_metrics_are_included(exposition):
-    names = {name for name, _ in samples(exposition)}
+    names = {name for name, _ in metric_samples(exposition)}
     assert "process_resident_memory_bytes" in names
     assert "python_gc_collections_total" in names
 

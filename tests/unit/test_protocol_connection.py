@@ -634,35 +634,24 @@ def test_tls_policy_lifted_after_upgrade():
 
 def test_encoders_round_trip():
     bodies = [bytes([i]) * (i + 1) for i in range(50)]
-    stream = b"".join([
-        encode_identify({"client_id": "c", "feature_negotiation": True, "sample_rate": 10}),
-        encode_auth(b"\x00secret\n"),
-        encode_pub("topic.a-b_c", b"\x00\xff\n body"),
-        encode_mpub("t#ephemeral", bodies),
-        encode_dpub("t", 3600000, b"later"),
-        encode_sub("t", "c#ephemeral"),
-        encode_rdy(2500),
-        encode_fin(ID.decode()),
-        encode_req(ID, 0),
-        encode_touch(ID),
-        encode_nop(),
-        encode_cls(),
-    ])
-    expected = [
-        Identify({"client_id": "c", "feature_negotiation": True, "sample_rate": 10}),
-        Auth(b"\x00secret\n"),
-        Pub("topic.a-b_c", b"\x00\xff\n body"),
-        Mpub("t#ephemeral", bodies),
-        Dpub("t", 3600000, b"later"),
-        Sub("t", "c#ephemeral"),
-        Rdy(2500),
-        Fin(ID),
-        Req(ID, 0),
-        Touch(ID),
-        Nop(),
-        Cls(),
+    identify = {"client_id": "c", "feature_negotiation": True, "sample_rate": 10}
+    # (what a client encodes, the event the server reads from it)
+    commands = [
+        (encode_identify(identify), Identify(identify)),
+        (encode_auth(b"\x00secret\n"), Auth(b"\x00secret\n")),
+        (encode_pub("topic.a-b_c", b"\x00\xff\n body"), Pub("topic.a-b_c", b"\x00\xff\n body")),
+        (encode_mpub("t#ephemeral", bodies), Mpub("t#ephemeral", bodies)),
+        (encode_dpub("t", 3600000, b"later"), Dpub("t", 3600000, b"later")),
+        (encode_sub("t", "c#ephemeral"), Sub("t", "c#ephemeral")),
+        (encode_rdy(2500), Rdy(2500)),
+        (encode_fin(ID.decode()), Fin(ID)),
+        (encode_req(ID, 0), Req(ID, 0)),
+        (encode_touch(ID), Touch(ID)),
+        (encode_nop(), Nop()),
+        (encode_cls(), Cls()),
     ]
-    check(stream, expected, None, limits=Limits())
+    stream = b"".join(wire for wire, _ in commands)
+    check(stream, [event for _, event in commands], None, limits=Limits())
 
 
 def test_encoder_byte_layout():

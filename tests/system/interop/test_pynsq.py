@@ -30,16 +30,16 @@ async def publish(broker, logs, *ops) -> list[dict]:
     return await publish_with(PYNSQ, broker, logs, *ops)
 
 
+async def consume(broker, logs, topic: str, **options) -> list[dict]:
+    """The events of a pynsq Reader of ``topic`` run to its end (``options``: see ``consume_config``)."""
+    return await run_client(PYNSQ, "consume", consume_config(broker, topic, **options), log_dir=logs)
+
+
 async def test_reader_with_max_in_flight_holds_many_messages_at_once(broker, logs):
     bodies = [f"m{i:03d}" for i in range(200)]
     with trio.fail_after(30):
         await publish(broker, logs, {"op": "mpub", "topic": "bulk", "bodies": bodies})
-        events = await run_client(
-            PYNSQ,
-            "consume",
-            consume_config(broker, "bulk", max_in_flight=25, batch=True, expect=200),
-            log_dir=logs,
-        )
+        events = await consume(broker, logs, "bulk", max_in_flight=25, batch=True, expect=200)
     assert_no_errors(events)
     messages = of_kind(events, "message")
     assert sorted(m["body"] for m in messages) == bodies
@@ -56,9 +56,7 @@ async def test_unanswered_message_times_out_and_is_redelivered(broker_process, l
     broker = broker_process("--msg-timeout=1s")
     with trio.fail_after(30):
         await publish(broker, logs, {"op": "pub", "topic": "slow", "body": "stuck"})
-        events = await run_client(
-            PYNSQ, "consume", consume_config(broker, "slow", hold_below=2, expect=1), log_dir=logs
-        )
+        events = await consume(broker, logs, "slow", hold_below=2, expect=1)
     assert_no_errors(events)
     first, second = of_kind(events, "message")
     assert (first["action"], second["action"]) == ("hold", "fin")
@@ -72,12 +70,7 @@ async def test_touch_keeps_a_slow_message_in_flight_past_the_timeout(broker_proc
     broker = broker_process("--msg-timeout=1s")
     with trio.fail_after(30):
         await publish(broker, logs, {"op": "pub", "topic": "long", "body": "work"})
-        events = await run_client(
-            PYNSQ,
-            "consume",
-            consume_config(broker, "long", finish_after_ms=2200, touch_every_ms=300, expect=1, linger=0.5),
-            log_dir=logs,
-        )
+        events = await consume(broker, logs, "long", finish_after_ms=2200, touch_every_ms=300, expect=1, linger=0.5)
     assert_no_errors(events)
     # Held for more than twice the message timeout, the message is delivered only once: every
     # TOUCH pushed its deadline back.
@@ -91,12 +84,7 @@ async def test_two_readers_on_one_channel_share_the_messages(broker, logs):
     with trio.fail_after(30):
         await publish(broker, logs, {"op": "mpub", "topic": "jobs", "bodies": bodies})
         # Each reader keeps its message in flight for a moment, so the other one is offered the next.
-        events = await run_client(
-            PYNSQ,
-            "consume",
-            consume_config(broker, "jobs", channels=["workers", "workers"], finish_after_ms=10, expect=60),
-            log_dir=logs,
-        )
+        events = await consume(broker, logs, "jobs", channels=["workers", "workers"], finish_after_ms=10, expect=60)
     assert_no_errors(events)
     messages = of_kind(events, "message")
     assert sorted(m["body"] for m in messages) == bodies
