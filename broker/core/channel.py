@@ -45,7 +45,7 @@ from broker.core.leases import Leases
 from broker.core.leasing import LeaseSettlement
 from broker.core.message import Message, now_ns
 from broker.core.retention import RETRY_DELAY, MemoryRetention, retention_for
-from broker.core.spill import SharedBatch
+from broker.core.spill import ReadyDepths, SharedBatch
 from broker.core.tasks import TaskSet
 from broker.core.timers import TimerHeap
 from broker.protocol import MESSAGE_HEADER_LENGTH, ProtocolError, command_failed, is_ephemeral
@@ -60,7 +60,7 @@ _DEADLINE = operator.attrgetter("deadline")
 _FRAME_OVERHEAD = 8 + MESSAGE_HEADER_LENGTH
 
 
-class Channel(LeaseSettlement, DeadLetterCommands):
+class Channel(ReadyDepths, LeaseSettlement, DeadLetterCommands):
     """A named channel of a topic; owned by its :class:`~broker.core.topic.Topic`.
 
     Owns its retention (queues and stores, the buried set), its in-flight
@@ -139,15 +139,6 @@ class Channel(LeaseSettlement, DeadLetterCommands):
         await self.retention.wait_durable()
 
     # ---------------------------------------------------------------- queueing
-
-    @property
-    def depth(self) -> int:
-        """Ready messages: memory plus unread disk records (not in-flight, not deferred)."""
-        return self.ready.depth
-
-    @property
-    def backend_depth(self) -> int:
-        return self.ready.backend_depth
 
     @property
     def backend(self) -> DiskQueue | None:

@@ -29,7 +29,7 @@ from broker.core.fanout import Fanout
 from broker.core.host import CoreHost, RegistryChange
 from broker.core.message import Message
 from broker.core.retention import RETRY_DELAY
-from broker.core.spill import SpillQueue
+from broker.core.spill import ReadyDepths, SpillQueue
 from broker.core.tasks import TaskSet
 from broker.protocol import is_ephemeral
 from diskqueue import DiskQueue, DiskQueueError
@@ -39,7 +39,7 @@ __all__ = ["Topic"]
 log = logging.getLogger("pynsqd.topic")
 
 
-class Topic:
+class Topic(ReadyDepths):
     """A named topic; owned by the :class:`~broker.core.broker.Broker`.
 
     Owns its channels, its queue of published messages, its fan-out and a
@@ -168,14 +168,6 @@ class Topic:
             self._on_empty()
 
     # ---------------------------------------------------------------- publishing
-
-    @property
-    def depth(self) -> int:
-        return self.ready.depth
-
-    @property
-    def backend_depth(self) -> int:
-        return self.ready.backend_depth
 
     def put_many(self, msgs: list[Message]) -> None:
         """Accept published messages (all or nothing: the caller validated them).

@@ -29,7 +29,7 @@ behind the removed records; after a crash a removed message may come back
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from broker.core.durability.ackfloor import AckFloor
 from broker.core.durability.groupcommit import GroupCommit
@@ -89,16 +89,10 @@ class ParkedStore:
         For the messages whose record says it replaces another
         (:data:`~broker.core.message.REPLACES`), ``replaced`` maps the message id to that number.
         """
-        queue = self.queue
         out: list[Message] = []
         replaced: dict[bytes, int] = {}
-        while queue.depth:
-            first = queue.read_seq
-            records = queue.read_many(_LOAD_BATCH)
-            if not records:
-                break
-            ticket = self._issue(first, len(records))
-            for record, msg in zip(records, decode_each(records, log, queue.name)):
+        for ticket, records in self._read_rest():
+            for record, msg in zip(records, decode_each(records, log, self.queue.name)):
                 if msg is None:
                     self.acks.done(ticket)
                 else:
@@ -147,15 +141,19 @@ class ParkedStore:
         self._live += len(msgs)
 
     def _retire_unread(self) -> None:
+        for ticket, records in self._read_rest():
+            for done in range(ticket, ticket + len(records)):
+                self.acks.done(done)
+
+    def _read_rest(self) -> Iterator[tuple[int, list[bytes]]]:
+        """Read the queue to its end, a batch at a time, each with the ticket of its first record."""
         queue = self.queue
         while queue.depth:
             first = queue.read_seq
             records = queue.read_many(_LOAD_BATCH)
             if not records:
                 break
-            ticket = self._issue(first, len(records))
-            for done in range(ticket, ticket + len(records)):
-                self.acks.done(done)
+            yield self._issue(first, len(records)), records
 
     def remove(self, msg: Message) -> None:
         """Retire ``msg``'s record (it left the set)."""
