@@ -12,6 +12,17 @@ drained it, waits on the server's :class:`~broker.server.poller.ReadPoller`
 arrives itself (:class:`_InlineInput`) as long as no command must be awaited,
 so a request answered at once costs no task switch; the reader takes over for
 the rest. A TLS connection reads its ``trio.SSLStream`` instead.
+
+Every failure of a connection is handled in that connection's task, whichever
+task applied the command: a turn of commands (:meth:`TCPServer._turn`) raises
+what fails, the connection's task turns it into the end of the connection
+(:meth:`TCPServer._fail`: nsqd's error frame, the log line, the disk error
+reported), and the poller's task only keeps it for the connection
+(``_InlineInput.failure``) and wakes its task. So the poller's task never logs,
+answers or closes for a connection and never raises what a connection's input
+did: each connection's failure is its own, as a nursery keeps a task's failure
+with its parent, and the inline path keeps its speed (see
+:mod:`broker.server.poller` for what waking the task per request costs).
 """
 
 from __future__ import annotations
@@ -171,6 +182,10 @@ class TCPServer(ConnectionServer):
             if drained:
                 await poller.wait_readable(fd, inline)
                 drained = False
+                failure = inline.failure
+                if failure is not None:  # what failed in the poller's task ends this connection, here
+                    inline.failure = None
+                    return self._fail(client, failure)
                 continue  # what the poller's task left (see _InlineInput) comes first
             try:
                 data = read(fd, RECEIVE_SIZE)
@@ -253,7 +268,8 @@ class TCPServer(ConnectionServer):
         fatal error (its frame is queued, if it has one).
         """
         if data is not None:
-            done = self._apply_now(client, conn, data)
+            conn.receive_data(data)
+            done = self._apply_commands(client, conn, None)
         else:
             done = None if client.unapplied else self._apply_commands(client, conn, None)
         while True:
@@ -265,15 +281,6 @@ class TCPServer(ConnectionServer):
             # the read deadline is for a client that sends nothing, not one whose input is still applied
             client.note_read()
             done = self._apply_commands(client, conn, None)
-
-    def _apply_now(self, client: Client, conn: ServerConnection, data: bytes) -> bool | None:
-        """Feed ``data`` to the parser and apply, in order, a turn of complete commands (see
-        :meth:`_apply_commands`). True: the turn is applied (``conn.has_more`` tells whether
-        another is due); False: a fatal error, the connection must close; None:
-        ``client.unapplied`` holds a command to await and the rest of its turn
-        (:meth:`_apply_rest` applies them)."""
-        conn.receive_data(data)
-        return self._apply_commands(client, conn, None)
 
     async def _apply_rest(self, client: Client, conn: ServerConnection) -> bool:
         """Apply ``client.unapplied``: await its first command's answer, then the rest of its
@@ -298,50 +305,63 @@ class TCPServer(ConnectionServer):
                 return done
 
     def _apply_commands(self, client: Client, conn: ServerConnection, events: list | None) -> bool | None:
+        """:meth:`_turn` in the connection's own task, which ends the connection on what it raises.
+
+        True: the turn is applied (``conn.has_more`` tells whether another is due); False: a
+        fatal error, the connection must close; None: ``client.unapplied`` holds a command to
+        await and the rest of its turn (:meth:`_apply_rest` applies them).
+        """
+        try:
+            return self._turn(client, conn, events)
+        except Exception as exc:
+            return self._fail(client, exc)
+
+    def _turn(self, client: Client, conn: ServerConnection, events: list | None) -> bool | None:
         """Apply ``events`` (None: the next turn the parser gives, at most :data:`TURN_COMMANDS`),
-        up to the first that must be awaited (see :meth:`_apply_now`). The turn ends with one
-        dispatch and one flush; what the parser still holds is left for the next."""
+        up to the first that must be awaited (then None, see :meth:`_apply_commands`; else True).
+        The turn ends with one dispatch and one flush; what the parser still holds is left for
+        the next. Non-fatal errors are answered; anything else a command raises (a fatal
+        protocol error, a failed disk write, a fault) is raised, with the batch left open for
+        :meth:`_fail`, which the connection's own task calls."""
         broker = self.broker
         sync_handlers = SYNC_HANDLERS
         answer_handlers = ANSWER_HANDLERS
         client.batching = True
-        try:
-            if events is None:
-                events = conn.next_events(TURN_COMMANDS)
-            for index, event in enumerate(events):
-                event_type = type(event)
-                if event_type is FinRun:
-                    fin_run(broker, client, event.msg_ids)
-                    continue
-                handler = sync_handlers.get(event_type)
-                try:
-                    if handler is not None:
-                        handler(broker, client, event)
-                    else:
-                        response = answer_handlers[event_type](broker, client, event)
-                        if type(response) is not bytes:  # to await: the answer, then the rest of the turn
-                            client.unapplied = [response, *events[index + 1:]]
-                            # while the command waits, other tasks' output is not held back
-                            client.batching = False
-                            return None
-                        client.send_response(response)
-                except ProtocolError as err:
-                    if err.fatal:
-                        raise
-                    client.send_error(err)
-                if event_type is Identify:
-                    conn.heartbeats_enabled = client.heartbeat_interval > 0
-                    if client.upgrade is not None:
-                        # what follows IDENTIFY belongs to the upgraded stream
-                        client.upgrade.leftover = conn.take_trailing_data()
-                        return self._end_batch(client, True)
-            return self._end_batch(client, True)
-        except Exception as exc:
-            return self._fail(client, exc)
+        if events is None:
+            events = conn.next_events(TURN_COMMANDS)
+        for index, event in enumerate(events):
+            event_type = type(event)
+            if event_type is FinRun:
+                fin_run(broker, client, event.msg_ids)
+                continue
+            handler = sync_handlers.get(event_type)
+            try:
+                if handler is not None:
+                    handler(broker, client, event)
+                else:
+                    response = answer_handlers[event_type](broker, client, event)
+                    if type(response) is not bytes:  # to await: the answer, then the rest of the turn
+                        client.unapplied = [response, *events[index + 1:]]
+                        # while the command waits, other tasks' output is not held back
+                        client.batching = False
+                        return None
+                    client.send_response(response)
+            except ProtocolError as err:
+                if err.fatal:
+                    raise
+                client.send_error(err)
+            if event_type is Identify:
+                conn.heartbeats_enabled = client.heartbeat_interval > 0
+                if client.upgrade is not None:
+                    # what follows IDENTIFY belongs to the upgraded stream
+                    client.upgrade.leftover = conn.take_trailing_data()
+                    return self._end_batch(client, True)
+        return self._end_batch(client, True)
 
     def _fail(self, client: Client, exc: Exception) -> bool:
         """The connection ends after ``exc``: a fatal protocol error (its frame is queued, if it has
-        one), a failed disk write under a command, or a fault of ours. Returns False."""
+        one), a failed disk write under a command, or a fault of ours. Returns False. Called in
+        the connection's own task only (see the module docstring)."""
         if isinstance(exc, ProtocolError):
             log.info("TCP: client(%s) error: %s %s", client.remote_address, exc.code, exc.description)
             if exc.payload:  # an over-long line closes without a frame, as in nsqd
@@ -371,17 +391,21 @@ class _InlineInput:
     It applies one turn (see :meth:`TCPServer._apply`) and returns False (wake the
     connection's task) when the task has something to do: a command to await
     (``client.unapplied``), the rest of the read (``conn.has_more``), an upgrade after
-    IDENTIFY, a connection that ends (it asked it to close), or a full read (more may be
-    waiting). Compressed input is left to the task.
+    IDENTIFY, a connection that ends (it asked it to close), a full read (more may be
+    waiting), or a failure. Compressed input is left to the task.
+
+    It never raises (the poller's contract): what the turn raises is kept in ``failure``
+    for the connection's task, which ends the connection on it (:meth:`TCPServer._fail`).
     """
 
-    __slots__ = ("server", "client", "conn", "fd")
+    __slots__ = ("server", "client", "conn", "fd", "failure")
 
     def __init__(self, server: TCPServer, client: Client, conn: ServerConnection, fd: int):
         self.server = server
         self.client = client
         self.conn = conn
         self.fd = fd
+        self.failure: Exception | None = None  # what failed here; the connection's task acts on it
 
     def __call__(self) -> bool:
         client = self.client
@@ -396,8 +420,13 @@ class _InlineInput:
             return False
         client.note_read()
         conn = self.conn
-        done = self.server._apply_now(client, conn, data)
-        if done is False or not data:
+        try:
+            conn.receive_data(data)
+            done = self.server._turn(client, conn, None)
+        except Exception as exc:  # the connection's task ends the connection on it
+            self.failure = exc
+            return False
+        if not data:
             client.close_soon()
             return False
         return (done is True and len(data) < RECEIVE_SIZE and not conn.has_more and client.upgrade is None

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
+import struct
 
 import pytest
 import trio
 
+from broker import protocol
 from broker.protocol import (
     encode_cls,
     encode_dpub,
@@ -20,6 +23,8 @@ from broker.protocol import (
     encode_sub,
     encode_touch,
 )
+from broker.server.commands import ANSWER_HANDLERS
+from broker.server.tcp import TCPServer
 from tests.support.v2client import connect, publish, subscriber
 from tests.support.waiting import wait_for
 
@@ -469,3 +474,72 @@ async def test_many_publishers_one_message_at_a_time_are_each_answered(daemon):
     consumer = await subscriber(daemon, rdy=400)
     bodies = [m.body for m in await consumer.read_messages(400)]
     assert sorted(bodies) == sorted(b"%d-%d" % (n, r) for n in range(8) for r in range(50))
+
+
+#: What one connection sends to fail, and what it is answered before the close (None: no frame).
+_FAILING_INPUTS = {
+    # a command whose handling raises unexpectedly: a fault of ours, closed without a frame
+    "fault": (encode_pub("boom", b"x"), None),
+    "garbage": (b"\x00\xffHELLO there\n", b"E_INVALID invalid command \x00\xffHELLO"),
+    "protocol error": (b"PUB a/b\n" + struct.pack(">I", 1) + b"x", b'E_BAD_TOPIC PUB topic name "a/b" is not valid'),
+}
+
+
+@pytest.mark.parametrize("failing_input", list(_FAILING_INPUTS))
+async def test_a_failure_in_one_connections_input_is_that_connections_alone(daemon, monkeypatch, caplog,
+                                                                           failing_input):
+    # The failing input arrives while its connection waits on the read poller, so the
+    # poller's task applies it; the failure is handled (logged, answered, closed) in the
+    # connection's own task, the other connections are served on and the poller runs on.
+    caplog.set_level(logging.INFO, logger="pynsqd.tcp")
+    raised_in: list[str] = []  # the task in which a turn of commands raised
+    failed_in: list[str] = []  # the task that ended a connection on it
+    turn, fail, pub = TCPServer._turn, TCPServer._fail, ANSWER_HANDLERS[protocol.Pub]
+
+    def recording_turn(self, client, conn, events):
+        try:
+            return turn(self, client, conn, events)
+        except Exception:
+            raised_in.append(trio.lowlevel.current_task().name)
+            raise
+
+    def recording_fail(self, client, exc):
+        failed_in.append(trio.lowlevel.current_task().name)
+        return fail(self, client, exc)
+
+    def faulty_pub(broker, client, cmd):
+        if cmd.topic == "boom":
+            raise RuntimeError("a fault of ours")
+        return pub(broker, client, cmd)
+
+    monkeypatch.setattr(TCPServer, "_turn", recording_turn)
+    monkeypatch.setattr(TCPServer, "_fail", recording_fail)
+    monkeypatch.setitem(ANSWER_HANDLERS, protocol.Pub, faulty_pub)
+    data, error = _FAILING_INPUTS[failing_input]
+
+    others = [await connect(tcp(daemon)) for _ in range(4)]
+    failing = await connect(tcp(daemon))
+    for client in (*others, failing):  # each then waits on the poller, its input applied there
+        await client.send(encode_pub("t", b"before"))
+        await client.expect_response(b"OK")
+    await trio.testing.wait_all_tasks_blocked()
+    await failing.send(data)
+    for client in others:
+        await client.send(encode_pub("t", b"beside"))
+    if error is not None:
+        await failing.expect_error(error)
+    else:
+        await failing.expect_closed()
+    for client in others:
+        await client.expect_response(b"OK")
+
+    assert raised_in == ["broker.server.poller.ReadPoller.run"]  # the poller's task applied it...
+    assert failed_in == ["broker.server.net.ConnectionServer._run_connection"]  # ...the connection ended on it
+    if error is None:  # logged with its traceback, from the connection's task
+        assert "closed after an internal error" in caplog.text and "a fault of ours" in caplog.text
+    # the poller runs on: the others, and a new connection, are served as before
+    for client in others:
+        await client.send(encode_pub("t", b"after"))
+        await client.expect_response(b"OK")
+    await publish(daemon, "t", b"new")
+    assert daemon.broker.topics["t"].depth == 5 + 4 + 4 + 1

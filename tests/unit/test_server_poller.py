@@ -148,18 +148,74 @@ async def test_an_input_handler_takes_the_input_until_it_says_the_task_must(pair
         assert handled == [b"one", b"two", b"stop"]
 
 
-async def test_what_an_input_handler_raises_is_raised_in_the_waiting_task(pair):
+async def test_a_handler_that_fails_wakes_only_its_task_and_the_poller_serves_on():
+    # the handler's contract: it never raises; a failure is state its own task acts on once woken
+    failing_pair, other_pair = socket.socketpair(), socket.socketpair()
+    try:
+        (a, b), (c, d) = failing_pair, other_pair
+        for sock in (a, b, c, d):
+            sock.setblocking(False)
+        failure: list[str] = []
+        others: list[bytes] = []
+
+        def failing() -> bool:
+            _drain(b)
+            failure.append("bad input")  # kept for the waiting task, not raised
+            return False
+
+        def other() -> bool:
+            others.append(_drain(d))
+            return True
+
+        async with _running(b) as (poller, nursery):
+            poller.register(d.fileno())
+            acted_on = []
+
+            async def failing_reader() -> None:
+                await poller.wait_readable(b.fileno(), failing)
+                acted_on.append(failure.pop())  # the failure is handled in this task
+
+            nursery.start_soon(failing_reader)
+            nursery.start_soon(poller.wait_readable, d.fileno(), other)
+            await trio.testing.wait_all_tasks_blocked()
+            a.send(b"x")
+            c.send(b"one")
+            await trio.testing.wait_all_tasks_blocked()
+            assert acted_on == ["bad input"]
+            c.send(b"two")  # the poller goes on serving the other socket
+            await trio.testing.wait_all_tasks_blocked()
+            assert others == [b"one", b"two"]
+            poller.unregister(d.fileno())
+    finally:
+        for sock in (*failing_pair, *other_pair):
+            sock.close()
+
+
+async def test_what_escapes_a_handler_ends_the_pollers_task_and_never_reaches_the_waiting_one(pair):
+    # a handler that breaks the contract is the poller owner's fault: it goes up to the nursery
+    # that runs the poller, as any task's error does, not sideways into the connection's task
     a, b = pair
+    poller = ReadPoller()
+    poller.register(b.fileno())
+    waiter_saw = []
 
     def on_input() -> bool:
         raise ValueError("bad input")
 
-    async with _running(b) as (poller, nursery):
-        a.send(b"x")
-        with pytest.raises(ValueError, match="bad input"):
+    async def reader() -> None:
+        try:
             await poller.wait_readable(b.fileno(), on_input)
-        # the poller goes on serving
-        assert _drain(b) == b"x"
-        a.send(b"y")
-        await poller.wait_readable(b.fileno())
-        assert _drain(b) == b"y"
+        except BaseException as exc:
+            waiter_saw.append(type(exc))
+            raise
+
+    with trio.fail_after(5), pytest.raises(ExceptionGroup) as raised:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poller.run)
+            nursery.start_soon(reader)
+            await trio.testing.wait_all_tasks_blocked()
+            a.send(b"x")
+            await trio.sleep_forever()
+    poller.close()
+    assert raised.group_contains(ValueError, match="bad input")
+    assert waiter_saw == [trio.Cancelled]
