@@ -576,3 +576,18 @@ def test_matrix_runner_compares_the_medians_of_each_broker(monkeypatch):
     assert table[2].startswith("| nsq MPUB200 100B both: writer |")
     assert [cell.strip() for cell in table[2].split("|")[2:7]] == ["200", "250", "1.25", "50%", "50%"]
     assert table[2].rstrip(" |").endswith("0.1 0.4 0.2; 0.3 0.2 (1 failed)")
+
+
+def test_the_matrix_runs_the_checkouts_broker_not_an_installed_copy(tmp_path):
+    """The side-by-side runner starts ``python -m broker`` from the checkout with the checkout first
+    on ``PYTHONPATH``: a broker installed in site-packages (an older copy) must not be what it measures."""
+    import subprocess
+    from pathlib import Path
+
+    import broker
+    from tests.bench.matrix.brokers import ROOT, child_env
+
+    found = subprocess.run([sys.executable, "-c", "import broker, diskqueue; print(broker.__file__, diskqueue.__file__)"],
+                           cwd=tmp_path, env=child_env(), capture_output=True, text=True, check=True).stdout.split()
+    assert [Path(f).resolve() for f in found] == [ROOT / "broker" / "__init__.py", ROOT / "diskqueue" / "__init__.py"]
+    assert Path(broker.__file__).resolve() == ROOT / "broker" / "__init__.py"

@@ -11,7 +11,10 @@ import subprocess
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+
+#: the checkout whose broker and tools the runs start (cwd and first on PYTHONPATH)
+ROOT = REPO
 
 
 LISTENING = re.compile(rb"(TCP|HTTP): listening on \[?([^\s\]]*)\]?:(\d+)")
