@@ -16,6 +16,7 @@ does to it (``/channel/max_attempts``, ``/channel/kick``, ``/channel/delete_buri
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from broker.config.options import Options
@@ -126,8 +127,7 @@ class DeadLetterCommands:
     retention: _BuriedMoves
     _host: CoreHost
 
-    def dispatch(self) -> None:
-        raise NotImplementedError
+    dispatch: Callable[[], None]
 
     def set_max_attempts(self, value: int | None) -> None:
         """Set this channel's maximum attempts (0 = never bury; None = follow ``--max-attempts``)."""

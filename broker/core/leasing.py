@@ -8,6 +8,8 @@ message the lease holds; the channel's own REQ and TOUCH do the moving.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from broker.core.leases import Leases
 from broker.core.message import Message
 from broker.protocol import command_failed
@@ -26,17 +28,10 @@ class LeaseSettlement:
     exiting: bool
     requeue_count: int
 
-    def _retire_finished(self, finished: list[Message]) -> None:
-        raise NotImplementedError
-
-    def _move_back(self, msgs: list[Message], delay_ms: int) -> bool:
-        raise NotImplementedError
-
-    def _extend(self, msgs: list[Message], msg_timeout: float) -> None:
-        raise NotImplementedError
-
-    def dispatch(self) -> None:
-        raise NotImplementedError
+    _retire_finished: Callable[[list[Message]], None]
+    _move_back: Callable[[list[Message], int], bool]
+    _extend: Callable[[list[Message], float], None]
+    dispatch: Callable[[], None]
 
     def finish_lease(self, owner: str, token: str) -> int:
         """LEASE FIN: finish every message ``owner`` still leases under ``token``; returns how many.
