@@ -90,3 +90,32 @@ async def test_deferred_messages_are_each_channels_own(make_host, subscriber, me
             channel.process_timers()
         assert [c.deliveries for c in consumers] == [[(b"later", 1)]] * 3
         topic.close()
+
+
+async def test_a_channel_whose_disk_refuses_the_shared_spill_keeps_it_and_the_others_do_not_wait(
+        make_host, subscriber, messages, autojump_clock):
+    host = make_host("--mem-queue-size=2")
+    topic = host.topic()
+    first, second = [b"a%02d" % i for i in range(10)], [b"b%02d" % i for i in range(10)]
+    async with trio.open_nursery() as nursery:
+        channels = await _start(nursery, topic)
+        host.queues.opened["t:two"].full = True
+        topic.put_many(messages(*first))
+        await trio.testing.wait_all_tasks_blocked()
+        # "two" holds its copies in memory past the limit and reports the disk; the others spilled
+        assert [(len(c.memory), c.backend_depth) for c in channels] == [(2, 8), (10, 0), (2, 8)]
+        assert host.disk_errors and channels[1].ready.over_limit
+        # while "two" cannot spill, the topic keeps what comes next (memory stays bounded)
+        topic.put_many(messages(*second))
+        await trio.testing.wait_all_tasks_blocked()
+        assert topic.depth == 10
+        host.queues.opened["t:two"].full = False
+        await trio.sleep(1.1)  # the pump's retry delay, on the mock clock
+        await trio.testing.wait_all_tasks_blocked()
+        assert topic.depth == 0
+        consumers = [subscriber() for _ in channels]
+        for channel, consumer in zip(channels, consumers):
+            channel.add_client(consumer)
+            channel.dispatch()
+        assert [c.bodies() for c in consumers] == [first + second] * 3
+        topic.close()
