@@ -106,7 +106,7 @@ class Broker:
             topic = self.get_topic(entry["name"], persist=False)
             topic.paused = entry["paused"]
             for ch in entry["channels"]:
-                channel = topic.get_channel(ch["name"])
+                channel = topic.get_channel(ch["name"], restored=True)
                 channel.paused = bool(ch.get("paused"))
                 max_attempts = ch.get("max_attempts")
                 if type(max_attempts) is int and 0 <= max_attempts <= MAX_ATTEMPTS:

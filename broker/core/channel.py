@@ -34,6 +34,7 @@ import logging
 import operator
 import random
 from collections.abc import Callable
+from typing import Protocol
 
 import trio
 
@@ -51,13 +52,30 @@ from broker.core.timers import TimerHeap
 from broker.protocol import MESSAGE_HEADER_LENGTH, ProtocolError, command_failed, is_ephemeral
 from diskqueue import DiskQueue
 
-__all__ = ["Channel"]
+__all__ = ["Channel", "Upstream"]
 
 log = logging.getLogger("pynsqd.channel")
 
 _DEADLINE = operator.attrgetter("deadline")
 #: A message frame's bytes besides the body: size and frame type, then the message header.
 _FRAME_OVERHEAD = 8 + MESSAGE_HEADER_LENGTH
+
+
+class Upstream(Protocol):
+    """What a channel asks of its topic: the messages the topic holds for it (see
+    :mod:`broker.core.fanout`, "Holding"), and when it wants them handed over."""
+
+    def held_for(self, channel: str) -> tuple[int, int]:
+        """Messages the topic holds for ``channel``, and how many of them are on disk."""
+
+    def peek_held(self, channel: str, n: int) -> list[Message]:
+        """The first ``n`` messages held for ``channel``, in order, unchanged."""
+
+    def demand_changed(self) -> None:
+        """A channel gained a subscriber or was unpaused: held messages may have to move."""
+
+    def channel_emptied(self, channel: str) -> None:
+        """``channel`` was emptied: it must not get what is held for it now."""
 
 
 class Channel(ReadyDepths, LeaseSettlement, DeadLetterCommands):
@@ -67,11 +85,13 @@ class Channel(ReadyDepths, LeaseSettlement, DeadLetterCommands):
     messages (``in_flight_timers`` orders them by deadline), its deferred ones
     (``deferred``, shared with the retention) and the list of subscribers. ``topic_e2e`` is the
     topic's latency stream (a FIN counts there too); ``on_empty`` is called
-    when an ephemeral channel loses its last subscriber.
+    when an ephemeral channel loses its last subscriber; ``upstream`` is the topic,
+    which may hold messages that already belong to the channel (its depth and
+    counts include them).
     """
 
     def __init__(self, topic_name: str, name: str, host: CoreHost, *, topic_e2e: LatencyStream,
-                 on_empty: Callable[[], None]):
+                 on_empty: Callable[[], None], upstream: Upstream | None = None):
         self.topic_name = topic_name
         self.name = name
         self.ephemeral = is_ephemeral(name)
@@ -88,7 +108,8 @@ class Channel(ReadyDepths, LeaseSettlement, DeadLetterCommands):
         self._all_full = False  # the last dispatch ended with no subscriber able to take more
         self.paused = False
         self.exiting = False
-        self.message_count = 0
+        self._upstream = upstream
+        self.put_count = 0  # messages the topic handed over (see message_count)
         self.requeue_count = 0
         self.timeout_count = 0
         self.e2e = host.latency_stream()
@@ -149,13 +170,36 @@ class Channel(ReadyDepths, LeaseSettlement, DeadLetterCommands):
     def backend(self, queue: DiskQueue | None) -> None:
         self.ready.backend = queue
 
+    @property
+    def depth(self) -> int:
+        """Ready messages: the channel's own (memory and disk) and those its topic holds for it."""
+        held = self._upstream.held_for(self.name)[0] if self._upstream is not None else 0
+        return self.ready.depth + held
+
+    @property
+    def backend_depth(self) -> int:
+        """Ready messages on disk: in the channel's queue and in its topic's, held for it."""
+        held = self._upstream.held_for(self.name)[1] if self._upstream is not None else 0
+        return self.ready.backend_depth + held
+
+    @property
+    def message_count(self) -> int:
+        """Messages put into the channel since start, those its topic holds for it included."""
+        held = self._upstream.held_for(self.name)[0] if self._upstream is not None else 0
+        return self.put_count + held
+
+    @property
+    def wants_messages(self) -> bool:
+        """Whether someone could take messages now: a subscriber, and the channel not paused."""
+        return bool(self.clients) and not self.paused and not self.exiting
+
     def put_many(self, msgs: list[Message], shared: SharedBatch | None = None) -> None:
         """Accept a batch of new messages from the topic and deliver what fits.
 
         ``shared``: the topic hands the same batch to other channels too (its messages are
         ``shared``), encoded for disk once for all of them.
         """
-        self.message_count += len(msgs)
+        self.put_count += len(msgs)
         self.ready.put(msgs, shared)
         self.dispatch()
 
@@ -167,7 +211,7 @@ class Channel(ReadyDepths, LeaseSettlement, DeadLetterCommands):
         ``DiskQueueError``; the topic then keeps its own records uncommitted, so
         they are fanned out again after a restart.
         """
-        self.message_count += self.retention.put_records(records, number)
+        self.put_count += self.retention.put_records(records, number)
         self.dispatch()
 
     def copied_through(self) -> tuple[int, int]:
@@ -177,7 +221,7 @@ class Channel(ReadyDepths, LeaseSettlement, DeadLetterCommands):
 
     def put_deferred(self, msg: Message) -> None:
         """Accept a message from the topic that must wait until ``msg.due_ns``."""
-        self.message_count += 1
+        self.put_count += 1
         if msg.due_ns <= now_ns():
             msg.due_ns = 0
             self.ready.put([msg])
@@ -386,6 +430,8 @@ class Channel(ReadyDepths, LeaseSettlement, DeadLetterCommands):
         if limit and len(self.clients) >= limit:
             raise ProtocolError("E_SUB_FAILED", f"SUB failed consumers for {self.where} exceeds limit of {limit}")
         self.clients.append(client)
+        if len(self.clients) == 1 and self._upstream is not None:
+            self._upstream.demand_changed()
 
     def remove_client(self, client: Subscriber) -> None:
         """Unsubscribe; its in-flight messages time out as in nsqd. An ephemeral
@@ -447,8 +493,12 @@ class Channel(ReadyDepths, LeaseSettlement, DeadLetterCommands):
     # ---------------------------------------------------------------- inspection
 
     def peek_ready(self, n: int) -> list[Message]:
-        """The next ``n`` ready messages in delivery order (memory, then disk), unchanged."""
-        return self.ready.peek(n)
+        """The next ``n`` ready messages in delivery order (memory, then disk, then what the
+        topic holds for the channel), unchanged."""
+        msgs = self.ready.peek(n)
+        if len(msgs) < n and self._upstream is not None:
+            msgs.extend(self._upstream.peek_held(self.name, n - len(msgs)))
+        return msgs
 
     def peek_deferred(self, n: int) -> list[Message]:
         """The ``n`` deferred messages due first, unchanged."""
@@ -465,6 +515,8 @@ class Channel(ReadyDepths, LeaseSettlement, DeadLetterCommands):
 
     def unpause(self) -> None:
         self.paused = False
+        if self._upstream is not None:
+            self._upstream.demand_changed()
         self.dispatch()
 
     def empty(self) -> None:
@@ -478,6 +530,8 @@ class Channel(ReadyDepths, LeaseSettlement, DeadLetterCommands):
         self.deferred.clear()
         self.in_flight_timers.clear()
         self.retention.empty()
+        if self._upstream is not None:
+            self._upstream.channel_emptied(self.name)
         for client in self.clients:
             client.wake_writer()
         self.dispatch()

@@ -9,7 +9,9 @@ keeps its messages for the first one.
 
 How the messages reach the channels is the topic's *fan-out*, chosen once
 here: :class:`~broker.core.fanout.Fanout` hands the same messages to every
-channel; with ``--durable`` (non-ephemeral topics)
+channel (and, while none of several channels has a subscriber, *holds* them
+in the topic's queue for all of them: see that module); with ``--durable``
+(non-ephemeral topics)
 :class:`~broker.core.durability.fanout.DurableFanout` writes every message
 to the topic's disk queue first, copies the records to the channels and
 commits them once every copy is on stable storage. The topic itself never
@@ -81,6 +83,17 @@ class Topic(ReadyDepths):
         """The topic's disk queue (None when ephemeral)."""
         return self.ready.backend
 
+    @property
+    def depth(self) -> int:
+        """Messages queued at the topic of its own (what it holds for its channels is theirs)."""
+        return self.ready.depth - self.fanout.held
+
+    @property
+    def backend_depth(self) -> int:
+        """The topic's own messages in its disk queue."""
+        held_on_disk = max(0, self.fanout.held - len(self.ready.memory))
+        return self.ready.backend_depth - held_on_disk
+
     # ---------------------------------------------------------------- lifecycle
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -115,6 +128,7 @@ class Topic(ReadyDepths):
         committed only once the channels' copies are synced.
         """
         lost = 0
+        self.fanout.settle_skips(self.paused)
         for channel in self.channels.values():
             lost += await channel.close_queues()
         backend = self.backend
@@ -134,13 +148,20 @@ class Topic(ReadyDepths):
 
     # ---------------------------------------------------------------- channels
 
-    def get_channel(self, name: str) -> Channel:
-        """The channel called ``name``, created (and recorded in metadata) if new."""
+    def get_channel(self, name: str, *, restored: bool = False) -> Channel:
+        """The channel called ``name``, created (and recorded in metadata) if new.
+
+        A new channel gets the messages published from now on (and, if it is the
+        first, those the topic kept for one); ``restored``: it is one of the
+        channels of the metadata file, which get everything the topic kept.
+        """
         channel = self.channels.get(name)
         if channel is None:
             channel = Channel(self.name, name, self._host, topic_e2e=self.e2e,
-                              on_empty=lambda: self.delete_channel(name))
+                              on_empty=lambda: self.delete_channel(name), upstream=self)
             self.channels[name] = channel
+            if not restored or len(self.channels) == 1:
+                self.fanout.channel_added(name, self.paused)
             if self._nursery is not None:
                 channel.start(self._nursery)
             else:
@@ -157,6 +178,8 @@ class Topic(ReadyDepths):
         An ephemeral topic goes away with its last channel. Raises KeyError if absent.
         """
         channel = self.channels.pop(name)
+        self.fanout.channel_removed(name)
+        self._wakeup.set()  # the others may not hold any longer
         channel.close()
         for client in list(channel.clients):
             client.close_soon()
@@ -176,7 +199,13 @@ class Topic(ReadyDepths):
         batch is then kept in memory either. In durable mode every message is
         written to disk; the caller then awaits ``wait_stored()`` before ``OK``.
         """
-        self.ready.put(msgs)
+        if msgs[0].due_ns and not self.paused and self.fanout.holding():
+            # deferred (a publish's messages share their deferral): they wait in each channel,
+            # counted there, as they would once moved
+            self.fanout.deliver(msgs)
+        else:
+            self.ready.put(msgs)
+            self.fanout.published(len(msgs), self.paused)
         self.message_count += len(msgs)
         self.message_bytes += sum(len(m.body) for m in msgs)
         if self.channels and not self.paused:  # else a new channel or unpause wakes the pump
@@ -185,7 +214,9 @@ class Topic(ReadyDepths):
     # ---------------------------------------------------------------- the pump
 
     def _can_pump(self) -> bool:
-        return bool(self.channels) and not self.paused and not self.exiting
+        """Whether the pump may move messages (paused: only those the channels own)."""
+        return (bool(self.channels) and not self.exiting and (not self.paused or self.fanout.held > 0)
+                and not self.fanout.holding())
 
     async def _pump(self) -> None:
         fanout = self.fanout
@@ -196,9 +227,23 @@ class Topic(ReadyDepths):
                 if fanout.blocked():
                     await trio.sleep(RETRY_DELAY)  # a disk refused again: wait for it
                     continue
-                if not fanout.move():
+                if not fanout.move(self.paused):
                     break
                 await trio.lowlevel.checkpoint()
+
+    # ---------------------------------------------------------------- what channels ask (Upstream)
+
+    def held_for(self, channel: str) -> tuple[int, int]:
+        return self.fanout.held_for(channel)
+
+    def peek_held(self, channel: str, n: int) -> list[Message]:
+        return self.fanout.peek_held(channel, n)
+
+    def demand_changed(self) -> None:
+        self._wakeup.set()
+
+    def channel_emptied(self, channel: str) -> None:
+        self.fanout.channel_emptied(channel)
 
     # ---------------------------------------------------------------- admin
 
@@ -207,9 +252,10 @@ class Topic(ReadyDepths):
 
     def unpause(self) -> None:
         self.paused = False
+        self.fanout.unpaused()
         self._wakeup.set()
 
     def empty(self) -> None:
-        """Drop every message queued at the topic (``/topic/empty``)."""
-        self.ready.empty()
+        """Drop every message queued at the topic (``/topic/empty``); what it holds for its
+        channels is theirs and stays."""
         self.fanout.empty()

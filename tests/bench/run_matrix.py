@@ -31,7 +31,11 @@ spilling fan-out run writes one copy of every message per channel to disk):
   N channels were created beforehand (``POST /topic/create``, then ``POST /channel/create``
   for ch0 .. ch<N-1>, on either broker) and that nobody reads: ``nsq MPUB200 100B writer N
   channels`` for N = 1 (the baseline), 3, 10 and 30 at the default ``--mem-queue-size``
-  (spilling), and ``... N channels mem=2000000`` for N = 10 and 30 (all in memory). These rows
+  (spilling), and ``... N channels mem=2000000`` for N = 10 and 30 (all in memory); and
+  ``nsq MPUB200 100B both 10 channels``: the 10 channels nobody reads, plus bench_reader on
+  one more (``ch``) while the writer writes, so that a broker cannot keep one copy for the
+  unread channels (pynsqd's topic holds one copy only while none of its channels is read;
+  README, "How a topic's messages reach its channels"). These rows
   also measure the bytes written to disk per published message (tests/bench/matrix/disk.py):
   once the writer is done and the broker has settled (every channel holds every message), the
   growth of the data path's files (the sum of their sizes, the broker's log left out) and of

@@ -9,12 +9,14 @@ channels while others have not read, memory full so that batches spill, a restar
 from __future__ import annotations
 
 import collections
+import json
 
 import pytest
 import trio
 
 from broker.protocol import encode_mpub, encode_req
 from tests.support.draining import drain
+from tests.support.http_client import request
 from tests.support.v2client import connect, subscriber
 
 CHANNELS = [f"c{i}" for i in range(10)]
@@ -79,3 +81,48 @@ async def test_each_of_ten_channels_gets_every_message_once_whatever_the_others_
     for name in CHANNELS:
         if name != "c2":
             assert got[name] == collections.Counter(first + second), name
+
+
+async def _channel_stats(daemon) -> tuple[dict, dict[str, dict]]:
+    reply = await request(daemon.addresses.http, "GET", "/stats?format=json&topic=t")
+    [topic] = json.loads(reply.body)["topics"]
+    return topic, {c["channel_name"]: c for c in topic["channels"]}
+
+
+async def test_ten_channels_nobody_reads_share_one_copy_on_disk_and_each_still_gets_every_message(
+        start_daemon, tmp_path):
+    """While no channel has a subscriber, the topic writes each message once for all of them;
+    /stats shows every channel's depth as nsqd does, and a channel created or emptied meanwhile
+    gets only what comes after, through a graceful restart."""
+    first, second = _bodies(0, COUNT), _bodies(COUNT, COUNT)
+    flags = ("--mem-queue-size=50",)
+    data = tmp_path / "data"
+    async with start_daemon(*flags) as d:
+        assert (await request(d.addresses.http, "POST", "/topic/create?topic=t")).status == 200
+        for name in CHANNELS:
+            reply = await request(d.addresses.http, "POST", f"/channel/create?topic=t&channel={name}")
+            assert reply.status == 200
+        await _publish(d, first)
+        topic, channels = await _channel_stats(d)
+        assert (topic["depth"], topic["backend_depth"], topic["message_count"]) == (0, 0, COUNT)
+        assert {(c["depth"], c["backend_depth"], c["message_count"]) for c in channels.values()} == {
+            (COUNT, COUNT - 50, COUNT)}
+        # one copy on disk, in the topic's queue; none of the channels has written a byte
+        files = {p.name.split(".diskqueue.")[0]: p.stat().st_size for p in data.glob("*.diskqueue.*.dat")
+                 if not p.name.endswith(".meta.dat")}
+        assert set(files) == {"t"} and files["t"] >= (COUNT - 50) * 26
+        # a channel created now, and one emptied now, get only what is published from now on
+        assert (await request(d.addresses.http, "POST", "/channel/create?topic=t&channel=late")).status == 200
+        assert (await request(d.addresses.http, "POST", "/channel/empty?topic=t&channel=c3")).status == 200
+        await _publish(d, second)
+        topic, channels = await _channel_stats(d)
+        assert (channels["late"]["depth"], channels["c3"]["depth"], channels["c4"]["depth"]) == (
+            COUNT, COUNT, 2 * COUNT)
+    async with start_daemon(*flags) as d:
+        topic, channels = await _channel_stats(d)
+        assert (topic["depth"], channels["late"]["depth"], channels["c3"]["depth"], channels["c4"]["depth"]) == (
+            0, COUNT, COUNT, 2 * COUNT)
+        got = await _drain_all(d, CHANNELS + ["late"])
+    for name, counts in got.items():
+        expected = second if name in ("late", "c3") else first + second
+        assert counts == collections.Counter(expected), name

@@ -409,12 +409,14 @@ def test_matrix_runner_fan_out_and_consumer_rows(monkeypatch):
     assert [s.name for s in channels] == [
         "nsq MPUB200 100B writer 1 channels", "nsq MPUB200 100B writer 3 channels",
         "nsq MPUB200 100B writer 10 channels", "nsq MPUB200 100B writer 30 channels",
-        "nsq MPUB200 100B writer 10 channels mem=2000000", "nsq MPUB200 100B writer 30 channels mem=2000000"]
-    # nsq's bench_writer, MPUB 200 x 100 B alone, into N channels made beforehand; spilling or all in memory
-    assert {(s.tool, s.size, s.batch, s.role, s.connections, s.readers) for s in channels} == {
-        ("nsq", 100, 200, "writer", None, None)}
+        "nsq MPUB200 100B writer 10 channels mem=2000000", "nsq MPUB200 100B writer 30 channels mem=2000000",
+        "nsq MPUB200 100B both 10 channels"]
+    # nsq's bench_writer, MPUB 200 x 100 B alone, into N channels made beforehand; spilling or all in
+    # memory; then with bench_reader on one more channel
+    assert [(s.tool, s.size, s.batch, s.role, s.connections, s.readers) for s in channels] == [
+        ("nsq", 100, 200, "writer", None, None)] * 6 + [("nsq", 100, 200, "both", None, None)]
     assert [(s.channels, s.mem_queue_size) for s in channels] == [
-        (1, None), (3, None), (10, None), (30, None), (10, 2_000_000), (30, 2_000_000)]
+        (1, None), (3, None), (10, None), (30, None), (10, 2_000_000), (30, 2_000_000), (10, None)]
     consumers = run_matrix.scenarios(["consumers"], with_matrix=False)
     assert [s.name for s in consumers] == [
         "nsq MPUB200 100B both 2 consumers", "nsq MPUB200 100B both 16 consumers", "nsq MPUB200 100B both 64 consumers"]
@@ -424,7 +426,7 @@ def test_matrix_runner_fan_out_and_consumer_rows(monkeypatch):
     assert not default & {s.name for s in (*channels, *consumers)}
     assert [s.name for s in run_matrix.scenarios(["3 channels"], with_matrix=False)] == [
         "nsq MPUB200 100B writer 3 channels"]
-    assert [s.name for s in run_matrix.scenarios(["10 channels", "mem="], with_matrix=False)] == [
+    assert [s.name for s in run_matrix.scenarios(["writer 10 channels", "mem="], with_matrix=False)] == [
         "nsq MPUB200 100B writer 10 channels mem=2000000"]
     assert [s.name for s in run_matrix.scenarios(["64 consumers"], with_matrix=False)] == [
         "nsq MPUB200 100B both 64 consumers"]

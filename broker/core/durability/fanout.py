@@ -34,6 +34,8 @@ log = logging.getLogger("pynsqd.topic")
 class DurableFanout(Fanout):
     """The durable fan-out of a topic whose queue ``ready`` writes through to ``backend``."""
 
+    may_hold = False  # a durable topic's records go to every channel, committed once all have them
+
     def __init__(self, name: str, ready: SpillQueue, backend: DiskQueue, channels: dict[str, Channel],
                  host: CoreHost):
         super().__init__(name, ready, channels, host)
@@ -57,8 +59,9 @@ class DurableFanout(Fanout):
     def blocked(self) -> bool:
         return (bool(self._refused) and not self._copy_refused()) or super().blocked()
 
-    def move(self) -> bool:
-        """Hand a batch of records to every channel; True if there was one."""
+    def move(self, paused: bool = False) -> bool:
+        """Hand a batch of records to every channel; True if there was one (``paused``: never
+        the case here, as a durable topic holds nothing for its channels)."""
         backend = self.backend
         if not backend.depth:
             return False
@@ -170,6 +173,7 @@ class DurableFanout(Fanout):
         return 0
 
     def empty(self) -> None:
+        self.ready.empty()
         self._uncommitted = 0
         self._epoch += 1
         self._refused.clear()
