@@ -1,8 +1,11 @@
 """One V2 connection's negotiated state, RDY window, output buffer and counters.
 
 Frames are appended to an output buffer (:mod:`broker.server.output`) by
-synchronous code (command handlers, channel dispatch) and sent by the
-connection's writer task with one send of the joined bytes. As nsqd's
+synchronous code (command handlers, channel dispatch) and handed to the socket
+in one write of the joined bytes: at the end of the reader's chunk for what the
+connection's own commands queued, by the server's flusher (:mod:`broker.server.flush`)
+for what other tasks queued, and by the connection's writer task for what the
+socket did not take at once (and on a TLS or compressed stream). As nsqd's
 ``bufio.Writer`` does, a buffer that reaches ``output_buffer_size`` is handed
 to the socket at once, and a client whose buffer stays full (its socket does
 not drain) is given no more messages. A timer task sends heartbeats every
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     from broker.core.channel import Channel
     from broker.core.message import Message
     from broker.server.auth import AuthClient, AuthState
+    from broker.server.flush import Flusher
 
 __all__ = ["Client"]
 
@@ -111,6 +115,8 @@ class Client:
         self.unapplied: list = []  # the answer of a command to await, then the rest of its turn's commands
         self._flush_pending = False
         self._sending = False  # the writer task is in a send: only it may write now
+        self.flusher: Flusher | None = None  # the server's, which sends what other tasks queue
+        self._marked = False  # the flusher is to flush this connection
         sock = getattr(stream, "socket", None)
         self.fd = sock.fileno() if sock is not None else -1  # the socket's, for the life of the connection
         self._fd = self.fd  # while output may go straight to the socket (no upgrade)
@@ -347,11 +353,31 @@ class Client:
         self.wake_writer()
 
     def wake_writer(self) -> None:
-        """Have what is queued sent: now, or at the end of the chunk the reader is applying."""
+        """Have what is queued sent: at the end of the chunk the reader is applying, or, when
+        another task queued it, by the server's flusher once that task yields (see
+        :mod:`broker.server.flush`; without a running flusher, by the writer task)."""
         if self.batching:
             self._flush_pending = True
-        else:
+        elif self._marked:
+            pass
+        elif self.flusher is not None and self.flusher.running and not self.closing:
+            self._marked = True
+            self.flusher.mark(self)
+        else:  # a closing connection's writer sends the rest and ends it
             self._out_event.set()
+
+    def flush_marked(self, small: bool) -> bool:
+        """The flusher's turn: hand what is queued to the socket, or wake the writer task
+        to send what it does not take. Without ``small``, less than a quarter of the output
+        buffer waits (False: the connection stays marked)."""
+        if not small and self.output.size < self.output_buffer_size >> 2 and not self.closing:
+            return False
+        self._marked = False
+        if self.batching:  # the reader sends it at the end of its chunk
+            self._flush_pending = True
+        elif self.closing or not self._flush_now():
+            self._out_event.set()
+        return True
 
     def end_batch(self) -> None:
         """The reader applied a chunk: send what it queued (see the module docstring)."""

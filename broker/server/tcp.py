@@ -4,7 +4,9 @@ Each connection runs two tasks in its own nursery: the reader below, which
 feeds every chunk received to the parser and applies all complete commands
 before reading again, and the client's writer (:meth:`Client.run_writer`).
 After a batch of commands the client's channel dispatches once, so a chunk
-of 100 FINs frees 100 slots and refills them in one pass.
+of 100 FINs frees 100 slots and refills them in one pass. What other tasks
+queue for a connection (a topic's pump delivering, heartbeats) is sent by the
+server's one flusher task (:mod:`broker.server.flush`), not by each writer.
 
 A plain connection's reader reads its socket with ``os.read`` and, once a read
 drained it, waits on the server's :class:`~broker.server.poller.ReadPoller`
@@ -41,6 +43,7 @@ from broker.server.auth import AuthClient
 from broker.server.commands import ANSWER_HANDLERS, SYNC_HANDLERS, fin_run
 from broker.server.compression import MAX_PIECE, CompressionError
 from broker.server.connection import Client
+from broker.server.flush import Flusher
 from broker.server.net import ConnectionServer, peer_address
 from broker.server.poller import ReadPoller, open_poller
 from broker.server.upgrade import Upgrade
@@ -75,21 +78,23 @@ class TCPServer(ConnectionServer):
         self.ssl_context = ssl_context  # None: IDENTIFY answers tls_v1 false
         self.authd = authd  # None: AUTH is disabled
         self.poller: ReadPoller | None = None  # while serving, on platforms with epoll
+        self.flusher = Flusher()  # sends what other tasks queue for the connections
 
     async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Accept on every listener (see :class:`ConnectionServer`), with the read poller's task beside."""
+        """Accept on every listener (see :class:`ConnectionServer`), with the flusher's task and
+        the read poller's beside."""
         poller = self.poller = open_poller()
-        if poller is None:
-            await super().serve(listeners, task_status=task_status)
-            return
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(poller.run)
+                nursery.start_soon(self.flusher.run)
+                if poller is not None:
+                    nursery.start_soon(poller.run)
                 await super().serve(listeners, task_status=task_status)
                 nursery.cancel_scope.cancel()  # every connection has ended
         finally:
             self.poller = None
-            poller.close()
+            if poller is not None:
+                poller.close()
 
     def ask_to_close(self) -> None:
         """Ask every client to flush what is queued and close."""
@@ -107,6 +112,7 @@ class TCPServer(ConnectionServer):
         client = Client(broker, stream, remote, self._client_numbers)
         client.ssl_context = self.ssl_context
         client.authd = self.authd
+        client.flusher = self.flusher
         conn = ServerConnection(broker.limits)
         conn.fin_runs = True
         conn.tls_required = broker.options.tls_required != TLS_NOT_REQUIRED
