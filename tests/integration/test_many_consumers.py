@@ -1,6 +1,7 @@
 """Sixty-four consumers of one channel: every message reaches exactly one of them, in equal
 shares, in well-formed frames, while they FIN as they go (the batches a topic's pump hands
-the channel are sent by the server's flusher, see ``broker/server/flush.py``)."""
+the channel are sent by the server's flusher, see ``broker/server/flush.py``; consumers with
+a wide RDY window take them in runs of ``MAX_RUN``, in turn, see ``Channel.dispatch``)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import time
 
 import trio
 
+from broker.core.channel import MAX_RUN
 from broker.protocol import FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, encode_fin, encode_mpub
 from tests.support.v2client import V2Client, connect, subscriber
 from tests.support.waiting import wait_for
 
 CONSUMERS = 64
-BATCH = 3 * CONSUMERS  # each MPUB is split evenly: 3 messages per consumer
-BATCHES = 20
+BATCH = 4 * MAX_RUN  # each MPUB goes to the next 4 consumers in turn, a run of 64 each
+BATCHES = 2 * CONSUMERS // 4  # every consumer's turn comes twice
 TOTAL = BATCH * BATCHES
 _HEADER = struct.Struct(">iiqH")  # frame size, frame type, timestamp, attempts; then id and body
 

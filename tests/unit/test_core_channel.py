@@ -148,6 +148,30 @@ async def test_subscribers_share_messages_round_robin(make_host, subscriber, mes
     assert sorted(one.bodies() + two.bodies()) == [b"%d" % i for i in range(6)]
 
 
+async def test_consumers_with_wide_windows_take_runs_in_turn_and_narrow_ones_an_even_split(
+        make_host, subscriber, messages):
+    from broker.core.channel import MAX_RUN
+
+    channel = make_host().channel()
+    wide = [subscriber(rdy=1000) for _ in range(8)]
+    for consumer in wide:
+        channel.add_client(consumer)
+    channel.put_many(messages(*[b"a%03d" % i for i in range(200)]))
+    # 200 for 8: runs of 64 to the first three, the rest to the fourth (not 25 writes of 8)
+    assert [len(c.received) for c in wide] == [MAX_RUN] * 3 + [200 - 3 * MAX_RUN] + [0] * 4
+    for i in range(7):  # the next consumer's turn comes after the last one served
+        channel.put_many(messages(*[b"b%d-%03d" % (i, j) for j in range(4 * MAX_RUN)]))
+    counts = [len(c.received) for c in wide]
+    assert sum(counts) == 200 + 7 * 4 * MAX_RUN and max(counts) - min(counts) <= MAX_RUN
+
+    channel = make_host().channel("narrow")
+    narrow = [subscriber(rdy=4) for _ in range(8)]
+    for consumer in narrow:
+        channel.add_client(consumer)
+    channel.put_many(messages(*[b"n%02d" % i for i in range(16)]))
+    assert [len(c.received) for c in narrow] == [2] * 8  # slow work spread as widely as it goes
+
+
 async def test_max_channel_consumers(make_host, subscriber):
     channel = make_host("--max-channel-consumers=1").channel()
     channel.add_client(subscriber())
