@@ -28,18 +28,9 @@ import urllib.request
 from pathlib import Path
 
 from tests.bench.bench_durable import ROOT, Broker, _env
+from tests.bench.matrix.brokers import process_memory_mb
 
 TOPIC = "backlog"
-
-
-def _memory_mb(pid: int) -> tuple[float, float]:
-    """(VmRSS, VmHWM) of ``pid`` in MB."""
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0]) / 1024
-    return fields["VmRSS"], fields["VmHWM"]
 
 
 def _http(address: str, method: str, target: str) -> bytes:
@@ -88,7 +79,7 @@ def main() -> int:
             stats = _topic_stats(http)
             if stats["message_count"] >= mark or done:
                 depths = {c["channel_name"]: c["depth"] for c in stats["channels"]}
-                rss, peak = _memory_mb(pid)
+                peak, rss = process_memory_mb(pid)
                 print(f"| {stats['message_count']:,} | {depths[names[0]]:,} | {depths[names[-1]]:,} | "
                       f"{rss:.0f} | {peak:.0f} | {time.monotonic() - start:.0f} |", flush=True)
                 mark = stats["message_count"] // step * step + step

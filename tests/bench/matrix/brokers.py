@@ -45,6 +45,16 @@ def machine_busy_seconds() -> float:
     return (sum(fields[:8]) - idle) / _CLOCK_TICKS
 
 
+def process_memory_mb(pid: int) -> tuple[float, float]:
+    """(peak RSS, current RSS) of process ``pid`` in MiB, from /proc/<pid>/status."""
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmHWM", "VmRSS"):
+            values[key] = int(rest.split()[0]) / 1024
+    return values["VmHWM"], values["VmRSS"]
+
+
 class BrokerProcess:
     """A broker started for one run; owns the process and its data directory."""
 
@@ -87,12 +97,7 @@ class BrokerProcess:
 
     def memory_mb(self) -> tuple[float, float]:
         """(peak RSS, current RSS) in MiB, from /proc/<pid>/status."""
-        values = {}
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            key, _, rest = line.partition(":")
-            if key in ("VmHWM", "VmRSS"):
-                values[key] = int(rest.split()[0]) / 1024
-        return values["VmHWM"], values["VmRSS"]
+        return process_memory_mb(self.pid)
 
     def log_tail(self, lines: int = 20) -> str:
         """The last lines the broker logged."""
