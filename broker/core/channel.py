@@ -46,7 +46,7 @@ from broker.core.leases import Leases
 from broker.core.leasing import LeaseSettlement
 from broker.core.message import Message, now_ns
 from broker.core.retention import RETRY_DELAY, MemoryRetention, retention_for
-from broker.core.spill import ReadyDepths, SharedBatch
+from broker.core.spill import SharedBatch
 from broker.core.tasks import TaskSet
 from broker.core.timers import TimerHeap
 from broker.protocol import MESSAGE_HEADER_LENGTH, ProtocolError, command_failed, is_ephemeral
@@ -82,7 +82,7 @@ class Upstream(Protocol):
         """``channel`` was emptied: it must not get what is held for it now."""
 
 
-class Channel(ReadyDepths, LeaseSettlement, DeadLetterCommands):
+class Channel(LeaseSettlement, DeadLetterCommands):
     """A named channel of a topic; owned by its :class:`~broker.core.topic.Topic`.
 
     Owns its retention (queues and stores, the buried set), its in-flight
@@ -95,7 +95,7 @@ class Channel(ReadyDepths, LeaseSettlement, DeadLetterCommands):
     """
 
     def __init__(self, topic_name: str, name: str, host: CoreHost, *, topic_e2e: LatencyStream,
-                 on_empty: Callable[[], None], upstream: Upstream | None = None):
+                 on_empty: Callable[[], None], upstream: Upstream):
         self.topic_name = topic_name
         self.name = name
         self.ephemeral = is_ephemeral(name)
@@ -177,20 +177,17 @@ class Channel(ReadyDepths, LeaseSettlement, DeadLetterCommands):
     @property
     def depth(self) -> int:
         """Ready messages: the channel's own (memory and disk) and those its topic holds for it."""
-        held = self._upstream.held_for(self.name)[0] if self._upstream is not None else 0
-        return self.ready.depth + held
+        return self.ready.depth + self._upstream.held_for(self.name)[0]
 
     @property
     def backend_depth(self) -> int:
         """Ready messages on disk: in the channel's queue and in its topic's, held for it."""
-        held = self._upstream.held_for(self.name)[1] if self._upstream is not None else 0
-        return self.ready.backend_depth + held
+        return self.ready.backend_depth + self._upstream.held_for(self.name)[1]
 
     @property
     def message_count(self) -> int:
         """Messages put into the channel since start, those its topic holds for it included."""
-        held = self._upstream.held_for(self.name)[0] if self._upstream is not None else 0
-        return self.put_count + held
+        return self.put_count + self._upstream.held_for(self.name)[0]
 
     @property
     def wants_messages(self) -> bool:
@@ -442,7 +439,7 @@ class Channel(ReadyDepths, LeaseSettlement, DeadLetterCommands):
         if limit and len(self.clients) >= limit:
             raise ProtocolError("E_SUB_FAILED", f"SUB failed consumers for {self.where} exceeds limit of {limit}")
         self.clients.append(client)
-        if len(self.clients) == 1 and self._upstream is not None:
+        if len(self.clients) == 1:
             self._upstream.demand_changed()
 
     def remove_client(self, client: Subscriber) -> None:
@@ -508,7 +505,7 @@ class Channel(ReadyDepths, LeaseSettlement, DeadLetterCommands):
         """The next ``n`` ready messages in delivery order (memory, then disk, then what the
         topic holds for the channel), unchanged."""
         msgs = self.ready.peek(n)
-        if len(msgs) < n and self._upstream is not None:
+        if len(msgs) < n:
             msgs.extend(self._upstream.peek_held(self.name, n - len(msgs)))
         return msgs
 
@@ -527,8 +524,7 @@ class Channel(ReadyDepths, LeaseSettlement, DeadLetterCommands):
 
     def unpause(self) -> None:
         self.paused = False
-        if self._upstream is not None:
-            self._upstream.demand_changed()
+        self._upstream.demand_changed()
         self.dispatch()
 
     def empty(self) -> None:
@@ -542,8 +538,7 @@ class Channel(ReadyDepths, LeaseSettlement, DeadLetterCommands):
         self.deferred.clear()
         self.in_flight_timers.clear()
         self.retention.empty()
-        if self._upstream is not None:
-            self._upstream.channel_emptied(self.name)
+        self._upstream.channel_emptied(self.name)
         for client in self.clients:
             client.wake_writer()
         self.dispatch()

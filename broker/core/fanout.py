@@ -120,7 +120,10 @@ class Fanout:
         """A channel was deleted: with the last one goes what the channels owned."""
         self._skips.pop(name, None)
         if not self.channels and self.held:
-            self._drop_front(self.held)
+            if self.held >= self.ready.depth:
+                self.ready.empty()
+            else:
+                self._take_front(self.held)
             self.held = 0
 
     def channel_emptied(self, name: str) -> None:
@@ -143,17 +146,15 @@ class Fanout:
         n = min(n, self.held - skip)
         return self.ready.peek(skip + n)[skip:] if n > 0 else []
 
-    def _drop_front(self, count: int) -> None:
-        """Drop the first ``count`` messages of the topic's queue."""
-        ready = self.ready
-        if count >= ready.depth:
-            ready.empty()
-            return
-        while count > 0:
-            taken = ready.take(count, count)
-            if not taken:
+    def _take_front(self, count: int) -> list[Message]:
+        """Take the first ``count`` messages of the topic's queue (fewer if it holds fewer)."""
+        taken: list[Message] = []
+        while len(taken) < count:
+            batch = self.ready.take(count - len(taken), count - len(taken))
+            if not batch:
                 break
-            count -= len(taken)
+            taken.extend(batch)
+        return taken
 
     # ---------------------------------------------------------------- moving
 
@@ -258,11 +259,6 @@ class Fanout:
             return
         if held >= ready.depth:
             return
-        keep: list[Message] = []
-        while len(keep) < held:
-            taken = ready.take(held - len(keep), held - len(keep))
-            if not taken:
-                break
-            keep.extend(taken)
+        keep = self._take_front(held)
         ready.empty()
         ready.put(keep)

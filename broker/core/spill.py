@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from broker.core.message import Message, decode_all, encode
 from diskqueue import DiskQueue, DiskQueueError, RecordBatch
 
-__all__ = ["REFILL_BATCH", "ReadyDepths", "SharedBatch", "SpillQueue"]
+__all__ = ["REFILL_BATCH", "SharedBatch", "SpillQueue"]
 
 #: Records read from disk into memory per refill at most.
 REFILL_BATCH = 1024
@@ -171,18 +171,3 @@ class SpillQueue:
         if self.backend is not None:
             self.backend.empty()
 
-
-class ReadyDepths:
-    """The depths a topic or channel reports (``/stats``, ``/metrics``), read from its queue ``ready``."""
-
-    ready: SpillQueue
-
-    @property
-    def depth(self) -> int:
-        """Ready messages: memory plus unread disk records (not in flight, not deferred)."""
-        return self.ready.depth
-
-    @property
-    def backend_depth(self) -> int:
-        """Ready messages in the disk queue."""
-        return self.ready.backend_depth

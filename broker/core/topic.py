@@ -31,7 +31,7 @@ from broker.core.fanout import Fanout
 from broker.core.host import CoreHost, RegistryChange
 from broker.core.message import Message
 from broker.core.retention import RETRY_DELAY
-from broker.core.spill import ReadyDepths, SpillQueue
+from broker.core.spill import SpillQueue
 from broker.core.tasks import TaskSet
 from broker.protocol import is_ephemeral
 from diskqueue import DiskQueue, DiskQueueError
@@ -41,7 +41,7 @@ __all__ = ["Topic"]
 log = logging.getLogger("pynsqd.topic")
 
 
-class Topic(ReadyDepths):
+class Topic:
     """A named topic; owned by the :class:`~broker.core.broker.Broker`.
 
     Owns its channels, its queue of published messages, its fan-out and a

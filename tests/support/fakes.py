@@ -74,11 +74,27 @@ class FakeHost:
         """A channel built alone; ``self.emptied`` lists the channels that reported they are empty."""
         self.emptied = getattr(self, "emptied", [])
         return Channel(topic, name, self.core, topic_e2e=self.core.latency_stream(),
-                       on_empty=lambda: self.emptied.append(name))
+                       on_empty=lambda: self.emptied.append(name), upstream=NoUpstream())
 
     def topic(self, name="t"):
         self.emptied = getattr(self, "emptied", [])
         return Topic(name, self.core, on_empty=lambda: self.emptied.append(name))
+
+
+class NoUpstream:
+    """The topic of a channel built alone: it holds nothing for it."""
+
+    def held_for(self, channel):
+        return 0, 0
+
+    def peek_held(self, channel, n):
+        return []
+
+    def demand_changed(self):
+        pass
+
+    def channel_emptied(self, channel):
+        pass
 
 
 class FakeSubscriber:
