@@ -128,7 +128,7 @@ class Fanout:
 
     def channel_emptied(self, name: str) -> None:
         """``/channel/empty``: the channel skips everything held for it."""
-        if self.held:
+        if self.held:  # (unreadable records skipped on disk count as taken)
             self._skips[name] = self.held
 
     def held_for(self, name: str) -> tuple[int, int]:
@@ -171,8 +171,8 @@ class Fanout:
             batch = self.ready.take(PUMP_BATCH, REFILL_BATCH)
         if not batch:
             return False
-        if self.held:
-            self.held = max(0, self.held - len(batch))
+        if self.held:  # (unreadable records skipped on disk count as taken)
+            self.held = min(max(0, self.held - len(batch)), self.ready.depth)
         if self._skips:
             self._deliver_skipping(batch)
         else:

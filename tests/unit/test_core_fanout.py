@@ -250,3 +250,26 @@ async def test_a_deferred_publish_waits_in_every_channel_while_the_topic_holds(
             channel.process_timers()
         assert [c.bodies() for c in consumers] == [[b"now", b"later"]] * 3
         topic.close()
+
+
+async def test_a_held_record_found_damaged_on_disk_is_skipped_and_the_counts_stay_true(
+        make_host, subscriber, messages, tmp_path):
+    topic = make_host("--mem-queue-size=1").topic()
+    bodies = [b"body-%02d" % i for i in range(10)]
+    async with trio.open_nursery() as nursery:
+        channels = await _start(nursery, topic, idle_reader=False)
+        topic.put_many(messages(*bodies))
+        await trio.testing.wait_all_tasks_blocked()
+        assert topic.fanout.held == 10 and topic.ready.backend_depth == 9
+        segment = tmp_path / segment_filename("t", 0)
+        data = bytearray(segment.read_bytes())
+        at = data.index(b"body-05")
+        data[at] ^= 0xFF  # one record's checksum no longer matches
+        segment.write_bytes(bytes(data))
+        consumer = subscriber()
+        channels[0].add_client(consumer)
+        await trio.testing.wait_all_tasks_blocked()
+        assert consumer.bodies() == [b for b in bodies if b != b"body-05"]
+        assert (topic.depth, topic.backend_depth, topic.fanout.held) == (0, 0, 0)
+        assert [c.depth for c in channels] == [0, 9, 9]
+        topic.close()
