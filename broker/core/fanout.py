@@ -128,7 +128,7 @@ class Fanout:
 
     def channel_emptied(self, name: str) -> None:
         """``/channel/empty``: the channel skips everything held for it."""
-        if self.held:  # (unreadable records skipped on disk count as taken)
+        if self.held:
             self._skips[name] = self.held
 
     def held_for(self, name: str) -> tuple[int, int]:
