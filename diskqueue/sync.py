@@ -150,7 +150,12 @@ class SyncPolicy:
         self._wakeup.set()
 
     def captured(self, job: SyncJob) -> None:
-        """``job`` was just captured: what it covers is no longer owed."""
+        """``job`` was just captured: what it covers is no longer owed.
+
+        A job of records only that covers a new or finished segment still owes a checkpoint
+        naming it: the next sync (at the latest, the one at close) writes it."""
+        if job.data is None and (job.rolled or job.created):
+            self.meta_dirty = True
         job.meta_dirty = self.meta_dirty
         if job.data is not None:
             self.meta_dirty = False

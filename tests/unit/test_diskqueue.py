@@ -334,6 +334,20 @@ async def test_sync_of_records_only_leaves_commits_to_the_policy(tmp_path: Path)
         await q.close()
 
 
+async def test_a_segment_a_sync_of_records_only_started_is_named_by_a_checkpoint_by_close(tmp_path: Path) -> None:
+    with trio.fail_after(10):
+        q = DiskQueue(NAME, tmp_path / "q")
+        q.put_many(records(10))  # the first segment file is created
+        await q.sync(commits=False)  # its records and its name are durable; no checkpoint yet
+        assert not (tmp_path / "q" / meta_filename(NAME)).exists()
+        assert q.sync_needed  # a checkpoint naming the new segment is still owed
+        await q.close()
+        assert checkpoint_of(tmp_path / "q").write.seq == 10
+        q = DiskQueue(NAME, tmp_path / "q")
+        assert drain(q) == records(10)
+        await q.close()
+
+
 @pytest.fixture
 def blocking_fsync(monkeypatch: pytest.MonkeyPatch):
     """Make data fsyncs wait until released, to act while a sync is in its worker thread."""
