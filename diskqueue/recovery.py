@@ -107,6 +107,9 @@ def recover(
     the queue's files from a listing of the directory (see ``listing.py``); None lists it.
     Blocking. Raises ``FormatVersionError`` for files of a newer format.
     """
+    if entries is not None and not entries:  # no files: a new queue (most of a restart's queues)
+        origin = Cursor(0, HEADER_SIZE, 0)
+        return Recovered(segments=[], commit=origin, write=origin, write_exists=False, depth=0)
     changed_dir = False
     meta = os.path.join(data_path, meta_filename(name))
     stray = (meta_filename(name) + TEMP_SUFFIX in entries) if entries is not None else fileops.exists(meta + TEMP_SUFFIX)
@@ -279,6 +282,11 @@ def _walk(data_path: str, name: str, segments: list[int], headers: _Headers, sta
                 resync_until = _ANYWHERE
             elif synced is not None and synced.file == n:
                 resync_until = mark = synced.pos
+        if header is not None and pos == headers[n][1]:
+            # Nothing after the cursor (the usual tail after a clean stop): the size read
+            # with the header says so, and the segment need not be opened again.
+            state.write, state.write_exists = Cursor(n, pos, seq), True
+            continue
         scan = scan_segment(data_path, name, n, pos, min_size, max_size, resync_until=resync_until, mark=mark)
         first_seq = seq
         seq += scan.records

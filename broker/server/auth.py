@@ -18,12 +18,15 @@ from __future__ import annotations
 import random
 import ssl
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
-import httpx
 import trio
 
 from broker.gocompat import INT64_MAX, INT64_MIN, GoRegexp, compile_go, go_quote_str, go_unmarshal, replace_surrogates
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["AuthError", "Authorization", "AuthState", "AuthClient", "PERMISSIONS"]
 
@@ -193,6 +196,8 @@ class AuthClient:
             "common_name": common_name,
         }.items()))
         endpoint = f"{address}?{query}" if "://" in address else f"http://{address}/auth?{query}"
+        import httpx  # only a broker with an auth server pays for importing it
+
         timeout = httpx.Timeout(self.request_timeout, connect=self.connect_timeout)
         try:
             with trio.fail_after(self.request_timeout or float("inf")):
