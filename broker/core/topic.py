@@ -73,6 +73,7 @@ class Topic:
         self.message_bytes = 0
         self.e2e = host.latency_stream()
         self._wakeup = trio.Event()
+        self._pump_started = False  # the pump starts with the first work it is woken for
         self._nursery: trio.Nursery | None = None
         self._cancel_scope = trio.CancelScope()
         self._tasks = TaskSet()  # the disk queue's sync loop, started once it has work
@@ -107,9 +108,9 @@ class Topic:
                 for channel in self._pending_channels:
                     channel.start(nursery)
                 self._pending_channels.clear()
-                nursery.start_soon(self._pump)
                 self.fanout.start(nursery)
                 task_status.started()
+                await trio.sleep_forever()  # the nursery stays open for tasks started later
 
     def close(self) -> None:
         """Stop the pump and every channel's task; the broker closes the files."""
@@ -169,7 +170,8 @@ class Topic:
             if not channel.ephemeral:
                 self._host.metadata_changed()
             self._host.registry_changed(RegistryChange(self.name, name, created=True))
-            self._wakeup.set()
+            if self.ready.depth:
+                self._wake()
         return channel
 
     def delete_channel(self, name: str) -> None:
@@ -179,7 +181,7 @@ class Topic:
         """
         channel = self.channels.pop(name)
         self.fanout.channel_removed(name)
-        self._wakeup.set()  # the others may not hold any longer
+        self._wake()  # the others may not hold any longer
         channel.close()
         for client in list(channel.clients):
             client.close_soon()
@@ -209,7 +211,7 @@ class Topic:
         self.message_count += len(msgs)
         self.message_bytes += sum(len(m.body) for m in msgs)
         if self.channels and not self.paused:  # else a new channel or unpause wakes the pump
-            self._wakeup.set()
+            self._wake()
 
     # ---------------------------------------------------------------- the pump
 
@@ -217,6 +219,14 @@ class Topic:
         """Whether the pump may move messages (paused: only those the channels own)."""
         return (bool(self.channels) and not self.exiting and (not self.paused or self.fanout.held > 0)
                 and not self.fanout.holding())
+
+    def _wake(self) -> None:
+        """Have the pump look at the queue: started now if it never ran (an idle topic
+        costs no task, which a start with thousands of topics notices)."""
+        self._wakeup.set()
+        if not self._pump_started:
+            self._pump_started = True
+            self._tasks.start_soon(self._pump)
 
     async def _pump(self) -> None:
         fanout = self.fanout
@@ -240,7 +250,7 @@ class Topic:
         return self.fanout.peek_held(channel, n)
 
     def demand_changed(self) -> None:
-        self._wakeup.set()
+        self._wake()
 
     def channel_emptied(self, channel: str) -> None:
         self.fanout.channel_emptied(channel)
@@ -253,7 +263,7 @@ class Topic:
     def unpause(self) -> None:
         self.paused = False
         self.fanout.unpaused()
-        self._wakeup.set()
+        self._wake()
 
     def empty(self) -> None:
         """Drop every message queued at the topic (``/topic/empty``); what it holds for its
