@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import operator
 import random
 from collections.abc import Callable
 from typing import Protocol
@@ -56,7 +55,6 @@ __all__ = ["Channel", "Upstream"]
 
 log = logging.getLogger("pynsqd.channel")
 
-_DEADLINE = operator.attrgetter("deadline")
 #: A consumer with a wide RDY window takes the ready messages in runs of up to this many (a
 #: quarter of its window at most), in turn: with many consumers a pass makes fewer, larger writes,
 #: and over passes each consumer gets the same share (see :meth:`Channel.dispatch`).
@@ -104,7 +102,7 @@ class Channel(LeaseSettlement, DeadLetterCommands):
         self._host = host
         self.in_flight: dict[bytes, Message] = {}
         armed = host.timed.add  # the broker's scanner visits only channels with timers
-        self.in_flight_timers = TimerHeap(_DEADLINE, lambda m: self.in_flight.get(m.id) is m, lambda: armed(self))
+        self.in_flight_timers = TimerHeap(self.in_flight, lambda: armed(self))
         self.deferred = Deferred(lambda: armed(self))
         self.clients: list[Subscriber] = []
         self.leases = Leases()

@@ -13,7 +13,6 @@ clock.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Iterator
 
 import trio
@@ -23,7 +22,6 @@ from broker.core.timers import TimerHeap
 
 __all__ = ["Deferred"]
 
-_DEADLINE = operator.attrgetter("deadline")
 
 
 class Deferred:
@@ -37,8 +35,7 @@ class Deferred:
 
     def __init__(self, on_armed: Callable[[], None] | None = None):
         self._messages: dict[bytes, Message] = {}
-        messages = self._messages
-        self.timers = TimerHeap(_DEADLINE, lambda m: messages.get(m.id) is m, on_armed)
+        self.timers = TimerHeap(self._messages, on_armed)
 
     def __len__(self) -> int:
         return len(self._messages)

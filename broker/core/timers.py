@@ -1,7 +1,7 @@
 """Min-heaps of messages keyed by a time: in-flight deadlines and deferred due times.
 
 Deletion is lazy: an entry is live only while the message is still in the
-owner's index and still carries the key the entry was pushed with, so FIN,
+owner's index and still carries the key the entry was pushed with (its ``deadline``), so FIN,
 REQ and TOUCH never search the heap. A heap is rebuilt when dead entries
 outnumber live ones, which keeps its size proportional to the live messages.
 Keys pushed in order skip the heap's sift (see :class:`TimerHeap`).
@@ -11,21 +11,25 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from broker.core.message import Message
 
 __all__ = ["TimerHeap"]
 
 _counter = itertools.count()
+_DEADLINE = operator.attrgetter("deadline")
 
 
 class TimerHeap:
-    """Messages ordered by a key (a Trio time or a wall-clock ns value).
+    """Messages ordered by their ``deadline`` (a Trio time or a wall-clock ns value).
 
-    ``key_of(msg)`` returns the message's current key and ``is_live(msg)`` says
-    whether the owner still holds it in this heap's state.
+    ``index`` is the owner's map of the messages it holds in this heap's state, by id:
+    an entry is live while ``index`` maps its message's id to that very message and
+    the message's ``deadline`` is still the key the entry was pushed with. (Checked
+    inline, not through callbacks: a compaction checks every entry.)
 
     Keys mostly arrive in order (every delivery to clients with the same
     ``msg_timeout`` has a later deadline than the one before), so messages whose
@@ -36,15 +40,13 @@ class TimerHeap:
     the smaller of the two heads.
     """
 
-    __slots__ = ("_run", "_run_count", "_heap", "_key_of", "_is_live", "_on_armed")
+    __slots__ = ("_run", "_run_count", "_heap", "_index", "_on_armed")
 
-    def __init__(self, key_of: Callable[[Message], float], is_live: Callable[[Message], bool],
-                 on_armed: Callable[[], None] | None = None):
+    def __init__(self, index: Mapping[bytes, Message], on_armed: Callable[[], None] | None = None):
         self._run: deque[tuple[float, list[Message]]] = deque()
         self._run_count = 0  # messages in the run's groups
         self._heap: list[tuple[float, int, Message]] = []
-        self._key_of = key_of
-        self._is_live = is_live
+        self._index = index
         self._on_armed = on_armed  # called when a push finds the heap empty
 
     def __len__(self) -> int:
@@ -74,22 +76,22 @@ class TimerHeap:
 
     def pop_due(self, now: float) -> list[Message]:
         """Remove and return every live message whose key is <= ``now``, earliest first."""
-        key_of, is_live = self._key_of, self._is_live
+        held = self._index.get
         due = []
         run = self._run
         while run and run[0][0] <= now:
             key, group = run.popleft()
             self._run_count -= len(group)
-            due.extend([msg for msg in group if is_live(msg) and key_of(msg) == key])
+            due.extend([msg for msg in group if msg.deadline == key and held(msg.id) is msg])
         heap = self._heap
         if heap and heap[0][0] <= now:
             from_run = len(due)
             while heap and heap[0][0] <= now:
                 key, _seq, msg = heapq.heappop(heap)
-                if is_live(msg) and key_of(msg) == key:
+                if msg.deadline == key and held(msg.id) is msg:
                     due.append(msg)
             if from_run and len(due) > from_run:
-                due.sort(key=key_of)
+                due.sort(key=_DEADLINE)
         return due
 
     def next_key(self) -> float | None:
@@ -105,16 +107,16 @@ class TimerHeap:
         """Drop dead entries when they are the majority."""
         total = self._run_count + len(self._heap)
         if total > 64 and total > 2 * live_count:
-            key_of, is_live = self._key_of, self._is_live
+            held = self._index.get
             run: deque[tuple[float, list[Message]]] = deque()
             count = 0
             for key, group in self._run:
-                group = [msg for msg in group if is_live(msg) and key_of(msg) == key]
+                group = [msg for msg in group if msg.deadline == key and held(msg.id) is msg]
                 if group:
                     run.append((key, group))
                     count += len(group)
             self._run, self._run_count = run, count
-            self._heap = [e for e in self._heap if is_live(e[2]) and key_of(e[2]) == e[0]]
+            self._heap = [e for e in self._heap if e[2].deadline == e[0] and held(e[2].id) is e[2]]
             heapq.heapify(self._heap)
 
     def clear(self) -> None:
@@ -128,10 +130,11 @@ class TimerHeap:
         entries = [(key, msg) for key, group in self._run for msg in group]
         entries.extend((key, msg) for key, _seq, msg in self._heap)
         entries.sort(key=lambda e: e[0])
+        held = self._index.get
         seen = set()
         out = []
         for key, msg in entries:
-            if id(msg) not in seen and self._is_live(msg) and self._key_of(msg) == key:
+            if id(msg) not in seen and msg.deadline == key and held(msg.id) is msg:
                 seen.add(id(msg))
                 out.append(msg)
         return out

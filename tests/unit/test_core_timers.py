@@ -13,7 +13,7 @@ class Owner:
 
     def __init__(self):
         self.index: dict[bytes, Message] = {}
-        self.heap = TimerHeap(lambda m: m.deadline, lambda m: self.index.get(m.id) is m)
+        self.heap = TimerHeap(self.index)
 
     def add(self, n: int, key: float) -> Message:
         msg = Message(b"%016d" % n, b"body", 0)
