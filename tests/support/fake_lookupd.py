@@ -4,13 +4,15 @@ It answers as nsqlookupd does: the IDENTIFY with a JSON description of itself, e
 command with ``OK``, each answer size-prefixed. Each connection's conversation is a list: the
 magic, ``("IDENTIFY", body)``, then the command lines as bytes. Given ``channels``, it also
 plays lookupd's HTTP API: every ``GET /channels?topic=`` is answered with those names, whatever
-they are, and the IDENTIFY answer gives its address, as a real lookupd's does.
+they are (or, given a dict, with the names it holds for that topic, or none), and the IDENTIFY
+answer gives its address, as a real lookupd's does.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from urllib.parse import parse_qs, urlsplit
 
 import trio
 
@@ -18,7 +20,8 @@ __all__ = ["start_fake_lookupd"]
 
 
 async def start_fake_lookupd(nursery: trio.Nursery, conversations: list[list], port: int = 0, *,
-                             channels: list | None = None, identify_answer: bytes | None = None) -> str:
+                             channels: list | dict[str, list] | None = None,
+                             identify_answer: bytes | None = None) -> str:
     """Listen on 127.0.0.1:``port`` in ``nursery``; return ``host:port``. Each connection appends its conversation.
 
     With ``channels``, an HTTP listener answers ``/channels`` with ``{"channels": channels}``;
@@ -27,9 +30,11 @@ async def start_fake_lookupd(nursery: trio.Nursery, conversations: list[list], p
     identity = {"tcp_port": 4160, "http_port": 4161, "version": "1.3.0", "broadcast_address": "",
                 "hostname": "recorder"}
     if channels is not None:
-        answer = json.dumps({"channels": channels}).encode()
-        http = await nursery.start(functools.partial(trio.serve_tcp, functools.partial(_answer_http, answer), 0,
-                                                     host="127.0.0.1"))
+        per_topic = channels if isinstance(channels, dict) else None
+        answers = {topic: json.dumps({"channels": names}).encode() for topic, names in (per_topic or {}).items()}
+        default = json.dumps({"channels": [] if per_topic is not None else channels}).encode()
+        http = await nursery.start(functools.partial(trio.serve_tcp, functools.partial(_answer_http, answers, default),
+                                                     0, host="127.0.0.1"))
         identity.update(http_port=http[0].socket.getsockname()[1], broadcast_address="127.0.0.1")
 
     async def handler(stream: trio.SocketStream) -> None:
@@ -40,8 +45,8 @@ async def start_fake_lookupd(nursery: trio.Nursery, conversations: list[list], p
     return "127.0.0.1:%d" % listeners[0].socket.getsockname()[1]
 
 
-async def _answer_http(answer: bytes, stream: trio.SocketStream) -> None:
-    """One HTTP request, whatever it asks, answered with ``answer`` as JSON; then the close."""
+async def _answer_http(answers: dict[str, bytes], default: bytes, stream: trio.SocketStream) -> None:
+    """One HTTP request answered with the JSON ``answers`` holds for its topic (else ``default``); then the close."""
     request = b""
     try:
         while b"\r\n\r\n" not in request:
@@ -49,6 +54,8 @@ async def _answer_http(answer: bytes, stream: trio.SocketStream) -> None:
             if not data:
                 return
             request += data
+        query = parse_qs(urlsplit(request.split(b" ", 2)[1].decode()).query)
+        answer = answers.get(query.get("topic", [""])[0], default)
         await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
                               b"Connection: close\r\n\r\n%s" % (len(answer), answer))
     except trio.BrokenResourceError:
