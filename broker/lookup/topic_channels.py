@@ -37,13 +37,13 @@ async def get_topic_channels(address: str, topic: str, connect_timeout: float, r
         with trio.fail_after(connect_timeout):
             stream = await trio.open_tcp_stream(host, port)
     except (OSError, ValueError, trio.TooSlowError) as exc:
-        raise LookupHTTPError(f"Get \"http://{address}{target}\": {exc or 'i/o timeout'}") from exc
+        raise LookupHTTPError(f"Get \"http://{address}{target}\": {str(exc) or 'i/o timeout'}") from exc
     async with stream:
         try:
             with trio.fail_after(request_timeout):
                 status, body = await _exchange(stream, address, target)
         except (OSError, trio.BrokenResourceError, trio.TooSlowError, httptools.HttpParserError) as exc:
-            raise LookupHTTPError(f"Get \"http://{address}{target}\": {exc or 'i/o timeout'}") from exc
+            raise LookupHTTPError(f"Get \"http://{address}{target}\": {str(exc) or 'i/o timeout'}") from exc
     if status != 200:
         raise LookupHTTPError(f"got response {status} from http://{address}{target}")
     try:

@@ -160,3 +160,21 @@ async def test_a_lookupd_listing_many_channels_does_not_hold_the_other_connectio
         assert sum(ch["depth"] for t in stats["topics"] for ch in t["channels"]) == MANY_CHANNELS
         assert max(round_trips) < MAX_ROUND_TRIP, f"a PUB waited {max(round_trips):.2f} s behind the channels"
         assert "Traceback" not in proc.log_text()
+
+
+async def test_a_lookupd_answer_that_never_ends_times_out_with_a_reason(start_daemon, nursery,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    conversations: list[list] = []
+    endless = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"cha\r\n"
+    address = await start_fake_lookupd(nursery, conversations, channels={"newtopic": endless})
+    with trio.fail_after(30):
+        async with start_daemon(f"--lookupd-tcp-address={address}", "--broadcast-address=127.0.0.1",
+                                "--http-client-request-timeout=200ms") as daemon:
+            assert (await request(daemon.addresses.http, "POST", "/topic/create?topic=first")).status == 200
+            await wait_for(lambda: conversations and b"REGISTER first\n" in conversations[0], timeout=10)
+            await publish(daemon, "newtopic", b"one")  # answered once the lookupd is given up
+            assert await channel_depths(daemon, "newtopic") == {}
+    warnings = [r.getMessage() for r in caplog.records if "pre-create for topic newtopic" in r.getMessage()]
+    # nsqd: "... context deadline exceeded (Client.Timeout or context cancellation while reading body)"
+    assert len(warnings) == 1 and warnings[0].endswith("/channels?topic=newtopic\": i/o timeout"), warnings
+    no_traceback_logged(caplog)
