@@ -178,3 +178,23 @@ async def test_a_lookupd_answer_that_never_ends_times_out_with_a_reason(start_da
     # nsqd: "... context deadline exceeded (Client.Timeout or context cancellation while reading body)"
     assert len(warnings) == 1 and warnings[0].endswith("/channels?topic=newtopic\": i/o timeout"), warnings
     no_traceback_logged(caplog)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1\x00.example", "127.0.0.1\x00\r\nX-Injected: 1"], ids=["nul", "nul-crlf"])
+async def test_a_broadcast_address_with_control_characters_is_refused(start_daemon, nursery, address: str,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """nsqd refuses the URL (``net/url: invalid control character in URL``); the name resolver
+    stopped at the NUL and asked 127.0.0.1, sending the rest as part of the ``Host`` header."""
+    conversations: list[list] = []
+    lookupd = await start_fake_lookupd(nursery, conversations, channels=["ok_chan"],
+                                       identify_answer={"broadcast_address": address})
+    with trio.fail_after(30):
+        async with start_daemon(f"--lookupd-tcp-address={lookupd}", "--broadcast-address=127.0.0.1") as daemon:
+            assert (await request(daemon.addresses.http, "POST", "/topic/create?topic=first")).status == 200
+            await wait_for(lambda: conversations and b"REGISTER first\n" in conversations[0], timeout=10)
+            await publish(daemon, "newtopic", b"one")
+            assert await channel_depths(daemon, "newtopic") == {}
+    warnings = [r.getMessage() for r in caplog.records if "pre-create for topic newtopic" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].endswith("net/url: invalid control character in URL"), warnings
+    assert '127.0.0.1\\x00' in warnings[0], warnings
+    no_traceback_logged(caplog)

@@ -22,12 +22,13 @@ __all__ = ["start_fake_lookupd"]
 
 async def start_fake_lookupd(nursery: trio.Nursery, conversations: list[list], port: int = 0, *,
                              channels: list | dict[str, list | bytes] | None = None,
-                             identify_answer: bytes | None = None) -> str:
+                             identify_answer: bytes | dict | None = None) -> str:
     """Listen on 127.0.0.1:``port`` in ``nursery``; return ``host:port``. Each connection appends its conversation.
 
     With ``channels``, an HTTP listener answers ``/channels`` with ``{"channels": channels}`` (a dict:
     per topic, with the names or the raw HTTP answer it holds);
-    ``identify_answer`` replaces the IDENTIFY answer's bytes, whatever they are.
+    ``identify_answer`` replaces the IDENTIFY answer's bytes, whatever they are (a dict: the fields
+    it holds replace those of the answer).
     """
     identity = {"tcp_port": 4160, "http_port": 4161, "version": "1.3.0", "broadcast_address": "",
                 "hostname": "recorder"}
@@ -39,6 +40,10 @@ async def start_fake_lookupd(nursery: trio.Nursery, conversations: list[list], p
         http = await nursery.start(functools.partial(trio.serve_tcp, functools.partial(_answer_http, answers, default),
                                                      0, host="127.0.0.1"))
         identity.update(http_port=http[0].socket.getsockname()[1], broadcast_address="127.0.0.1")
+
+    if isinstance(identify_answer, dict):
+        identity.update(identify_answer)
+        identify_answer = None
 
     async def handler(stream: trio.SocketStream) -> None:
         answer = json.dumps(identity).encode() if identify_answer is None else identify_answer
