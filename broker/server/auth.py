@@ -37,6 +37,8 @@ MAX_ANSWER_SIZE = 1 << 20
 _DECODE_INLINE_BELOW = 64 * 1024
 #: How many (topic, channel) verdicts an answer remembers.
 _REMEMBERED = 1024
+#: The longest URL httpx sends (``httpx._urlparse.MAX_URL_LENGTH``); a longer secret cannot fit.
+_MAX_URL_LENGTH = 65536
 
 
 class AuthError(Exception):
@@ -179,6 +181,8 @@ class AuthClient:
         raise AuthError("; ".join(errors))
 
     async def _query_one(self, address: str, remote_ip: str, tls: bool, secret: str, common_name: str) -> AuthState:
+        if len(secret) > _MAX_URL_LENGTH:  # refused before megabytes are percent-encoded for nothing
+            raise AuthError("InvalidURL: URL too long")
         query = urlencode(sorted({
             "remote_ip": remote_ip,
             "tls": "true" if tls else "false",
@@ -194,7 +198,7 @@ class AuthClient:
                     body = await _read_answer(response)
         except trio.TooSlowError as exc:
             raise AuthError("request timed out") from exc
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise AuthError(f"{type(exc).__name__}: {exc}") from exc
         if response.status_code != 200:
             raise AuthError(f"got response {response.status_code} {response.reason_phrase} {_go_quote(body)}")
