@@ -8,12 +8,13 @@ in the cluster gets it (``internal/clusterinfo``'s ``GetLookupdTopicChannels``).
 from __future__ import annotations
 
 import logging
+import re
 from urllib.parse import quote
 
 import httptools
 import trio
 
-from broker.gocompat import go_unmarshal
+from broker.gocompat import go_quote_str, go_unmarshal
 from broker.lookup.peer import split_address
 
 __all__ = ["LookupHTTPError", "get_topic_channels", "query_topic_channels"]
@@ -21,6 +22,7 @@ __all__ = ["LookupHTTPError", "get_topic_channels", "query_topic_channels"]
 log = logging.getLogger("pynsqd.lookup")
 
 _READ_SIZE = 65536
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 #: The largest answer read from lookupd's HTTP API.
 MAX_ANSWER_SIZE = 16 * 1024 * 1024
 
@@ -32,18 +34,21 @@ class LookupHTTPError(OSError):
 async def get_topic_channels(address: str, topic: str, connect_timeout: float, request_timeout: float) -> list[str]:
     """The channels lookupd at ``address`` (``host:port``) knows for ``topic``; raises :class:`LookupHTTPError`."""
     target = f"/channels?topic={quote(topic, safe='')}"
+    if _CONTROL.search(address):  # Go's url.Parse refuses them; the name resolver would stop at a NUL
+        raise LookupHTTPError(f"parse {go_quote_str(f'http://{address}{target}')}: "
+                              "net/url: invalid control character in URL")
     try:
         host, port = split_address(address)
         with trio.fail_after(connect_timeout):
             stream = await trio.open_tcp_stream(host, port)
     except (OSError, ValueError, trio.TooSlowError) as exc:
-        raise LookupHTTPError(f"Get \"http://{address}{target}\": {exc or 'i/o timeout'}") from exc
+        raise LookupHTTPError(f"Get \"http://{address}{target}\": {str(exc) or 'i/o timeout'}") from exc
     async with stream:
         try:
             with trio.fail_after(request_timeout):
                 status, body = await _exchange(stream, address, target)
         except (OSError, trio.BrokenResourceError, trio.TooSlowError, httptools.HttpParserError) as exc:
-            raise LookupHTTPError(f"Get \"http://{address}{target}\": {exc or 'i/o timeout'}") from exc
+            raise LookupHTTPError(f"Get \"http://{address}{target}\": {str(exc) or 'i/o timeout'}") from exc
     if status != 200:
         raise LookupHTTPError(f"got response {status} from http://{address}{target}")
     try:

@@ -35,7 +35,7 @@ from .commands import (
     encode_sub,
     encode_touch,
 )
-from .connection import LINE_TOO_LONG, ServerConnection
+from .connection import LINE_TOO_LONG, ServerConnection, finish_identify
 from .errors import ProtocolError, command_failed
 from .frames import (
     BAD_PROTOCOL_FRAME,
@@ -86,7 +86,7 @@ __all__ = [
     "encode_identify", "encode_auth", "encode_sub", "encode_pub", "encode_mpub", "encode_dpub",
     "encode_rdy", "encode_fin", "encode_req", "encode_touch", "encode_cls", "encode_nop",
     "Identify", "Auth", "Sub", "Pub", "Mpub", "Dpub", "Rdy", "Fin", "FinRun", "Req", "Touch", "Cls", "Nop", "Command",
-    "IDENTIFY_FIELDS", "decode_identify",
+    "IDENTIFY_FIELDS", "decode_identify", "finish_identify",
     "Limits", "DEFAULT_MAX_MSG_SIZE", "DEFAULT_MAX_BODY_SIZE", "DEFAULT_MAX_RDY_COUNT",
     "DEFAULT_MAX_REQ_TIMEOUT_MS", "LINE_BUFFER_SIZE",
     "State", "ServerConnection",

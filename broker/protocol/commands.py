@@ -30,10 +30,14 @@ class Identify:
     Known fields appear under their canonical names with checked types (str,
     int or bool); a field sent as ``null`` or not sent is absent; unknown keys
     are dropped, as Go's ``json.Unmarshal`` ignores them. Range checks are the
-    owner's (they depend on options).
+    owner's (they depend on options). A body of
+    :data:`~broker.protocol.identify.DECODE_INLINE_BELOW` bytes or more is left undecoded
+    (``data`` None, the bytes in ``body``) for the owner to decode off the event
+    loop with :func:`~broker.protocol.finish_identify`.
     """
 
-    data: dict
+    data: dict | None
+    body: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,13 +30,13 @@ from .commands import Auth, Cls, Dpub, Fin, FinRun, Identify, Nop, Pub, Rdy, Req
 from .errors import ProtocolError
 from .finrun import FIN_LINE, fin_ids, fin_run_end, new_fins
 from .frames import MAGIC_V2, MSG_ID_LENGTH
-from .identify import decode_identify
+from .identify import DECODE_INLINE_BELOW, decode_identify
 from .lease import LEASE_OPS, Lease, is_valid_lease_token
 from .limits import Limits
 from .names import go_quote, is_valid_name
 from .state import IGNORED_MOVES, LEGAL_STATES, State
 
-__all__ = ["ServerConnection", "LINE_TOO_LONG"]
+__all__ = ["ServerConnection", "LINE_TOO_LONG", "finish_identify"]
 
 #: The code of the error raised for an over-long command line. It never reaches
 #: the wire: its payload is empty because nsqd closes without sending a frame.
@@ -56,12 +56,18 @@ def _invalid(description: str) -> ProtocolError:
     return ProtocolError("E_INVALID", description)
 
 
-def _finish_identify(body: bytes) -> Identify:
+def finish_identify(body: bytes) -> Identify:
+    """The IDENTIFY event of ``body``, decoded; raises nsqd's fatal ``E_BAD_BODY`` if it is not JSON
+    Go's decoder reads. Blocking: a large body takes a worker thread (see :class:`Identify`)."""
     try:
         data = decode_identify(body)
     except ValueError as exc:
         raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from exc
     return Identify(data)
+
+
+def _finish_identify(body: bytes) -> Identify:
+    return finish_identify(body) if len(body) < DECODE_INLINE_BELOW else Identify(None, body)
 
 
 class ServerConnection:

@@ -23,7 +23,8 @@ from urllib.parse import urlencode
 
 import trio
 
-from broker.gocompat import INT64_MAX, INT64_MIN, GoRegexp, compile_go, go_quote_str, go_unmarshal, replace_surrogates
+from broker.gocompat import GoRegexp, compile_go, go_quote_str, replace_surrogates
+from broker.gocompat.unmarshal import GO_INT, GO_STRING, GoSlice, GoStruct, unmarshal
 
 if TYPE_CHECKING:
     import httpx
@@ -39,6 +40,8 @@ MAX_ANSWER_SIZE = 1 << 20
 _DECODE_INLINE_BELOW = 64 * 1024
 #: How many (topic, channel) verdicts an answer remembers.
 _REMEMBERED = 1024
+#: The longest URL httpx sends (``httpx._urlparse.MAX_URL_LENGTH``); a longer secret cannot fit.
+_MAX_URL_LENGTH = 65536
 
 
 class AuthError(Exception):
@@ -108,9 +111,7 @@ def _go_quote(data: bytes) -> str:
     return '"' + "".join(out) + '"'
 
 
-def _compile(pattern: object, what: str) -> GoRegexp:
-    if not isinstance(pattern, str):
-        raise AuthError(f"json: cannot unmarshal {type(pattern).__name__} into {what}")
+def _compile(pattern: str, what: str) -> GoRegexp:
     pattern = replace_surrogates(pattern)  # what Go's JSON decoder reads
     try:
         return compile_go(pattern)
@@ -118,43 +119,37 @@ def _compile(pattern: object, what: str) -> GoRegexp:
         raise AuthError(f"unable to compile {what} {go_quote_str(pattern)} {exc}") from None
 
 
+#: nsqd's ``auth.State`` and ``auth.Authorization``, as the answer is decoded into them
+_AUTHORIZATION = GoStruct("auth.Authorization", {"topic": GO_STRING, "channels": GoSlice(GO_STRING),
+                                                 "permissions": GoSlice(GO_STRING)})
+_STATE = GoStruct("auth.State", {"ttl": GO_INT, "authorizations": GoSlice(_AUTHORIZATION), "identity": GO_STRING,
+                                 "identity_url": GO_STRING})
+
+
 def parse_state(body: bytes, now: float) -> AuthState:
     """An auth server's JSON answer as an :class:`AuthState`; raises :class:`AuthError`
-    with nsqd's reasons (unknown permission, bad regular expression, ``ttl`` not > 0)."""
+    with nsqd's reasons (a value of the wrong type, unknown permission, bad regular
+    expression, ``ttl`` not > 0). Keys match ignoring case, as Go's decoder matches them."""
     try:
-        doc = go_unmarshal(body)
+        doc = unmarshal(body, _STATE)
     except ValueError as exc:
-        raise AuthError(f"invalid JSON - {exc}") from exc
-    if not isinstance(doc, dict):
-        raise AuthError("json: cannot unmarshal the answer into auth.State")
-    ttl = doc.get("ttl") or 0
-    identity = doc.get("identity") or ""
-    identity_url = doc.get("identity_url") or ""
-    grants = doc.get("authorizations") or []
-    if type(ttl) is not int or not isinstance(identity, str) or not isinstance(identity_url, str) \
-            or not isinstance(grants, list):
-        raise AuthError("json: cannot unmarshal the answer into auth.State")
-    if not INT64_MIN <= ttl <= INT64_MAX:  # Go's int: a larger number does not decode
-        raise AuthError(f"json: cannot unmarshal number {str(ttl)[:40]} into Go struct field State.ttl of type int")
+        # a value of the wrong type has Go's words; what is not JSON at all is said so
+        raise AuthError(str(exc) if str(exc).startswith("json: ") else f"invalid JSON - {exc}") from None
     authorizations = []
-    for grant in grants:
-        if not isinstance(grant, dict):
-            raise AuthError("json: cannot unmarshal an authorization into auth.Authorization")
-        permissions = grant.get("permissions") or []
-        channels = grant.get("channels") or []
-        if not isinstance(permissions, list) or not isinstance(channels, list):
-            raise AuthError("json: cannot unmarshal an authorization into auth.Authorization")
-        for permission in permissions:
+    for grant in doc["authorizations"]:
+        for permission in grant["permissions"]:
             if permission not in PERMISSIONS:
-                raise AuthError(f"unknown permission {permission}")
+                raise AuthError(f"unknown permission {replace_surrogates(permission)}")
         authorizations.append(Authorization(
-            _compile(grant.get("topic") or "", "topic"),
-            tuple(_compile(channel, "channel") for channel in channels),
-            frozenset(permissions),
+            _compile(grant["topic"], "topic"),
+            tuple(_compile(channel, "channel") for channel in grant["channels"]),
+            frozenset(grant["permissions"]),
         ))
+    ttl = doc["ttl"]
     if ttl <= 0:
         raise AuthError(f"invalid TTL {ttl} (must be >0)")
-    return AuthState(identity, identity_url, tuple(authorizations), now + ttl)
+    return AuthState(replace_surrogates(doc["identity"]), replace_surrogates(doc["identity_url"]),
+                     tuple(authorizations), now + ttl)
 
 
 class AuthClient:
@@ -189,6 +184,8 @@ class AuthClient:
         raise AuthError("; ".join(errors))
 
     async def _query_one(self, address: str, remote_ip: str, tls: bool, secret: str, common_name: str) -> AuthState:
+        if len(secret) > _MAX_URL_LENGTH:  # refused before megabytes are percent-encoded for nothing
+            raise AuthError("InvalidURL: URL too long")
         query = urlencode(sorted({
             "remote_ip": remote_ip,
             "tls": "true" if tls else "false",
@@ -206,7 +203,7 @@ class AuthClient:
                     body = await _read_answer(response)
         except trio.TooSlowError as exc:
             raise AuthError("request timed out") from exc
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise AuthError(f"{type(exc).__name__}: {exc}") from exc
         if response.status_code != 200:
             raise AuthError(f"got response {response.status_code} {response.reason_phrase} {_go_quote(body)}")

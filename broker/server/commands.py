@@ -42,6 +42,7 @@ AnswerHandler = Callable[["Broker", "Client", Any], Answer]
 
 
 def identify(broker: Broker, client: Client, cmd: p.Identify) -> None:
+    assert cmd.data is not None, "the connection decodes a large body first"
     client.send_response(client.identify(cmd.data))
     client.mark_upgrade()
 

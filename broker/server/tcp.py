@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from broker.config.tls import TLS_NOT_REQUIRED
-from broker.protocol import FinRun, Identify, ProtocolError, ServerConnection
+from broker.protocol import FinRun, Identify, ProtocolError, ServerConnection, finish_identify
 from broker.server.auth import AuthClient
 from broker.server.commands import ANSWER_HANDLERS, SYNC_HANDLERS, fin_run
 from broker.server.compression import MAX_PIECE, CompressionError
@@ -289,8 +289,9 @@ class TCPServer(ConnectionServer):
             done = self._apply_commands(client, conn, None)
 
     async def _apply_rest(self, client: Client, conn: ServerConnection) -> bool:
-        """Apply ``client.unapplied``: await its first command's answer, then the rest of its
-        turn, awaiting each answer that must wait. Returns False after a fatal error."""
+        """Apply ``client.unapplied``: await its first command's answer (or, for a large IDENTIFY,
+        its decoded event, applied then), then the rest of its turn, awaiting each answer that
+        must wait. Returns False after a fatal error."""
         while True:
             pending, *rest = client.unapplied
             client.unapplied = []
@@ -305,7 +306,10 @@ class TCPServer(ConnectionServer):
                 return self._fail(client, exc)
             else:
                 client.batching = True
-                client.send_response(response)
+                if type(response) is Identify:  # decoded off the event loop: now applied
+                    rest.insert(0, response)
+                else:
+                    client.send_response(response)
             done = self._apply_commands(client, conn, rest)
             if done is not None:
                 return done
@@ -340,6 +344,11 @@ class TCPServer(ConnectionServer):
             if event_type is FinRun:
                 fin_run(broker, client, event.msg_ids)
                 continue
+            if event_type is Identify and event.data is None:
+                # a large body is decoded in a worker thread, then applied as any IDENTIFY
+                client.unapplied = [trio.to_thread.run_sync(finish_identify, event.body), *events[index + 1:]]
+                client.batching = False
+                return None
             handler = sync_handlers.get(event_type)
             try:
                 if handler is not None:

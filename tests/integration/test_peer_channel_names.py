@@ -17,11 +17,12 @@ import logging
 import pytest
 import trio
 
+from broker.protocol import encode_pub
 from tests.integration.test_untrusted_input import no_traceback_logged
 from tests.support.diskfaults import FaultyDisk
 from tests.support.fake_lookupd import start_fake_lookupd
 from tests.support.http_client import request
-from tests.support.v2client import publish, subscriber
+from tests.support.v2client import connect, publish, subscriber
 from tests.support.waiting import wait_for
 
 BAD_NAMES = ["x/y", "a" * 300, "", "has space", "a" * 65, "caf\u00e9", "x\ny", "a#ephemeral#ephemeral", "../x"]
@@ -114,4 +115,86 @@ async def test_a_hostile_identify_answer_from_lookupd_costs_nothing(start_daemon
                 await publish(daemon, f"new{n}", b"one", b"two")
                 assert await channel_depths(daemon, f"new{n}") == {}
             assert (await request(daemon.addresses.http, "GET", "/ping")).body == b"OK"
+    no_traceback_logged(caplog)
+
+
+#: Channels a lookupd lists for a new topic: made in one go, they held every connection
+#: for about 2 s (0.1 ms each), where nsqd makes them on the publisher's goroutine alone.
+MANY_CHANNELS = 20_000
+#: The worst PUB round trip allowed on another connection meanwhile (a busy 2-core machine's margin).
+MAX_ROUND_TRIP = 0.5
+
+
+async def test_a_lookupd_listing_many_channels_does_not_hold_the_other_connections(broker_process, nursery) -> None:
+    conversations: list[list] = []
+    names = [f"c{n}" for n in range(MANY_CHANNELS)]
+    address = await start_fake_lookupd(nursery, conversations, channels={"newtopic": names})
+    with trio.fail_after(120):
+        proc = broker_process(f"--lookupd-tcp-address={address}", "--broadcast-address=127.0.0.1")
+        assert (await request(proc.http, "POST", "/topic/create?topic=first")).status == 200
+        await wait_for(lambda: conversations and b"REGISTER first\n" in conversations[0], timeout=10)
+        prober = await connect(proc.tcp)
+        await prober.send(encode_pub("probe", b"first"))
+        await prober.expect_response(b"OK")
+        round_trips: list[float] = []
+        published = trio.Event()
+
+        async def probe() -> None:
+            while not published.is_set():
+                start = trio.current_time()
+                await prober.send(encode_pub("probe", b"x"))
+                await prober.expect_response(b"OK")
+                round_trips.append(trio.current_time() - start)
+
+        async def publish_new_topic() -> None:
+            publisher = await connect(proc.tcp, timeout=60)  # answered once the channels are made
+            await publisher.send(encode_pub("newtopic", b"one"))
+            await publisher.expect_response(b"OK")
+            published.set()
+
+        async with trio.open_nursery() as probing:
+            probing.start_soon(probe)
+            probing.start_soon(publish_new_topic)
+        print(f"{len(round_trips)} round trips, worst {max(round_trips) * 1000:.1f} ms")
+        stats = (await request(proc.http, "GET", "/stats?format=json&topic=newtopic")).json()
+        assert sum(ch["depth"] for t in stats["topics"] for ch in t["channels"]) == MANY_CHANNELS
+        assert max(round_trips) < MAX_ROUND_TRIP, f"a PUB waited {max(round_trips):.2f} s behind the channels"
+        assert "Traceback" not in proc.log_text()
+
+
+async def test_a_lookupd_answer_that_never_ends_times_out_with_a_reason(start_daemon, nursery,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    conversations: list[list] = []
+    endless = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"cha\r\n"
+    address = await start_fake_lookupd(nursery, conversations, channels={"newtopic": endless})
+    with trio.fail_after(30):
+        async with start_daemon(f"--lookupd-tcp-address={address}", "--broadcast-address=127.0.0.1",
+                                "--http-client-request-timeout=200ms") as daemon:
+            assert (await request(daemon.addresses.http, "POST", "/topic/create?topic=first")).status == 200
+            await wait_for(lambda: conversations and b"REGISTER first\n" in conversations[0], timeout=10)
+            await publish(daemon, "newtopic", b"one")  # answered once the lookupd is given up
+            assert await channel_depths(daemon, "newtopic") == {}
+    warnings = [r.getMessage() for r in caplog.records if "pre-create for topic newtopic" in r.getMessage()]
+    # nsqd: "... context deadline exceeded (Client.Timeout or context cancellation while reading body)"
+    assert len(warnings) == 1 and warnings[0].endswith("/channels?topic=newtopic\": i/o timeout"), warnings
+    no_traceback_logged(caplog)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1\x00.example", "127.0.0.1\x00\r\nX-Injected: 1"], ids=["nul", "nul-crlf"])
+async def test_a_broadcast_address_with_control_characters_is_refused(start_daemon, nursery, address: str,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """nsqd refuses the URL (``net/url: invalid control character in URL``); the name resolver
+    stopped at the NUL and asked 127.0.0.1, sending the rest as part of the ``Host`` header."""
+    conversations: list[list] = []
+    lookupd = await start_fake_lookupd(nursery, conversations, channels=["ok_chan"],
+                                       identify_answer={"broadcast_address": address})
+    with trio.fail_after(30):
+        async with start_daemon(f"--lookupd-tcp-address={lookupd}", "--broadcast-address=127.0.0.1") as daemon:
+            assert (await request(daemon.addresses.http, "POST", "/topic/create?topic=first")).status == 200
+            await wait_for(lambda: conversations and b"REGISTER first\n" in conversations[0], timeout=10)
+            await publish(daemon, "newtopic", b"one")
+            assert await channel_depths(daemon, "newtopic") == {}
+    warnings = [r.getMessage() for r in caplog.records if "pre-create for topic newtopic" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].endswith("net/url: invalid control character in URL"), warnings
+    assert '127.0.0.1\\x00' in warnings[0], warnings
     no_traceback_logged(caplog)

@@ -202,6 +202,24 @@ def test_auth_server_ttl_past_int64_is_an_auth_error() -> None:
     assert parse_state(b'{"ttl": 9223372036854775807}', 5.0).expires == 5.0 + 9223372036854775807
 
 
+@pytest.mark.parametrize(("permission", "kind"), [(b'["publish"]', "array"), (b'{"a": 1}', "object"), (b"5", "number")])
+def test_auth_server_permission_of_another_type_is_an_auth_error(permission: bytes, kind: str) -> None:
+    """nsqd 1.3.0's words, measured; a list or an object was a TypeError that closed the connection."""
+    body = b'{"ttl": 60, "authorizations": [{"topic": ".*", "channels": [".*"], "permissions": [%s]}]}' % permission
+    with pytest.raises(AuthError) as raised:
+        parse_state(body, 0.0)
+    assert str(raised.value) == (f"json: cannot unmarshal {kind} into Go struct field "
+                                 "Authorization.authorizations.permissions of type string")
+
+
+def test_auth_server_answer_keys_match_ignoring_case() -> None:
+    """As Go's decoder matches them: nsqd 1.3.0 grants this answer (pynsqd read its ttl as 0)."""
+    state = parse_state(b'{"TTL": 60, "Identity": "me", "AUTHORIZATIONS": [{"Topic": "^t$", "CHANNELS": [".*"], '
+                        b'"Permissions": ["publish"]}]}', 5.0)
+    assert (state.identity, state.expires) == ("me", 65.0)
+    assert state.allows("t", "") and not state.allows("t", "c") and not state.allows("u", "")
+
+
 def test_lookupd_identify_answer_of_hostile_json_is_a_value_error() -> None:
     for body in (DEEP, b'{"tcp_port": NaN}', b"\xff{"):
         with pytest.raises(ValueError):

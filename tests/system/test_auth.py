@@ -141,7 +141,10 @@ async def test_no_authorizations_is_unauthorized(broker):
     ("bad-pattern", 'unable to compile channel "(?<=a)b" error parsing regexp: invalid or unsupported Perl syntax: `(?<`'),
     ("slow", "request timed out"),
     ("huge", "answer too large (over 1048576 bytes)"),
-])
+    # nsqd sends the 200 KB URL and fails on the server's answer; it was a traceback and a close
+    ("x" * 200_000, "InvalidURL: URL too long"),
+    ("\u00e9" * 20_000, "InvalidURL: URL too long"),  # 120,000 characters once percent-encoded
+], ids=lambda value: value if len(value) < 100 else f"{len(value)} characters")
 async def test_a_bad_answer_fails_auth_without_telling_the_client_why(broker, authd, caplog, secret, logged):
     caplog.set_level(logging.INFO, "pynsqd")
     bystander = await authed(broker)

@@ -43,7 +43,9 @@ from broker.protocol import (
     encode_req,
     encode_sub,
     encode_touch,
+    finish_identify,
 )
+from broker.protocol.identify import DECODE_INLINE_BELOW
 
 INIT, SUBSCRIBED, CLOSING = State.INIT, State.SUBSCRIBED, State.CLOSING
 ID = b"0123456789abcdef"
@@ -759,3 +761,14 @@ def test_fuzz_split_invariance(seed):
         events, error, _ = feed(bytes(stream), mode, seed=split_seed, limits=limits, eof=True)
         results.add((repr(events), None if error is None else error.payload))
     assert len(results) == 1
+
+
+def test_a_large_identify_body_is_left_for_the_owner_to_decode() -> None:
+    """Its decoding takes a worker thread (tests/system/test_input_floods.py): the parser hands on the bytes."""
+    body = b'{"heartbeat_interval": 2000}' + b" " * DECODE_INLINE_BELOW
+    conn = ServerConnection(Limits())
+    conn.receive_data(MAGIC_V2 + b"IDENTIFY\n" + sized(body))
+    assert conn.next_events() == [Identify(None, body)]
+    assert finish_identify(body) == Identify({"heartbeat_interval": 2000})
+    with pytest.raises(ProtocolError, match="IDENTIFY failed to decode JSON body"):
+        finish_identify(b"[" + body)
