@@ -49,6 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _fatal(str(err))
         return EXIT_BAD_OPTIONS
     configure_logging(options.log_level, options.log_prefix)
+    # The log line shows none of these; a record skips looking them up (a start with
+    # thousands of topics logs a line for each).
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
 
     from broker.daemon import run
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import math
 import sys
 from typing import TextIO
 
@@ -65,9 +66,19 @@ class NsqdFormatter(logging.Formatter):
     def __init__(self, prefix: str = "[nsqd] ") -> None:
         super().__init__()
         self.prefix = prefix
+        self._second = -1
+        self._second_text = ""
 
     def format(self, record: logging.LogRecord) -> str:
-        stamp = datetime.datetime.fromtimestamp(record.created).strftime("%Y/%m/%d %H:%M:%S.%f")
+        created = record.created
+        second = math.floor(created)
+        micros = round((created - second) * 1e6)  # as datetime rounds a timestamp
+        if micros >= 1_000_000:
+            second, micros = second + 1, micros - 1_000_000
+        if second != self._second:  # a start logs thousands of lines a second: format each second once
+            self._second_text = datetime.datetime.fromtimestamp(second).strftime("%Y/%m/%d %H:%M:%S")
+            self._second = second
+        stamp = f"{self._second_text}.{micros:06d}"
         label = _LEVEL_LABELS.get(record.levelno) or record.levelname
         line = f"{self.prefix}{stamp} {label}: {record.getMessage()}"
         if record.exc_info:

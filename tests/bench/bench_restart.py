@@ -19,6 +19,12 @@ one core. The brokers run with their default options but for the addresses and d
 reported too. nsqd is nsq's own, found as the tests find it (``$NSQ_BIN``, or the
 ``shared/nsq/bin`` script beside the checkout).
 
+The checkout's modules are compiled to bytecode first (``compileall``), as an installed
+package's are (pip compiles them at install; Python caches them at a first import unless
+``PYTHONDONTWRITEBYTECODE`` is set): otherwise every start would compile pynsqd's source
+again, which no installed broker does. A ``--broker-cmd`` running another checkout
+should have its modules compiled the same way (``python -m compileall -q broker diskqueue``).
+
 Usage (from the repository root)::
 
     python -m tests.bench.bench_restart --topics 10000
@@ -29,6 +35,7 @@ Usage (from the repository root)::
 from __future__ import annotations
 
 import argparse
+import compileall
 import http.client
 import json
 import os
@@ -324,6 +331,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(sys.argv[1:] if argv is None else argv)
+    for package in ("broker", "diskqueue"):
+        compileall.compile_dir(ROOT / package, quiet=1)
     results = []
     with tempfile.TemporaryDirectory(prefix="pynsqd-restart-") as tmp:
         work = Path(tmp)

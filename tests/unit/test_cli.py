@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
 import re
 import subprocess
@@ -125,6 +126,19 @@ def test_formatter_renders_nsqd_lines():
         record = logging.LogRecord("pynsqd.x", level, __file__, 1, "TOPIC(%s): created", ("t",), None)
         record.created = created
         assert NsqdFormatter("[nsqd] ").format(record) == f"[nsqd] 2024/01/02 03:04:05.250000 {label}: TOPIC(t): created"
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.000001, 0.0000004, 0.4999995, 0.9999994, 0.9999996, 0.999999])
+def test_formatter_times_are_datetimes_rounded_to_the_microsecond_across_seconds(fraction):
+    # one formatter for every line, as in the broker: its per-second text must follow the clock
+    formatter = NsqdFormatter("")
+    base = time.mktime((2024, 12, 31, 23, 59, 58, 0, 0, -1))
+    for second in range(3):
+        created = base + second + fraction
+        record = logging.LogRecord("pynsqd.x", logging.INFO, __file__, 1, "m", None, None)
+        record.created = created
+        expected = datetime.datetime.fromtimestamp(created).strftime("%Y/%m/%d %H:%M:%S.%f")
+        assert formatter.format(record) == f"{expected} INFO: m"
 
 
 def test_formatter_appends_tracebacks():
