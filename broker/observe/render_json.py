@@ -107,4 +107,8 @@ def stats_document(snap: Snapshot) -> dict[str, Any]:
 
 def render_json(snap: Snapshot) -> bytes:
     """``/stats?format=json``: the body nsqd writes, byte for byte in layout."""
-    return go_json(stats_document(snap))
+    # e2e percentiles are the document's only floats: without them, the fast encoder
+    floats = any(t.e2e_processing_latency.percentiles is not None
+                 or any(c.e2e_processing_latency.percentiles is not None for c in t.channels)
+                 for t in snap.topics or ())
+    return go_json(stats_document(snap), floats=floats)

@@ -121,8 +121,9 @@ async def test_a_hostile_identify_answer_from_lookupd_costs_nothing(start_daemon
 #: Channels a lookupd lists for a new topic: made in one go, they held every connection
 #: for about 2 s (0.1 ms each), where nsqd makes them on the publisher's goroutine alone.
 MANY_CHANNELS = 20_000
-#: The worst PUB round trip allowed on another connection meanwhile (a busy 2-core machine's margin).
-MAX_ROUND_TRIP = 0.5
+#: The worst PUB round trip allowed on another connection meanwhile, as a share of the time
+#: the channels took to make (both stretch alike on a busy machine; held, it was all of it).
+MAX_HELD_SHARE = 0.5
 
 
 async def test_a_lookupd_listing_many_channels_does_not_hold_the_other_connections(broker_process, nursery) -> None:
@@ -138,6 +139,7 @@ async def test_a_lookupd_listing_many_channels_does_not_hold_the_other_connectio
         await prober.expect_response(b"OK")
         round_trips: list[float] = []
         published = trio.Event()
+        took: list[float] = []
 
         async def probe() -> None:
             while not published.is_set():
@@ -148,17 +150,21 @@ async def test_a_lookupd_listing_many_channels_does_not_hold_the_other_connectio
 
         async def publish_new_topic() -> None:
             publisher = await connect(proc.tcp, timeout=60)  # answered once the channels are made
+            start = trio.current_time()
             await publisher.send(encode_pub("newtopic", b"one"))
             await publisher.expect_response(b"OK")
+            took.append(trio.current_time() - start)
             published.set()
 
         async with trio.open_nursery() as probing:
             probing.start_soon(probe)
             probing.start_soon(publish_new_topic)
-        print(f"{len(round_trips)} round trips, worst {max(round_trips) * 1000:.1f} ms")
+        print(f"{len(round_trips)} round trips, worst {max(round_trips) * 1000:.1f} ms; "
+              f"the channels took {took[0]:.2f} s")
         stats = (await request(proc.http, "GET", "/stats?format=json&topic=newtopic")).json()
         assert sum(ch["depth"] for t in stats["topics"] for ch in t["channels"]) == MANY_CHANNELS
-        assert max(round_trips) < MAX_ROUND_TRIP, f"a PUB waited {max(round_trips):.2f} s behind the channels"
+        assert max(round_trips) < MAX_HELD_SHARE * took[0], (
+            f"a PUB waited {max(round_trips):.2f} s of the {took[0]:.2f} s the channels took")
         assert "Traceback" not in proc.log_text()
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker.gocompat import go_json
 from broker.gocompat import json_float as go_float
@@ -34,6 +36,28 @@ def test_go_json_escapes_like_encoding_json():
         '{"b":1,"a":[true,null,"x\\u003cy\\u003e\\u0026z\\"\\\\\\n\\t\\u0001\\u2028é"]}'.encode())
     # invalid UTF-8 carried as surrogate escapes becomes U+FFFD
     assert go_json(b"a\xffb".decode("utf-8", "surrogateescape")) == '"a\ufffdb"'.encode()
+
+
+_NO_FLOAT_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.text(st.characters(codec=None, min_codepoint=0, max_codepoint=0x10FFFF)),
+    lambda inner: st.lists(inner, max_size=5) | st.tuples(inner, inner)
+    | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_NO_FLOAT_JSON)
+def test_go_json_without_floats_writes_what_the_general_encoder_writes(value):
+    # the fast path (the C encoder made Go's) against the general one, escapes, invalid
+    # UTF-8 (lone surrogates), control characters and backslashes before b and f included
+    assert go_json(value, floats=False) == go_json(value)
+
+
+@pytest.mark.parametrize("text", ["\\b", "\b\f\\f", "a\x08\x0cb", "\\\x08", "<&>\u2028\u2029\udcff", "\x00\x1f\x7f"])
+def test_go_json_without_floats_on_the_escapes_that_differ(text):
+    assert go_json({text: [text]}, floats=False) == go_json({text: [text]})
 
 
 # --------------------------------------------------------------------------- JSON
