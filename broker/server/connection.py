@@ -470,13 +470,15 @@ class Client:
                             view = view[sent:]
                     self.send_started = None
                     self._sending = False
-                    # more messages now go straight to the socket while it takes them
-                    if self._stalled and self.ready_for_more():
-                        self._stalled = False
-                        if self.channel is not None:
-                            self.channel.dispatch(self)
                 elif self.closing:
                     return
+                # The buffer drained: by this send, or by another task's non-blocking write
+                # after the stall woke this one (then there was nothing left to send here).
+                # More messages now go straight to the socket while it takes them.
+                if self._stalled and self.ready_for_more():
+                    self._stalled = False
+                    if self.channel is not None:
+                        self.channel.dispatch(self)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return
         finally:

@@ -142,3 +142,46 @@ async def test_with_nothing_else_to_run_everything_marked_goes_at_once():
             await trio.testing.wait_all_tasks_blocked()
             assert log == ["a", "b", "c"]
             nursery.cancel_scope.cancel()
+
+
+class _Channel:
+    def __init__(self):
+        self.dispatched = 0
+
+    def dispatch(self, client) -> None:
+        self.dispatched += 1
+
+
+async def test_a_stall_that_another_task_drains_still_asks_the_channel_for_more():
+    # A delivery outgrows the output buffer and the socket refuses the rest (the client
+    # stalls, its writer woken). Before the writer runs, the flusher's non-blocking write
+    # hands over the rest. The writer then has nothing to send, yet must ask the channel for
+    # more: nothing else will, and the client would wait forever with its RDY unused.
+    server_side, peer = socket.socketpair()
+    server_side.setblocking(False)
+    peer.setblocking(False)
+    try:
+        client, counting = _client(server_side, 0, Flusher())
+        channel = client.channel = _Channel()
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(client.run_writer)
+                await trio.testing.wait_all_tasks_blocked()
+                body = b"x" * 65536
+                received = b""
+                n = 0
+                while not client._stalled:  # the socket's buffers fill
+                    client.send_messages([Message(b"%016d" % n, body, 1, attempts=1)])
+                    n += 1
+                while client.output.size:  # the peer reads; the rest goes by non-blocking writes
+                    received += _drain(peer)
+                    client._flush_now()
+                received += _drain(peer)
+                await trio.testing.wait_all_tasks_blocked()
+                assert counting.sends == 0  # the writer task sent nothing itself
+                assert channel.dispatched == 1 and not client._stalled
+                assert len(FrameDecoder().feed(received)) == n
+                nursery.cancel_scope.cancel()
+    finally:
+        server_side.close()
+        peer.close()
