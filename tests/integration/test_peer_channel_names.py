@@ -143,17 +143,11 @@ async def test_a_lookupd_listing_many_channels_does_not_hold_the_other_connectio
 
         async def probe() -> None:
             while not published.is_set():
-                start = trio.current_time()
-                await prober.send(encode_pub("probe", b"x"))
-                await prober.expect_response(b"OK")
-                round_trips.append(trio.current_time() - start)
+                round_trips.append(await prober.timed_pub("probe", b"x"))
 
         async def publish_new_topic() -> None:
             publisher = await connect(proc.tcp, timeout=60)  # answered once the channels are made
-            start = trio.current_time()
-            await publisher.send(encode_pub("newtopic", b"one"))
-            await publisher.expect_response(b"OK")
-            took.append(trio.current_time() - start)
+            took.append(await publisher.timed_pub("newtopic", b"one"))
             published.set()
 
         async with trio.open_nursery() as probing:

@@ -60,6 +60,13 @@ class V2Client:
         frame = await self.read_frame()
         assert (frame.frame_type, frame.data) == (FRAME_TYPE_RESPONSE, data), frame
 
+    async def timed_pub(self, topic: str, body: bytes) -> float:
+        """PUB and wait for its OK; the round trip's seconds."""
+        start = trio.current_time()
+        await self.send(encode_pub(topic, body))
+        await self.expect_response(b"OK")
+        return trio.current_time() - start
+
     async def expect_error(self, payload: bytes, *, closed: bool = True) -> None:
         """The next frame is this exact error; with ``closed`` the server then hangs up."""
         frame = await self.read_frame()

@@ -136,10 +136,7 @@ async def _beside_a_probe(proc: BrokerProcess, flood: Callable[[], Awaitable[Non
 
     async def probe() -> None:
         while not flooded.is_set():  # the round trip under way when the flood ends counts too
-            start = trio.current_time()
-            await publisher.send(encode_pub("probe", b"x"))
-            await publisher.expect_response(b"OK")
-            round_trips.append(trio.current_time() - start)
+            round_trips.append(await publisher.timed_pub("probe", b"x"))
         probed.set()
 
     async with trio.open_nursery() as nursery:
