@@ -272,7 +272,8 @@ class Client:
         del chunks[:upgrade.plain_frames]
         try:
             if plain:
-                await self.stream.send_all(plain)
+                # a second IDENTIFY's answer goes through the stream it replaces, as nsqd's does
+                await self.stream.send_all(plain if self.codec is None else self.codec.compress(plain))
                 self.output.handed(len(plain))
             if upgrade.tls:
                 assert self.ssl_context is not None

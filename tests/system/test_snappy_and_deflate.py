@@ -9,7 +9,7 @@ import logging
 import pytest
 import snappy
 
-from broker.protocol import FRAME_TYPE_ERROR, encode_mpub, encode_pub, encode_rdy, encode_sub
+from broker.protocol import FRAME_TYPE_ERROR, encode_identify, encode_mpub, encode_pub, encode_rdy, encode_sub
 from tests.support.http_client import request
 from tests.support.transports import (
     DeflateStream,
@@ -129,3 +129,15 @@ async def test_a_body_cut_off_by_corrupt_snappy_gets_nsqds_read_error(daemon):
     frame = await client.read_frame()
     assert (frame.frame_type, frame.data) == (FRAME_TYPE_ERROR, b"E_BAD_MESSAGE PUB failed to read message body")
     await client.expect_closed()
+
+
+async def test_a_second_compressing_identify_is_answered_through_the_stream_it_replaces(daemon):
+    # nsqd sends the answer through the current stream, then starts a fresh one (its OK first);
+    # snappy's framing lets one decompressor read both streams (deflate's takes the same path)
+    client = await client_with(daemon, "snappy")
+    await client.send(encode_identify({"feature_negotiation": True, "snappy": True}))
+    assert json.loads((await client.read_frame()).data)["snappy"] is True
+    await client.expect_response(b"OK")
+    client.stream._out = snappy.StreamCompressor()  # the client's side of the fresh stream
+    await client.send(encode_pub("t", b"after"))
+    await client.expect_response(b"OK")
