@@ -242,7 +242,7 @@ def _walk(data_path: str, name: str, segments: list[int], headers: _Headers, sta
     for i, n in enumerate(todo):
         last = i == len(todo) - 1
         path = os.path.join(data_path, segment_filename(name, n))
-        header, _, header_problem = headers[n]
+        header, size, header_problem = headers[n]
         if n != start.file:
             if header is None:
                 state.problems.append(f"segment {n:06d}: {header_problem}")
@@ -282,7 +282,7 @@ def _walk(data_path: str, name: str, segments: list[int], headers: _Headers, sta
                 resync_until = _ANYWHERE
             elif synced is not None and synced.file == n:
                 resync_until = mark = synced.pos
-        if header is not None and pos == headers[n][1]:
+        if header is not None and pos == size:
             # Nothing after the cursor (the usual tail after a clean stop): the size read
             # with the header says so, and the segment need not be opened again.
             state.write, state.write_exists = Cursor(n, pos, seq), True

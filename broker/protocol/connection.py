@@ -66,7 +66,8 @@ def finish_identify(body: bytes) -> Identify:
     return Identify(data)
 
 
-def _finish_identify(body: bytes) -> Identify:
+def _identify_or_defer(body: bytes) -> Identify:
+    """The decoded IDENTIFY event, or, for a large body, one left for its owner to decode."""
     return finish_identify(body) if len(body) < DECODE_INLINE_BELOW else Identify(None, body)
 
 
@@ -358,7 +359,7 @@ class ServerConnection:
 
     def _identify(self, params: list[bytes]) -> None:
         self._require_state(b"IDENTIFY")
-        self._body = SizedBody(IDENTIFY_BODY, self.limits.max_body_size, _finish_identify)
+        self._body = SizedBody(IDENTIFY_BODY, self.limits.max_body_size, _identify_or_defer)
 
     def _auth(self, params: list[bytes]) -> None:
         self._require_state(b"AUTH")
