@@ -298,7 +298,8 @@ class ServerConnection:
             return False
         data = self._pending()
         if data[:4] != MAGIC_V2:
-            raise ProtocolError("E_BAD_PROTOCOL", "", payload=b"E_BAD_PROTOCOL")
+            magic = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in bytes(data[:4]).decode("latin-1"))
+            raise ProtocolError("E_BAD_PROTOCOL", f"bad protocol magic '{magic}'", payload=b"E_BAD_PROTOCOL")
         self._magic_seen = True
         self._consume(data, 4)
         return True

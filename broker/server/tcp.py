@@ -377,7 +377,10 @@ class TCPServer(ConnectionServer):
         """The connection ends after ``exc``: a fatal protocol error (its frame is queued, if it has
         one), a failed disk write under a command, or a fault of ours. Returns False. Called in
         the connection's own task only (see the module docstring)."""
-        if isinstance(exc, ProtocolError):
+        if isinstance(exc, ProtocolError) and exc.code == "E_BAD_PROTOCOL":
+            log.error("client(%s) %s", client.remote_address, exc.description)  # nsqd's line
+            client.send_error(exc)
+        elif isinstance(exc, ProtocolError):
             log.info("TCP: client(%s) error: %s %s", client.remote_address, exc.code, exc.description)
             if exc.payload:  # an over-long line closes without a frame, as in nsqd
                 client.send_error(exc)

@@ -118,6 +118,12 @@ async def test_bad_input_is_refused_and_nothing_accepted_is_lost(broker_process)
     bad = await connect(proc.tcp, magic=False)
     await bad.send(b"  V1")
     await bad.expect_error(b"E_BAD_PROTOCOL")
+    # HTTP sent to the TCP port: the log names what came, as nsqd's does
+    http_to_tcp = await connect(proc.tcp, magic=False)
+    await http_to_tcp.send(b"POST /pub?topic=t HTTP/1.1\r\n\r\n")
+    await http_to_tcp.expect_error(b"E_BAD_PROTOCOL")
+    await wait_for(lambda: "ERROR: client(" in proc.log_text() and "bad protocol magic 'POST'" in proc.log_text(),
+                   timeout=10, poll=0.05)
     consumer = await _subscribe(proc.tcp)
     msg = await consumer.read_message()
     assert msg.body == b"accepted"

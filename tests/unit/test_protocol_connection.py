@@ -382,6 +382,14 @@ def test_bad_magic(magic, mode):
     assert error.fatal
 
 
+def test_bad_magic_is_named_for_the_log_as_nsqd_names_it():
+    """nsqd logs ``bad protocol magic 'POST'``: an HTTP request sent to the TCP port is recognisable."""
+    _, error, _ = feed(b"POST /pub?topic=t HTTP/1.1\r\n", "whole", magic=False)
+    assert error.description == "bad protocol magic 'POST'"
+    _, error, _ = feed(b"\x00\n\x1bA", "whole", magic=False)
+    assert error.description == "bad protocol magic '\\x00\\x0a\\x1bA'"
+
+
 @pytest.mark.parametrize("mode", ["whole", "bytes"])
 def test_magic_then_commands(mode):
     events, error, _ = feed(b"NOP\n", mode)
