@@ -12,10 +12,12 @@ meaning this interpreter and this code, and ``curl`` failing on an HTTP error st
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.nsq_programs import nsq_bin, nsq_bin_missing
 from tests.support.paths import DEPLOY, REPO
 
 DOCUMENTS = ("README.md", "spark/README.md")
@@ -133,6 +136,35 @@ def test_documented_block_runs(block: ShellBlock, broker_process, tmp_path):
         found = result.stdout.find(expected, position)
         assert found >= 0, f"expected {expected!r}\n{report}"
         position = found + len(expected)
+
+
+def test_the_cluster_block_runs_as_pasted(tmp_path):
+    """The README's local cluster, pasted into a shell with nsq's programs on the PATH: three
+    nodes on their fixed ports, nsqlookupd and nsqadmin; its curls wait for the listeners and
+    nsq_tail prints the message through nsqlookupd. Everything the block started is stopped."""
+    if reason := nsq_bin_missing():
+        pytest.skip(reason)
+    [block] = [b for b in shell_blocks("README.md") if "deploy/cluster/node-$node.toml" in b.text]
+    _checkout(tmp_path)
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(_shims(tmp_path / ".venv" / "bin")), str(nsq_bin()), env.get("PATH", "")])
+    # files, not pipes: the background programs keep their output open after the shell exits
+    with open(tmp_path / "out", "w") as out_file, open(tmp_path / "err", "w") as err_file:
+        shell = subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", block.text], cwd=tmp_path, env=env, start_new_session=True,
+            stdout=out_file, stderr=err_file, stdin=subprocess.DEVNULL,
+        )
+        try:
+            shell.wait(timeout=BLOCK_TIMEOUT)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # the block's background programs share its session
+                os.killpg(shell.pid, signal.SIGTERM)
+    out, err = (tmp_path / "out").read_text(), (tmp_path / "err").read_text()
+    report = f"exit {shell.returncode}\n{out}\n{err}"
+    assert shell.returncode == 0, report
+    assert '"broadcast_address":"127.0.0.1"' in out and '"http_port":4251' in out, report
+    assert out.rstrip().endswith("hello"), report
+    assert sorted(p.name for p in tmp_path.glob("data-*")) == ["data-a", "data-b", "data-c"]
 
 
 def test_the_deploy_config_starts_a_broker(broker_process):
