@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,6 +166,46 @@ def test_the_cluster_block_runs_as_pasted(tmp_path):
     assert '"broadcast_address":"127.0.0.1"' in out and '"http_port":4251' in out, report
     assert out.rstrip().endswith("hello"), report
     assert sorted(p.name for p in tmp_path.glob("data-*")) == ["data-a", "data-b", "data-c"]
+
+
+def test_the_tls_blocks_run_as_pasted(tmp_path):
+    """The README's TLS try-out: the openssl line makes a pair the broker starts with, and the
+    client block publishes over HTTPS and consumes over TLS, checking the certificate."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    [start] = [b for b in shell_blocks("README.md") if "openssl req" in b.text]
+    [client] = [b for b in shell_blocks("README.md") if "tls_v1=True" in b.text]
+    _checkout(tmp_path)
+    env = dict(os.environ)
+    env["PATH"] = f"{_shims(tmp_path / '.venv' / 'bin')}{os.pathsep}{env.get('PATH', '')}"
+    certificate, broker_line = start.text.rstrip().rsplit("\n", 1)
+    assert broker_line.startswith("pynsqd "), start.text
+    subprocess.run(["bash", "-euo", "pipefail", "-c", certificate], cwd=tmp_path, env=env, check=True,
+                   capture_output=True, timeout=BLOCK_TIMEOUT)
+    # the documented command on ephemeral ports; its log gives the ports it took
+    broker_line = re.sub(r"127\.0\.0\.1:415[0-2]", "127.0.0.1:0", broker_line)
+    broker_line += " --tcp-address=127.0.0.1:0 --http-address=127.0.0.1:0"
+    log_path = tmp_path / "broker.log"
+    with open(log_path, "w") as log:
+        broker = subprocess.Popen(["bash", "-c", f"exec {broker_line}"], cwd=tmp_path, env=env,
+                                  stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    try:
+        listening: dict[str, str] = {}
+        deadline = time.monotonic() + BLOCK_TIMEOUT
+        while len(listening) < 3:  # until the log names its three listeners
+            assert broker.poll() is None and time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.05)
+            listening = dict(re.findall(r"(TCP|HTTPS|HTTP): listening on (\S+)", log_path.read_text()))
+        script = client.text.replace("127.0.0.1:4150", listening["TCP"]).replace("127.0.0.1:4152", listening["HTTPS"])
+        result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=BLOCK_TIMEOUT, stdin=subprocess.DEVNULL)
+    finally:
+        broker.terminate()
+        broker.wait(timeout=BLOCK_TIMEOUT)
+    report = f"exit {result.returncode}\n{result.stdout}\n{result.stderr}\n{log_path.read_text()}"
+    assert result.returncode == 0, report
+    assert result.stdout.startswith("OK") and "over TLS: hello over TLS" in result.stdout, report
+    assert "upgrading connection to TLS" in log_path.read_text(), report
 
 
 def test_the_deploy_config_starts_a_broker(broker_process):
