@@ -9,9 +9,19 @@ only much slower; ``ACCELERATED`` says which one is in use.
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import logging
+import os
+from typing import Protocol
 
-__all__ = ["ACCELERATED", "crc32c", "software_crc32c", "warn_if_slow"]
+__all__ = ["ACCELERATED", "Checksum", "crc32c", "software_crc32c", "warn_if_slow"]
+
+class Checksum(Protocol):
+    """The shape of the CRC-32C function: bytes, and the CRC to continue from (0 starts one)."""
+
+    def __call__(self, data: bytes | bytearray | memoryview, value: int = 0, /) -> int: ...
+
 
 _POLY = 0x82F63B78  # CRC-32C, reflected
 
@@ -29,7 +39,7 @@ def _table() -> list[int]:
 _TABLE = _table()
 
 
-def software_crc32c(data: bytes, value: int = 0) -> int:
+def software_crc32c(data: bytes | bytearray | memoryview, value: int = 0, /) -> int:
     """CRC-32C of ``data`` continuing from the CRC ``value`` (0 starts a new one)."""
     table = _TABLE
     crc = value ^ 0xFFFFFFFF
@@ -38,13 +48,39 @@ def software_crc32c(data: bytes, value: int = 0) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-try:
-    from crc32c import crc32c as crc32c
+def _accelerated() -> Checksum | None:
+    """The ``crc32c`` package's function, or None without the package.
 
-    ACCELERATED = True
-except ImportError:  # pragma: no cover - exercised only where the package is missing
-    crc32c = software_crc32c  # type: ignore[assignment]  # same call shape as the package's
-    ACCELERATED = False
+    Its extension module is loaded by itself when it can be: the package's ``__init__``
+    reads its own version from the installed metadata, which costs a start 20–40 ms
+    (``importlib.metadata`` and the ``email`` package), more than the rest of the disk queue.
+    """
+    spec = importlib.util.find_spec("crc32c")
+    if spec is None:
+        return None
+    for folder in spec.submodule_search_locations or ():
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = os.path.join(folder, "_crc32c" + suffix)
+            if not os.path.isfile(path):
+                continue
+            try:
+                loader = importlib.machinery.ExtensionFileLoader("crc32c._crc32c", path)
+                extension = importlib.util.spec_from_file_location("crc32c._crc32c", path, loader=loader)
+                assert extension is not None
+                module = importlib.util.module_from_spec(extension)
+                loader.exec_module(module)
+                function: Checksum = module.crc32c
+                return function
+            except Exception:  # the package's own import below is the fallback
+                break
+    from crc32c import crc32c as packaged
+
+    return packaged
+
+
+_found = _accelerated()
+ACCELERATED = _found is not None
+crc32c: Checksum = _found if _found is not None else software_crc32c
 
 
 _warned = False

@@ -9,7 +9,6 @@ meaning milliseconds. Keys nsqd does not know are ignored, with a warning.
 from __future__ import annotations
 
 import logging
-import tomllib
 from typing import Any
 
 from broker.config.errors import OptionsError
@@ -23,6 +22,8 @@ log = logging.getLogger("pynsqd.options")
 
 def load_config(path: str) -> dict[str, Any]:
     """Read a TOML config file into a dict; :class:`OptionsError` if it cannot be read or parsed."""
+    import tomllib  # here: a start without --config does not pay for the TOML parser
+
     try:
         with open(path, "rb") as stream:
             return tomllib.load(stream)

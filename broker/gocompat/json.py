@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from decimal import Decimal
 from typing import Any
 
 __all__ = ["go_json", "go_unmarshal", "json_float", "replace_surrogates"]
@@ -82,6 +81,8 @@ def json_float(value: float) -> str:
     if 1e-6 <= abs(value) < 1e21:
         # Go: the shortest digits in fixed notation
         if "e" in text:
+            from decimal import Decimal  # rare (1e-06 <= |v| < 1e-04 or 1e16 <= |v| < 1e21): not at import
+
             text = format(Decimal(text), "f")
         return text[:-2] if text.endswith(".0") else text
     # Go: exponent notation with at least two exponent digits, "e-07" shortened to "e-7"

@@ -13,13 +13,23 @@ such a pattern fails here. RE2's error messages are reworded as Go's:
 
 from __future__ import annotations
 
-import re2
+from functools import cache
+from types import ModuleType
+from typing import Any
 
 __all__ = ["GoRegexp", "compile_go"]
 
-_OPTIONS = re2.Options()
-_OPTIONS.log_errors = False  # the caller reports the error; RE2 would also print it to stderr
-_OPTIONS.never_capture = True  # a yes or no is all MatchString gives; spans would cost time per group
+
+@cache
+def _re2() -> tuple[ModuleType, Any]:
+    """The RE2 binding and the options every pattern is compiled with, loaded by the first
+    pattern (only an auth server's grants have any: a start without auth skips the import)."""
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False  # the caller reports the error; RE2 would also print it to stderr
+    options.never_capture = True  # a yes or no is all MatchString gives; spans would cost time per group
+    return re2, options
 
 #: Go's ``maxHeight``: how deep the parsed expression may nest (a literal in 999 captures).
 _MAX_HEIGHT = 1000
@@ -122,8 +132,9 @@ def compile_go(pattern: str) -> GoRegexp:
     refused = _refused_by_go(pattern)
     if refused is not None:
         raise refused
+    re2, options = _re2()
     try:
-        compiled = re2.compile(pattern, _OPTIONS)
+        compiled = re2.compile(pattern, options)
     except re2.error as exc:
         text = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
         code, sep, arg = text.partition(": ")

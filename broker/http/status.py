@@ -15,16 +15,15 @@ from broker.http.query import first, parse_bool, request_params
 from broker.http.responses import v1, v1_json
 from broker.http.router import Endpoint
 from broker.http.server import Request, RequestBody, Response
-from broker.observe import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from broker.observe import MetricsExporter, health_text, render_json, render_text, snapshot
+from broker.observe import health_text, render_json, render_text, snapshot
 from broker.server.net import Address, Addresses
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
+    from broker.observe.prometheus import MetricsExporter
 
 __all__ = ["StatusEndpoints"]
 
-_METRICS_HEADERS = ((b"Content-Type", METRICS_CONTENT_TYPE.encode()),)
 
 
 def _port(address: Address | None) -> int:
@@ -38,7 +37,8 @@ class StatusEndpoints:
     def __init__(self, broker: Broker, addresses: Addresses):
         self.broker = broker
         self.addresses = addresses
-        self.metrics = MetricsExporter()
+        self._metrics: MetricsExporter | None = None  # made by the first scrape
+        self._metrics_headers: tuple[tuple[bytes, bytes], ...] = ()
 
     def routes(self) -> dict[tuple[str, str], Endpoint]:
         """This group's entries for the :class:`~broker.http.router.Router`."""
@@ -85,4 +85,11 @@ class StatusEndpoints:
 
     async def prometheus(self, request: Request, body: RequestBody, param: str) -> Response:
         """``GET /metrics``: the Prometheus text format."""
-        return Response(200, self.metrics.render(snapshot(self.broker)), _METRICS_HEADERS)
+        if self._metrics is None:
+            # prometheus-client is loaded by the first scrape, not by every start (it is a
+            # third of what a start imports)
+            from broker.observe.prometheus import CONTENT_TYPE, MetricsExporter
+
+            self._metrics = MetricsExporter()
+            self._metrics_headers = ((b"Content-Type", CONTENT_TYPE.encode()),)
+        return Response(200, self._metrics.render(snapshot(self.broker)), self._metrics_headers)

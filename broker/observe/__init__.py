@@ -5,14 +5,14 @@
 * :mod:`~broker.observe.stats` -- the frozen records a snapshot is made of;
 * :mod:`~broker.observe.runtime` -- garbage-collection pauses and memory of the process;
 * :mod:`~broker.observe.render_json` and :mod:`~broker.observe.render_text` -- ``/stats``;
-* :mod:`~broker.observe.prometheus` -- ``/metrics``.
+* :mod:`~broker.observe.prometheus` -- ``/metrics`` (imported by the first scrape: it loads
+  prometheus-client, which a start need not pay for).
 
 Every renderer reads the same snapshot, so the numbers they show always agree.
 """
 
 from broker.gocompat import go_json
 from broker.observe.collect import health_text, snapshot
-from broker.observe.prometheus import CONTENT_TYPE, MetricsExporter, families, percentile_suffix
 from broker.observe.render_json import render_json, stats_document
 from broker.observe.render_text import render_text
 from broker.observe.runtime import GC_PAUSES, GcPauses, memory_stats
@@ -33,6 +33,5 @@ __all__ = [
     "Snapshot", "TopicStats", "ChannelStats", "ClientStats", "E2eStats", "NO_E2E", "HistogramStats", "MemoryStats",
     "GcPauses", "GC_PAUSES", "memory_stats",
     "render_json", "render_text", "stats_document", "go_json",
-    "CONTENT_TYPE", "MetricsExporter", "families", "percentile_suffix",
     "BrokerSource", "TopicSource", "ChannelSource", "ClientSource", "LatencySource",
 ]

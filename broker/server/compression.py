@@ -23,7 +23,8 @@ import zlib
 from collections.abc import Iterator
 
 import cramjam
-import crc32c
+
+from diskqueue.checksum import crc32c
 
 __all__ = ["CompressionError", "Codec", "DeflateCodec", "SnappyCodec", "MAX_PIECE"]
 
@@ -99,7 +100,7 @@ _MAX_CHUNK_BODY = 4 + 32 + _MAX_BLOCK + _MAX_BLOCK // 6
 
 
 def _masked_crc(data: bytes | memoryview) -> int:
-    crc = crc32c.crc32c(data)
+    crc = crc32c(data, 0)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import email.utils
+import locale
 import re
 from contextlib import asynccontextmanager
 
@@ -9,7 +11,7 @@ import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
 
-from broker.http.server import MAX_DRAIN_BYTES, BodyReadError, HTTP1Server, Request, RequestBody, Response
+from broker.http.server import MAX_DRAIN_BYTES, BodyReadError, HTTP1Server, Request, RequestBody, Response, http_date
 from tests.support.http_client import HTTPClient, raw_exchange
 from tests.support.waiting import wait_for
 
@@ -350,3 +352,19 @@ async def test_large_answers_to_pipelined_requests_are_written_before_the_batch_
         await stream.aclose()
     assert received.count(b"HTTP/1.1 200 OK\r\n") == 2
     assert len(received) > 600_000
+
+
+@pytest.mark.parametrize("seconds", [0, 784111777, 951782400, 1700000000.9, 4102444799])
+def test_the_date_header_is_rfc_9110s_in_english_whatever_the_locale(seconds):
+    expected = email.utils.formatdate(int(seconds), usegmt=True)
+    assert http_date(seconds) == expected
+    before = locale.setlocale(locale.LC_TIME)
+    try:
+        for name in ("de_DE.UTF-8", "fr_FR.UTF-8", "C.UTF-8"):
+            try:
+                locale.setlocale(locale.LC_TIME, name)
+            except locale.Error:
+                continue
+            assert http_date(seconds) == expected
+    finally:
+        locale.setlocale(locale.LC_TIME, before)
