@@ -24,7 +24,6 @@ from broker.config.tls import TLS_REQUIRED
 from broker.config.unbuilt import unbuilt_warnings
 from broker.core.broker import Broker, ShutdownIncomplete
 from broker.lookup import Identity, LookupClient
-from broker.server.auth import AuthClient
 from broker.server.fdlimit import raise_open_files_limit
 from broker.server.net import Addresses, bound_address, describe_address, open_listeners
 from broker.server.tcp import TCPServer
@@ -54,6 +53,8 @@ class Daemon:
         self.ssl_context = server_context(options)
         authd = None
         if options.auth_http_addresses:
+            from broker.server.auth import AuthClient  # only with auth servers: RE2 and httpx come with it
+
             authd = AuthClient(options.auth_http_addresses, options.http_client_connect_timeout,
                                options.http_client_request_timeout, client_context(options))
         self.broker = Broker(options, DataDirectory(options))

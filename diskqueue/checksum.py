@@ -61,18 +61,17 @@ def _accelerated() -> Checksum | None:
     for folder in spec.submodule_search_locations or ():
         for suffix in importlib.machinery.EXTENSION_SUFFIXES:
             path = os.path.join(folder, "_crc32c" + suffix)
-            if not os.path.isfile(path):
+            loader = importlib.machinery.ExtensionFileLoader("crc32c._crc32c", path)
+            extension = importlib.util.spec_from_file_location("crc32c._crc32c", path, loader=loader)
+            if extension is None:
                 continue
             try:
-                loader = importlib.machinery.ExtensionFileLoader("crc32c._crc32c", path)
-                extension = importlib.util.spec_from_file_location("crc32c._crc32c", path, loader=loader)
-                assert extension is not None
                 module = importlib.util.module_from_spec(extension)
                 loader.exec_module(module)
-                function: Checksum = module.crc32c
-                return function
-            except Exception:  # the package's own import below is the fallback
-                break
+            except (ImportError, OSError):  # not this suffix; the package's own import is the fallback
+                continue
+            function: Checksum = module.crc32c
+            return function
     from crc32c import crc32c as packaged
 
     return packaged

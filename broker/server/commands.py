@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from broker import protocol as p
 from broker.gocompat import MILLISECOND
 from broker.protocol import ProtocolError
-from broker.server.auth import AuthError
 from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
@@ -54,6 +53,8 @@ def _remote_ip(client: Client) -> str:
 
 
 async def _query_authd(client: Client) -> None:
+    from broker.server.auth import AuthError  # an auth client exists, so the module is loaded
+
     authd = client.authd
     assert authd is not None
     try:

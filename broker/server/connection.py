@@ -28,10 +28,8 @@ import trio
 from broker.config.options import NSQD_COMPAT_VERSION
 from broker.protocol import HEARTBEAT_FRAME, OK_FRAME, ProtocolError, State, encode_error, encode_response
 from broker.protocol.lease import LEASE_IDENTIFY_FIELD, is_valid_lease_token
-from broker.server.compression import Codec, DeflateCodec, SnappyCodec
 from broker.server.output import OutputBuffer
 from broker.server.tls import describe_session
-from broker.server.upgrade import Upgrade, UpgradeFailed, tls_handshake
 
 if TYPE_CHECKING:
     import ssl
@@ -40,7 +38,9 @@ if TYPE_CHECKING:
     from broker.core.channel import Channel
     from broker.core.message import Message
     from broker.server.auth import AuthClient, AuthState
+    from broker.server.compression import Codec
     from broker.server.flush import Flusher
+    from broker.server.upgrade import Upgrade
 
 __all__ = ["Client"]
 
@@ -203,6 +203,10 @@ class Client:
             raise ProtocolError("E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression")
         response = self.identify_response(tls, deflate, deflate_level, snappy)
         if tls or deflate or snappy:
+            # loaded by the first client that upgrades: a start does not pay for TLS and compression
+            from broker.server.compression import DeflateCodec, SnappyCodec
+            from broker.server.upgrade import Upgrade
+
             codec: Codec | None = DeflateCodec(deflate_level) if deflate else SnappyCodec() if snappy else None
             self.upgrade = Upgrade(tls, codec)
             self._fd = -1  # output must now go through the upgraded stream, never straight to the socket
@@ -267,6 +271,9 @@ class Client:
     async def _perform_upgrade(self, upgrade: Upgrade) -> None:
         """Send the output queued up to the IDENTIFY response plain, then upgrade and send the
         framed ``OK`` of each step; the writer calls this. Marks the upgrade done either way."""
+        from broker.server.compression import DeflateCodec
+        from broker.server.upgrade import UpgradeFailed, tls_handshake
+
         chunks = self.output.chunks
         plain = b"".join(chunks[:upgrade.plain_frames])
         del chunks[:upgrade.plain_frames]

@@ -39,18 +39,18 @@ import trio
 
 from broker.config.tls import TLS_NOT_REQUIRED
 from broker.protocol import FinRun, Identify, ProtocolError, ServerConnection, finish_identify
-from broker.server.auth import AuthClient
 from broker.server.commands import ANSWER_HANDLERS, SYNC_HANDLERS, fin_run
 from broker.server.compression import MAX_PIECE, CompressionError
 from broker.server.connection import Client
 from broker.server.flush import Flusher
 from broker.server.net import ConnectionServer, peer_address
 from broker.server.poller import ReadPoller, open_poller
-from broker.server.upgrade import Upgrade
 from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
+    from broker.server.auth import AuthClient
+    from broker.server.upgrade import Upgrade
 
 __all__ = ["TCPServer"]
 
