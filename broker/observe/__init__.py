@@ -5,7 +5,9 @@
 * :mod:`~broker.observe.stats` -- the frozen records a snapshot is made of;
 * :mod:`~broker.observe.runtime` -- garbage-collection pauses and memory of the process;
 * :mod:`~broker.observe.render_json` and :mod:`~broker.observe.render_text` -- ``/stats``;
-* :mod:`~broker.observe.prometheus` -- ``/metrics``.
+* :mod:`~broker.observe.prometheus` -- ``/metrics``;
+* :mod:`~broker.observe.statsd_lines`, :mod:`~broker.observe.statsd_packets` and
+  :mod:`~broker.observe.statsd_pusher` -- nsqd's statsd push (``--statsd-address``).
 
 Every renderer reads the same snapshot, so the numbers they show always agree.
 """
@@ -27,6 +29,9 @@ from broker.observe.stats import (
     Snapshot,
     TopicStats,
 )
+from broker.observe.statsd_lines import PushState, host_key, statsd_lines, statsd_prefix
+from broker.observe.statsd_packets import pack_lines
+from broker.observe.statsd_pusher import StatsdPusher
 
 __all__ = [
     "snapshot", "health_text",
@@ -34,5 +39,6 @@ __all__ = [
     "GcPauses", "GC_PAUSES", "memory_stats",
     "render_json", "render_text", "stats_document", "go_json",
     "CONTENT_TYPE", "MetricsExporter", "families", "percentile_suffix",
+    "StatsdPusher", "PushState", "statsd_lines", "statsd_prefix", "host_key", "pack_lines",
     "BrokerSource", "TopicSource", "ChannelSource", "ClientSource", "LatencySource",
 ]
