@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from broker.observe.prometheus import percentile_suffix
 from broker.observe.stats import ChannelStats, E2eStats, MemoryStats, TopicStats
 
-__all__ = ["EPHEMERAL_SUFFIX", "PushState", "host_key", "statsd_lines", "statsd_prefix"]
+__all__ = ["EPHEMERAL_SUFFIX", "FIRST_PUSH", "PushState", "host_key", "statsd_lines", "statsd_prefix"]
 
 #: Topics and channels whose names end so are left out by ``--statsd-exclude-ephemeral``.
 EPHEMERAL_SUFFIX = "#ephemeral"
