@@ -10,10 +10,11 @@ metadata. A second signal during shutdown exits at once.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import gc
 import logging
 import signal
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ from broker.config.tls import TLS_REQUIRED
 from broker.config.unbuilt import unbuilt_warnings
 from broker.core.broker import Broker, ShutdownIncomplete
 from broker.lookup import Identity, LookupClient
+from broker.observe import StatsdPusher, statsd_prefix
 from broker.server.fdlimit import raise_open_files_limit
 from broker.server.net import Addresses, bound_address, describe_address, open_listeners
 from broker.server.tcp import TCPServer
@@ -62,6 +64,7 @@ class Daemon:
         self.http: HTTPServer | None = None
         self.lookup: LookupClient | None = None
         self.https: HTTPServer | None = None
+        self.statsd: StatsdPusher | None = None
         self._stop = trio.Event()
 
     def request_shutdown(self) -> None:
@@ -96,6 +99,12 @@ class Daemon:
                 https_listeners = await open_listeners(opts.https_address, "HTTPS")
                 https_address = bound_address(https_listeners[0])
             addresses = Addresses(tcp_address, http_address, https_address)
+            if opts.statsd_prefix:
+                # nsqd expands the prefix once, for this host's broadcast address and HTTP port,
+                # and GET /config/statsd_prefix shows it expanded
+                opts = dataclasses.replace(opts, statsd_prefix=statsd_prefix(
+                    opts.statsd_prefix, opts.broadcast_address, opts.broadcast_http_port or _port(http_address)))
+                self.broker.reconfigure(opts)
             if http_listeners is not None or https_listeners is not None:
                 from broker.http.api import HTTPServer
             if http_listeners is not None:
@@ -109,10 +118,15 @@ class Daemon:
             self.lookup = LookupClient(self.broker, Identity.of(opts, _port(tcp_address), _port(http_address)))
             self.broker.listen(self.lookup)
             await nursery.start(self.lookup.run)
+            statsd_scope = trio.CancelScope()
+            if opts.statsd_address:
+                self.statsd = StatsdPusher(self.broker)
+                await nursery.start(_run_in_scope, statsd_scope, self.statsd.run)
             task_status.started(addresses)
 
             await self._stop.wait()
             log.info("shutting down")
+            statsd_scope.cancel()
             self.tcp.stop_listening()
             for http in (self.http, self.https):
                 if http is not None:
@@ -149,6 +163,13 @@ def _no_cyclic_collection() -> Iterator[None]:
         gc.unfreeze()
         if was_enabled:
             gc.enable()
+
+
+async def _run_in_scope(scope: trio.CancelScope, run: Callable[..., Awaitable[None]],
+                        *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Start ``run`` inside ``scope``, so the caller can stop it alone."""
+    with scope:
+        await run(task_status=task_status)
 
 
 def _port(address: object) -> int:

@@ -36,18 +36,8 @@ class Unbuilt:
     warns: bool = True
 
 
-_STATSD = "pynsqd does not push stats to statsd"
-_STATSD_INSTEAD = "scrape GET /metrics or read GET /stats instead"
-
 #: Every option pynsqd accepts but does not act on, by flag name (the order of ``--help``).
-UNBUILT: tuple[Unbuilt, ...] = (
-    Unbuilt("statsd-address", _STATSD, _STATSD_INSTEAD),
-    Unbuilt("statsd-exclude-ephemeral", _STATSD, _STATSD_INSTEAD),
-    Unbuilt("statsd-interval", _STATSD, _STATSD_INSTEAD),
-    Unbuilt("statsd-mem-stats", _STATSD, _STATSD_INSTEAD),
-    Unbuilt("statsd-prefix", _STATSD, _STATSD_INSTEAD),
-    Unbuilt("statsd-udp-packet-size", _STATSD, _STATSD_INSTEAD),
-)
+UNBUILT: tuple[Unbuilt, ...] = ()
 UNBUILT_BY_FLAG = {row.flag: row for row in UNBUILT}
 
 _ATTRS = {flag.name: flag.attr for flag in FLAGS}

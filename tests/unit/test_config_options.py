@@ -610,7 +610,7 @@ def test_help_lists_every_flag_in_go_format():
     assert '  -tcp-address string\n    \t<addr>:<port> (for TCP/IP) or <path> (for unix socket) to listen on for TCP clients (default "127.0.0.1:4150")' in text
     assert "  -msg-timeout duration\n    \tdefault duration to wait before auto-requeing a message (default 1m0s)" in text
     assert "  -deflate\n    \tenable deflate feature negotiation (client compression) (default true)" in text
-    assert "  -statsd-exclude-ephemeral\n    \tSkip ephemeral topics and channels when sending stats to statsd (not built in pynsqd: ignored)\n" in text
+    assert "  -statsd-exclude-ephemeral\n    \tSkip ephemeral topics and channels when sending stats to statsd\n" in text
     assert "  -log-level value\n    \tset log verbosity: debug, info, warn, error, or fatal (default INFO)" in text
     assert "(default tls1.0)" in text
     assert "  -tls-required\n    \trequire TLS for client connections (true, false, tcp-https)\n" in text

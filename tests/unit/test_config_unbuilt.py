@@ -4,29 +4,24 @@ from __future__ import annotations
 
 import pytest
 
-from broker.config.flag_table import FLAGS_BY_NAME
 from broker.config.help import help_text
 from broker.config.options import Options, parse_args
 from broker.config.unbuilt import UNBUILT, unbuilt_warnings
 
 LINE = r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6}"
-STATSD = "pynsqd does not push stats to statsd; {} is ignored (scrape GET /metrics or read GET /stats instead)"
 
-#: Every flag that warns, with a non-default value and the exact warning it gives.
-WARNINGS = [
-    (["--statsd-address=127.0.0.1:8125"], STATSD.format("--statsd-address=127.0.0.1:8125")),
-    (["--statsd-prefix=pynsq"], STATSD.format("--statsd-prefix=pynsq")),
-    (["--statsd-interval=10s"], STATSD.format("--statsd-interval=10s")),
-    (["--statsd-mem-stats=false"], STATSD.format("--statsd-mem-stats=false")),
-    (["--statsd-udp-packet-size=1400"], STATSD.format("--statsd-udp-packet-size=1400")),
-    (["--statsd-exclude-ephemeral"], STATSD.format("--statsd-exclude-ephemeral=true")),
-]
+#: The statsd flags, once ignored, now acted on (:mod:`broker.observe.statsd_pusher`).
+STATSD_FLAGS = ["--statsd-address=127.0.0.1:8125", "--statsd-prefix=pynsq", "--statsd-interval=10s",
+                "--statsd-mem-stats=false", "--statsd-udp-packet-size=1400", "--statsd-exclude-ephemeral"]
 
 
-@pytest.mark.parametrize(("argv", "expected"), WARNINGS)
-def test_each_unbuilt_flag_warns_with_its_value(argv, expected):
-    expected = expected if isinstance(expected, list) else [expected]
-    assert unbuilt_warnings(parse_args(argv)) == expected
+def test_every_nsqd_option_is_built():
+    assert UNBUILT == ()
+
+
+@pytest.mark.parametrize("flag", STATSD_FLAGS)
+def test_statsd_flags_no_longer_warn(flag):
+    assert unbuilt_warnings(parse_args([flag])) == []
 
 
 def test_defaults_and_built_options_give_no_warning():
@@ -39,27 +34,22 @@ def test_defaults_and_built_options_give_no_warning():
     assert unbuilt_warnings(parse_args(quiet)) == []
 
 
-def test_config_file_options_warn_the_same_way(tmp_path):
+def test_config_file_statsd_options_set_what_the_flags_set(tmp_path):
     config = tmp_path / "pynsqd.toml"
     config.write_text(
-        'nsqlookupd_tcp_addresses = ["127.0.0.1:4160"]\n'
         'statsd_address = "127.0.0.1:8125"\n'
+        'statsd_prefix = "pynsq"\n'
         'statsd_interval = "10s"\n'
-        'tls_min_version = "tls1.2"\n'
+        'statsd_mem_stats = false\n'
+        'statsd_udp_packet_size = 1400\n'
+        'statsd_exclude_ephemeral = true\n'
     )
-    from_file = unbuilt_warnings(parse_args([f"--config={config}"]))
-    from_flags = unbuilt_warnings(parse_args([
-        "--lookupd-tcp-address=127.0.0.1:4160", "--statsd-address=127.0.0.1:8125", "--statsd-interval=10s",
-        "--tls-min-version=tls1.2",
-    ]))
-    assert len(from_file) == 2  # nsqlookupd_tcp_addresses and tls_min_version are acted on: no warning
-    assert from_file == from_flags
-
-
-def test_every_warning_row_is_covered_and_names_a_real_flag():
-    warned = {arg.split("=")[0][2:] for argv, _ in WARNINGS for arg in argv}
-    assert warned == {row.flag for row in UNBUILT if row.warns}
-    assert all(row.flag in FLAGS_BY_NAME and FLAGS_BY_NAME[row.flag].attr for row in UNBUILT)
+    from_file = parse_args([f"--config={config}"])
+    assert from_file == parse_args(STATSD_FLAGS)
+    assert (from_file.statsd_address, from_file.statsd_prefix, from_file.statsd_interval, from_file.statsd_mem_stats,
+            from_file.statsd_udp_packet_size, from_file.statsd_exclude_ephemeral) == (
+        "127.0.0.1:8125", "pynsq", 10.0, False, 1400, True)
+    assert unbuilt_warnings(from_file) == []
 
 
 def test_help_marks_every_unbuilt_flag_and_nothing_else():
@@ -70,6 +60,5 @@ def test_help_marks_every_unbuilt_flag_and_nothing_else():
     assert "  -snappy\n    \tenable snappy feature negotiation (client compression) (default true)\n" in text
     assert '  -https-address string\n    \t<addr>:<port> to listen on for HTTPS clients ' \
            '(default "127.0.0.1:4152")\n' in text
-    assert "  -statsd-interval duration\n    \tduration between pushing to statsd (not built in pynsqd: ignored) " \
-           "(default 1m0s)\n" in text
+    assert "  -statsd-interval duration\n    \tduration between pushing to statsd (default 1m0s)\n" in text
 
