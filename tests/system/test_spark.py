@@ -7,7 +7,9 @@ that what the connector reads and writes is checked by an independent peer.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -451,3 +453,51 @@ def test_killed_query_restarts_from_checkpoint_and_loses_nothing(nsqd, tmp_path,
     duplicates = len(before) + len(after) - count
     record_property("duplicates", duplicates)
     print(f"killed query: {count} messages delivered at least once, {duplicates} duplicates")
+
+
+# -- connections named in /stats ----------------------------------------------
+
+
+def channel_clients(broker: BrokerProcess, topic: str, channel: str) -> list[dict]:
+    """The clients of ``topic``/``channel`` as the broker's ``/stats`` lists them."""
+    with urllib.request.urlopen(f"http://{broker.http[0]}:{broker.http[1]}/stats?format=json&topic={topic}"
+                                f"&channel={channel}", timeout=10) as response:
+        topics = json.load(response)["topics"]
+    return [client for t in topics for c in t["channels"] for client in c["clients"]]
+
+
+def test_stats_names_each_partitions_connection_by_query_batch_and_partition(spark, nsqd, tmp_path):
+    count = 12_000  # two partitions: the source splits a backlog from 10,000 messages on
+    create_channel(nsqd, "named_in", "spark")
+    create_channel(nsqd, "named_out", "check")
+    publish(nsqd, "named_in", bodies_of("named", count))
+    # paused, the channel still counts its messages as available, but delivers none: each
+    # partition's connection waits (drainTimeoutMs) where /stats can see it
+    post_http(nsqd, "/channel/pause?topic=named_in&channel=spark")
+    query = start_pipeline(spark, nsqd, "named_in", "named_out", tmp_path / "checkpoint",
+                           trigger={"availableNow": True}, drainTimeoutMs=str(DEADLINE_S * 1000))
+    try:
+        pattern = re.compile(r"stream (\w+) batch (\d+) partition (\d+)")
+        deadline = time.monotonic() + DEADLINE_S
+        while len(named := [c for c in channel_clients(nsqd, "named_in", "spark")
+                            if pattern.fullmatch(c["client_id"])]) < 2:
+            assert time.monotonic() < deadline, channel_clients(nsqd, "named_in", "spark")
+            time.sleep(0.1)  # the executors connect in their own time; /stats is the only witness
+        # the plan of the batch: in the checkpoint before its tasks run
+        offset = json.loads((tmp_path / "checkpoint" / "offsets" / "0").read_text().splitlines()[2])
+        assert sorted(c["client_id"] for c in named) == [
+            f"stream {offset['query']} batch {offset['batch']} partition {index}" for index in range(2)]
+        assert len({(c["hostname"], c["user_agent"]) for c in named}) == 1  # only the name tells them apart
+        assert "stream driver" in {c["client_id"] for c in channel_clients(nsqd, "named_in", "spark")}
+        post_http(nsqd, "/channel/unpause?topic=named_in&channel=spark")
+        assert query.awaitTermination(DEADLINE_S)
+    finally:
+        query.stop()
+    assert sorted(consume(nsqd, "named_out", "check", expect=count)) == bodies_of("named", count)
+
+
+def post_http(broker: BrokerProcess, path: str) -> None:
+    """POST ``path`` to the broker's HTTP API; asserts 200."""
+    http_request = urllib.request.Request(f"http://{broker.http[0]}:{broker.http[1]}{path}", method="POST")
+    with urllib.request.urlopen(http_request, timeout=10) as response:
+        assert response.status == 200
