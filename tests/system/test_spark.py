@@ -7,6 +7,7 @@ that what the connector reads and writes is checked by an independent peer.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -38,6 +40,7 @@ from tests.support.paths import REPO, nsq_bin
 from tests.support.processes import BrokerProcess
 from tests.support.spark_queries import start_copy
 from tests.support.v2client import connect
+from tests.support.wiretap import wiretap
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -501,3 +504,44 @@ def post_http(broker: BrokerProcess, path: str) -> None:
     http_request = urllib.request.Request(f"http://{broker.http[0]}:{broker.http[1]}{path}", method="POST")
     with urllib.request.urlopen(http_request, timeout=10) as response:
         assert response.status == 200
+
+
+@contextlib.contextmanager
+def tapped(target: tuple[str, int]):
+    """A :func:`~tests.support.wiretap.wiretap` in front of ``target``, served by trio in a thread
+    of its own, so Spark keeps this test's thread (its data sources are found from there)."""
+    started = threading.Event()
+    running: dict = {}
+
+    async def serve() -> None:
+        async with wiretap(target) as tap:
+            running.update(tap=tap, stop=trio.Event(), token=trio.lowlevel.current_trio_token())
+            started.set()
+            await running["stop"].wait()
+
+    thread = threading.Thread(target=trio.run, args=(serve,), daemon=True)
+    thread.start()
+    assert started.wait(30)
+    try:
+        yield running["tap"]
+    finally:
+        trio.from_thread.run_sync(running["stop"].set, trio_token=running["token"])
+        thread.join(30)
+
+
+def test_sink_tasks_name_their_micro_batch_and_partition(spark, nsqd, tmp_path):
+    # the sink's connections close with their tasks: the IDENTIFYs on the wire show their names
+    publish(nsqd, "named_sink_in", bodies_of("sink", 10))
+    with tapped(nsqd.tcp) as tap:
+        through_tap = f"{tap.address[0]}:{tap.address[1]}"
+        query = (spark.readStream.format("nsq").option("nsqd", address(nsqd)).option("topic", "named_sink_in")
+                 .option("channel", "spark").option("drainTimeoutMs", "500").load()
+                 .select("body").writeStream.format("nsq").option("nsqd", through_tap)
+                 .option("topic", "named_sink_out").option("checkpointLocation", str(tmp_path / "checkpoint"))
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(DEADLINE_S)
+        (spark.createDataFrame([("x",)], "body string").coalesce(1).write.format("nsq")
+         .option("nsqd", through_tap).option("topic", "named_sink_out").mode("append").save())
+        seen = tap.seen()
+    names = {name.decode() for name in re.findall(rb'"client_id":\s*"([^"]+)"', seen)}
+    assert names == {"write batch 0 partition 0", "write partition 0"}
