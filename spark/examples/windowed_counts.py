@@ -18,6 +18,8 @@ Run it against a local pynsqd (see spark/README.md, "Example pipeline"):
     python spark/examples/windowed_counts.py --nsqd 127.0.0.1:4150 \\
         --checkpoint /tmp/windowed-counts
 
+It creates its channel before Spark starts, so events published from then on are
+counted, and prints ``windowed_counts.py: ready: ...`` once the query is subscribed.
 Ctrl-C stops the query cleanly, prints one line and exits with status 130.
 Starting it again with the same checkpoint continues where it stopped: a message
 is FIN'd only once its batch is committed, so nothing is lost; a batch
@@ -27,16 +29,15 @@ interrupted by the stop is published again.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
-import time
 
-from pyspark import SparkConf, SparkContext
-from pyspark.java_gateway import launch_gateway
+from pyspark import SparkConf
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
+from streaming_example import create_channel, run_until_ctrl_c, spark_session
+
+PROG = "windowed_counts.py"
 
 EVENT = StructType(
     [
@@ -99,48 +100,14 @@ def build_query(spark: SparkSession, args: argparse.Namespace):
     )
 
 
-#: Seconds Ctrl-C waits for the micro-batch under way before stopping the query.
-STOP_WAIT = 60.0
-
-
-def spark_session() -> SparkSession:
-    """A local Spark session whose JVM runs in a session of its own.
-
-    Ctrl-C in a terminal signals the whole foreground process group. Spark's Python
-    workers, started by the JVM, would each die of it with a traceback; out of that
-    group, only this driver sees it and stops the query in order.
-    """
-    conf = (SparkConf().setAppName("nsq-windowed-counts")
-            .set("spark.sql.shuffle.partitions", "2").set("spark.sql.session.timeZone", "UTC"))
-    SparkContext(conf=conf, gateway=launch_gateway(conf, popen_kwargs={"start_new_session": True}))
-    return SparkSession.builder.getOrCreate()
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
-    spark = spark_session()
-    # Spark's INFO lines of every micro-batch would bury the query's own; and one finishing
-    # between Ctrl-C and the stop below would follow the "stopped" line
-    spark.sparkContext.setLogLevel("WARN")
-    # after the SparkContext, which installs its own handler (cancel the jobs, raise KeyboardInterrupt)
-    interrupted = threading.Event()
-    signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
+    create_channel(PROG, args.nsqd, args.source_topic, args.channel)
+    spark = spark_session(SparkConf().setAppName("nsq-windowed-counts")
+                          .set("spark.sql.shuffle.partitions", "2").set("spark.sql.session.timeZone", "UTC"))
     query = build_query(spark, args).start()
-    while query.isActive and not interrupted.wait(1.0):
-        pass
-    if not interrupted.is_set():
-        query.awaitTermination()  # raises the reason the query failed
-        return 0
-    spark.sparkContext.setLogLevel("ERROR")  # the stop warns of jobs it finds already finished
-    # stopping in the middle of a micro-batch aborts its write (it is published again on the
-    # next start): let the batch under way finish first, if it does within a while
-    deadline = time.monotonic() + STOP_WAIT
-    while query.status["isTriggerActive"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    query.stop()
-    spark.stop()
-    print("windowed_counts.py: stopped; start it again with the same --checkpoint to continue", file=sys.stderr)
-    return 130
+    return run_until_ctrl_c(PROG, spark, query, f"counting topic {args.source_topic} (channel {args.channel}) "
+                                                f"into topic {args.sink_topic}")
 
 
 if __name__ == "__main__":

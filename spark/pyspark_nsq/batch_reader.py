@@ -22,7 +22,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from broker.client import FramePump, stop_delivery
 from broker.protocol import FRAME_TYPE_MESSAGE, encode_fin, encode_rdy, encode_sub
 
-from .dial import CONNECT_TIMEOUT_S, dial
+from .dial import CONNECT_TIMEOUT_S, client_name, dial
 from .discovery import topic_producers
 from .lease_control import LeaseControl
 from .lease_partition import LeasePartition, lease_secret, lease_token
@@ -76,7 +76,7 @@ class NsqBatchReader(DataSourceReader):
     def _leased_partitions(self, pairs: list[tuple[Address, str]]) -> list[InputPartition] | None:
         """None unless every nsqd offers leases."""
         query = uuid.uuid4().hex[:12]
-        controls = [LeaseControl(address, topic, self._options.channel, f"{query}.control")
+        controls = [LeaseControl(address, topic, self._options.channel, f"{query}.control", "read driver")
                     for address, topic in pairs]
         try:
             if not all(control.offers_leases for control in controls):
@@ -88,7 +88,8 @@ class NsqBatchReader(DataSourceReader):
         take = allocate(available, self._options.max_messages)
         sizes = [(pair, size) for pair, count in take.items() if count for size in split(count)]
         secret = lease_secret()
-        return [LeasePartition(address, topic, size, lease_token(query, 0, index, secret))
+        return [LeasePartition(address, topic, size, lease_token(query, 0, index, secret),
+                               client_name("read", query, "partition", index))
                 for index, ((address, topic), size) in enumerate(sizes)]
 
     def read(self, partition: InputPartition):
@@ -100,7 +101,8 @@ class NsqBatchReader(DataSourceReader):
             return
         if not isinstance(partition, DrainPartition):
             return  # Spark's stand-in when there is nothing to read: InputPartition(None)
-        conn = dial(partition.address, {"msg_timeout": options.msg_timeout_ms})
+        conn = dial(partition.address, {"msg_timeout": options.msg_timeout_ms},
+                    client_name("read", partition.topic, "from", partition.address))
         try:
             window = min(options.max_in_flight, partition.max_messages, MAX_RDY_COUNT)
             max_rdy = conn.identity.get("max_rdy_count")

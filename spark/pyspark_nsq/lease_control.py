@@ -26,20 +26,22 @@ _log = logging.getLogger(__name__)
 
 
 class LeaseControl:
-    """Control connection to ``topic``/``channel`` on ``address``; connects lazily.
+    """Control connection to ``topic``/``channel`` on ``address``, IDENTIFYing as ``client_id``
+    (None: the host name); connects lazily.
 
     The caller must ``close`` it. A connection that failed (nsqd drops a client
     idle for two heartbeats, e.g. between slow batches) is opened again once per
     request. Raises :class:`NsqError` when nsqd refuses.
     """
 
-    __slots__ = ("address", "topic", "channel", "_token", "_conn", "_lock")
+    __slots__ = ("address", "topic", "channel", "_token", "_client_id", "_conn", "_lock")
 
-    def __init__(self, address: Address, topic: str, channel: str, token: str):
+    def __init__(self, address: Address, topic: str, channel: str, token: str, client_id: str | None = None):
         self.address = address
         self.topic = topic
         self.channel = channel
         self._token = token
+        self._client_id = client_id
         self._conn: FramePump | None = None
         self._lock = threading.Lock()  # the planning thread and the toucher share it
 
@@ -88,7 +90,7 @@ class LeaseControl:
 
     def _connection(self) -> FramePump:
         if self._conn is None:
-            conn = dial(self.address, {LEASE_IDENTIFY_FIELD: self._token})
+            conn = dial(self.address, {LEASE_IDENTIFY_FIELD: self._token}, self._client_id)
             try:
                 conn.send(encode_sub(self.topic, self.channel))
                 conn.read_response(CONNECT_TIMEOUT_S)

@@ -61,14 +61,16 @@ def lease_token(query: str, batch: int, partition: int, secret: str) -> str:
 
 
 class LeasePartition(InputPartition):
-    """Where to read: ``count`` messages of ``topic`` from ``address``, leased under ``token``."""
+    """Where to read: ``count`` messages of ``topic`` from ``address``, leased under ``token``,
+    on a connection that IDENTIFYs as ``client_id`` (None: the host name)."""
 
-    def __init__(self, address: Address, topic: str, count: int, token: str):
+    def __init__(self, address: Address, topic: str, count: int, token: str, client_id: str | None = None):
         super().__init__(None)
         self.address = address
         self.topic = topic
         self.count = count
         self.token = token
+        self.client_id = client_id
 
     def read(self, channel: str, msg_timeout_ms: int, drain_timeout_ms: int, *,
              finish: bool = False) -> Iterator[pa.RecordBatch]:
@@ -79,7 +81,8 @@ class LeasePartition(InputPartition):
         taken the last batch. Raises :class:`NsqError` when the connection fails or
         the broker offers no lease.
         """
-        conn = dial(self.address, {"msg_timeout": msg_timeout_ms, LEASE_IDENTIFY_FIELD: self.token})
+        conn = dial(self.address, {"msg_timeout": msg_timeout_ms, LEASE_IDENTIFY_FIELD: self.token},
+                    self.client_id)
         try:
             if conn.identity.get(LEASE_IDENTIFY_FIELD) != self.token:
                 raise NsqError(self.address, "E_NO_LEASE", "the broker offers no leases (not pynsqd)")

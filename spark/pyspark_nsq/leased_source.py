@@ -27,6 +27,7 @@ import uuid
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
 from .consumer import LOOKUPD_POLL_INTERVAL_S
+from .dial import client_name
 from .discovery import DiscoveryError, topic_producers
 from .lease_control import LeaseControl
 from .lease_offset import LeaseOffset, PlannedRead
@@ -34,8 +35,10 @@ from .lease_partition import LeasePartition, lease_secret, lease_token
 from .options import DEFAULT_LEASED_IN_FLIGHT, SourceOptions, parse_addresses
 from .partitioning import Pair, allocate, split
 
-__all__ = ["LeasedSource"]
+__all__ = ["LeasedSource", "STREAM_DRIVER"]
 
+#: The ``client_id`` of the driver's control connections.
+STREAM_DRIVER = "stream driver"
 #: How long ``stop`` waits for a TOUCH under way to be answered.
 _STOP_WAIT_S = 10.0
 
@@ -127,7 +130,7 @@ class LeasedSource:
             return
         controls = dict(self._controls)
         for address, topic in sorted(found - set(controls), key=str):
-            control = LeaseControl(address, topic, self._options.channel, self._control_token)
+            control = LeaseControl(address, topic, self._options.channel, self._control_token, STREAM_DRIVER)
             try:
                 leases = control.offers_leases
             except Exception as exc:  # asked again at the next lookup
@@ -155,7 +158,8 @@ class LeasedSource:
             raise ValueError(f"nsq source: offset {end.to_json()} names no query to read for")
         return [
             LeasePartition(parse_addresses("nsqd", read.nsqd)[0], read.topic, read.count,
-                           lease_token(end.query, end.batch, index, self._secret))
+                           lease_token(end.query, end.batch, index, self._secret),
+                           client_name("stream", end.query, "batch", end.batch, "partition", index))
             for index, read in enumerate(end.reads)
         ]
 

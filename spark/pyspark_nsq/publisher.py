@@ -35,18 +35,21 @@ _log = logging.getLogger(__name__)
 
 
 class Publisher:
-    """Publishes to the first reachable of ``addresses``, starting at ``first``.
+    """Publishes to the first reachable of ``addresses``, starting at ``first``, on connections
+    that IDENTIFY as ``client_id`` (None: the host name).
 
     Connects lazily; the caller must ``close`` it. Raises :class:`NsqError` when
     nsqd rejects a batch (``E_BAD_MESSAGE``, ``E_BAD_TOPIC``, ...) or no address
     accepts a connection.
     """
 
-    __slots__ = ("_addresses", "_next", "_batch_size", "_defer_ms", "_conn", "_unanswered", "_retried", "published")
+    __slots__ = ("_addresses", "_next", "_batch_size", "_defer_ms", "_client_id", "_conn", "_unanswered",
+                 "_retried", "published")
 
     def __init__(self, addresses: Sequence[Address], *, batch_size: int, defer_ms: int = 0,
-                 first: int = 0):
+                 first: int = 0, client_id: str | None = None):
         self._addresses = tuple(addresses)
+        self._client_id = client_id
         self._next = first % len(self._addresses)
         self._batch_size = batch_size
         self._defer_ms = defer_ms
@@ -136,7 +139,7 @@ class Publisher:
             address = self._addresses[self._next]
             self._next = (self._next + 1) % len(self._addresses)
             try:
-                self._conn = dial(address, {})
+                self._conn = dial(address, {}, self._client_id)
                 return self._conn
             except NsqError as exc:
                 errors.append(exc)

@@ -31,7 +31,7 @@ from .discovery import topic_producers
 from .held_source import HeldSource, MessagePartition
 from .lease_control import LeaseControl
 from .lease_partition import LeasePartition
-from .leased_source import LeasedSource
+from .leased_source import STREAM_DRIVER, LeasedSource
 from .options import Address, SourceOptions
 
 __all__ = ["NsqStreamReader"]
@@ -54,7 +54,7 @@ def open_source(options: SourceOptions) -> LeasedSource | HeldSource:
     Raises :class:`~broker.client.NsqError` when an nsqd cannot be reached.
     """
     token = f"{uuid.uuid4().hex[:12]}.control"
-    controls = {(address, topic): LeaseControl(address, topic, options.channel, token)
+    controls = {(address, topic): LeaseControl(address, topic, options.channel, token, STREAM_DRIVER)
                 for address, topic in source_pairs(options)}
     try:
         without = [str(c.address) for c in controls.values() if not c.offers_leases]
@@ -63,7 +63,7 @@ def open_source(options: SourceOptions) -> LeasedSource | HeldSource:
             control.close()
         raise
     if not without:
-        _log.info("nsq source: the brokers offer leases; executors read the messages")
+        _log.warning("nsq source: the brokers offer leases; executors read the messages")
         return LeasedSource(options, controls, token)
     for control in controls.values():
         control.close()

@@ -25,6 +25,7 @@ from pyspark.sql.types import StructType
 
 from broker.protocol import is_valid_name
 
+from .dial import client_name
 from .discovery import DiscoveryError, all_nodes
 from .options import Address, SinkOptions
 from .publisher import Publisher
@@ -33,6 +34,9 @@ from .schema import check_sink_schema
 __all__ = ["NsqWriter", "NsqStreamWriter", "PublishReceipt", "publish_batches"]
 
 _log = logging.getLogger(__name__)
+
+#: The local property that holds the id of the micro-batch a task belongs to.
+_BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +66,12 @@ def publish_batches(options: SinkOptions, schema: StructType,
     body_index, topic_index = check_sink_schema(schema, options.topic)
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
+    # Spark sets this local property on the jobs of a streaming micro-batch
+    batch = context.getLocalProperty(_BATCH_ID_PROPERTY) if context is not None else None
+    name = (client_name("write", "partition", partition) if batch is None
+            else client_name("write batch", batch, "partition", partition))
     publisher = Publisher(options.nsqd or _registered_nodes(options), batch_size=options.batch_size,
-                          defer_ms=options.defer_ms, first=partition)
+                          defer_ms=options.defer_ms, first=partition, client_id=name)
     buffers: dict[str, list[bytes]] = {}
     checked: set[str] = set()
     try:

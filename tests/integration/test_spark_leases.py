@@ -130,6 +130,40 @@ async def test_the_driver_touches_the_leases_of_the_batch_in_progress(daemon):
         await _in_thread(source.stop)
 
 
+async def test_a_restarted_driver_replays_its_last_batch_full_with_other_messages(daemon):
+    """What spark/README.md's Guarantees say: the replay reads as many messages as the batch
+    planned, from the same places, while the killed driver's leases wait for their timeout."""
+    first_bodies = [b"first-%d" % i for i in range(20)]
+    await publish_batch(daemon, "t", *first_bodies)
+    host, port = daemon.addresses.tcp
+    options = SourceOptions.parse({"nsqd": f"{host}:{port}", "topic": "t", "channel": "c", "drainTimeoutMs": "300"})
+    killed = await _in_thread(open_source, options)
+    restarted = None
+    try:
+        start = killed.initial_offset()
+        end = await _in_thread(killed.latest_offset, start, ReadAllAvailable())
+        # the batch's tasks lease everything; then the driver dies before the commit
+        assert await _in_thread(_count_rows, killed.partitions(start, end)) == 20
+        await publish_batch(daemon, "t", *[b"later-%d" % i for i in range(30)])
+
+        restarted = await _in_thread(open_source, options)
+        replayed = restarted.partitions(start, json.loads(json.dumps(end)))  # as the checkpoint hands it back
+        assert [p.count for p in replayed] == [20]
+
+        def read() -> list[bytes]:
+            return [body for p in replayed for batch in p.read("c", 60_000, 300)
+                    for body in batch.column("body").to_pylist()]
+
+        bodies = await _in_thread(read)
+        assert len(bodies) == 20 and all(body.startswith(b"later-") for body in bodies)
+        channel = daemon.broker.topics["t"].channels["c"]
+        assert (len(channel.in_flight), channel.depth) == (40, 10)  # the killed driver's 20 wait for their timeout
+    finally:
+        await _in_thread(killed.stop)
+        if restarted is not None:
+            await _in_thread(restarted.stop)
+
+
 _PARTITION_TOKEN = re.compile(r"(?P<query>[0-9a-f]{12})\.(?P<batch>\d+)\.(?P<partition>\d+)\.(?P<secret>[A-Za-z0-9_-]{22})")
 
 

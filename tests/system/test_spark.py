@@ -7,11 +7,15 @@ that what the connector reads and writes is checked by an independent peer.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -36,6 +40,7 @@ from tests.support.paths import REPO, nsq_bin
 from tests.support.processes import BrokerProcess
 from tests.support.spark_queries import start_copy
 from tests.support.v2client import connect
+from tests.support.wiretap import wiretap
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -451,3 +456,92 @@ def test_killed_query_restarts_from_checkpoint_and_loses_nothing(nsqd, tmp_path,
     duplicates = len(before) + len(after) - count
     record_property("duplicates", duplicates)
     print(f"killed query: {count} messages delivered at least once, {duplicates} duplicates")
+
+
+# -- connections named in /stats ----------------------------------------------
+
+
+def channel_clients(broker: BrokerProcess, topic: str, channel: str) -> list[dict]:
+    """The clients of ``topic``/``channel`` as the broker's ``/stats`` lists them."""
+    with urllib.request.urlopen(f"http://{broker.http[0]}:{broker.http[1]}/stats?format=json&topic={topic}"
+                                f"&channel={channel}", timeout=10) as response:
+        topics = json.load(response)["topics"]
+    return [client for t in topics for c in t["channels"] for client in c["clients"]]
+
+
+def test_stats_names_each_partitions_connection_by_query_batch_and_partition(spark, nsqd, tmp_path):
+    count = 12_000  # two partitions: the source splits a backlog from 10,000 messages on
+    create_channel(nsqd, "named_in", "spark")
+    create_channel(nsqd, "named_out", "check")
+    publish(nsqd, "named_in", bodies_of("named", count))
+    # paused, the channel still counts its messages as available, but delivers none: each
+    # partition's connection waits (drainTimeoutMs) where /stats can see it
+    post_http(nsqd, "/channel/pause?topic=named_in&channel=spark")
+    query = start_pipeline(spark, nsqd, "named_in", "named_out", tmp_path / "checkpoint",
+                           trigger={"availableNow": True}, drainTimeoutMs=str(DEADLINE_S * 1000))
+    try:
+        pattern = re.compile(r"stream (\w+) batch (\d+) partition (\d+)")
+        deadline = time.monotonic() + DEADLINE_S
+        while len(named := [c for c in channel_clients(nsqd, "named_in", "spark")
+                            if pattern.fullmatch(c["client_id"])]) < 2:
+            assert time.monotonic() < deadline, channel_clients(nsqd, "named_in", "spark")
+            time.sleep(0.1)  # the executors connect in their own time; /stats is the only witness
+        # the plan of the batch: in the checkpoint before its tasks run
+        offset = json.loads((tmp_path / "checkpoint" / "offsets" / "0").read_text().splitlines()[2])
+        assert sorted(c["client_id"] for c in named) == [
+            f"stream {offset['query']} batch {offset['batch']} partition {index}" for index in range(2)]
+        assert len({(c["hostname"], c["user_agent"]) for c in named}) == 1  # only the name tells them apart
+        assert "stream driver" in {c["client_id"] for c in channel_clients(nsqd, "named_in", "spark")}
+        post_http(nsqd, "/channel/unpause?topic=named_in&channel=spark")
+        assert query.awaitTermination(DEADLINE_S)
+    finally:
+        query.stop()
+    assert sorted(consume(nsqd, "named_out", "check", expect=count)) == bodies_of("named", count)
+
+
+def post_http(broker: BrokerProcess, path: str) -> None:
+    """POST ``path`` to the broker's HTTP API; asserts 200."""
+    http_request = urllib.request.Request(f"http://{broker.http[0]}:{broker.http[1]}{path}", method="POST")
+    with urllib.request.urlopen(http_request, timeout=10) as response:
+        assert response.status == 200
+
+
+@contextlib.contextmanager
+def tapped(target: tuple[str, int]):
+    """A :func:`~tests.support.wiretap.wiretap` in front of ``target``, served by trio in a thread
+    of its own, so Spark keeps this test's thread (its data sources are found from there)."""
+    started = threading.Event()
+    running: dict = {}
+
+    async def serve() -> None:
+        async with wiretap(target) as tap:
+            running.update(tap=tap, stop=trio.Event(), token=trio.lowlevel.current_trio_token())
+            started.set()
+            await running["stop"].wait()
+
+    thread = threading.Thread(target=trio.run, args=(serve,), daemon=True)
+    thread.start()
+    assert started.wait(30)
+    try:
+        yield running["tap"]
+    finally:
+        trio.from_thread.run_sync(running["stop"].set, trio_token=running["token"])
+        thread.join(30)
+
+
+def test_sink_tasks_name_their_micro_batch_and_partition(spark, nsqd, tmp_path):
+    # the sink's connections close with their tasks: the IDENTIFYs on the wire show their names
+    publish(nsqd, "named_sink_in", bodies_of("sink", 10))
+    with tapped(nsqd.tcp) as tap:
+        through_tap = f"{tap.address[0]}:{tap.address[1]}"
+        query = (spark.readStream.format("nsq").option("nsqd", address(nsqd)).option("topic", "named_sink_in")
+                 .option("channel", "spark").option("drainTimeoutMs", "500").load()
+                 .select("body").writeStream.format("nsq").option("nsqd", through_tap)
+                 .option("topic", "named_sink_out").option("checkpointLocation", str(tmp_path / "checkpoint"))
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(DEADLINE_S)
+        (spark.createDataFrame([("x",)], "body string").coalesce(1).write.format("nsq")
+         .option("nsqd", through_tap).option("topic", "named_sink_out").mode("append").save())
+        seen = tap.seen()
+    names = {name.decode() for name in re.findall(rb'"client_id":\s*"([^"]+)"', seen)}
+    assert names == {"write batch 0 partition 0", "write partition 0"}

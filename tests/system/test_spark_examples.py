@@ -5,8 +5,11 @@ Structured Streaming query, nsq in and nsq out) counts them per event-time windo
 and ``show_topic.py`` prints the counts with Spark's batch reader. An extra
 channel on the source topic sees every event, so the test computes the counts the
 pipeline must publish and compares them with what ``show_topic.py`` prints:
-after ``--drain``, every published event is in a window shown. Ctrl-C, as a
-terminal sends it to the foreground process group, stops the query in one line.
+after ``--drain``, every published event is in a window shown. The README's order
+is kept: the streaming copy (``copy_topic.py``, channel ``spark`` of the same topic)
+runs first, and events are published while ``windowed_counts.py`` still starts
+Spark. Ctrl-C, as a terminal sends it to the foreground process group, stops each
+query in one line, without a traceback.
 ``publish_events.py`` alone (no Spark) is checked for its progress lines and its
 one-line failure when nsqd is down.
 """
@@ -113,27 +116,72 @@ async def drain(tcp: tuple[str, int], topic: str, channel: str, n: int) -> list[
     return bodies
 
 
+class Example:
+    """A long-running example script in its own process group, as a shell runs a foreground job
+    (Ctrl-C signals the whole group); its stderr in a file, read as it grows."""
+
+    def __init__(self, tmp_path, script: str, *args: str):
+        self.name = script
+        self.log_path = tmp_path / f"{script}.log"
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen([sys.executable, str(EXAMPLES / script), *args], env=example_env(),
+                                            stdout=log, stderr=log, cwd=tmp_path, start_new_session=True)
+
+    def text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    async def wait_for_line(self, start: str, timeout: float = 180) -> str:
+        """The first line of its output that starts with ``start``; fails if it exits first."""
+        with trio.fail_after(timeout):
+            while True:
+                for line in self.text().splitlines():
+                    if line.startswith(start):
+                        return line
+                assert self.process.poll() is None, self.text()
+                await trio.sleep(0.2)  # another process's output: only polling sees it
+
+    async def ctrl_c(self, timeout: float = 60) -> str:
+        """SIGINT to its process group, as Ctrl-C in a terminal; what it printed after, once it exited."""
+        before = self.log_path.stat().st_size
+        os.killpg(self.process.pid, signal.SIGINT)
+        with trio.fail_after(timeout):
+            while self.process.poll() is None:
+                await trio.sleep(0.2)
+        return self.log_path.read_bytes()[before:].decode(errors="replace")
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
 @pytest.mark.spark
 @pytest.mark.slow
-async def test_readme_pipeline_counts_every_event_and_stops_on_ctrl_c(broker_process, tmp_path):
+async def test_readme_sequence_counts_every_event_and_ctrl_c_is_quiet(broker_process, tmp_path):
+    """The README's steps in order: the streaming copy first (channel ``spark`` of ``events``),
+    stopped with Ctrl-C; then the pipeline, publishing as soon as ``windowed_counts.py`` has
+    created its channel, while Spark still starts."""
     broker = broker_process()
     http = f"{broker.http[0]}:{broker.http[1]}"
     nsqd = f"{broker.tcp[0]}:{broker.tcp[1]}"
-    post(broker.http, "/topic/create?topic=events")
-    post(broker.http, "/channel/create?topic=events&channel=audit")
-    post(broker.http, "/channel/create?topic=events&channel=windowed_counts")  # the query's, before it starts
     env = example_env()
-    log_path = tmp_path / "windowed_counts.log"
-    log = open(log_path, "wb")
-    # its own process group, as a shell gives a foreground job: Ctrl-C signals the whole group
-    query = subprocess.Popen(
-        [sys.executable, str(EXAMPLES / "windowed_counts.py"), "--nsqd", nsqd,
-         "--checkpoint", str(tmp_path / "checkpoint"), "--window", f"{WINDOW_S} seconds",
-         "--watermark", f"{WATERMARK_S} second", "--trigger", "1 second"],
-        env=env, stdout=log, stderr=log, cwd=tmp_path, start_new_session=True,
-    )
-    log.close()
+    copy = Example(tmp_path, "copy_topic.py", "--nsqd", nsqd, "--checkpoint", str(tmp_path / "copy-checkpoint"))
     try:
+        await copy.wait_for_line("copy_topic.py: ready: copying topic events (channel spark) to topic events_copy")
+        after_copy_stop = await copy.ctrl_c()
+    finally:
+        copy.kill()
+    assert (copy.process.returncode, after_copy_stop) == (
+        130, "copy_topic.py: stopped; start it again with the same --checkpoint to continue\n")
+    assert "Traceback" not in copy.text()
+    # which path runs, in the driver's terminal at Spark's default log level (WARN)
+    assert "nsq source: the brokers offer leases; executors read the messages\n" in copy.text()
+
+    post(broker.http, "/channel/create?topic=events&channel=audit")  # the test's own witness
+    query = Example(tmp_path, "windowed_counts.py", "--nsqd", nsqd, "--checkpoint", str(tmp_path / "checkpoint"),
+                    "--window", f"{WINDOW_S} seconds", "--watermark", f"{WATERMARK_S} second", "--trigger", "1 second")
+    try:
+        await query.wait_for_line("windowed_counts.py: channel windowed_counts of topic events created", timeout=60)
         published = await trio.run_process(
             [sys.executable, str(EXAMPLES / "publish_events.py"), "--http", http, "--rate", str(RATE),
              "--seconds", str(SECONDS), "--late", "0.5", "--seed", "7", "--drain", str(WINDOW_S + WATERMARK_S)],
@@ -141,6 +189,8 @@ async def test_readme_pipeline_counts_every_event_and_stops_on_ctrl_c(broker_pro
         )
         assert published.stdout.decode() == f"published {RATE * SECONDS} events and the drain event to events\n"
         assert published.stderr.decode().count(" events sent in ") == SECONDS // 5
+        await query.wait_for_line("windowed_counts.py: ready: counting topic events (channel windowed_counts) "
+                                  "into topic event_counts; Ctrl-C to stop")
         events = [json.loads(body) for body in await drain(broker.tcp, "events", "audit", RATE * SECONDS + 1)]
         assert events[-1]["kind"] == "drain"
         expected = expected_counts(events)
@@ -148,19 +198,12 @@ async def test_readme_pipeline_counts_every_event_and_stops_on_ctrl_c(broker_pro
 
         with trio.fail_after(180):
             while topic_message_count(broker.http, "event_counts") < len(expected):
-                assert query.poll() is None, log_path.read_text(errors="replace")
+                assert query.process.poll() is None, query.text()
                 await trio.sleep(1)
-        before_stop = log_path.stat().st_size
-        os.killpg(query.pid, signal.SIGINT)
-        with trio.fail_after(60):
-            while query.poll() is None:
-                await trio.sleep(0.2)
+        after_stop = await query.ctrl_c()
     finally:
-        if query.poll() is None:
-            query.kill()
-            query.wait()
-    after_stop = log_path.read_bytes()[before_stop:].decode(errors="replace")
-    assert (query.returncode, after_stop) == (
+        query.kill()
+    assert (query.process.returncode, after_stop) == (
         130, "windowed_counts.py: stopped; start it again with the same --checkpoint to continue\n")
 
     shown = await trio.run_process(
