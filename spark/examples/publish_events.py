@@ -25,6 +25,7 @@ import time
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime, timedelta
+from http.client import HTTPException
 
 KINDS = ("click", "view", "purchase")
 PROG = "publish_events.py"
@@ -78,8 +79,15 @@ def publish(http: str, topic: str, bodies: list[bytes]) -> None:
             response.read()
     except urllib.error.HTTPError as exc:
         raise PublishError(f"nsqd at {url} answered {exc.code} {exc.read().decode(errors='replace').strip()}") from exc
+    except (HTTPException, ConnectionResetError) as exc:
+        # what a TCP port does with HTTP: nsqd answers a framed E_BAD_PROTOCOL and closes
+        raise PublishError(f"nsqd at {url} did not answer HTTP ({type(exc).__name__}); is {http} nsqd's HTTP "
+                           f"port (4151 by default), not its TCP port (4150)?") from exc
     except (urllib.error.URLError, OSError) as exc:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        if isinstance(reason, ConnectionResetError):
+            raise PublishError(f"nsqd at {url} did not answer HTTP (ConnectionResetError); is {http} nsqd's "
+                               f"HTTP port (4151 by default), not its TCP port (4150)?") from exc
         reason = getattr(reason, "strerror", None) or reason
         raise PublishError(f"cannot reach nsqd at {url}: {reason}") from exc
 

@@ -86,6 +86,20 @@ def test_publish_events_with_nsqd_down_fails_in_one_line(tmp_path):
                                     f"http://127.0.0.1:{port}/mpub?topic=events: Connection refused\n")
 
 
+def test_publish_events_pointed_at_the_tcp_port_says_so(broker_process):
+    """HTTP sent to the TCP port: nsqd's E_BAD_PROTOCOL and a closed connection, which the
+    example names as the likely mistake instead of a bare "connection reset"."""
+    broker = broker_process()
+    tcp = f"{broker.tcp[0]}:{broker.tcp[1]}"
+    done = publish_events("--http", tcp, "--seconds", "1")
+    assert done.returncode == 1
+    assert done.stderr.decode().startswith(f"publish_events.py: nsqd at http://{tcp}/mpub?topic=events did not "
+                                           f"answer HTTP ("), done.stderr
+    assert done.stderr.decode().endswith(f"); is {tcp} nsqd's HTTP port (4151 by default), not its TCP port "
+                                         f"(4150)?\n"), done.stderr
+    assert "bad protocol magic 'POST'" in broker.log_text()
+
+
 def expected_counts(events: list[dict]) -> dict[tuple[str, str], tuple[int, float]]:
     """(window start, kind) -> (events, amount) for the windows the watermark has closed."""
     def millis(text: str) -> int:
