@@ -24,7 +24,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 from prometheus_client.exposition import generate_latest
 from prometheus_client.utils import floatToGoString
 
-from broker.observe.stats import ChannelStats, ClientStats, Snapshot, TopicStats
+from broker.observe.stats import ChannelStats, ClientStats, Snapshot, TopicStats, percentile_suffix
 
 __all__ = [
     "CONTENT_TYPE",
@@ -35,11 +35,6 @@ __all__ = [
 
 #: The text exposition format every Prometheus version parses.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-def percentile_suffix(quantile: float) -> str:
-    """How nsqd's statsd names a percentile: ``0.99`` -> ``"99"`` (``%.0f`` of q*100)."""
-    return "%.0f" % (quantile * 100.0)
 
 
 def _flag(value: bool) -> str:

@@ -13,6 +13,7 @@ from broker.core.latency import HistogramStats
 
 __all__ = [
     "E2eStats",
+    "percentile_suffix",
     "NO_E2E",
     "HistogramStats",
     "ClientStats",
@@ -153,3 +154,8 @@ class Snapshot:
     #: Connected TCP clients by transport: ``((tls, compression), count)`` with compression
     #: ``"none"``, ``"snappy"`` or ``"deflate"``, sorted.
     transports: tuple[tuple[tuple[bool, str], int], ...] = ()
+
+
+def percentile_suffix(quantile: float) -> str:
+    """How nsqd's statsd names a percentile: ``0.99`` -> ``"99"`` (``%.0f`` of q*100)."""
+    return "%.0f" % (quantile * 100.0)

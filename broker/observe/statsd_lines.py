@@ -24,8 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.observe.prometheus import percentile_suffix
-from broker.observe.stats import ChannelStats, E2eStats, MemoryStats, TopicStats
+from broker.observe.stats import ChannelStats, E2eStats, MemoryStats, TopicStats, percentile_suffix
 
 __all__ = ["EPHEMERAL_SUFFIX", "FIRST_PUSH", "PushState", "host_key", "statsd_lines", "statsd_prefix"]
 

@@ -1,0 +1,35 @@
+"""A start imports only what a start needs: what serves ``/metrics``, config files, auth, TLS
+upgrades and compression is loaded by its first use, so ``exec`` to ``/ping`` stays short."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.support.paths import REPO
+
+#: Loaded by a first use, never by a plain start (what each costs a start, about).
+LATER = {
+    "prometheus_client": "the first scrape of /metrics (20 ms)",
+    "tomllib": "--config (6 ms)",
+    "re2": "the first auth pattern (2 ms)",
+    "httpx": "an auth server or nsqlookupd's HTTP API",
+    "email": "nothing: the Date header is formatted in place (7 ms)",
+    "importlib.metadata": "nothing: crc32c's extension loads without its package (20 ms)",
+    "decimal": "a float that needs fixed notation (3 ms)",
+    "broker.server.auth": "--auth-http-address",
+    "broker.server.upgrade": "a client that negotiates TLS, snappy or deflate",
+    "pyspark": "nothing in the broker",
+}
+
+
+def test_a_start_leaves_what_it_does_not_use_unloaded():
+    code = ("import json, sys\n"
+            "import broker.cli, broker.daemon, broker.http.api\n"
+            "print(json.dumps(sorted(sys.modules)))\n")
+    loaded = json.loads(subprocess.run([sys.executable, "-P", "-c", code], cwd=REPO, env={"PYTHONPATH": str(REPO)},
+                                       capture_output=True, text=True, check=True).stdout)
+    early = {name: why for name, why in LATER.items() if name in loaded}
+    assert not early, early
+    assert "broker.http.api" in loaded and "trio" in loaded  # the probe imported what a start does
