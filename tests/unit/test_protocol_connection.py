@@ -780,3 +780,13 @@ def test_a_large_identify_body_is_left_for_the_owner_to_decode() -> None:
     assert finish_identify(body) == Identify({"heartbeat_interval": 2000})
     with pytest.raises(ProtocolError, match="IDENTIFY failed to decode JSON body"):
         finish_identify(b"[" + body)
+
+
+def test_command_events_compare_and_print_as_values():
+    from broker.protocol.commands import Cls, Fin, Nop, Pub, Touch
+
+    assert Pub("t", b"x") == Pub("t", b"x") and Pub("t", b"x") != Pub("t", b"y")
+    assert Fin(b"0" * 16) != Touch(b"0" * 16)  # same fields, other command
+    assert Nop() == Nop() and Nop() != Cls()
+    assert hash(Fin(b"a")) == hash(Fin(b"a")) and hash(Fin(b"a")) != hash(Touch(b"a"))
+    assert repr(Pub("t", b"x")) == "Pub(topic='t', body=b'x')" and repr(Nop()) == "Nop()"
