@@ -25,7 +25,7 @@ from broker.config.tls import TLS_REQUIRED
 from broker.config.unbuilt import unbuilt_warnings
 from broker.core.broker import Broker, ShutdownIncomplete
 from broker.lookup import Identity, LookupClient
-from broker.observe import StatsdPusher, statsd_prefix
+from broker.observe.statsd_prefix import statsd_prefix
 from broker.server.fdlimit import raise_open_files_limit
 from broker.server.net import Addresses, bound_address, describe_address, open_listeners
 from broker.server.tcp import TCPServer
@@ -34,6 +34,7 @@ from broker.storage import DataDirectory, DataPathError, MetadataLoadError, Meta
 
 if TYPE_CHECKING:
     from broker.http.api import HTTPServer
+    from broker.observe.statsd_pusher import StatsdPusher
 
 __all__ = ["Daemon", "Addresses", "run"]
 
@@ -120,6 +121,8 @@ class Daemon:
             await nursery.start(self.lookup.run)
             statsd_scope = trio.CancelScope()
             if opts.statsd_address:
+                from broker.observe.statsd_pusher import StatsdPusher  # only with a statsd to push to
+
                 self.statsd = StatsdPusher(self.broker)
                 await nursery.start(_run_in_scope, statsd_scope, self.statsd.run)
             task_status.started(addresses)

@@ -25,7 +25,7 @@ from broker.http.responses import JSON_HEADERS, APIError, v1_error
 from broker.http.router import Endpoint, Router
 from broker.http.server import HTTP1Server, Request, RequestBody, Response
 from broker.http.status import StatusEndpoints
-from broker.observe import GC_PAUSES
+from broker.observe.runtime import GC_PAUSES
 from broker.server.net import Addresses
 from diskqueue import DiskQueueError
 

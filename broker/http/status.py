@@ -15,7 +15,7 @@ from broker.http.query import first, parse_bool, request_params
 from broker.http.responses import v1, v1_json
 from broker.http.router import Endpoint
 from broker.http.server import Request, RequestBody, Response
-from broker.observe import health_text, render_json, render_text, snapshot
+from broker.observe.health import health_text
 from broker.server.net import Address, Addresses
 
 if TYPE_CHECKING:
@@ -74,6 +74,11 @@ class StatusEndpoints:
 
     async def stats(self, request: Request, body: RequestBody, param: str) -> Response:
         """``GET /stats?format=&topic=&channel=&include_clients=&include_mem=``: text or JSON."""
+        # the records and renderers load with the first report, not at start
+        from broker.observe.collect import snapshot
+        from broker.observe.render_json import render_json
+        from broker.observe.render_text import render_text
+
         params = request_params(request)
         include_clients = parse_bool(first(params, "include_clients"))
         include_mem = parse_bool(first(params, "include_mem"))
@@ -85,6 +90,8 @@ class StatusEndpoints:
 
     async def prometheus(self, request: Request, body: RequestBody, param: str) -> Response:
         """``GET /metrics``: the Prometheus text format."""
+        from broker.observe.collect import snapshot
+
         if self._metrics is None:
             # prometheus-client is loaded by the first scrape, not by every start (it is a
             # third of what a start imports)

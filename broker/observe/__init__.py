@@ -10,34 +10,11 @@
 * :mod:`~broker.observe.statsd_lines`, :mod:`~broker.observe.statsd_packets` and
   :mod:`~broker.observe.statsd_pusher` -- nsqd's statsd push (``--statsd-address``).
 
-Every renderer reads the same snapshot, so the numbers they show always agree.
+* :mod:`~broker.observe.health` -- the ``OK`` / ``NOK - <error>`` of ``/ping``;
+* :mod:`~broker.observe.statsd_prefix` -- ``--statsd-prefix`` expanded at start.
+
+Every renderer reads the same snapshot, so the numbers they show always agree. Import the
+modules themselves: this package loads none of them, so that a start loads only ``health``,
+``runtime`` and ``statsd_prefix``, and the records, renderers and pushers come with their
+first use.
 """
-
-from broker.gocompat import go_json
-from broker.observe.collect import health_text, snapshot
-from broker.observe.render_json import render_json, stats_document
-from broker.observe.render_text import render_text
-from broker.observe.runtime import GC_PAUSES, GcPauses, memory_stats
-from broker.observe.sources import BrokerSource, ChannelSource, ClientSource, LatencySource, TopicSource
-from broker.observe.stats import (
-    NO_E2E,
-    ChannelStats,
-    ClientStats,
-    E2eStats,
-    HistogramStats,
-    MemoryStats,
-    Snapshot,
-    TopicStats,
-)
-from broker.observe.statsd_lines import PushState, host_key, statsd_lines, statsd_prefix
-from broker.observe.statsd_packets import pack_lines
-from broker.observe.statsd_pusher import StatsdPusher
-
-__all__ = [
-    "snapshot", "health_text",
-    "Snapshot", "TopicStats", "ChannelStats", "ClientStats", "E2eStats", "NO_E2E", "HistogramStats", "MemoryStats",
-    "GcPauses", "GC_PAUSES", "memory_stats",
-    "render_json", "render_text", "stats_document", "go_json",
-    "StatsdPusher", "PushState", "statsd_lines", "statsd_prefix", "host_key", "pack_lines",
-    "BrokerSource", "TopicSource", "ChannelSource", "ClientSource", "LatencySource",
-]

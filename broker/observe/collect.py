@@ -23,17 +23,12 @@ from collections.abc import Iterable
 from broker.config.options import NSQD_COMPAT_VERSION
 from broker.core.latency import HistogramStats
 from broker.gocompat import SECOND
+from broker.observe.health import health_text
 from broker.observe.runtime import memory_stats
 from broker.observe.sources import BrokerSource, ChannelSource, ClientSource, LatencySource, TopicSource
 from broker.observe.stats import NO_E2E, ChannelStats, ClientStats, E2eStats, Snapshot, TopicStats
 
-__all__ = ["health_text", "snapshot"]
-
-
-def health_text(broker: BrokerSource) -> str:
-    """``OK``, or ``NOK - <error>`` after a failed disk write (nsqd's ``GetHealth``)."""
-    error = broker.health_error
-    return "OK" if error is None else f"NOK - {error}"
+__all__ = ["snapshot"]
 
 
 def _e2e_from(stream: LatencySource | None) -> E2eStats:

@@ -16,8 +16,11 @@ import resource
 import sys
 import time
 from collections import deque
+from typing import TYPE_CHECKING
 
-from broker.observe.stats import MemoryStats
+if TYPE_CHECKING:
+    from broker.observe.stats import MemoryStats
+
 
 __all__ = ["BUILT_WITH", "GC_PAUSE_HISTORY", "GcPauses", "GC_PAUSES", "memory_stats"]
 
@@ -104,6 +107,8 @@ def _resident_bytes() -> int:
 
 def memory_stats(pauses: GcPauses = GC_PAUSES) -> MemoryStats:
     """The ``memory`` block now (see :class:`MemoryStats` for where each value comes from)."""
+    from broker.observe.stats import MemoryStats  # the records load with the first report, not at start
+
     p100, p99, p95 = pauses.percentiles_usec()
     return MemoryStats(
         heap_objects=sys.getallocatedblocks(),

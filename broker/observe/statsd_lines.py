@@ -25,30 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker.observe.stats import ChannelStats, E2eStats, MemoryStats, TopicStats, percentile_suffix
+from broker.observe.statsd_prefix import host_key, statsd_prefix
 
 __all__ = ["EPHEMERAL_SUFFIX", "FIRST_PUSH", "PushState", "host_key", "statsd_lines", "statsd_prefix"]
 
 #: Topics and channels whose names end so are left out by ``--statsd-exclude-ephemeral``.
 EPHEMERAL_SUFFIX = "#ephemeral"
-
-
-def host_key(host_port: str) -> str:
-    """nsqd's ``statsd.HostKey``: ``.`` and ``:`` become ``_`` (``127.0.0.1:4151`` -> ``127_0_0_1_4151``)."""
-    return host_port.replace(".", "_").replace(":", "_")
-
-
-def statsd_prefix(template: str, broadcast_address: str, http_port: int) -> str:
-    """``--statsd-prefix`` as nsqd expands it once at start.
-
-    Every ``%s`` becomes the host key of ``<broadcast address>:<HTTP port>`` (an IPv6
-    address in brackets, as Go's ``net.JoinHostPort`` writes it), and a ``.`` is appended
-    unless the result ends in one. An empty template stays empty: names then have no prefix.
-    """
-    if not template:
-        return ""
-    host = f"[{broadcast_address}]" if ":" in broadcast_address else broadcast_address
-    prefix = template.replace("%s", host_key(f"{host}:{http_port}"))
-    return prefix if prefix.endswith(".") else prefix + "."
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.observe import NO_E2E, ChannelStats, ClientStats, E2eStats, MemoryStats, Snapshot, TopicStats
+from broker.observe.stats import NO_E2E, ChannelStats, ClientStats, E2eStats, MemoryStats, Snapshot, TopicStats
 
 __all__ = ["MEMORY", "MIXIN_NAMES", "START", "channel", "client", "snap", "topic"]
 

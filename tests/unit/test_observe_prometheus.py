@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from broker.core.latency import LATENCY_BUCKETS, LatencyHistogram
-from broker.observe import E2eStats, Snapshot
 from broker.observe.prometheus import MetricsExporter, percentile_suffix
+from broker.observe.stats import E2eStats, Snapshot
 from tests.support.exposition import metric_samples
 from tests.support.snapshots import MEMORY, MIXIN_NAMES, START, channel, client, topic
 

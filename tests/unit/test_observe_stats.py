@@ -10,12 +10,9 @@ from hypothesis import strategies as st
 
 from broker.gocompat import go_json
 from broker.gocompat import json_float as go_float
-from broker.observe import (
-    GcPauses,
-    memory_stats,
-    render_json,
-    render_text,
-)
+from broker.observe.render_json import render_json
+from broker.observe.render_text import render_text
+from broker.observe.runtime import GcPauses, memory_stats
 from tests.support.snapshots import START, channel, client, snap, topic
 
 # --------------------------------------------------------------------------- Go-style JSON

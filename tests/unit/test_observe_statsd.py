@@ -6,7 +6,10 @@ import dataclasses
 
 import pytest
 
-from broker.observe import E2eStats, PushState, host_key, pack_lines, statsd_lines, statsd_prefix
+from broker.observe.stats import E2eStats
+from broker.observe.statsd_lines import PushState, statsd_lines
+from broker.observe.statsd_packets import pack_lines
+from broker.observe.statsd_prefix import host_key, statsd_prefix
 from broker.observe.statsd_pusher import split_address
 from tests.support.snapshots import MEMORY, channel, topic
 

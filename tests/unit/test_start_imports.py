@@ -20,6 +20,8 @@ LATER = {
     "decimal": "a float that needs fixed notation (3 ms)",
     "broker.server.auth": "--auth-http-address",
     "broker.server.upgrade": "a client that negotiates TLS, snappy or deflate",
+    "broker.observe.stats": "the first /stats, /metrics or statsd push (5 ms)",
+    "broker.observe.statsd_pusher": "--statsd-address",
     "pyspark": "nothing in the broker",
 }
 
