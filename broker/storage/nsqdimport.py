@@ -15,32 +15,35 @@ queue opens. Every step can be interrupted (``kill -9``, power loss) and is redo
 finished by the next start, so every message from the read cursor on ends up in pynsqd's
 queue exactly once:
 
-1. *Claim.* A queue whose checkpoint in the data directory is nsqd's text is moved into
-   ``nsqd-import/``: its segment files first, then the checkpoint, then both directories
-   are fsynced. While the checkpoint is still in the data directory the claim is redone
-   (moving what is left); once it has moved, no nsqd file of that name is in the data
-   directory, so pynsqd's queue of that name starts with no files, its records numbered from 0.
-2. *Copy.* For each checkpoint in ``nsqd-import/``, pynsqd's queue of that name is opened
+1. *Claim.* A queue whose checkpoint is nsqd's text is renamed out of the way of pynsqd's
+   queue of the same name: ``<name>.diskqueue.NNNNNN.dat`` becomes
+   ``<name>.nsqd-import.NNNNNN.dat`` and the checkpoint, last, ``<name>.nsqd-import.meta.dat``;
+   then the directory is fsynced. While nsqd's checkpoint still has its old name the claim
+   is redone (renaming what is left); once it is renamed, no nsqd file has a name of
+   pynsqd's, so pynsqd's queue of that name starts with no files, its records numbered from 0.
+2. *Copy.* For each claimed checkpoint, pynsqd's queue of that name is opened
    and its records are counted (its write sequence number). They are the first messages
    of the nsqd queue, copied by an interrupted earlier run: that many readable nsqd records
    are skipped and the rest appended. The queue's own files are the progress marker: a
    record appended is, after a kill, either wholly there or cut off by the queue's
    recovery, never half, and the count always matches what was appended, so no separate
-   marker has to be kept in step with it. The queue is then synced and closed (data fsync,
-   checkpoint replaced atomically).
-3. *Retire.* The nsqd checkpoint in ``nsqd-import/`` is removed and the directory fsynced:
-   from then on the queue counts as imported. Then its segment files are removed, and
-   damaged ones moved back to the data directory as ``.bad``. Segment files found in
-   ``nsqd-import/`` without a checkpoint are leftovers of an interrupted retirement and are
-   retired the same way.
+   marker has to be kept in step with it. Nothing reads the queue before step 3, so its
+   depth equals its count; when it does not (a power cut lost copied records whose
+   successors survived), the queue is deleted and the copy starts over. The queue is then
+   synced and closed (data fsync, checkpoint replaced atomically).
+3. *Retire.* The claimed checkpoint is removed and the directory fsynced: from then on
+   the queue counts as imported. Then its claimed segment files are removed, and damaged
+   ones renamed back to nsqd's name plus ``.bad``. Claimed segment files without a claimed
+   checkpoint are leftovers of an interrupted retirement and are retired the same way.
 
 Damage gets nsqd's treatment: a record of impossible size, a record cut short by the end of
 the file, or a missing or unreadable segment ends that segment: what was read before it is
-kept, the segment is renamed ``.bad`` (in ``nsqd-import/`` at once, so a re-run reads the same
-records, and into the data directory at retirement) and reading goes on with the next one;
+kept, the segment is renamed ``.bad`` (its claimed name at once, so a re-run reads the same
+records, and nsqd's name at retirement) and reading goes on with the next one;
 it is logged as a warning, never raised. A record nsqd could not have written (its
 timestamp negative) is logged and skipped. Files the OS refuses to move or remove stop the
-start with ``OSError``, nothing lost.
+start with ``OSError``, nothing lost. Every change goes through ``diskqueue.fileops``, as
+the disk queues' do, so the power-cut simulation of the tests covers it.
 """
 
 from __future__ import annotations
@@ -56,18 +59,21 @@ from pathlib import Path
 
 from broker.core.host import QueueStore
 from broker.core.message import RECORD_OVERHEAD
+from diskqueue import fileops
 from diskqueue.checkpoint import fsync_path
 from diskqueue.format import SEGMENT_MAGIC, meta_filename, segment_filename, segment_number
 
-__all__ = ["IMPORT_DIRECTORY", "ImportedQueue", "NsqdCursor", "import_nsqd_queues", "parse_nsqd_meta"]
+__all__ = ["CLAIMED_INFIX", "ImportedQueue", "NsqdCursor", "import_nsqd_queues", "parse_nsqd_meta"]
 
 log = logging.getLogger("pynsqd.import")
 
-#: The folder (inside the data directory) that holds nsqd's queue files while they are imported.
-IMPORT_DIRECTORY = "nsqd-import"
+#: What a claimed nsqd file has in its name in place of ``.diskqueue.``: pynsqd's queues
+#: (and their directory listing) never see it.
+CLAIMED_INFIX = ".nsqd-import."
+_QUEUE_INFIX = ".diskqueue."
+_META = "meta.dat"
 #: Records appended to pynsqd's queue per call.
 _BATCH = 4096
-_META_SUFFIX = ".diskqueue.meta.dat"
 _BAD = ".bad"
 _NSQD_META = re.compile(rb"(-?\d+)\n(\d+),(\d+)\n(\d+),(\d+)\n?")
 _LENGTH_SIZE = 4
@@ -111,97 +117,101 @@ def parse_nsqd_meta(data: bytes) -> NsqdCursor | None:
     return NsqdCursor(depth, rf, rp, wf, wp)
 
 
+def _claimed_segment(name: str, number: int) -> str:
+    return f"{name}{CLAIMED_INFIX}{number:06d}.dat"
+
+
+def _claimed_meta(name: str) -> str:
+    return f"{name}{CLAIMED_INFIX}{_META}"
+
+
+def _split(entry: str, infix: str) -> tuple[str, str] | None:
+    """``(queue name, rest)`` of a file name ``<name><infix><rest>``, None for another file."""
+    at = entry.rfind(infix)
+    return (entry[:at], entry[at + len(infix):]) if at > 0 else None
+
+
 async def import_nsqd_queues(data_path: Path, queues: QueueStore, max_msg_size: int) -> list[ImportedQueue]:
     """Import every nsqd queue of ``data_path`` into pynsqd's queues of the same names (see the module docstring).
 
     ``queues`` opens pynsqd's queues; ``max_msg_size`` is ``--max-msg-size`` (nsqd's bound on a
     record is that plus 26). Logs one line per queue imported. Blocking file I/O runs inline:
-    nothing else runs this early. Raises ``OSError`` when files cannot be moved or removed,
+    nothing else runs this early. Raises ``OSError`` when files cannot be renamed or removed,
     ``DiskQueueError`` when pynsqd's queue cannot be written or synced; a restart carries on.
     """
-    staging = data_path / IMPORT_DIRECTORY
-    claimed = _claim(data_path, staging)
-    if not claimed and not staging.is_dir():
-        return []
+    directory = str(data_path)
+    _claim(directory)
     done = []
-    for name in _staged_names(staging):
-        done.append(await _copy(staging, name, queues, max_msg_size))
-        _retire(data_path, staging, name, forget_meta=True)
-    for name in _leftover_names(staging):
-        _retire(data_path, staging, name, forget_meta=False)
-    try:
-        staging.rmdir()
-    except OSError as exc:
-        log.warning("nsqd import: %s is not empty, left in place (%s)", staging, exc.strerror)
-    else:
-        fsync_path(str(data_path))
+    entries = fileops.listdir(directory)
+    claimed = sorted(split[0] for e in entries
+                     if (split := _split(e, CLAIMED_INFIX)) is not None and split[1] == _META)
+    for name in claimed:
+        done.append(await _copy(directory, name, queues, max_msg_size))
+        _retire(directory, name, forget_meta=True)
+    leftovers = {split[0] for e in fileops.listdir(directory) if (split := _split(e, CLAIMED_INFIX)) is not None}
+    for name in sorted(leftovers):
+        _retire(directory, name, forget_meta=False)
     return done
 
 
 # ------------------------------------------------------------------------------------------- claim
 
-def _claim(data_path: Path, staging: Path) -> bool:
-    """Step 1 for every nsqd queue in the data directory; whether there was one."""
-    entries = os.listdir(data_path)
-    names = [e[:-len(_META_SUFFIX)] for e in entries if e.endswith(_META_SUFFIX) and _is_nsqd_meta(data_path / e)]
-    if not names:
-        return False
-    staging.mkdir(exist_ok=True)
-    fsync_path(str(data_path))
-    for name in sorted(names):
+def _claim(directory: str) -> None:
+    """Step 1 for every nsqd queue in the directory."""
+    entries = fileops.listdir(directory)
+    names = sorted(split[0] for e in entries if (split := _split(e, _QUEUE_INFIX)) is not None
+                   and split[1] == _META and _is_nsqd_meta(os.path.join(directory, e)))
+    for name in names:
         for entry in entries:
-            if segment_number(name, entry) is not None and not _is_pynsqd_segment(data_path / entry):
-                os.rename(data_path / entry, staging / entry)
-        fsync_path(str(staging))  # the segments are there before the checkpoint that names them
-        os.rename(data_path / meta_filename(name), staging / meta_filename(name))
+            number = segment_number(name, entry)
+            if number is not None and not _is_pynsqd_segment(os.path.join(directory, entry)):
+                fileops.rename(os.path.join(directory, entry), os.path.join(directory, _claimed_segment(name, number)))
+        fsync_path(directory)  # the segments' new names are durable before the checkpoint's that counts on them
+        fileops.rename(os.path.join(directory, meta_filename(name)), os.path.join(directory, _claimed_meta(name)))
         log.info("nsqd import: claimed nsqd queue %s", name)
-    fsync_path(str(staging))
-    fsync_path(str(data_path))
-    return True
+    if names:
+        fsync_path(directory)
 
 
-def _is_nsqd_meta(path: Path) -> bool:
+def _is_nsqd_meta(path: str) -> bool:
     try:
-        with open(path, "rb") as f:
-            return parse_nsqd_meta(f.read(256)) is not None
+        return parse_nsqd_meta(fileops.read_file(path)) is not None
     except OSError:
         return False
 
 
-def _is_pynsqd_segment(path: Path) -> bool:
+def _is_pynsqd_segment(path: str) -> bool:
     """Whether the file starts with pynsqd's segment header (an nsqd segment starts with a record's
     length, which is never as large as those four bytes read as a number)."""
     try:
-        with open(path, "rb") as f:
-            return f.read(len(SEGMENT_MAGIC)) == SEGMENT_MAGIC
+        fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return False
-
-
-def _staged_names(staging: Path) -> list[str]:
-    return sorted(e[:-len(_META_SUFFIX)] for e in os.listdir(staging) if e.endswith(_META_SUFFIX))
-
-
-def _leftover_names(staging: Path) -> list[str]:
-    """Queues with segment files but no checkpoint left in ``nsqd-import/`` (an interrupted retirement)."""
-    if not staging.is_dir():
-        return []
-    infix = ".diskqueue."
-    return sorted({e[:e.rfind(infix)] for e in os.listdir(staging) if e.rfind(infix) > 0})
+    try:
+        return fileops.pread(fd, len(SEGMENT_MAGIC), 0) == SEGMENT_MAGIC
+    except OSError:
+        return False
+    finally:
+        fileops.close(fd)
 
 
 # -------------------------------------------------------------------------------------------- copy
 
-async def _copy(staging: Path, name: str, queues: QueueStore, max_msg_size: int) -> ImportedQueue:
+async def _copy(directory: str, name: str, queues: QueueStore, max_msg_size: int) -> ImportedQueue:
     """Step 2 for the queue ``name``: append what pynsqd's queue does not hold yet, sync, close."""
-    with open(staging / meta_filename(name), "rb") as f:
-        cursor = parse_nsqd_meta(f.read())
+    cursor = parse_nsqd_meta(fileops.read_file(os.path.join(directory, _claimed_meta(name))))
     result = ImportedQueue(name)
     target = queues.open(name)
+    if target.damage_found or target.depth != target.write_seq:
+        # Records copied before a power cut went missing from pynsqd's queue, so its count no
+        # longer says how far the copy got. Nothing has read the queue yet: start it over.
+        log.warning("nsqd import: queue %s: what an interrupted import had copied is damaged; copying again", name)
+        target.delete()
+        target = queues.open(name)
     try:
         skip = result.resumed = target.write_seq
         batch: list[bytes] = []
-        for record in _records(staging, name, cursor, max_msg_size, result):
+        for record in _records(directory, name, cursor, max_msg_size, result):
             if skip:
                 skip -= 1
                 continue
@@ -227,7 +237,7 @@ async def _copy(staging: Path, name: str, queues: QueueStore, max_msg_size: int)
     return result
 
 
-def _records(staging: Path, name: str, cursor: NsqdCursor | None, max_msg_size: int,
+def _records(directory: str, name: str, cursor: NsqdCursor | None, max_msg_size: int,
              result: ImportedQueue) -> Iterator[bytes]:
     """The payloads of nsqd's queue ``name`` from its read cursor on, read past damage as nsqd does."""
     if cursor is None:
@@ -236,25 +246,37 @@ def _records(staging: Path, name: str, cursor: NsqdCursor | None, max_msg_size: 
     largest = max_msg_size + RECORD_OVERHEAD
     for number in range(cursor.read_file, cursor.write_file + 1):
         start = cursor.read_pos if number == cursor.read_file else 0
-        path, damaged = _segment_path(staging, name, number)
-        if path is None:
-            if number < cursor.write_file or cursor.write_pos > 0:
-                _damage(result, name, number, "segment file is missing")
-            continue
+        path = os.path.join(directory, _claimed_segment(name, number))
+        damaged = not os.path.isfile(path)
+        if damaged:
+            path += _BAD  # set aside by an earlier run, which read the records before the damage
+            if not os.path.isfile(path):
+                if number < cursor.write_file or cursor.write_pos > 0:
+                    _damage(result, name, number, "segment file is missing")
+                continue
         try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size <= start:
-                    continue
-                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                    problem = yield from _segment_records(data, start, size, largest, name, number)
+            problem = yield from _file_records(path, start, largest, name, number)
         except OSError as exc:
             problem = f"read error: {exc.strerror}"
         if problem is not None:
             if not damaged:
-                os.rename(path, str(path) + _BAD)  # a re-run reads the same records from there
-                fsync_path(str(staging))
+                fileops.rename(path, path + _BAD)  # a re-run reads the same records from there
+                fsync_path(directory)
             _damage(result, name, number, problem)
+
+
+def _file_records(path: str, start: int, largest: int, name: str,
+                  number: int) -> Generator[bytes, None, str | None]:
+    """The records of one segment file from offset ``start``; returns what ended it early, or None."""
+    fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size = fileops.fstat(fd).st_size
+        if size <= start:
+            return None
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as data:
+            return (yield from _segment_records(data, start, size, largest, name, number))
+    finally:
+        fileops.close(fd)
 
 
 def _segment_records(data: mmap.mmap, pos: int, size: int, largest: int, name: str,
@@ -279,17 +301,6 @@ def _segment_records(data: mmap.mmap, pos: int, size: int, largest: int, name: s
     return None
 
 
-def _segment_path(staging: Path, name: str, number: int) -> tuple[Path | None, bool]:
-    """The segment file, or its ``.bad`` rename by an earlier run (then True); (None, False) if neither."""
-    path = staging / segment_filename(name, number)
-    if path.is_file():
-        return path, False
-    bad = Path(str(path) + _BAD)
-    if bad.is_file():
-        return bad, True
-    return None, False
-
-
 def _damage(result: ImportedQueue, name: str, number: int, problem: str) -> None:
     where = segment_filename(name, number)
     result.damaged.append(f"{where}: {problem}")
@@ -299,19 +310,22 @@ def _damage(result: ImportedQueue, name: str, number: int, problem: str) -> None
 
 # ------------------------------------------------------------------------------------------ retire
 
-def _retire(data_path: Path, staging: Path, name: str, *, forget_meta: bool) -> None:
-    """Step 3 for the queue ``name``: its checkpoint first, then its segments."""
+def _retire(directory: str, name: str, *, forget_meta: bool) -> None:
+    """Step 3 for the queue ``name``: its claimed checkpoint first, then its claimed segments."""
     if forget_meta:
-        os.unlink(staging / meta_filename(name))
-        fsync_path(str(staging))
-    for entry in os.listdir(staging):
-        if segment_number(name, entry) is not None:
-            os.unlink(staging / entry)
-        elif entry.endswith(_BAD) and segment_number(name, entry[:-len(_BAD)]) is not None:
-            target = data_path / entry
-            if target.exists():
-                target = data_path / f"{entry[:-len(_BAD)]}.{time.time_ns()}{_BAD}"
-            os.rename(staging / entry, target)
+        fileops.unlink(os.path.join(directory, _claimed_meta(name)))
+        fsync_path(directory)
+    prefix = name + CLAIMED_INFIX
+    for entry in fileops.listdir(directory):
+        if not entry.startswith(prefix):
+            continue
+        rest = entry[len(prefix):]
+        if rest.endswith(".dat") and rest[:-4].isdecimal():
+            fileops.unlink(os.path.join(directory, entry))
+        elif rest.endswith(".dat" + _BAD) and rest[:-8].isdecimal():
+            target = os.path.join(directory, segment_filename(name, int(rest[:-8])) + _BAD)
+            if fileops.exists(target):
+                target = f"{target[:-len(_BAD)]}.{time.time_ns()}{_BAD}"
+            fileops.rename(os.path.join(directory, entry), target)
             log.warning("nsqd import: queue %s: damaged nsqd file kept as %s", name, target)
-    fsync_path(str(staging))
-    fsync_path(str(data_path))
+    fsync_path(directory)
