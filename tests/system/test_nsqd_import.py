@@ -10,6 +10,8 @@ ones pynsqd must deliver from the original.
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import trio
 from broker.protocol import encode_dpub, encode_fin, encode_mpub, encode_rdy, encode_sub
 from tests.support.http_client import request
 from tests.support.nsq_programs import nsq_bin, nsq_bin_missing
-from tests.support.processes import BrokerProcess
+from tests.support.processes import BrokerProcess, broker_args
 from tests.support.v2client import V2Client, connect
 
 pytestmark = pytest.mark.skipif(nsq_bin_missing() is not None, reason=nsq_bin_missing() or "")
@@ -184,3 +186,84 @@ async def test_pynsqd_delivers_everything_nsqd_left_queued(tmp_path):
     finally:
         assert again.terminate() == 0
     assert "nsqd import" not in again.log_text()
+
+
+async def _drain_many(address: tuple[str, int], topic: str, channel: str, count: int) -> list:
+    """``count`` messages of a channel, FIN'd in batches; then nothing more arrives."""
+    client = await connect(address, timeout=10.0)
+    await client.send(encode_sub(topic, channel))
+    await client.expect_response(b"OK")
+    await client.send(encode_rdy(2000))
+    got: list = []
+    while len(got) < count:
+        batch = await client.read_messages(min(1000, count - len(got)))
+        await client.send(b"".join(encode_fin(m.id) for m in batch))
+        got.extend(batch)
+    got.extend(await client.sync())
+    await client.aclose()
+    return got
+
+
+def _imported_bytes(data: Path, name: str) -> int:
+    """Bytes in pynsqd's segment files of queue ``name`` (nsqd's have no "PDQS" header)."""
+    total = 0
+    for path in data.glob(f"{name}.diskqueue.*.dat"):
+        try:
+            with open(path, "rb") as f:
+                if f.read(4) == b"PDQS":
+                    total += path.stat().st_size
+        except FileNotFoundError:  # renamed under our feet
+            pass
+    return total
+
+
+async def test_kill_9_during_the_import_loses_and_duplicates_nothing(tmp_path):
+    data = tmp_path / "data"
+    big = [b"big-%07d" % i for i in range(100_000)]
+    quiet = [b"quiet-%06d" % i for i in range(15_000)]
+    nsqd = _nsqd(data, tmp_path / "nsqd.log", "--mem-queue-size=0", "--max-bytes-per-file=1048576").start()
+    try:
+        await _create_channel(nsqd.http, "big", "c")
+        await _post(nsqd.http, "/topic/create?topic=quiet")
+        client = await connect(nsqd.tcp, timeout=30.0)
+        for start in range(0, len(big), 20_000):
+            await _mpub(client, "big", big[start:start + 20_000])
+        await _mpub(client, "quiet", quiet)
+        await client.aclose()
+    finally:
+        assert nsqd.terminate() == 0
+    full = sum(p.stat().st_size for p in data.glob("big:c.diskqueue.0*.dat"))
+
+    # Kill pynsqd as soon as the import reaches each of these states, then start it again.
+    claimed = lambda: any(data.glob("*.nsqd-import.meta.dat"))  # noqa: E731
+    stages = [("claimed", claimed)] + [
+        (f"{share:.0%} of big:c copied", lambda share=share: _imported_bytes(data, "big:c") >= share * full)
+        for share in (0.2, 0.45, 0.7, 0.95)
+    ] + [("big:c retired", lambda: not (data / "big:c.nsqd-import.meta.dat").exists()
+          and (data / "quiet.nsqd-import.meta.dat").exists())]
+    interrupted = []
+    for n, (stage, reached) in enumerate(stages):
+        log = tmp_path / f"killed-{n}.log"
+        with open(log, "wb") as out:  # the command BrokerProcess runs, without waiting for its listeners
+            proc = subprocess.Popen([sys.executable, "-m", "broker", *broker_args(data)], stdout=out, stderr=out,
+                                    stdin=subprocess.DEVNULL)
+        with trio.fail_after(60):
+            while proc.poll() is None and not reached() and "TCP: listening" not in log.read_text():
+                await trio.sleep(0.001)
+        proc.kill()
+        proc.wait(10)
+        if any(data.glob("*.nsqd-import.*")):
+            interrupted.append(stage)
+    assert len(interrupted) >= 3, interrupted  # most kills landed inside the import
+
+    pynsqd = BrokerProcess(data, log_path=tmp_path / "final.log").start(timeout=60)
+    try:
+        got_big = await _drain_many(pynsqd.tcp, "big", "c", len(big))
+        got_quiet = await _drain_many(pynsqd.tcp, "quiet", "c", len(quiet))
+    finally:
+        assert pynsqd.terminate() == 0
+    for got, bodies in ((got_big, big), (got_quiet, quiet)):
+        assert len(got) == len(bodies)
+        assert sorted(m.body for m in got) == bodies  # each exactly once
+        assert len({m.id for m in got}) == len(bodies)
+    assert not list(data.glob("*.nsqd-import.*"))
