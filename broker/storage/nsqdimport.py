@@ -168,9 +168,9 @@ def _claim(directory: str) -> None:
                 fileops.rename(os.path.join(directory, entry), os.path.join(directory, _claimed_segment(name, number)))
         fsync_path(directory)  # the segments' new names are durable before the checkpoint's that counts on them
         fileops.rename(os.path.join(directory, meta_filename(name)), os.path.join(directory, _claimed_meta(name)))
-        log.info("nsqd import: claimed nsqd queue %s", name)
     if names:
         fsync_path(directory)
+        log.info("nsqd import: found %d queue(s) of nsqd in %s", len(names), directory)
 
 
 def _is_nsqd_meta(path: str) -> bool:

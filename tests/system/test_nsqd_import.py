@@ -140,7 +140,8 @@ def _key(msg) -> tuple[bytes, bytes, int, int]:
     return (msg.id, msg.body, msg.timestamp, msg.attempts)
 
 
-async def test_pynsqd_delivers_everything_nsqd_left_queued(tmp_path):
+@pytest.mark.parametrize("mode", [(), ("--durable",)], ids=["default", "durable"])
+async def test_pynsqd_delivers_everything_nsqd_left_queued(tmp_path, mode):
     data = tmp_path / "data"
     want, in_flight = await _fill_nsqd(tmp_path, data)
     depths = {meta.name.removesuffix(".diskqueue.meta.dat"): int(meta.read_text().split()[0])
@@ -156,7 +157,7 @@ async def test_pynsqd_delivers_everything_nsqd_left_queued(tmp_path):
     finally:
         oracle.kill()
 
-    pynsqd = BrokerProcess(data, log_path=tmp_path / "pynsqd.log").start()
+    pynsqd = BrokerProcess(data, *mode, log_path=tmp_path / "pynsqd.log").start()
     try:
         got = await _drain(pynsqd.tcp, pynsqd.http, want)
     finally:
@@ -178,7 +179,7 @@ async def test_pynsqd_delivers_everything_nsqd_left_queued(tmp_path):
     assert set(data.glob("*.bad")) == nsqds_bad  # nsqd's own, if it set any aside; none of pynsqd's
 
     # nothing is imported twice: a restart finds pynsqd's own (empty) queues only
-    again = BrokerProcess(data, log_path=tmp_path / "again.log").start()
+    again = BrokerProcess(data, *mode, log_path=tmp_path / "again.log").start()
     try:
         stats = (await request(again.http, "GET", "/stats?format=json")).json()
         assert [t["depth"] for t in stats["topics"]] == [0] * len(stats["topics"])
