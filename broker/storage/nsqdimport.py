@@ -76,6 +76,9 @@ _META = "meta.dat"
 _BATCH = 4096
 _BAD = ".bad"
 _NSQD_META = re.compile(rb"(-?\d+)\n(\d+),(\d+)\n(\d+),(\d+)\n?")
+#: nsqd's checkpoint: five decimal numbers of at most 20 characters each, and separators.
+_NSQD_META_MAX = 5 * 20 + 5
+_NSQD_META_START = frozenset(b"-0123456789"[i:i + 1] for i in range(11))
 _LENGTH_SIZE = 4
 #: A plain record's first byte is below this (its timestamp is not negative); pynsqd's
 #: prefixed records start with 0xFE or 0xFF.
@@ -174,10 +177,19 @@ def _claim(directory: str) -> None:
 
 
 def _is_nsqd_meta(path: str) -> bool:
+    """Whether the checkpoint at ``path`` is nsqd's text. A start opens every queue's checkpoint
+    here: one byte tells pynsqd's (msgpack, starting with a map's byte) from nsqd's (a digit)."""
     try:
-        return parse_nsqd_meta(fileops.read_file(path)) is not None
+        fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return False
+    try:
+        data = fileops.pread(fd, _NSQD_META_MAX, 0)
+    except OSError:
+        return False
+    finally:
+        fileops.close(fd)
+    return data[:1] in _NSQD_META_START and parse_nsqd_meta(data) is not None
 
 
 def _is_pynsqd_segment(path: str) -> bool:
