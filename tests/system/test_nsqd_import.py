@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -220,8 +221,8 @@ def _imported_bytes(data: Path, name: str) -> int:
 
 async def test_kill_9_during_the_import_loses_and_duplicates_nothing(tmp_path):
     data = tmp_path / "data"
-    big = [b"big-%07d" % i for i in range(100_000)]
-    quiet = [b"quiet-%06d" % i for i in range(15_000)]
+    big = [b"big-%07d" % i for i in range(60_000)]
+    quiet = [b"quiet-%06d" % i for i in range(10_000)]
     nsqd = _nsqd(data, tmp_path / "nsqd.log", "--mem-queue-size=0", "--max-bytes-per-file=1048576").start()
     try:
         await _create_channel(nsqd.http, "big", "c")
@@ -233,29 +234,34 @@ async def test_kill_9_during_the_import_loses_and_duplicates_nothing(tmp_path):
         await client.aclose()
     finally:
         assert nsqd.terminate() == 0
-    full = sum(p.stat().st_size for p in data.glob("big:c.diskqueue.0*.dat"))
+    full = sum(p.stat().st_size for p in data.glob("*.diskqueue.0*.dat"))  # nsqd's bytes of every queue
 
-    # Kill pynsqd as soon as the import reaches each of these states, then start it again.
-    claimed = lambda: any(data.glob("*.nsqd-import.meta.dat"))  # noqa: E731
-    stages = [("claimed", claimed)] + [
-        (f"{share:.0%} of big:c copied", lambda share=share: _imported_bytes(data, "big:c") >= share * full)
-        for share in (0.2, 0.45, 0.7, 0.95)
-    ] + [("big:c retired", lambda: not (data / "big:c.nsqd-import.meta.dat").exists()
-          and (data / "quiet.nsqd-import.meta.dat").exists())]
-    interrupted = []
+    # Kill pynsqd as soon as the import reaches each of these states, then start it again: once
+    # nsqd's queues are claimed, after each further sixth of the backlog is copied, and between queues.
+    def copied() -> int:
+        return sum(_imported_bytes(data, name) for name in ("big", "big:c", "quiet"))
+
+    stages: list[tuple[str, Callable[[int], bool]]] = [("claimed", lambda _: any(data.glob("*.nsqd-import.meta.dat")))]
+    stages += [("copying", lambda before: copied() >= before + full // 6)] * 4
+    stages += [("big:c retired", lambda _: not (data / "big:c.nsqd-import.meta.dat").exists()
+                and (data / "quiet.nsqd-import.meta.dat").exists())]
+    progress = []
     for n, (stage, reached) in enumerate(stages):
+        before = copied()
         log = tmp_path / f"killed-{n}.log"
         with open(log, "wb") as out:  # the command BrokerProcess runs, without waiting for its listeners
             proc = subprocess.Popen([sys.executable, "-m", "broker", *broker_args(data)], stdout=out, stderr=out,
                                     stdin=subprocess.DEVNULL)
         with trio.fail_after(60):
-            while proc.poll() is None and not reached() and "TCP: listening" not in log.read_text():
+            while proc.poll() is None and not reached(before) and "TCP: listening" not in log.read_text():
                 await trio.sleep(0.001)
         proc.kill()
         proc.wait(10)
-        if any(data.glob("*.nsqd-import.*")):
-            interrupted.append(stage)
-    assert len(interrupted) >= 3, interrupted  # most kills landed inside the import
+        progress.append((stage, copied(), any(data.glob("*.nsqd-import.*"))))
+    # the kills landed inside the import, three or more of them at different points of the copy
+    mid_copy = [size for stage, size, inside in progress if stage == "copying" and inside and size > 0]
+    assert len(mid_copy) >= 3 and mid_copy == sorted(set(mid_copy)), progress
+    assert progress[0][2], progress
 
     pynsqd = BrokerProcess(data, log_path=tmp_path / "final.log").start(timeout=60)
     try:
