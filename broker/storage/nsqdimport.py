@@ -17,8 +17,8 @@ queue exactly once:
 
 1. *Claim.* A queue whose checkpoint is nsqd's text is renamed out of the way of pynsqd's
    queue of the same name: ``<name>.diskqueue.NNNNNN.dat`` becomes
-   ``<name>.nsqd-import.NNNNNN.dat`` and the checkpoint, last, ``<name>.nsqd-import.meta.dat``;
-   then the directory is fsynced. While nsqd's checkpoint still has its old name the claim
+   ``<name>.nsqd-import.NNNNNN.dat``, the directory is fsynced, then the checkpoint becomes
+   ``<name>.nsqd-import.meta.dat`` (fsynced again). While nsqd's checkpoint still has its old name the claim
    is redone (renaming what is left); once it is renamed, no nsqd file has a name of
    pynsqd's, so pynsqd's queue of that name starts with no files, its records numbered from 0.
 2. *Copy.* For each claimed checkpoint, pynsqd's queue of that name is opened
@@ -37,10 +37,10 @@ queue exactly once:
    checkpoint are leftovers of an interrupted retirement and are retired the same way.
 
 Damage gets nsqd's treatment: a record of impossible size, a record cut short by the end of
-the file, or a missing or unreadable segment ends that segment: what was read before it is
-kept, the segment is renamed ``.bad`` (its claimed name at once, so a re-run reads the same
-records, and nsqd's name at retirement) and reading goes on with the next one;
-it is logged as a warning, never raised. A record nsqd could not have written (its
+the file, or a read error ends that segment: what was read before it is kept, the segment
+is renamed ``.bad`` (its claimed name at once, so a re-run reads the same records, and
+nsqd's name at retirement) and reading goes on with the next one; a missing segment is
+skipped. Each is logged as a warning, never raised. A record nsqd could not have written (its
 timestamp negative) is logged and skipped. Files the OS refuses to move or remove stop the
 start with ``OSError``, nothing lost. Every change goes through ``diskqueue.fileops``, as
 the disk queues' do, so the power-cut simulation of the tests covers it.
