@@ -274,3 +274,50 @@ async def test_kill_9_during_the_import_loses_and_duplicates_nothing(tmp_path):
         assert sorted(m.body for m in got) == bodies  # each exactly once
         assert len({m.id for m in got}) == len(bodies)
     assert not list(data.glob("*.nsqd-import.*"))
+
+
+async def test_damaged_nsqd_files_are_read_as_nsqd_reads_them(tmp_path):
+    data = tmp_path / "data"
+    bodies = [b"damaged-%03d-" % i + b"x" * 60 for i in range(60)]
+    nsqd = _nsqd(data, tmp_path / "nsqd.log", "--mem-queue-size=0", "--max-bytes-per-file=1024").start()
+    try:
+        await _create_channel(nsqd.http, "d", "c")
+        client = await connect(nsqd.tcp)
+        await _mpub(client, "d", bodies)
+        await client.aclose()
+        with trio.fail_after(20):  # every message reached the channel's files
+            while (await request(nsqd.http, "GET", "/stats?format=json&topic=d")).json()["topics"][0][
+                    "channels"][0]["depth"] < len(bodies):
+                await trio.sleep(0.01)
+    finally:
+        assert nsqd.terminate() == 0
+    segments = sorted(data.glob("d:c.diskqueue.0*.dat"))
+    assert len(segments) >= 4
+    # a record cut short in the first file, an impossible size in the middle of the third
+    first = segments[0].read_bytes()
+    segments[0].write_bytes(first[:len(first) - 20])
+    third = bytearray(segments[2].read_bytes())
+    second_record = 4 + int.from_bytes(third[:4], "big")
+    third[second_record:second_record + 4] = b"\x7f\xff\xff\xff"
+    segments[2].write_bytes(bytes(third))
+    shutil.copytree(data, tmp_path / "oracle")
+
+    oracle = _nsqd(tmp_path / "oracle", tmp_path / "oracle.log").start()
+    try:
+        expected = await _drain_many(oracle.tcp, "d", "c", len(bodies) - 1 - 9)  # at least this many survive
+    finally:
+        oracle.kill()
+    kept = sorted(m.body for m in expected)
+    assert set(kept) < set(bodies)
+
+    pynsqd = BrokerProcess(data, log_path=tmp_path / "pynsqd.log").start()
+    try:
+        got = await _drain_many(pynsqd.tcp, "d", "c", len(kept))
+    finally:
+        assert pynsqd.terminate() == 0
+    assert sorted(map(_key, got)) == sorted(map(_key, expected))
+    log = pynsqd.log_text()
+    for path, problem in ((segments[0], "cut short by the end of the file"), (segments[2], "invalid message read size")):
+        assert (data / (path.name + ".bad")).is_file(), sorted(p.name for p in data.iterdir())
+        assert problem in log and f"saved as {path.name}.bad" in log
+    assert not list(data.glob("*.nsqd-import.*"))
