@@ -143,9 +143,12 @@ async def import_nsqd_queues(data_path: Path, queues: QueueStore, max_msg_size: 
     ``DiskQueueError`` when pynsqd's queue cannot be written or synced; a restart carries on.
     """
     directory = str(data_path)
-    _claim(directory)
-    done = []
     entries = fileops.listdir(directory)
+    if _claim(directory, entries):
+        entries = fileops.listdir(directory)
+    elif not any(CLAIMED_INFIX in e for e in entries):
+        return []  # the usual start: one listing of the directory, one read per checkpoint
+    done = []
     claimed = sorted(split[0] for e in entries
                      if (split := _split(e, CLAIMED_INFIX)) is not None and split[1] == _META)
     for name in claimed:
@@ -159,9 +162,8 @@ async def import_nsqd_queues(data_path: Path, queues: QueueStore, max_msg_size: 
 
 # ------------------------------------------------------------------------------------------- claim
 
-def _claim(directory: str) -> None:
-    """Step 1 for every nsqd queue in the directory."""
-    entries = fileops.listdir(directory)
+def _claim(directory: str, entries: list[str]) -> bool:
+    """Step 1 for every nsqd queue among ``entries``, the directory's files; whether there was one."""
     names = sorted(split[0] for e in entries if (split := _split(e, _QUEUE_INFIX)) is not None
                    and split[1] == _META and _is_nsqd_meta(os.path.join(directory, e)))
     for name in names:
@@ -174,6 +176,7 @@ def _claim(directory: str) -> None:
     if names:
         fsync_path(directory)
         log.info("nsqd import: found %d queue(s) of nsqd in %s", len(names), directory)
+    return bool(names)
 
 
 def _is_nsqd_meta(path: str) -> bool:
