@@ -321,3 +321,61 @@ async def test_damaged_nsqd_files_are_read_as_nsqd_reads_them(tmp_path):
         assert (data / (path.name + ".bad")).is_file(), sorted(p.name for p in data.iterdir())
         assert problem in log and f"saved as {path.name}.bad" in log
     assert not list(data.glob("*.nsqd-import.*"))
+
+
+async def test_export_nsqd_hands_a_stopped_pynsqds_queues_back_to_nsqd(tmp_path):
+    data, exported = tmp_path / "data", tmp_path / "for-nsqd"
+    pynsqd = BrokerProcess(data, "--mem-queue-size=5", log_path=tmp_path / "pynsqd.log").start()
+    try:
+        for channel in ("c1", "c2"):
+            await _create_channel(pynsqd.http, "x", channel)
+        await _post(pynsqd.http, "/topic/create?topic=solo")
+        client = await connect(pynsqd.tcp)
+        bodies = [b"x-%d" % i for i in range(30)]
+        await _mpub(client, "x", bodies)
+        deferred = [b"later-%d" % i for i in range(2)]
+        for body in deferred:
+            await client.send(encode_dpub("x", 3_600_000, body))
+            await client.expect_response(b"OK")
+        solo = [b"solo-%d" % i for i in range(10)]
+        await _mpub(client, "solo", solo)
+        await client.aclose()
+        holder = await connect(pynsqd.tcp)
+        await holder.send(encode_sub("x", "c1"))
+        await holder.expect_response(b"OK")
+        await holder.send(encode_rdy(3))
+        held = {m.id: m.attempts for m in await holder.read_messages(3)}
+    finally:
+        assert pynsqd.terminate() == 0
+    await holder.aclose()
+
+    done = subprocess.run([sys.executable, "-m", "broker", "export-nsqd", f"--data-path={data}", f"--to={exported}"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "nsqd export: queue x:c1: wrote 32 messages" in done.stderr
+
+    want = {("x", "c1"): bodies + deferred, ("x", "c2"): bodies + deferred, ("solo", "late"): solo}
+    nsqd = _nsqd(exported, tmp_path / "nsqd.log").start()
+    try:
+        got = {where: await _drain_many(nsqd.tcp, *where, len(expect)) for where, expect in want.items()}
+    finally:
+        assert nsqd.terminate() == 0
+    for where, expect in want.items():
+        assert sorted(m.body for m in got[where]) == sorted(expect), where
+        assert len({m.id for m in got[where]}) == len(expect)
+    assert {m.id: m.attempts for m in got["x", "c1"] if m.id in held} == {i: a + 1 for i, a in held.items()}
+
+
+async def test_export_nsqd_refuses_a_durable_data_directory(tmp_path):
+    data = tmp_path / "data"
+    pynsqd = BrokerProcess(data, "--durable", log_path=tmp_path / "pynsqd.log").start()
+    try:
+        await _create_channel(pynsqd.http, "x", "c")
+        client = await connect(pynsqd.tcp)
+        await _mpub(client, "x", [b"kept-%d" % i for i in range(5)])
+        await client.aclose()
+    finally:
+        assert pynsqd.terminate() == 0
+    done = subprocess.run([sys.executable, "-m", "broker", "export-nsqd", f"--data-path={data}",
+                           f"--to={tmp_path / 'for-nsqd'}"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "written with --durable" in done.stderr, done.stderr
