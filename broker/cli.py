@@ -1,4 +1,5 @@
-"""The ``pynsqd`` command: nsqd's command line, or ``pynsqd bench`` for the benchmark client.
+"""The ``pynsqd`` command: nsqd's command line, ``pynsqd bench`` for the benchmark client, or
+``pynsqd export-nsqd`` for the way back to nsqd.
 
 ``pynsqd [flags]`` parses nsqd's flags and ``--config`` file (:mod:`broker.config`), sends
 the ``pynsqd`` loggers to stderr in nsqd's format, and runs the broker until SIGTERM or
