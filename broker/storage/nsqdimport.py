@@ -63,7 +63,7 @@ from diskqueue import fileops
 from diskqueue.checkpoint import fsync_path
 from diskqueue.format import SEGMENT_MAGIC, meta_filename, segment_filename, segment_number
 
-__all__ = ["CLAIMED_INFIX", "ImportedQueue", "NsqdCursor", "import_nsqd_queues", "parse_nsqd_meta"]
+__all__ = ["CLAIMED_INFIX", "ImportedQueue", "NsqdCursor", "NsqdImportError", "import_nsqd_queues", "parse_nsqd_meta"]
 
 log = logging.getLogger("pynsqd.import")
 
@@ -83,6 +83,11 @@ _LENGTH_SIZE = 4
 #: A plain record's first byte is below this (its timestamp is not negative); pynsqd's
 #: prefixed records start with 0xFE or 0xFF.
 _PREFIX_MARK = 0xFE
+
+
+class NsqdImportError(RuntimeError):
+    """pynsqd's queue could not take the messages of nsqd's (a disk error); the start fails and the
+    next one carries on."""
 
 
 @dataclass(frozen=True, slots=True)

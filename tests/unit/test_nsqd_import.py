@@ -10,6 +10,7 @@ kill (or a power cut) at each point of that record would leave.
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
 import struct
@@ -20,8 +21,10 @@ import pytest
 from broker.config.options import parse_args
 from broker.core.message import decode
 from broker.storage import nsqdimport
-from broker.storage.nsqdimport import import_nsqd_queues
+from broker.storage.datadir import DataDirectory
+from broker.storage.nsqdimport import NsqdImportError, import_nsqd_queues
 from broker.storage.queuestore import QueueStore
+from tests.support.diskfaults import FaultyDisk
 from tests.support.powercut import Disk, Recorder, first_seed, write_directory
 
 _HEADER = struct.Struct(">qH")
@@ -158,3 +161,22 @@ async def test_a_kill_or_power_cut_anywhere_in_the_import_loses_and_duplicates_n
             assert got == want, (point, mode, choices, recorder.trace(point, 12))
             assert claimed_files(where) == [], (point, mode)
             assert sorted(p.name for p in where.glob("*.bad")) == ["t:c.diskqueue.000001.dat.bad"], (point, mode)
+
+
+async def test_a_full_disk_stops_the_start_and_the_next_start_carries_on(tmp_path):
+    segments = [[nsqd_payload(i, "f") for i in range(k, k + 30)] for k in (0, 30)]
+    write_nsqd_queue(tmp_path, "f", segments)
+    options = parse_args([f"--data-path={tmp_path}", "--max-bytes-per-file=2048"])
+    disk = FaultyDisk(lambda name: name.startswith("f.diskqueue.0"))  # pynsqd's segments, not nsqd's
+    disk.fail(errno.ENOSPC)
+    directory = DataDirectory(options)
+    directory.lock()
+    try:
+        with disk.installed(), pytest.raises(NsqdImportError, match="importing nsqd's queues failed"):
+            await directory.import_nsqd_queues()
+        assert claimed_files(tmp_path)  # nsqd's files are kept until pynsqd's queue holds them
+        await directory.import_nsqd_queues()
+    finally:
+        directory.unlock()
+    assert await pynsqd_records(tmp_path, "f") == segments[0] + segments[1]
+    assert claimed_files(tmp_path) == []
