@@ -11,8 +11,8 @@ go-diskqueue's files (see :mod:`broker.storage.nsqdimport` for their layout)::
 
 A channel's deferred messages (stashed by the shutdown) join its queue without their due
 time, as nsqd itself keeps them; dead letters have no place in nsqd and are left out (the
-count is logged). ``D`` is only read, so an interrupted export is simply run again into an
-emptied ``N``. A data directory of ``--durable`` (records marked with their origin) is
+count is logged). ``D`` keeps every message (its queues are opened as a start opens them,
+and nothing is committed), so an interrupted export is simply run again into an emptied ``N``. A data directory of ``--durable`` (records marked with their origin) is
 refused: which of its records are already finished is known to pynsqd only.
 """
 
