@@ -1,4 +1,5 @@
-"""The ``pynsqd`` command: nsqd's command line, or ``pynsqd bench`` for the benchmark client.
+"""The ``pynsqd`` command: nsqd's command line, ``pynsqd bench`` for the benchmark client, or
+``pynsqd export-nsqd`` for the way back to nsqd.
 
 ``pynsqd [flags]`` parses nsqd's flags and ``--config`` file (:mod:`broker.config`), sends
 the ``pynsqd`` loggers to stderr in nsqd's format, and runs the broker until SIGTERM or
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from broker.config import InfoRequest, NsqdFormatter, OptionsError, configure_logging, parse_args
 
@@ -29,7 +31,8 @@ def _fatal(message: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``pynsqd`` with ``argv`` (default ``sys.argv[1:]``); return the exit status.
 
-    A first argument ``bench`` hands the rest to the benchmark tool. Otherwise the options
+    A first argument ``bench`` hands the rest to the benchmark tool, ``export-nsqd`` writes a
+    stopped pynsqd's queues as nsqd's files (:mod:`broker.storage.nsqdexport`). Otherwise the options
     are parsed, logging configured, and ``broker.daemon.run(options)`` runs the broker in
     this thread until it shuts down.
     """
@@ -38,6 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from broker.bench import main as bench_main
 
         return bench_main(args[1:])
+    if args and args[0] == "export-nsqd":
+        return _export_nsqd(args[1:])
     # Warnings while reading the config file (unknown keys) use nsqd's format too.
     configure_logging()
     try:
@@ -57,3 +62,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     status = run(options)
     return status if isinstance(status, int) else EXIT_OK
+
+
+def _export_nsqd(args: list[str]) -> int:
+    """``pynsqd export-nsqd --data-path=D --to=N [nsqd's flags]``: exit status 0, or 1 with a FATAL line."""
+    import trio
+
+    from broker.storage.nsqdexport import export_nsqd
+
+    configure_logging()
+    targets = [a.partition("=")[2] for a in args if a.startswith("--to=")]
+    rest = [a for a in args if not a.startswith("--to=")]
+    try:
+        options = parse_args(rest)
+    except InfoRequest as info:
+        print(info.text, flush=True)
+        return EXIT_OK
+    except OptionsError as err:
+        _fatal(str(err))
+        return EXIT_BAD_OPTIONS
+    if len(targets) != 1 or not targets[0] or not options.data_path:
+        _fatal("export-nsqd needs --data-path=<pynsqd's data directory> and --to=<a new directory for nsqd>")
+        return EXIT_BAD_OPTIONS
+    try:
+        trio.run(export_nsqd, options, Path(targets[0]))
+    except (OSError, RuntimeError) as exc:
+        _fatal(f"export-nsqd failed - {exc}")
+        return EXIT_BAD_OPTIONS
+    return EXIT_OK

@@ -1,6 +1,7 @@
 """The broker: the registry of topics and clients, publishing, start-up and shutdown.
 
-Start-up: lock the data directory, read the metadata file, recreate its topics
+Start-up: lock the data directory, import the queue files of an nsqd that
+used it before (see :mod:`broker.storage.nsqdimport`), read the metadata file, recreate its topics
 and channels (their disk queues, deferred and buried stores recover on open)
 and start the timer scanner and the metadata writer. Shutdown
 (:meth:`Broker.shutdown`, after the listeners have stopped and connections
@@ -91,6 +92,7 @@ class Broker:
         """
         self._storage.lock()
         try:
+            await self._storage.import_nsqd_queues()
             entries = self._metadata.load()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery

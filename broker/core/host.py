@@ -124,6 +124,11 @@ class BrokerStorage(Protocol):
 
     def lock(self) -> None: ...
 
+    async def import_nsqd_queues(self) -> None:
+        """Bring the queue files an nsqd left in the directory into the broker's own queues
+        (after :meth:`lock`, before any queue opens)."""
+        ...
+
     def unlock(self) -> None: ...
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from broker.config.options import Options
 from broker.storage.metadata import MetadataFile
+from broker.storage.nsqdimport import NsqdImportError, import_nsqd_queues
 from broker.storage.queuestore import QueueStore
-from diskqueue import describe_os_error, os_error_reason
+from diskqueue import DiskQueueError, describe_os_error, os_error_reason
 
 __all__ = ["DataDirectory", "DataPathError", "DataPathLocked"]
 
@@ -32,6 +33,7 @@ class DataDirectory:
 
     def __init__(self, options: Options):
         self.path = Path(options.data_path or os.getcwd()).resolve()
+        self.max_msg_size = options.max_msg_size
         self.queues = QueueStore(self.path, options)
         self.metadata = MetadataFile(self.path)
         self._lock_fd: int | None = None
@@ -67,6 +69,19 @@ class DataDirectory:
         except OSError:
             self.unlock()
             raise
+
+    async def import_nsqd_queues(self) -> None:
+        """Import the disk queues an nsqd left here into pynsqd's own (see
+        :mod:`broker.storage.nsqdimport`); call with the lock held, before any queue opens.
+
+        Raises ``OSError`` when nsqd's files cannot be renamed or removed and
+        :class:`~broker.storage.nsqdimport.NsqdImportError` when pynsqd's queue cannot be
+        written; nothing is lost then, and the next start carries on.
+        """
+        try:
+            await import_nsqd_queues(self.path, self.queues, self.max_msg_size)
+        except DiskQueueError as exc:
+            raise NsqdImportError(f"importing nsqd's queues failed - {exc}") from exc
 
     def unlock(self) -> None:
         """Release the lock (a no-op if not held)."""

@@ -1,0 +1,381 @@
+"""pynsqd started on the data directory nsq 1.3.0's nsqd left: every queued message is delivered once.
+
+nsqd fills topics and channels (spilled with ``--mem-queue-size=0``, held in memory until its
+graceful exit, deferred, in flight at its exit, a topic with no channel, a paused channel,
+several segment files), then stops on SIGTERM. nsqd itself is the oracle: started on a copy
+of the directory, the messages it delivers (id, body, timestamp, attempts) are exactly the
+ones pynsqd must deliver from the original.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import trio
+
+from broker.protocol import encode_dpub, encode_fin, encode_mpub, encode_rdy, encode_sub
+from tests.support.http_client import request
+from tests.support.nsq_programs import nsq_bin, nsq_bin_missing
+from tests.support.processes import BrokerProcess, broker_args
+from tests.support.v2client import V2Client, connect
+
+pytestmark = pytest.mark.skipif(nsq_bin_missing() is not None, reason=nsq_bin_missing() or "")
+
+#: What each channel must deliver: (topic, channel) -> bodies. "nochan/late" is created only
+#: after the move: its messages waited in the topic's own queue.
+Delivery = dict[tuple[str, str], list[bytes]]
+
+
+def _nsqd(data: Path, log: Path, *flags: str) -> BrokerProcess:
+    folder = nsq_bin()
+    assert folder is not None
+    return BrokerProcess(data, *flags, log_path=log, program=[str(folder / "nsqd")])
+
+
+async def _post(address: tuple[str, int], target: str) -> None:
+    reply = await request(address, "POST", target)
+    assert reply.status == 200, (target, reply.status, reply.body)
+
+
+async def _create_channel(address: tuple[str, int], topic: str, channel: str) -> None:
+    await _post(address, f"/topic/create?topic={topic}")
+    await _post(address, f"/channel/create?topic={topic}&channel={channel}")
+
+
+async def _mpub(client: V2Client, topic: str, bodies: list[bytes]) -> None:
+    await client.send(encode_mpub(topic, bodies))
+    await client.expect_response(b"OK")
+
+
+async def _fill_nsqd(tmp_path: Path, data: Path) -> tuple[Delivery, dict[bytes, int]]:
+    """Run nsqd twice on ``data``; what every channel must deliver, and the attempts of the
+    messages that were in flight at its exit."""
+    want: Delivery = {}
+    # 1: everything spilled to disk as it is published
+    nsqd = _nsqd(data, tmp_path / "nsqd1.log", "--mem-queue-size=0").start()
+    try:
+        await _create_channel(nsqd.http, "spilled", "c")
+        client = await connect(nsqd.tcp)
+        bodies = [b"spilled-%d" % i for i in range(40)]
+        await _mpub(client, "spilled", bodies)
+        want["spilled", "c"] = bodies
+        await client.aclose()
+    finally:
+        assert nsqd.terminate() == 0
+    # 2: small memory queues and small segment files; memory is written out at the exit
+    nsqd = _nsqd(data, tmp_path / "nsqd2.log", "--mem-queue-size=5", "--max-bytes-per-file=2048",
+                 "--msg-timeout=60s").start()
+    in_flight: dict[bytes, int] = {}
+    try:
+        for channel in ("c1", "c2"):
+            await _create_channel(nsqd.http, "mixed", channel)
+        await _create_channel(nsqd.http, "paused", "p")
+        await _post(nsqd.http, "/channel/pause?topic=paused&channel=p")
+        await _post(nsqd.http, "/topic/create?topic=nochan")
+        client = await connect(nsqd.tcp)
+        mixed = [b"mixed-%d" % i for i in range(60)]
+        await _mpub(client, "mixed", mixed)
+        deferred = [b"deferred-%d" % i for i in range(3)]
+        for body in deferred:
+            await client.send(encode_dpub("mixed", 3_600_000, body))
+            await client.expect_response(b"OK")
+        nochan = [b"nochan-%d" % i for i in range(25)]
+        await _mpub(client, "nochan", nochan)
+        paused = [b"paused-%d" % i for i in range(12)]
+        await _mpub(client, "paused", paused)
+        more = [b"spilled-more-%d" % i for i in range(8)]
+        await _mpub(client, "spilled", more)  # memory this time, behind what run 1 spilled
+        await client.aclose()
+        want["mixed", "c1"] = want["mixed", "c2"] = mixed + deferred
+        want["nochan", "late"] = nochan
+        want["paused", "p"] = paused
+        want["spilled", "c"] = want["spilled", "c"] + more
+        # a consumer that takes four messages and never finishes them
+        holder = await connect(nsqd.tcp)
+        await holder.send(encode_sub("mixed", "c1"))
+        await holder.expect_response(b"OK")
+        await holder.send(encode_rdy(4))
+        for msg in await holder.read_messages(4):
+            in_flight[msg.id] = msg.attempts
+    finally:
+        assert nsqd.terminate() == 0
+    await holder.aclose()
+    return want, in_flight
+
+
+async def _drain(address: tuple[str, int], http: tuple[str, int], want: Delivery) -> dict[tuple[str, str], list]:
+    """Subscribe to every channel of ``want``, take as many messages as it must deliver and FIN
+    them; then every queue of the broker must be empty."""
+    await _post(http, "/channel/unpause?topic=paused&channel=p")
+    got: dict[tuple[str, str], list] = {}
+    for (topic, channel), bodies in want.items():
+        client = await connect(address, timeout=10.0)
+        await client.send(encode_sub(topic, channel))
+        await client.expect_response(b"OK")
+        await client.send(encode_rdy(len(bodies) + 10))
+        messages = await client.read_messages(len(bodies))
+        for msg in messages:
+            await client.send(encode_fin(msg.id))
+        extra = await client.sync()
+        got[topic, channel] = messages + extra
+        await client.aclose()
+    with trio.fail_after(10):
+        while True:
+            stats = (await request(http, "GET", "/stats?format=json")).json()
+            left = [(t["topic_name"], t["depth"], [(c["channel_name"], c["depth"], c["in_flight_count"],
+                                                     c["deferred_count"]) for c in t["channels"]])
+                    for t in stats["topics"]]
+            if all(depth == 0 and all(c[1:] == (0, 0, 0) for c in chans) for _, depth, chans in left):
+                break
+            await trio.sleep(0.05)
+    return got
+
+
+def _key(msg) -> tuple[bytes, bytes, int, int]:
+    return (msg.id, msg.body, msg.timestamp, msg.attempts)
+
+
+@pytest.mark.parametrize("mode", [(), ("--durable",)], ids=["default", "durable"])
+async def test_pynsqd_delivers_everything_nsqd_left_queued(tmp_path, mode):
+    data = tmp_path / "data"
+    want, in_flight = await _fill_nsqd(tmp_path, data)
+    depths = {meta.name.removesuffix(".diskqueue.meta.dat"): int(meta.read_text().split()[0])
+              for meta in data.glob("*.diskqueue.meta.dat")}
+    assert {"spilled:c", "mixed:c1", "mixed:c2", "nochan", "paused:p"} <= set(depths)
+    nsqds_bad = set(data.glob("*.bad"))
+    oracle_data = tmp_path / "oracle"
+    shutil.copytree(data, oracle_data)
+
+    oracle = _nsqd(oracle_data, tmp_path / "oracle.log").start()
+    try:
+        expected = await _drain(oracle.tcp, oracle.http, want)
+    finally:
+        oracle.kill()
+
+    pynsqd = BrokerProcess(data, *mode, log_path=tmp_path / "pynsqd.log").start()
+    try:
+        got = await _drain(pynsqd.tcp, pynsqd.http, want)
+    finally:
+        assert pynsqd.terminate() == 0
+
+    for where, bodies in want.items():
+        assert sorted(m.body for m in got[where]) == sorted(bodies), where
+        assert Counter(m.id for m in got[where]).most_common(1)[0][1] == 1, where
+        assert sorted(map(_key, got[where])) == sorted(map(_key, expected[where])), where
+    # the four messages in flight at nsqd's exit come back with the attempt nsqd counted, plus this one
+    redelivered = {m.id: m.attempts for m in got["mixed", "c1"] if m.id in in_flight}
+    assert redelivered == {msg_id: attempts + 1 for msg_id, attempts in in_flight.items()}
+    assert all(m.attempts == 1 for m in got["spilled", "c"])
+
+    log = pynsqd.log_text()
+    for name, depth in depths.items():  # one line per queue, counting what nsqd's checkpoint counts
+        assert log.count(f"nsqd import: queue {name}: imported {depth} messages\n") == 1, (name, depth, log)
+    assert not list(data.glob("*.nsqd-import.*"))
+    assert set(data.glob("*.bad")) == nsqds_bad  # nsqd's own, if it set any aside; none of pynsqd's
+
+    # nothing is imported twice: a restart finds pynsqd's own (empty) queues only
+    again = BrokerProcess(data, *mode, log_path=tmp_path / "again.log").start()
+    try:
+        stats = (await request(again.http, "GET", "/stats?format=json")).json()
+        assert [t["depth"] for t in stats["topics"]] == [0] * len(stats["topics"])
+        assert all(c["depth"] == 0 for t in stats["topics"] for c in t["channels"])
+    finally:
+        assert again.terminate() == 0
+    assert "nsqd import" not in again.log_text()
+
+
+async def _drain_many(address: tuple[str, int], topic: str, channel: str, count: int) -> list:
+    """``count`` messages of a channel, FIN'd in batches; then nothing more arrives."""
+    client = await connect(address, timeout=10.0)
+    await client.send(encode_sub(topic, channel))
+    await client.expect_response(b"OK")
+    await client.send(encode_rdy(2000))
+    got: list = []
+    while len(got) < count:
+        batch = await client.read_messages(min(1000, count - len(got)))
+        await client.send(b"".join(encode_fin(m.id) for m in batch))
+        got.extend(batch)
+    got.extend(await client.sync())
+    await client.aclose()
+    return got
+
+
+def _imported_bytes(data: Path, name: str) -> int:
+    """Bytes in pynsqd's segment files of queue ``name`` (nsqd's have no "PDQS" header)."""
+    total = 0
+    for path in data.glob(f"{name}.diskqueue.*.dat"):
+        try:
+            with open(path, "rb") as f:
+                if f.read(4) == b"PDQS":
+                    total += path.stat().st_size
+        except FileNotFoundError:  # renamed under our feet
+            pass
+    return total
+
+
+async def test_kill_9_during_the_import_loses_and_duplicates_nothing(tmp_path):
+    data = tmp_path / "data"
+    big = [b"big-%07d" % i for i in range(60_000)]
+    quiet = [b"quiet-%06d" % i for i in range(10_000)]
+    nsqd = _nsqd(data, tmp_path / "nsqd.log", "--mem-queue-size=0", "--max-bytes-per-file=1048576").start()
+    try:
+        await _create_channel(nsqd.http, "big", "c")
+        await _post(nsqd.http, "/topic/create?topic=quiet")
+        client = await connect(nsqd.tcp, timeout=30.0)
+        for start in range(0, len(big), 20_000):
+            await _mpub(client, "big", big[start:start + 20_000])
+        await _mpub(client, "quiet", quiet)
+        await client.aclose()
+    finally:
+        assert nsqd.terminate() == 0
+    full = sum(p.stat().st_size for p in data.glob("*.diskqueue.0*.dat"))  # nsqd's bytes of every queue
+
+    # Kill pynsqd as soon as the import reaches each of these states, then start it again: once
+    # nsqd's queues are claimed, after each further sixth of the backlog is copied, and between queues.
+    def copied() -> int:
+        return sum(_imported_bytes(data, name) for name in ("big", "big:c", "quiet"))
+
+    stages: list[tuple[str, Callable[[int], bool]]] = [("claimed", lambda _: any(data.glob("*.nsqd-import.meta.dat")))]
+    stages += [("copying", lambda before: copied() >= before + full // 6)] * 4
+    stages += [("big:c retired", lambda _: not (data / "big:c.nsqd-import.meta.dat").exists()
+                and (data / "quiet.nsqd-import.meta.dat").exists())]
+    progress = []
+    for n, (stage, reached) in enumerate(stages):
+        before = copied()
+        log = tmp_path / f"killed-{n}.log"
+        with open(log, "wb") as out:  # the command BrokerProcess runs, without waiting for its listeners
+            proc = subprocess.Popen([sys.executable, "-m", "broker", *broker_args(data)], stdout=out, stderr=out,
+                                    stdin=subprocess.DEVNULL)
+        with trio.fail_after(60):
+            while proc.poll() is None and not reached(before) and "TCP: listening" not in log.read_text():
+                await trio.sleep(0.001)
+        proc.kill()
+        proc.wait(10)
+        progress.append((stage, copied(), any(data.glob("*.nsqd-import.*"))))
+    # the kills landed inside the import, three or more of them at different points of the copy
+    mid_copy = [size for stage, size, inside in progress if stage == "copying" and inside and size > 0]
+    assert len(mid_copy) >= 3 and mid_copy == sorted(set(mid_copy)), progress
+    assert progress[0][2], progress
+
+    pynsqd = BrokerProcess(data, log_path=tmp_path / "final.log").start(timeout=60)
+    try:
+        got_big = await _drain_many(pynsqd.tcp, "big", "c", len(big))
+        got_quiet = await _drain_many(pynsqd.tcp, "quiet", "c", len(quiet))
+    finally:
+        assert pynsqd.terminate() == 0
+    for got, bodies in ((got_big, big), (got_quiet, quiet)):
+        assert len(got) == len(bodies)
+        assert sorted(m.body for m in got) == bodies  # each exactly once
+        assert len({m.id for m in got}) == len(bodies)
+    assert not list(data.glob("*.nsqd-import.*"))
+
+
+async def test_damaged_nsqd_files_are_read_as_nsqd_reads_them(tmp_path):
+    data = tmp_path / "data"
+    bodies = [b"damaged-%03d-" % i + b"x" * 60 for i in range(60)]
+    nsqd = _nsqd(data, tmp_path / "nsqd.log", "--mem-queue-size=0", "--max-bytes-per-file=1024").start()
+    try:
+        await _create_channel(nsqd.http, "d", "c")
+        client = await connect(nsqd.tcp)
+        await _mpub(client, "d", bodies)
+        await client.aclose()
+        with trio.fail_after(20):  # every message reached the channel's files
+            while (await request(nsqd.http, "GET", "/stats?format=json&topic=d")).json()["topics"][0][
+                    "channels"][0]["depth"] < len(bodies):
+                await trio.sleep(0.01)
+    finally:
+        assert nsqd.terminate() == 0
+    segments = sorted(data.glob("d:c.diskqueue.0*.dat"))
+    assert len(segments) >= 4
+    # a record cut short in the first file, an impossible size in the middle of the third
+    first = segments[0].read_bytes()
+    segments[0].write_bytes(first[:len(first) - 20])
+    third = bytearray(segments[2].read_bytes())
+    second_record = 4 + int.from_bytes(third[:4], "big")
+    third[second_record:second_record + 4] = b"\x7f\xff\xff\xff"
+    segments[2].write_bytes(bytes(third))
+    shutil.copytree(data, tmp_path / "oracle")
+
+    oracle = _nsqd(tmp_path / "oracle", tmp_path / "oracle.log").start()
+    try:
+        expected = await _drain_many(oracle.tcp, "d", "c", len(bodies) - 1 - 9)  # at least this many survive
+    finally:
+        oracle.kill()
+    kept = sorted(m.body for m in expected)
+    assert set(kept) < set(bodies)
+
+    pynsqd = BrokerProcess(data, log_path=tmp_path / "pynsqd.log").start()
+    try:
+        got = await _drain_many(pynsqd.tcp, "d", "c", len(kept))
+    finally:
+        assert pynsqd.terminate() == 0
+    assert sorted(map(_key, got)) == sorted(map(_key, expected))
+    log = pynsqd.log_text()
+    for path, problem in ((segments[0], "cut short by the end of the file"), (segments[2], "invalid message read size")):
+        assert (data / (path.name + ".bad")).is_file(), sorted(p.name for p in data.iterdir())
+        assert problem in log and f"saved as {path.name}.bad" in log
+    assert not list(data.glob("*.nsqd-import.*"))
+
+
+async def test_export_nsqd_hands_a_stopped_pynsqds_queues_back_to_nsqd(tmp_path):
+    data, exported = tmp_path / "data", tmp_path / "for-nsqd"
+    pynsqd = BrokerProcess(data, "--mem-queue-size=5", log_path=tmp_path / "pynsqd.log").start()
+    try:
+        for channel in ("c1", "c2"):
+            await _create_channel(pynsqd.http, "x", channel)
+        await _post(pynsqd.http, "/topic/create?topic=solo")
+        client = await connect(pynsqd.tcp)
+        bodies = [b"x-%d" % i for i in range(30)]
+        await _mpub(client, "x", bodies)
+        deferred = [b"later-%d" % i for i in range(2)]
+        for body in deferred:
+            await client.send(encode_dpub("x", 3_600_000, body))
+            await client.expect_response(b"OK")
+        solo = [b"solo-%d" % i for i in range(10)]
+        await _mpub(client, "solo", solo)
+        await client.aclose()
+        holder = await connect(pynsqd.tcp)
+        await holder.send(encode_sub("x", "c1"))
+        await holder.expect_response(b"OK")
+        await holder.send(encode_rdy(3))
+        held = {m.id: m.attempts for m in await holder.read_messages(3)}
+    finally:
+        assert pynsqd.terminate() == 0
+    await holder.aclose()
+
+    done = subprocess.run([sys.executable, "-m", "broker", "export-nsqd", f"--data-path={data}", f"--to={exported}"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "nsqd export: queue x:c1: wrote 32 messages" in done.stderr
+
+    want = {("x", "c1"): bodies + deferred, ("x", "c2"): bodies + deferred, ("solo", "late"): solo}
+    nsqd = _nsqd(exported, tmp_path / "nsqd.log").start()
+    try:
+        got = {where: await _drain_many(nsqd.tcp, *where, len(expect)) for where, expect in want.items()}
+    finally:
+        assert nsqd.terminate() == 0
+    for where, expect in want.items():
+        assert sorted(m.body for m in got[where]) == sorted(expect), where
+        assert len({m.id for m in got[where]}) == len(expect)
+    assert {m.id: m.attempts for m in got["x", "c1"] if m.id in held} == {i: a + 1 for i, a in held.items()}
+
+
+async def test_export_nsqd_refuses_a_durable_data_directory(tmp_path):
+    data = tmp_path / "data"
+    pynsqd = BrokerProcess(data, "--durable", log_path=tmp_path / "pynsqd.log").start()
+    try:
+        await _create_channel(pynsqd.http, "x", "c")
+        client = await connect(pynsqd.tcp)
+        await _mpub(client, "x", [b"kept-%d" % i for i in range(5)])
+        await client.aclose()
+    finally:
+        assert pynsqd.terminate() == 0
+    done = subprocess.run([sys.executable, "-m", "broker", "export-nsqd", f"--data-path={data}",
+                           f"--to={tmp_path / 'for-nsqd'}"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "written with --durable" in done.stderr, done.stderr
