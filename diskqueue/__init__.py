@@ -15,13 +15,13 @@ recovery that counts what it loses. The modules:
 * ``checkpoint.py`` — the checkpoint's format; ``format.py`` — the segment and record
   layout; ``pending.py`` — records handed out and not committed;
 * ``recovery.py`` — what happens on open; ``scan.py`` — verifying and resynchronising on
-  records; ``check.py`` — verifying a data directory (``python -m diskqueue DATA_PATH [NAME ...]``);
+  records; ``check.py`` — verifying a data directory (``python -m diskqueue DATA_PATH [NAME ...]``;
+  import it from ``diskqueue.check``: a broker's start does not load it);
 * ``listing.py`` — opening many queues from one listing of their directory;
 * ``fileops.py`` — through which every call to the file system goes (the fault seam).
 """
 
 from .batch import RecordBatch
-from .check import CheckReport, check
 from .errors import (
     DiskQueueClosed,
     DiskQueueError,
@@ -36,7 +36,6 @@ from .queue import DiskQueue
 from .statistics import DiskQueueStatistics
 
 __all__ = [
-    "CheckReport",
     "DirectoryListing",
     "DiskQueue",
     "DiskQueueClosed",
@@ -46,7 +45,6 @@ __all__ = [
     "FormatVersionError",
     "MessageSizeError",
     "RecordBatch",
-    "check",
     "describe_os_error",
     "os_error_reason",
 ]

@@ -15,6 +15,7 @@ import logging
 import socket
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -22,8 +23,11 @@ from broker.config.options import NSQD_COMPAT_VERSION, Options
 from broker.core.broker import Broker
 from broker.core.host import PeerState, RegistryChange
 from broker.lookup.commands import PING, describe, identify, register, unregister
-from broker.lookup.peer import LookupPeer, LookupPeerError, PeerInfo
-from broker.lookup.topic_channels import LookupHTTPError, query_topic_channels
+
+if TYPE_CHECKING:
+    # the connections and the HTTP query load with the first lookupd: a node without one
+    # does not pay for them at start
+    from broker.lookup.peer import LookupPeer
 
 __all__ = ["Identity", "LookupClient"]
 
@@ -123,6 +127,8 @@ class LookupClient:
             if self._links:
                 log.error("no available nsqlookupd to query for channels to pre-create for topic %s", topic)
             return []
+        from broker.lookup.topic_channels import LookupHTTPError, query_topic_channels
+
         options = self._broker.options
         try:
             return await query_topic_channels(addresses, topic, options.http_client_connect_timeout,
@@ -138,6 +144,8 @@ class LookupClient:
     # ---------------------------------------------------------------- peers
 
     def _apply_addresses(self, addresses: tuple[str, ...]) -> None:
+        from broker.lookup.peer import LookupPeer
+
         assert self._nursery is not None
         for address, link in list(self._links.items()):
             if address not in addresses:
@@ -180,6 +188,8 @@ class LookupClient:
                 await peer.close()
 
     async def _send(self, peer: LookupPeer, command: bytes | None) -> None:
+        from broker.lookup.peer import LookupPeerError
+
         was_connected = peer.connected
         try:
             try:
@@ -202,6 +212,8 @@ class LookupClient:
 
     async def _identify_and_register(self, peer: LookupPeer) -> None:
         """nsqd's connect callback: IDENTIFY, then REGISTER every topic (and each of its channels)."""
+        from broker.lookup.peer import LookupPeerError, PeerInfo
+
         command = identify(self._identity.body())
         response = await peer.roundtrip(command)
         if response.startswith(b"E_"):

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from diskqueue import DirectoryListing, DiskQueue, check, fileops
+from diskqueue import DirectoryListing, DiskQueue, fileops
 from diskqueue.__main__ import main as check_main
+from diskqueue.check import check
 from diskqueue.format import meta_filename, segment_filename
 
 #: queue names as a broker makes them, one holding the file names' own infix

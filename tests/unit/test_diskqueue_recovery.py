@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from diskqueue import DiskQueue, DiskQueueIOError, FormatVersionError, check, fileops
+from diskqueue import DiskQueue, DiskQueueIOError, FormatVersionError, fileops
 from diskqueue.__main__ import main as check_main
+from diskqueue.check import check
 from diskqueue.format import HEADER_SIZE, meta_filename, segment_filename
 from tests.support.mounts import tmpfs
 from tests.support.paths import REPO

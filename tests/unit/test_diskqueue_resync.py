@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from diskqueue import DiskQueue, check
+from diskqueue import DiskQueue
+from diskqueue.check import check
 from diskqueue.format import HEADER_SIZE, RECORD_HEADER_SIZE, segment_filename
 from tests.support.paths import REPO
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from diskqueue import DiskQueue, check
+from diskqueue import DiskQueue
+from diskqueue.check import check
 
 NAME = "stress"
 

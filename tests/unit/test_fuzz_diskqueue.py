@@ -27,7 +27,8 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from diskqueue import DiskQueue, check
+from diskqueue import DiskQueue
+from diskqueue.check import check
 from diskqueue.checkpoint import load_checkpoint
 from diskqueue.format import HEADER_SIZE, RECORD_HEADER_SIZE, meta_filename, segment_filename
 from tests.unit.test_fuzz_protocol import FUZZ, fuzz

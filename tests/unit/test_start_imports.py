@@ -22,6 +22,8 @@ LATER = {
     "broker.server.upgrade": "a client that negotiates TLS, snappy or deflate",
     "broker.observe.stats": "the first /stats, /metrics or statsd push (5 ms)",
     "broker.observe.statsd_pusher": "--statsd-address",
+    "broker.lookup.peer": "a --lookupd-tcp-address (4 ms with the HTTP query)",
+    "diskqueue.check": "python -m diskqueue, the checker",
     "pyspark": "nothing in the broker",
 }
 
