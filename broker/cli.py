@@ -13,8 +13,12 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from broker.config import InfoRequest, NsqdFormatter, OptionsError, configure_logging, parse_args
+
+if TYPE_CHECKING:
+    from broker.config import Options
 
 __all__ = ["main"]
 
@@ -26,6 +30,20 @@ def _fatal(message: str) -> None:
     # Written directly rather than through logging: the configured handler may not exist yet.
     record = logging.LogRecord("pynsqd", logging.CRITICAL, __file__, 0, message, None, None)
     print(NsqdFormatter().format(record), file=sys.stderr, flush=True)
+
+
+def _options(args: list[str]) -> Options | int:
+    """The options ``args`` give, or the exit status when there are none to run with (``--help``
+    or ``--version`` printed, or a FATAL line for bad options)."""
+    configure_logging()  # warnings while reading the config file (unknown keys) use nsqd's format too
+    try:
+        return parse_args(args)
+    except InfoRequest as info:
+        print(info.text, flush=True)
+        return EXIT_OK
+    except OptionsError as err:
+        _fatal(str(err))
+        return EXIT_BAD_OPTIONS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -43,16 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return bench_main(args[1:])
     if args and args[0] == "export-nsqd":
         return _export_nsqd(args[1:])
-    # Warnings while reading the config file (unknown keys) use nsqd's format too.
-    configure_logging()
-    try:
-        options = parse_args(args)
-    except InfoRequest as info:
-        print(info.text, flush=True)
-        return EXIT_OK
-    except OptionsError as err:
-        _fatal(str(err))
-        return EXIT_BAD_OPTIONS
+    options = _options(args)
+    if isinstance(options, int):
+        return options
     configure_logging(options.log_level, options.log_prefix)
     # The log line shows none of these; a record skips looking them up (a start with
     # thousands of topics logs a line for each).
@@ -70,17 +81,10 @@ def _export_nsqd(args: list[str]) -> int:
 
     from broker.storage.nsqdexport import export_nsqd
 
-    configure_logging()
     targets = [a.partition("=")[2] for a in args if a.startswith("--to=")]
-    rest = [a for a in args if not a.startswith("--to=")]
-    try:
-        options = parse_args(rest)
-    except InfoRequest as info:
-        print(info.text, flush=True)
-        return EXIT_OK
-    except OptionsError as err:
-        _fatal(str(err))
-        return EXIT_BAD_OPTIONS
+    options = _options([a for a in args if not a.startswith("--to=")])
+    if isinstance(options, int):
+        return options
     if len(targets) != 1 or not targets[0] or not options.data_path:
         _fatal("export-nsqd needs --data-path=<pynsqd's data directory> and --to=<a new directory for nsqd>")
         return EXIT_BAD_OPTIONS
