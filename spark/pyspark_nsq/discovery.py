@@ -55,7 +55,9 @@ def _ask_all(lookupds: tuple[Address, ...], target: str) -> list[Address]:
                 found[Address(host, port)] = None
     if errors and len(errors) == len(lookupds):
         raise DiscoveryError(f"nsq data source: no nsqlookupd answered {target}: {'; '.join(errors)}")
-    return list(found)
+    # one order whatever order the lookupds answer in (nsqlookupd's is Go's map order, random):
+    # the writer's tasks start at node ``partition % n`` of this list, and so spread over every node
+    return sorted(found, key=lambda address: (address.host, address.port))
 
 
 def topic_producers(lookupds: tuple[Address, ...], topic: str) -> list[Address]:
