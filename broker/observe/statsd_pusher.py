@@ -52,7 +52,7 @@ class StatsdPusher:
 
     The settings are read from ``broker.options`` at each push, as nsqd reads them, the
     interval once at start; ``statsd_prefix`` must already be expanded
-    (:func:`~broker.observe.statsd_lines.statsd_prefix`). :meth:`run` owns the UDP
+    (:func:`~broker.observe.statsd_prefix.statsd_prefix`). :meth:`run` owns the UDP
     socket of each push and closes it before the next.
     """
 
