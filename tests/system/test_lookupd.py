@@ -117,6 +117,11 @@ async def test_a_new_topic_gets_the_channels_lookupd_knows_before_its_first_mess
     await post(first.http, "/channel/create?topic=precreate&channel=audit")
     await post(first.http, "/channel/create?topic=precreate&channel=live%23ephemeral")
     await wait_registered(lookupd, first.tcp[1], ["precreate"])
+    # the channels' REGISTERs follow the topic's: wait until lookupd lists both
+    with trio.fail_after(10):
+        while sorted((await get_json(lookupd.http, "/channels?topic=precreate"))["channels"]) != [
+                "audit", "live#ephemeral"]:
+            await trio.sleep(0.05)
 
     second = broker_process(f"--lookupd-tcp-address={lookupd.address('TCP')}", LOOPBACK, data_path=tmp_path / "two")
     await wait_for(lambda: "peer info" in second.log_text(), timeout=10)
