@@ -18,6 +18,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -146,6 +147,12 @@ def test_the_cluster_block_runs_as_pasted(tmp_path):
     if reason := nsq_bin_missing():
         pytest.skip(reason)
     [block] = [b for b in shell_blocks("README.md") if "deploy/cluster/node-$node.toml" in b.text]
+    for port in (4150, 4151, 4160, 4161, 4171, 4250, 4251, 4350, 4351):  # the block's own ports
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                pytest.skip(f"port {port} of the cluster example is taken (a broker of the README's set-up running?)")
     _checkout(tmp_path)
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(_shims(tmp_path / ".venv" / "bin")), str(nsq_bin()), env.get("PATH", "")])
