@@ -149,6 +149,7 @@ def test_the_cluster_block_runs_as_pasted(tmp_path):
     [block] = [b for b in shell_blocks("README.md") if "deploy/cluster/node-$node.toml" in b.text]
     for port in (4150, 4151, 4160, 4161, 4171, 4250, 4251, 4350, 4351):  # the block's own ports
         with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the programs bind: TIME_WAIT is no listener
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
