@@ -19,7 +19,6 @@ refused: which of its records are already finished is known to pynsqd only.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from pathlib import Path
 
@@ -116,20 +115,10 @@ def _write_queue(target: Path, name: str, records: list[bytes], max_bytes: int) 
     for record in records:
         framed = len(record).to_bytes(4, "big") + record
         if chunks and size + len(framed) > max_bytes:
-            _write_file(target / segment_filename(name, number), b"".join(chunks))
+            replace_durably(str(target / segment_filename(name, number)), b"".join(chunks))
             number, size, chunks = number + 1, 0, []
         chunks.append(framed)
         size += len(framed)
-    _write_file(target / segment_filename(name, number), b"".join(chunks))
+    replace_durably(str(target / segment_filename(name, number)), b"".join(chunks))
     replace_durably(str(target / meta_filename(name)), f"{len(records)}\n0,0\n{number},{size}\n".encode())
 
-
-def _write_file(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
