@@ -42,7 +42,10 @@ class BrokerProcess:
         self.data_path = data_path
         self.extra = extra
         self.preexec_fn = preexec_fn  # run in the child before exec (e.g. to set rlimits)
-        self.log_path = log_path or data_path.parent / "broker.log"
+        # one log per data directory: a restart appends to its own, and two brokers side by
+        # side (``one``, ``two``) never read each other's lines
+        self.log_path = log_path or data_path.parent / ("broker.log" if data_path.name == "data"
+                                                         else f"broker-{data_path.name}.log")
         self.proc: subprocess.Popen | None = None
         self.tcp: tuple[str, int] | None = None
         self.http: tuple[str, int] | None = None
