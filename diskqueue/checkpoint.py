@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import msgpack
 
@@ -49,8 +49,7 @@ CHECKPOINT_VERSION = 1
 TEMP_SUFFIX = ".tmp"
 
 
-@dataclass(frozen=True, slots=True)
-class Cursor:
+class Cursor(NamedTuple):
     """A position in the queue: segment number, byte offset in it, records written before it."""
 
     file: int
@@ -58,8 +57,7 @@ class Cursor:
     seq: int
 
 
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
+class Checkpoint(NamedTuple):
     """The decoded checkpoint (see the module docstring for the meaning of each field)."""
 
     commit: Cursor

@@ -51,8 +51,8 @@ from __future__ import annotations
 import re
 import struct
 import zlib
-from dataclasses import dataclass
 from itertools import repeat
+from typing import NamedTuple
 
 from .checksum import crc32c as _record_crc
 from .errors import FormatVersionError
@@ -120,8 +120,7 @@ def segment_pattern(name: str) -> re.Pattern[str]:
     return re.compile(re.escape(name) + r"\.diskqueue\.(\d{6,})\.dat")
 
 
-@dataclass(frozen=True, slots=True)
-class SegmentHeader:
+class SegmentHeader(NamedTuple):
     """The decoded fixed header at the start of every segment."""
 
     number: int

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["DiskQueueStatistics"]
 
 
-@dataclass(frozen=True, slots=True)
-class DiskQueueStatistics:
+class DiskQueueStatistics(NamedTuple):
     """What ``DiskQueue.statistics()`` reports.
 
     Cursors are ``(segment number, byte offset)``. ``records_written`` counts every record

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker.config.kinds import Kind
 
@@ -13,8 +12,7 @@ __all__ = ["Flag", "option", "declared_flag"]
 _METADATA_KEY = "flag"
 
 
-@dataclass(frozen=True, slots=True)
-class Flag:
+class Flag(NamedTuple):
     """One command line flag: its kind, nsqd's help text, the Options attribute and config key.
 
     ``attr`` and ``cfg`` are None for flags that set no option (``--config``, ``--version``).
@@ -47,4 +45,4 @@ def declared_flag(item: dataclasses.Field[Any]) -> Flag | None:
     declared = item.metadata.get(_METADATA_KEY)
     if declared is None:
         return None
-    return dataclasses.replace(declared, attr=item.name, cfg=declared.cfg or declared.name.replace("-", "_"))
+    return declared._replace(attr=item.name, cfg=declared.cfg or declared.name.replace("-", "_"))

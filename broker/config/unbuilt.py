@@ -9,8 +9,7 @@ Building a feature means removing its rows.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker.config.flag_table import FLAGS
 from broker.config.schema import Options
@@ -19,8 +18,7 @@ from broker.gocompat import format_duration, to_ns
 __all__ = ["Unbuilt", "UNBUILT", "UNBUILT_BY_FLAG", "unbuilt_warnings"]
 
 
-@dataclass(frozen=True, slots=True)
-class Unbuilt:
+class Unbuilt(NamedTuple):
     """One accepted option whose feature pynsqd lacks.
 
     ``flag`` is the flag name; ``reason`` starts the warning (what pynsqd does not do),

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from broker.config.options import Options
 from broker.core.latency import LatencyStream
@@ -132,8 +132,7 @@ class BrokerStorage(Protocol):
     def unlock(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class RegistryChange:
+class RegistryChange(NamedTuple):
     """A topic (``channel`` None) or a channel was created or deleted (nsqd's ``Notify``)."""
 
     topic: str
@@ -141,8 +140,7 @@ class RegistryChange:
     created: bool
 
 
-@dataclass(frozen=True, slots=True)
-class PeerState:
+class PeerState(NamedTuple):
     """One remote registry a :class:`RegistryListener` keeps informed, as ``/metrics`` shows it."""
 
     address: str

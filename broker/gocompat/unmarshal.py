@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker.gocompat.ints import INT64_MAX, INT64_MIN
 from broker.gocompat.json import replace_surrogates
@@ -26,8 +26,7 @@ from broker.gocompat.jsonscan import syntax_error
 __all__ = ["GO_BOOL", "GO_INT", "GO_STRING", "GoScalar", "GoSlice", "GoStruct", "unmarshal"]
 
 
-@dataclass(frozen=True)
-class GoScalar:
+class GoScalar(NamedTuple):
     """A Go ``string``, ``bool`` or ``int``: ``name`` as Go prints the type, ``json`` the Python
     type it holds, ``bounds`` the range a number must be in (Go refuses one that overflows)."""
 
@@ -43,8 +42,7 @@ GO_BOOL = GoScalar("bool", bool, False)
 GO_INT = GoScalar("int", int, 0, (INT64_MIN, INT64_MAX))
 
 
-@dataclass(frozen=True)
-class GoSlice:
+class GoSlice(NamedTuple):
     """A Go slice of ``element``."""
 
     element: GoType

@@ -30,7 +30,7 @@ import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import trio
 
@@ -78,13 +78,11 @@ _CACHED_TARGETS = 1024
 _CACHED_TARGET_BYTES = 512
 
 
-@dataclass(slots=True)
-class Request:
+class Request(NamedTuple):
     """One request's head. ``path`` is percent-decoded; ``raw_query`` is not.
 
     ``headers`` are (lower-case name, value) pairs as received; ``content_length`` is None
-    for a chunked body. Not frozen: a frozen dataclass's ``__init__`` is slower, and one is
-    made per request.
+    for a chunked body.
     """
 
     method: str
@@ -102,8 +100,7 @@ class Request:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class Response:
+class Response(NamedTuple):
     """A complete response. ``headers`` are (name, value) byte pairs; ``Date`` and
     ``Content-Length`` are added when it is sent. ``reason`` replaces the status's usual
     phrase in the status line."""

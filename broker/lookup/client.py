@@ -14,8 +14,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import trio
 
@@ -40,8 +39,7 @@ PING_INTERVAL = 15.0
 MAX_PENDING = 10_000
 
 
-@dataclass(frozen=True, slots=True)
-class Identity:
+class Identity(NamedTuple):
     """What the node tells nsqlookupd about itself (the IDENTIFY body)."""
 
     broadcast_address: str

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .commands import Mpub
 from .errors import ProtocolError
@@ -36,8 +36,7 @@ _set_mpub_topic = Mpub.__dict__["topic"].__set__
 _set_mpub_bodies = Mpub.__dict__["bodies"].__set__
 
 
-@dataclass(frozen=True, slots=True)
-class BodySpec:
+class BodySpec(NamedTuple):
     """The wording of one command's body errors.
 
     nsqd words them ``<CMD> failed to read <noun> size``, ``<CMD> invalid

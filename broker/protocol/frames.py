@@ -12,7 +12,7 @@ data is ``[8-byte int64 timestamp ns][2-byte uint16 attempts][16-byte id][body]`
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .errors import ProtocolError
 from .limits import DEFAULT_MAX_MSG_SIZE
@@ -59,16 +59,14 @@ _MESSAGE_HEADER = struct.Struct(">qH")
 _VALID_FRAME_TYPES = (FRAME_TYPE_RESPONSE, FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE)
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(NamedTuple):
     """One decoded frame: its type and its data (the payload after the type)."""
 
     frame_type: int
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class MessageFrame:
+class MessageFrame(NamedTuple):
     """The data of a message frame, decoded."""
 
     timestamp: int

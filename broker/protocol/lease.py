@@ -27,7 +27,7 @@ ends the credit; every message sent before its ``CLOSE_WAIT`` is leased.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["Lease", "LEASE_OPS", "LEASE_IDENTIFY_FIELD", "is_valid_lease_token", "encode_lease"]
 
@@ -44,8 +44,7 @@ def is_valid_lease_token(token: object) -> bool:
     return isinstance(token, str) and _TOKEN.fullmatch(token) is not None
 
 
-@dataclass(frozen=True, slots=True)
-class Lease:
+class Lease(NamedTuple):
     """``LEASE <op> [<token> [<timeout_ms>]]``; ``timeout_ms`` already clamped for REQ."""
 
     op: str

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = [
     "Limits",
@@ -26,8 +26,7 @@ DEFAULT_MAX_REQ_TIMEOUT_MS = 3600000    # --max-req-timeout (1h)
 LINE_BUFFER_SIZE = 16384
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
+class Limits(NamedTuple):
     """Bounds for one connection's parser.
 
     ``max_msg_size`` bounds a PUB/DPUB body and each MPUB message;

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
-
-import cramjam
+from typing import Any
 
 from diskqueue.checksum import crc32c
 
@@ -31,6 +30,13 @@ __all__ = ["CompressionError", "Codec", "DeflateCodec", "SnappyCodec", "MAX_PIEC
 #: The most plain bytes in one piece :meth:`Codec.decompress` yields (one snappy chunk at most),
 #: and so the most plain bytes decompressed in one step.
 MAX_PIECE = 256 * 1024
+
+
+def _cramjam() -> Any:
+    """cramjam, imported by the first snappy client: a start does not load it."""
+    import cramjam
+
+    return cramjam
 
 
 class CompressionError(Exception):
@@ -134,7 +140,7 @@ class SnappyCodec(Codec):
         for start in range(0, len(view), _MAX_BLOCK):
             block = view[start:start + _MAX_BLOCK]
             crc = _masked_crc(block)
-            packed = bytes(cramjam.snappy.compress_raw(block))
+            packed = bytes(_cramjam().snappy.compress_raw(block))
             # Go's snappy writer keeps a chunk compressed only when that saves at least 1/8
             if len(packed) < len(block) - len(block) // 8:
                 kind, body = _CHUNK_COMPRESSED, packed
@@ -217,6 +223,7 @@ class SnappyCodec(Codec):
             return payload
         if size < 0 or size > _MAX_BLOCK:
             raise CompressionError("snappy: corrupt input - block too large")
+        cramjam = _cramjam()
         try:
             return bytes(cramjam.snappy.decompress_raw(payload))
         except cramjam.DecompressionError as exc:

@@ -12,8 +12,7 @@ import logging
 import os
 import socket
 import ssl
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import trio
 
@@ -39,8 +38,7 @@ ACCEPT_RETRY_MAX = 1.0
 ACCEPT_LOG_INTERVAL = 10.0
 
 
-@dataclass(frozen=True, slots=True)
-class Addresses:
+class Addresses(NamedTuple):
     """Where a started daemon listens: ``(host, port)`` pairs or unix socket paths."""
 
     tcp: Address | None

@@ -56,6 +56,7 @@ import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from broker.core.host import QueueStore
 from broker.core.message import RECORD_OVERHEAD
@@ -90,8 +91,7 @@ class NsqdImportError(RuntimeError):
     next one carries on."""
 
 
-@dataclass(frozen=True, slots=True)
-class NsqdCursor:
+class NsqdCursor(NamedTuple):
     """nsqd's checkpoint of one queue: where reading resumes and where writing stopped."""
 
     depth: int
