@@ -16,7 +16,7 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -100,11 +100,20 @@ class Daemon:
                 https_listeners = await open_listeners(opts.https_address, "HTTPS")
                 https_address = bound_address(https_listeners[0])
             addresses = Addresses(tcp_address, http_address, https_address)
+            # as nsqd, a broadcast port left at 0 becomes the port bound (GET /config shows it;
+            # 0 stays for a unix socket or no listener), and the statsd prefix is expanded once,
+            # for this host's broadcast address and HTTP port (GET /config/statsd_prefix shows it)
+            http_port = opts.broadcast_http_port or _port(http_address)
+            tcp_port = opts.broadcast_tcp_port or _port(tcp_address)
+            changes: dict[str, Any] = {}
+            if http_port != opts.broadcast_http_port:
+                changes["broadcast_http_port"] = http_port
+            if tcp_port != opts.broadcast_tcp_port:
+                changes["broadcast_tcp_port"] = tcp_port
             if opts.statsd_prefix:
-                # nsqd expands the prefix once, for this host's broadcast address and HTTP port,
-                # and GET /config/statsd_prefix shows it expanded
-                opts = dataclasses.replace(opts, statsd_prefix=statsd_prefix(
-                    opts.statsd_prefix, opts.broadcast_address, opts.broadcast_http_port or _port(http_address)))
+                changes["statsd_prefix"] = statsd_prefix(opts.statsd_prefix, opts.broadcast_address, http_port)
+            if changes:
+                opts = dataclasses.replace(opts, **changes)
                 self.broker.reconfigure(opts)
             if http_listeners is not None or https_listeners is not None:
                 from broker.http.api import HTTPServer

@@ -34,7 +34,8 @@ def _collect_flags() -> tuple[Flag, ...]:
 FLAGS = _collect_flags()
 FLAGS_BY_NAME = {flag.name: flag for flag in FLAGS}
 FLAGS_BY_CONFIG = {flag.cfg: flag for flag in FLAGS if flag.cfg}
-#: node_id is accepted as a spelling of nsqd's ``id`` key, matching the field name.
+#: node_id is accepted as a spelling of nsqd's ``id`` key in a config file, matching the field
+#: name; ``GET /config/node_id`` answers ``INVALID_OPTION``, as nsqd's.
 CONFIG_ALIASES = {"node_id": "id"}
 
 CONFIG_NAMES: tuple[str, ...] = tuple(sorted(FLAGS_BY_CONFIG))
@@ -49,7 +50,7 @@ def get_config_value(options: Options, name: str) -> Any:
     for tls1.0). Raises ``KeyError`` for a name nsqd's ``/config`` would answer with
     ``INVALID_OPTION``.
     """
-    flag = FLAGS_BY_CONFIG.get(CONFIG_ALIASES.get(name, name))
+    flag = FLAGS_BY_CONFIG.get(name)
     if flag is None or flag.attr is None:
         raise KeyError(name)
     return flag.kind.to_json(getattr(options, flag.attr))

@@ -563,7 +563,8 @@ def test_get_config_value_shapes():
     assert get_config_value(options, "auth_http_addresses") == []
     assert get_config_value(options, "e2e_processing_latency_percentiles") == [1.0, 0.99]
     assert get_config_value(options, "id") == 12
-    assert get_config_value(options, "node_id") == 12
+    with pytest.raises(KeyError):  # a config file's spelling of id, not a name nsqd's /config knows
+        get_config_value(options, "node_id")
     assert get_config_value(options, "log_level") == 1  # nsqd's lg.DEBUG
     assert get_config_value(Options(), "log_level") == 2  # nsqd's lg.INFO
     assert get_config_value(options, "tls_required") == 0
