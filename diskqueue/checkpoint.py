@@ -37,6 +37,7 @@ __all__ = [
     "CHECKPOINT_VERSION",
     "Checkpoint",
     "Cursor",
+    "FILE_MODE",
     "decode_checkpoint",
     "encode_checkpoint",
     "fsync_path",
@@ -47,6 +48,9 @@ __all__ = [
 
 CHECKPOINT_VERSION = 1
 TEMP_SUFFIX = ".tmp"
+#: Every file a queue writes (segments, checkpoints) and the metadata file: readable by their
+#: owner only, as nsqd's (message bodies are nobody else's business).
+FILE_MODE = 0o600
 
 
 class Cursor(NamedTuple):
@@ -145,7 +149,7 @@ def load_checkpoint(path: str) -> tuple[Checkpoint | None, str | None]:
 def write_temporary(path: str, data: bytes) -> str:
     """Write ``data`` to ``path + ".tmp"`` and fsync it; returns the temporary path."""
     tmp = path + TEMP_SUFFIX
-    fd = fileops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    fd = fileops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
     try:
         view = memoryview(data)
         while view:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from . import fileops
 from .batch import RecordBatch
-from .checkpoint import Cursor
+from .checkpoint import FILE_MODE, Cursor
 from .errors import DiskQueueIOError, MessageSizeError, describe_os_error
 from .format import HEADER_SIZE, RECORD_HEADER_SIZE, encode_header, segment_filename
 
@@ -145,7 +145,7 @@ class SegmentWriter:
 
     def _create(self) -> None:
         path = self.path(self.number)
-        fd = fileops.open(path, _CREATE_FLAGS, 0o644)
+        fd = fileops.open(path, _CREATE_FLAGS, FILE_MODE)
         try:
             header = encode_header(self.number, self.seq)
             if fileops.pwrite(fd, header, 0) != len(header):

@@ -27,7 +27,7 @@ from broker.gocompat.jsonscan import syntax_error
 from broker.gocompat.unmarshal import GO_BOOL, GO_STRING, GoSlice, GoStruct, unmarshal
 from broker.protocol import is_valid_name
 from diskqueue import describe_os_error
-from diskqueue.checkpoint import TEMP_SUFFIX, replace_durably
+from diskqueue.checkpoint import FILE_MODE, TEMP_SUFFIX, replace_durably
 
 __all__ = ["METADATA_FILE", "MetadataFile", "MetadataLoadError", "MetadataWriteError", "load", "save", "dump"]
 
@@ -138,12 +138,20 @@ def _entries(doc: dict[str, Any]) -> list[dict]:
 
 
 def dump(topics: list[dict], version: str) -> bytes:
-    """Serialize topic entries in nsqd's key order (Go sorts map keys)."""
+    """Serialize topic entries as nsqd 1.3.0 marshals its ``Metadata`` struct: fields in the
+    struct's order, and ``null`` for an empty list (a nil Go slice). pynsqd's own fields of a
+    channel (``max_attempts``) follow nsqd's, which nsqd skips when it reads the file."""
     doc = {"topics": [
-        {"channels": [dict(sorted(ch.items())) for ch in t["channels"]], "name": t["name"], "paused": t["paused"]}
+        {"name": t["name"], "paused": t["paused"], "channels": [_channel(ch) for ch in t["channels"]] or None}
         for t in topics
-    ], "version": version}
+    ] or None, "version": version}
     return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _channel(entry: dict[str, Any]) -> dict[str, Any]:
+    doc = {"name": entry["name"], "paused": entry["paused"]}
+    doc.update(sorted((key, value) for key, value in entry.items() if key not in doc))
+    return doc
 
 
 def save(data_path: Path, payload: bytes) -> None:
@@ -194,7 +202,7 @@ class MetadataFile:
         """
         tmp = str(self.data_path / METADATA_FILE) + TEMP_SUFFIX
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
         except OSError as exc:
             raise MetadataWriteError(describe_os_error("open", tmp, exc), exc.errno) from None
         os.close(fd)

@@ -282,7 +282,7 @@ async def test_topic_lifecycle(daemon, tmp_path):
     assert_empty_ok(await call(daemon, "POST", "/topic/pause?topic=t"))
     assert daemon.broker.topics["t"].paused
     nsqd_dat = json.loads((tmp_path / "data" / "nsqd.dat").read_text())
-    assert nsqd_dat["topics"] == [{"channels": [], "name": "t", "paused": True}]
+    assert nsqd_dat["topics"] == [{"name": "t", "paused": True, "channels": None}]  # nsqd: a nil slice
     assert_empty_ok(await call(daemon, "POST", "/topic/unpause?topic=t"))
     assert not daemon.broker.topics["t"].paused
     assert json.loads((tmp_path / "data" / "nsqd.dat").read_text())["topics"][0]["paused"] is False
