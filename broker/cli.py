@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker.config import InfoRequest, NsqdFormatter, OptionsError, configure_logging, parse_args
+from broker.config import InfoRequest, InstantiateError, NsqdFormatter, OptionsError, configure_logging, parse_args
 
 if TYPE_CHECKING:
     from broker.config import Options
@@ -42,7 +42,7 @@ def _options(args: list[str]) -> Options | int:
         print(info.text, flush=True)
         return EXIT_OK
     except OptionsError as err:
-        _fatal(str(err))
+        _fatal(f"{err.PREFIX}{err}" if isinstance(err, InstantiateError) else str(err))
         return EXIT_BAD_OPTIONS
 
 

@@ -27,9 +27,9 @@ from broker.core.broker import Broker, ShutdownIncomplete
 from broker.lookup import Identity, LookupClient
 from broker.observe.statsd_prefix import statsd_prefix
 from broker.server.fdlimit import raise_open_files_limit
-from broker.server.net import Addresses, bound_address, describe_address, open_listeners
+from broker.server.net import Addresses, ListenError, bound_address, describe_address, open_listeners
 from broker.server.tcp import TCPServer
-from broker.server.tls import client_context, server_context
+from broker.server.tls import TLSConfigError, client_context, server_context
 from broker.storage import DataDirectory, DataPathError, MetadataLoadError, MetadataWriteError
 
 if TYPE_CHECKING:
@@ -254,7 +254,7 @@ def _start_failure(exc: Exception) -> int:
 
 def _start_failure_line(cause: BaseException) -> str:
     """The FATAL line of a start-up failure; nsqd's words where nsqd has them."""
-    if isinstance(cause, DataPathError):
+    if isinstance(cause, (DataPathError, ListenError, TLSConfigError)):  # what nsqd's New() reports
         return f"failed to instantiate nsqd - {cause}"
     if isinstance(cause, MetadataLoadError):
         return f"failed to load metadata - {cause}"

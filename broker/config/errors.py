@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["OptionsError", "InfoRequest"]
+__all__ = ["OptionsError", "InstantiateError", "InfoRequest"]
 
 
 class OptionsError(ValueError):
@@ -11,6 +11,13 @@ class OptionsError(ValueError):
     The message names the flag (``--node-id must be [0,1024)``) or config key
     (``failed parsing tls_required maybe - ...``), in nsqd's wording where nsqd has one.
     """
+
+
+class InstantiateError(OptionsError):
+    """An option nsqd refuses when it builds the broker (``nsqd.New``), after the flags are read:
+    reported as ``failed to instantiate nsqd - <message>``, as nsqd reports it."""
+
+    PREFIX = "failed to instantiate nsqd - "
 
 
 class InfoRequest(Exception):

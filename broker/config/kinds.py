@@ -131,7 +131,10 @@ class DurationKind(Kind):
     type_name = "duration"
 
     def from_flag(self, text: str) -> float:
-        return to_seconds(parse_duration(text))
+        try:
+            return to_seconds(parse_duration(text))
+        except ValueError:
+            raise ValueError("parse error") from None  # Go's flag package words every bad duration so
 
     def from_config(self, value: Any) -> float:
         if isinstance(value, str):
@@ -237,8 +240,8 @@ class TlsRequiredKind(Kind):
             return TLS_REQUIRED_EXCEPT_HTTP
         try:
             return TLS_REQUIRED if parse_bool(text.lower()) else TLS_NOT_REQUIRED
-        except ValueError:
-            raise ValueError("must be true, false or tcp-https") from None
+        except ValueError:  # nsqd hands the rest to strconv.ParseBool and shows its error
+            raise ValueError(f"strconv.ParseBool: parsing {go_quote_str(text.lower())}: invalid syntax") from None
 
     def from_config(self, value: Any) -> int:
         return self.from_flag(format_v(value))

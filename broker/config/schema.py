@@ -17,7 +17,7 @@ import socket
 import zlib
 from dataclasses import dataclass, fields
 
-from broker.config.errors import OptionsError
+from broker.config.errors import InstantiateError, OptionsError
 from broker.config.flag import Flag, declared_flag, option
 from broker.config.kinds import (
     BOOL,
@@ -367,19 +367,19 @@ def validate(options: Options) -> None:
     if options.log_level not in LOG_LEVELS:
         raise OptionsError(f"invalid log level '{options.log_level}' (debug, info, warn, error, fatal)")
     if options.max_deflate_level < 1 or options.max_deflate_level > 9:
-        raise OptionsError("--max-deflate-level must be [1,9]")
+        raise InstantiateError("--max-deflate-level must be [1,9]")
     if options.node_id < 0 or options.node_id >= 1024:
-        raise OptionsError("--node-id must be [0,1024)")
+        raise InstantiateError("--node-id must be [0,1024)")
     if options.tls_min_version not in TLS_VERSIONS:
         raise OptionsError(f"unknown tlsVersionOption {go_quote_str(options.tls_min_version)}")
     if options.tls_required not in (TLS_NOT_REQUIRED, TLS_REQUIRED_EXCEPT_HTTP, TLS_REQUIRED):
         raise OptionsError("--tls-required must be true, false or tcp-https")
-    if options.tls_client_auth_policy not in TLS_CLIENT_AUTH_POLICIES:
-        raise OptionsError("--tls-client-auth-policy must be 'require' or 'require-verify'")
     if bool(options.tls_cert) != bool(options.tls_key):
-        raise OptionsError("failed to build TLS config - --tls-cert and --tls-key must be given together")
+        raise InstantiateError("failed to build TLS config - --tls-cert and --tls-key must be given together")
     if options.tls_required != TLS_NOT_REQUIRED and not options.tls_cert:
-        raise OptionsError("cannot require TLS client connections without TLS key and cert")
+        raise InstantiateError("cannot require TLS client connections without TLS key and cert")
+    if options.tls_client_auth_policy not in TLS_CLIENT_AUTH_POLICIES:  # nsqd ignores any other policy
+        raise OptionsError("--tls-client-auth-policy must be 'require' or 'require-verify'")
     for value in options.e2e_processing_latency_percentiles:
         if not 0 < value <= 1:
-            raise OptionsError(f"invalid E2E processing latency percentile: {format_float_v(value)}")
+            raise InstantiateError(f"invalid E2E processing latency percentile: {format_float_v(value)}")

@@ -8,13 +8,17 @@ ask every connection to close, cancel what is left after a grace period.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import ssl
+import stat
 from typing import Any, NamedTuple
 
 import trio
+
+from diskqueue import os_error_reason
 
 __all__ = [
     "Address",
@@ -47,35 +51,93 @@ class Addresses(NamedTuple):
 
 
 class ListenError(OSError):
-    """A listener could not be opened; the message names it and its address, as nsqd's does:
-    ``listen TCP (127.0.0.1:4150) failed - [Errno 98] Address already in use``."""
+    """A listener could not be opened; the message is nsqd's, Go's error included:
+    ``listen (127.0.0.1:4150) failed - listen tcp 127.0.0.1:4150: bind: address already in use``."""
 
 
 async def open_listeners(address: str, kind: str) -> list[trio.SocketListener]:
-    """Listeners for an nsqd-style address: ``host:port``, ``:port``, ``[v6]:port`` or a unix socket path.
+    """Listeners for an nsqd address: ``host:port`` (``:port``, ``[v6]:port``, a service name
+    or an empty port), or else the path of a unix socket, as Go's ``net.SplitHostPort`` tells
+    them apart (``HTTPS`` is always TCP, as nsqd's ``tls.Listen("tcp", ...)``).
 
-    ``kind`` ("TCP", "HTTP") names the listener in errors. Raises ``ValueError`` for an
-    address of neither form and :class:`ListenError` when binding fails. The caller owns
-    the listeners (a :class:`ConnectionServer` closes those it serves).
+    Raises :class:`ListenError` with nsqd's words when the address is unusable or binding
+    fails. The caller owns the listeners (a :class:`ConnectionServer` closes those it serves).
     """
+    split = _split_host_port(address)
     try:
-        return await _open_listeners(address)
+        if split is None:
+            if kind == "HTTPS":
+                raise _GoError(f"listen tcp: address {address}: missing port in address")
+            return [await _open_unix_listener(address)]
+        host, port = split
+        return await trio.open_tcp_listeners(_port_number(port), host=host or None)
+    except _GoError as exc:
+        raise ListenError(f"listen ({address}) failed - {exc}") from None
+    except socket.gaierror:
+        raise ListenError(f"listen ({address}) failed - listen tcp: lookup {split[0] if split else address}: "
+                          "no such host") from None
     except OSError as exc:
-        raise ListenError(f"listen {kind} ({address}) failed - {exc}") from exc
+        network, where = ("unix", address) if split is None else ("tcp", _bind_address(*split))
+        raise ListenError(f"listen ({address}) failed - listen {network} {where}: bind: {os_error_reason(exc)}") \
+            from exc
 
 
-async def _open_listeners(address: str) -> list[trio.SocketListener]:
-    if "/" in address:
-        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        if os.path.exists(address):
-            os.unlink(address)
-        await sock.bind(address)
-        sock.listen(socket.SOMAXCONN)
-        return [trio.SocketListener(sock)]
+class _GoError(Exception):
+    """An address Go's ``net.Listen`` refuses before binding; the message is Go's."""
+
+
+def _split_host_port(address: str) -> tuple[str, str] | None:
+    """(host, port) as Go's ``net.SplitHostPort`` splits ``address``; None where it refuses it
+    (no port, too many colons), which makes nsqd listen on a unix socket of that path."""
+    if address.startswith("["):
+        end = address.find("]")
+        if end < 0 or address[end + 1:end + 2] != ":" or "[" in address[1:] or "]" in address[end + 1:]:
+            return None
+        return address[1:end], address[end + 2:]
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"invalid listen address {address!r}: want host:port")
-    return await trio.open_tcp_listeners(int(port), host=host.strip("[]") or None)
+    if not sep or ":" in host or "[" in host or "]" in host:
+        return None
+    return host, port
+
+
+def _port_number(port: str) -> int:
+    """A listen port as Go reads it: empty is 0, digits (with a sign) are a number that must be
+    in range, anything else is a service name (``http``)."""
+    if not port:
+        return 0
+    digits = port[1:] if port[0] in "+-" else port
+    if digits.isdigit():
+        number = int(port)
+        if not 0 <= number <= 0xFFFF:
+            raise _GoError(f"listen tcp: address {port}: invalid port")
+        return number
+    try:
+        return socket.getservbyname(port, "tcp")
+    except OSError:
+        raise _GoError(f"listen tcp: address tcp/{port}: unknown port") from None
+
+
+def _bind_address(host: str, port: str) -> str:
+    """The address Go's bind error names: the host as given (an IP) and the port as a number."""
+    try:
+        number = str(_port_number(port))
+    except _GoError:
+        number = port
+    return f"[{host}]:{number}" if ":" in host else f"{host}:{number}"
+
+
+async def _open_unix_listener(path: str) -> trio.SocketListener:
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(os.lstat(path).st_mode):  # a socket left by an earlier run; never another file
+                os.unlink(path)
+        await sock.bind(path)
+        sock.listen(socket.SOMAXCONN)
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketListener(sock)
 
 
 def bound_address(listener: trio.SocketListener) -> Address:

@@ -9,9 +9,12 @@ client certificate without verifying it, so ``--tls-client-auth-policy=require``
 
 from __future__ import annotations
 
+import os
 import ssl
 import warnings
 from typing import TYPE_CHECKING, Any
+
+from diskqueue import os_error_reason
 
 if TYPE_CHECKING:
     from broker.config.schema import Options
@@ -53,6 +56,7 @@ def server_context(options: Options) -> ssl.SSLContext | None:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _set_min_version(context, options.tls_min_version)
     try:
+        _readable(options.tls_cert, options.tls_key, options.tls_root_ca_file)
         context.load_cert_chain(options.tls_cert, options.tls_key)
         if options.tls_client_auth_policy:
             context.verify_mode = ssl.CERT_REQUIRED
@@ -68,6 +72,18 @@ def server_context(options: Options) -> ssl.SSLContext | None:
     return context
 
 
+def _readable(*paths: str) -> None:
+    """Open each given file as Go reads it first: a missing or unreadable one raises ``OSError``
+    worded as Go's (``open c.pem: no such file or directory``), which ``ssl`` does not name."""
+    for path in paths:
+        if not path:
+            continue
+        try:
+            os.close(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        except OSError as exc:
+            raise OSError(f"open {path}: {os_error_reason(exc)}") from None
+
+
 def client_context(options: Options) -> ssl.SSLContext:
     """The context for HTTPS requests to auth servers: ``--tls-root-ca-file`` or the system's CAs.
 
@@ -78,6 +94,7 @@ def client_context(options: Options) -> ssl.SSLContext:
     _set_min_version(context, options.tls_min_version)
     if options.tls_root_ca_file:
         try:
+            _readable(options.tls_root_ca_file)
             context.load_verify_locations(cafile=options.tls_root_ca_file)
         except (OSError, ssl.SSLError) as exc:
             raise TLSConfigError(f"failed to build client TLS config - {exc}") from exc

@@ -8,6 +8,10 @@ it ends. Normalized first: each broker's own ports, start time and uptime, the `
 block of ``/stats`` (Go's heap against CPython's), the runtime in ``/stats``' first line,
 and the id and timestamp of message frames.
 
+The same goes for the data directory (``nsqd.dat`` byte for byte, every file's mode) and for
+a start refused: the line nsqd prints for a bad flag, an option its ``New()`` refuses or a
+listen address it cannot bind is pynsqd's too.
+
 Known differences on purpose are in README's "Differences from nsqd on purpose" and are
 left out here; so is ``PUT /config/nsqlookupd_tcp_addresses`` with ``null`` (nsqd then shows
 ``null``, pynsqd ``[]``).
@@ -16,14 +20,18 @@ left out here; so is ``PUT /config/nsqlookupd_tcp_addresses`` with ``null`` (nsq
 from __future__ import annotations
 
 import http.client
+import os
 import re
 import socket
 import struct
+import subprocess
+import sys
 import time
 
 import pytest
 
 from tests.support.nsq_programs import nsq_bin, nsq_bin_missing
+from tests.support.paths import REPO
 from tests.support.processes import BrokerProcess
 
 pytestmark = pytest.mark.skipif(nsq_bin_missing() is not None, reason=nsq_bin_missing() or "")
@@ -301,3 +309,35 @@ def test_the_data_directory_is_nsqds(tmp_path):
     finally:
         nsqd.kill()
         pynsqd.kill()
+
+
+#: Flags both brokers refuse at start, with the same words: nsqd's FATAL line (status 1), or its
+#: flag package's line (nsqd: status 2 and its usage; pynsqd: status 1, the line as a FATAL one).
+REFUSED_FLAGS = [
+    ("--node-id=1024",), ("--max-deflate-level=10",), ("--tls-required=true",), ("--tls-client-auth-policy=require",),
+    ("--e2e-processing-latency-percentile=1.5",), ("--tls-cert=missing.pem", "--tls-key=missing.key"),
+    ("--tcp-address=127.0.0.1:99999",), ("--http-address=127.0.0.1:-1",), ("--tcp-address=127.0.0.1:nosuchservice",),
+    ("--tcp-address=/nonexistent/dir/x.sock",),
+    ("--msg-timeout=abc",), ("--msg-timeout=5",), ("--deflate=maybe",), ("--unknown-flag",), ("--mem-queue-size",),
+    ("--mem-queue-size=1.5",), ("--tls-required=MAYBE",), ("--log-level=bogus",), ("--tls-min-version=tls9",),
+]
+
+
+def _refusal(program: list[str], data_path, flags: tuple[str, ...]) -> str:
+    done = subprocess.run([*program, f"--data-path={data_path}", "--tcp-address=127.0.0.1:0",
+                           "--http-address=127.0.0.1:0", *flags], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL, cwd=data_path,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})  # relative paths are the data path's
+    assert done.returncode in (1, 2), (program, flags, done.returncode, done.stderr[-500:])
+    lines = done.stderr.splitlines()
+    line = next((line for line in lines if " FATAL: " in line), lines[0])  # after the INFO lines of a start
+    return re.sub(r"^\[nsqd\] \S+ \S+ FATAL: ", "", line)
+
+
+@pytest.mark.parametrize("flags", REFUSED_FLAGS, ids=" ".join)
+def test_a_refused_start_says_what_nsqd_says(tmp_path, flags):
+    (tmp_path / "nsqd").mkdir()
+    (tmp_path / "pynsqd").mkdir()
+    theirs = _refusal([str(nsq_bin() / "nsqd")], tmp_path / "nsqd", flags)
+    ours = _refusal([sys.executable, "-m", "broker"], tmp_path / "pynsqd", flags)
+    assert ours == theirs.replace(str(tmp_path / "nsqd"), str(tmp_path / "pynsqd"))

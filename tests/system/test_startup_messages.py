@@ -56,10 +56,13 @@ def test_defaults_start_without_warnings(broker_process):
 @pytest.mark.parametrize(
     ("flags", "fatal"),
     [
-        # nsqd 1.3.0's own words when there is no key and certificate
-        (("--tls-required=true",), "FATAL: cannot require TLS client connections without TLS key and cert"),
+        # nsqd 1.3.0's own lines
+        (("--tls-required=true",),
+         "FATAL: failed to instantiate nsqd - cannot require TLS client connections without TLS key and cert"),
+        (("--tls-client-auth-policy=bogus",),
+         "FATAL: failed to instantiate nsqd - cannot require TLS client connections without TLS key and cert"),
         (("--tls-required=true", "--tls-cert=c.pem", "--tls-key=k.pem"),
-         "FATAL: failed to start: failed to build TLS config - [Errno 2] No such file or directory"),
+         "FATAL: failed to instantiate nsqd - failed to build TLS config - open c.pem: no such file or directory"),
     ],
 )
 def test_tls_that_cannot_work_is_refused_at_start(tmp_path, flags, fatal):
@@ -70,7 +73,7 @@ def test_tls_that_cannot_work_is_refused_at_start(tmp_path, flags, fatal):
 
 
 @pytest.mark.parametrize("listener", ["TCP", "HTTP"])
-def test_a_busy_port_names_the_listener_and_address(tmp_path, listener):
+def test_a_busy_port_is_refused_in_nsqds_words(tmp_path, listener):
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
@@ -79,4 +82,43 @@ def test_a_busy_port_names_the_listener_and_address(tmp_path, listener):
         done = _run_broker(tmp_path, f"--tcp-address={addresses['TCP']}", f"--http-address={addresses['HTTP']}")
     assert done.returncode == 1
     fatal = [m for m in _messages(done.stderr) if m.startswith("FATAL")]
-    assert fatal == [f"FATAL: failed to start: listen {listener} ({busy}) failed - [Errno 98] Address already in use"]
+    assert fatal == [f"FATAL: failed to instantiate nsqd - listen ({busy}) failed - listen tcp {busy}: bind: "
+                     "address already in use"]
+
+
+@pytest.mark.parametrize(("address", "error"), [
+    ("127.0.0.1:99999", "listen tcp: address 99999: invalid port"),
+    ("127.0.0.1:-1", "listen tcp: address -1: invalid port"),
+    ("127.0.0.1:nosuchservice", "listen tcp: address tcp/nosuchservice: unknown port"),
+    ("/nonexistent/dir/x.sock", "listen unix /nonexistent/dir/x.sock: bind: no such file or directory"),
+])
+def test_an_unusable_listen_address_is_refused_in_nsqds_words(tmp_path, address, error):
+    done = _run_broker(tmp_path, f"--tcp-address={address}", "--http-address=127.0.0.1:0")
+    assert done.returncode == 1
+    assert [m for m in _messages(done.stderr) if m.startswith("FATAL")] == [
+        f"FATAL: failed to instantiate nsqd - listen ({address}) failed - {error}"]
+
+
+def test_an_address_go_cannot_split_is_a_unix_socket_as_in_nsqd(tmp_path):
+    """Go's SplitHostPort decides: a path with colons (too many to split) is a socket path;
+    an empty port is any free port."""
+    path = tmp_path / "a:b:c"
+    proc = subprocess.Popen([sys.executable, "-m", "broker", f"--data-path={tmp_path}", f"--tcp-address={path}",
+                             "--http-address=127.0.0.1:"], cwd=REPO, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        lines = []
+        while not any("HTTP: listening" in line for line in lines):
+            line = proc.stderr.readline()  # the broker's own log: it says when it listens
+            assert line, "".join(lines)
+            lines.append(line)
+        messages = _messages("".join(lines))
+        assert f"INFO: TCP: listening on {path}" in messages
+        assert any(re.fullmatch(r"INFO: HTTP: listening on 127\.0\.0\.1:[1-9]\d*", m) for m in messages)
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(str(path))
+            client.sendall(b"  V2NOP\nFOO\n")
+            assert client.recv(100).startswith(b"\x00\x00\x00")  # E_INVALID, as over TCP
+    finally:
+        proc.kill()
+        proc.wait(10)

@@ -58,11 +58,13 @@ def test_help(capsys, flag):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--node-id=1024"], "--node-id must be [0,1024)"),
-        (["--max-deflate-level=10"], "--max-deflate-level must be [1,9]"),
+        # what nsqd refuses when it builds the broker carries its "failed to instantiate nsqd - "
+        (["--node-id=1024"], "failed to instantiate nsqd - --node-id must be [0,1024)"),
+        (["--max-deflate-level=10"], "failed to instantiate nsqd - --max-deflate-level must be [1,9]"),
         (["--nope"], "flag provided but not defined: -nope"),
         (["--tls-min-version=tls2"], 'invalid value "tls2" for flag -tls-min-version: unknown tlsVersionOption "tls2"'),
-        (["--e2e-processing-latency-percentile=2"], "invalid E2E processing latency percentile: 2"),
+        (["--e2e-processing-latency-percentile=2"],
+         "failed to instantiate nsqd - invalid E2E processing latency percentile: 2"),
     ],
 )
 def test_bad_options_exit_1_with_an_nsqd_style_fatal_line(capsys, fake_daemon, argv, message):
@@ -174,4 +176,5 @@ def test_python_dash_m_broker_exit_codes():
         [sys.executable, "-m", "broker", "--node-id", "4096"], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert bad.returncode == 1
-    assert re.fullmatch(rf"\[nsqd\] {LINE} FATAL: --node-id must be \[0,1024\)\n", bad.stderr)
+    assert re.fullmatch(rf"\[nsqd\] {LINE} FATAL: failed to instantiate nsqd - --node-id must be \[0,1024\)\n",
+                        bad.stderr)
