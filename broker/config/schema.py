@@ -251,7 +251,6 @@ class Options:
     statsd_udp_packet_size: int = option(
         508, INT, "statsd-udp-packet-size",
         "the size in bytes of statsd UDP packets",
-        bound=">0",
     )
     statsd_exclude_ephemeral: bool = option(
         False, BOOL, "statsd-exclude-ephemeral",

@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["pack_lines"]
+__all__ = ["DEFAULT_PACKET_SIZE", "pack_lines", "packet_size"]
+
+
+#: The packet size nsqd uses for ``--statsd-udp-packet-size`` of 0 or less: its buffered
+#: writer's default (Go's ``bufio.NewWriterSize`` takes any size <= 0 as 4096).
+DEFAULT_PACKET_SIZE = 4096
+
+
+def packet_size(configured: int) -> int:
+    """The bytes per packet for ``--statsd-udp-packet-size``, as nsqd reads it."""
+    return configured if configured > 0 else DEFAULT_PACKET_SIZE
 
 
 def pack_lines(lines: Iterable[bytes], packet_size: int) -> list[bytes]:

@@ -24,7 +24,7 @@ from broker.observe.collect import snapshot
 from broker.observe.runtime import GC_PAUSES, memory_stats
 from broker.observe.sources import BrokerSource
 from broker.observe.statsd_lines import FIRST_PUSH, PushState, statsd_lines
-from broker.observe.statsd_packets import pack_lines
+from broker.observe.statsd_packets import pack_lines, packet_size
 
 __all__ = ["DIAL_TIMEOUT", "SPREAD_MARGIN", "StatsdPusher", "split_address"]
 
@@ -93,7 +93,7 @@ class StatsdPusher:
             lines, self._last = statsd_lines(options.statsd_prefix, stats.topics or (), memory, self._last,
                                              exclude_ephemeral=options.statsd_exclude_ephemeral)
             self.pushes += 1
-            await _spread(sock, pack_lines(lines, options.statsd_udp_packet_size),
+            await _spread(sock, pack_lines(lines, packet_size(options.statsd_udp_packet_size)),
                           self.interval - SPREAD_MARGIN, address)
 
 

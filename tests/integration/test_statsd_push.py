@@ -99,3 +99,22 @@ async def test_get_config_shows_the_statsd_options_as_nsqd_does(start_daemon):
         assert await config("statsd_mem_stats") == "true"
         assert await config("statsd_address") == ""
         assert daemon.statsd is None
+
+
+async def test_a_packet_size_of_0_or_less_means_4096_as_in_nsqd(start_daemon):
+    """nsqd hands the size to Go's bufio.NewWriterSize, which takes any size <= 0 as 4096."""
+    for size in ("0", "-1"):
+        with await _udp_socket() as sock:
+            port = sock.getsockname()[1]
+            async with start_daemon(f"--statsd-address=127.0.0.1:{port}", f"--statsd-interval={INTERVAL}",
+                                    f"--statsd-udp-packet-size={size}") as daemon:
+                # about 3 KB of lines a push (the mem.* ones included): one packet at 4096, six at 508
+                for n in range(12):
+                    await publish(daemon, f"topic_{n:02d}", b"x")
+                assert (await request(daemon.addresses.http, "GET", "/config/statsd_udp_packet_size")).text == size
+                with trio.fail_after(10):
+                    while True:
+                        packet = await sock.recv(65536)
+                        if b"topic_11." in packet:
+                            break
+                assert 2048 < len(packet) <= 4096, len(packet)
