@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
-from typing import Any
 
 from diskqueue.checksum import crc32c
 
@@ -30,13 +29,6 @@ __all__ = ["CompressionError", "Codec", "DeflateCodec", "SnappyCodec", "MAX_PIEC
 #: The most plain bytes in one piece :meth:`Codec.decompress` yields (one snappy chunk at most),
 #: and so the most plain bytes decompressed in one step.
 MAX_PIECE = 256 * 1024
-
-
-def _cramjam() -> Any:
-    """cramjam, imported by the first snappy client: a start does not load it."""
-    import cramjam
-
-    return cramjam
 
 
 class CompressionError(Exception):
@@ -127,6 +119,10 @@ class SnappyCodec(Codec):
     name = "snappy"
 
     def __init__(self) -> None:
+        import cramjam  # loaded by the first snappy client: a start does not load it
+
+        self._snappy = cramjam.snappy
+        self._decompression_error: type[Exception] = cramjam.DecompressionError
         self._header_sent = False
         self._buf = bytearray()
         self._identified = False
@@ -140,7 +136,7 @@ class SnappyCodec(Codec):
         for start in range(0, len(view), _MAX_BLOCK):
             block = view[start:start + _MAX_BLOCK]
             crc = _masked_crc(block)
-            packed = bytes(_cramjam().snappy.compress_raw(block))
+            packed = bytes(self._snappy.compress_raw(block))
             # Go's snappy writer keeps a chunk compressed only when that saves at least 1/8
             if len(packed) < len(block) - len(block) // 8:
                 kind, body = _CHUNK_COMPRESSED, packed
@@ -214,8 +210,7 @@ class SnappyCodec(Codec):
             return len(body) - 4
         return _uvarint(body[4:9])
 
-    @staticmethod
-    def _block(kind: int, body: bytes, size: int) -> bytes:
+    def _block(self, kind: int, body: bytes, size: int) -> bytes:
         payload = body[4:]
         if kind == _CHUNK_UNCOMPRESSED:
             if size > _MAX_BLOCK:
@@ -223,8 +218,7 @@ class SnappyCodec(Codec):
             return payload
         if size < 0 or size > _MAX_BLOCK:
             raise CompressionError("snappy: corrupt input - block too large")
-        cramjam = _cramjam()
         try:
-            return bytes(cramjam.snappy.decompress_raw(payload))
-        except cramjam.DecompressionError as exc:
+            return bytes(self._snappy.decompress_raw(payload))
+        except self._decompression_error as exc:
             raise CompressionError(f"snappy: corrupt input - {exc}") from exc

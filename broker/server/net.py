@@ -64,20 +64,21 @@ async def open_listeners(address: str, kind: str) -> list[trio.SocketListener]:
     fails. The caller owns the listeners (a :class:`ConnectionServer` closes those it serves).
     """
     split = _split_host_port(address)
+    port = 0
     try:
         if split is None:
             if kind == "HTTPS":
                 raise _GoError(f"listen tcp: address {address}: missing port in address")
             return [await _open_unix_listener(address)]
-        host, port = split
-        return await trio.open_tcp_listeners(_port_number(port), host=host or None)
+        port = _port_number(split[1])
+        return await trio.open_tcp_listeners(port, host=split[0] or None)
     except _GoError as exc:
         raise ListenError(f"listen ({address}) failed - {exc}") from None
     except socket.gaierror:
         raise ListenError(f"listen ({address}) failed - listen tcp: lookup {split[0] if split else address}: "
                           "no such host") from None
     except OSError as exc:
-        network, where = ("unix", address) if split is None else ("tcp", _bind_address(*split))
+        network, where = ("unix", address) if split is None else ("tcp", describe_address((split[0], port)))
         raise ListenError(f"listen ({address}) failed - listen {network} {where}: bind: {os_error_reason(exc)}") \
             from exc
 
@@ -115,15 +116,6 @@ def _port_number(port: str) -> int:
         return socket.getservbyname(port, "tcp")
     except OSError:
         raise _GoError(f"listen tcp: address tcp/{port}: unknown port") from None
-
-
-def _bind_address(host: str, port: str) -> str:
-    """The address Go's bind error names: the host as given (an IP) and the port as a number."""
-    try:
-        number = str(_port_number(port))
-    except _GoError:
-        number = port
-    return f"[{host}]:{number}" if ":" in host else f"{host}:{number}"
 
 
 async def _open_unix_listener(path: str) -> trio.SocketListener:

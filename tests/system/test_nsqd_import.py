@@ -53,6 +53,12 @@ async def _mpub(client: V2Client, topic: str, bodies: list[bytes]) -> None:
     await client.expect_response(b"OK")
 
 
+async def _dpub_each(client: V2Client, topic: str, bodies: list[bytes], defer_ms: int = 3_600_000) -> None:
+    for body in bodies:
+        await client.send(encode_dpub(topic, defer_ms, body))
+        await client.expect_response(b"OK")
+
+
 async def _fill_nsqd(tmp_path: Path, data: Path) -> tuple[Delivery, dict[bytes, int]]:
     """Run nsqd twice on ``data``; what every channel must deliver, and the attempts of the
     messages that were in flight at its exit."""
@@ -82,9 +88,7 @@ async def _fill_nsqd(tmp_path: Path, data: Path) -> tuple[Delivery, dict[bytes, 
         mixed = [b"mixed-%d" % i for i in range(60)]
         await _mpub(client, "mixed", mixed)
         deferred = [b"deferred-%d" % i for i in range(3)]
-        for body in deferred:
-            await client.send(encode_dpub("mixed", 3_600_000, body))
-            await client.expect_response(b"OK")
+        await _dpub_each(client, "mixed", deferred)
         nochan = [b"nochan-%d" % i for i in range(25)]
         await _mpub(client, "nochan", nochan)
         paused = [b"paused-%d" % i for i in range(12)]
@@ -334,9 +338,7 @@ async def test_export_nsqd_hands_a_stopped_pynsqds_queues_back_to_nsqd(tmp_path)
         bodies = [b"x-%d" % i for i in range(30)]
         await _mpub(client, "x", bodies)
         deferred = [b"later-%d" % i for i in range(2)]
-        for body in deferred:
-            await client.send(encode_dpub("x", 3_600_000, body))
-            await client.expect_response(b"OK")
+        await _dpub_each(client, "x", deferred)
         solo = [b"solo-%d" % i for i in range(10)]
         await _mpub(client, "solo", solo)
         await client.aclose()
