@@ -122,3 +122,15 @@ def test_an_address_go_cannot_split_is_a_unix_socket_as_in_nsqd(tmp_path):
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_a_file_at_the_socket_path_is_never_removed(tmp_path):
+    """A socket left by an earlier run is replaced; any other file stays, and the start is refused."""
+    path = tmp_path / "precious.txt"
+    path.write_bytes(b"not a socket")
+    done = _run_broker(tmp_path / "data", f"--tcp-address={path}", "--http-address=127.0.0.1:0")
+    assert done.returncode == 1
+    assert [m for m in _messages(done.stderr) if m.startswith("FATAL")] == [
+        f"FATAL: failed to instantiate nsqd - listen ({path}) failed - listen unix {path}: bind: "
+        "address already in use"]
+    assert path.read_bytes() == b"not a socket"
