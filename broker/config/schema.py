@@ -318,6 +318,19 @@ class Options:
         bound=">=0",
     )
 
+    dedup_window: float = option(
+        600.0, DURATION, "dedup-window",
+        "how long a topic remembers the key of a keyed publish: a publish of the same key to "
+        "the same topic within it is a duplicate and is not stored (0 = keys are not remembered)",
+        bound=">=0",
+    )
+    dedup_max_keys: int = option(
+        1000000, INT, "dedup-max-keys",
+        "most publish keys remembered, over all topics; past it the oldest are forgotten "
+        "before their window ends",
+        bound=">0",
+    )
+
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # the dataclass is frozen; normalise in place once
         for name in ("nsqlookupd_tcp_addresses", "auth_http_addresses"):

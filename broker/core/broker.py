@@ -25,6 +25,7 @@ import trio
 
 from broker.config.options import Options
 from broker.core.channel import Channel
+from broker.core.dedup import KeyStore, TopicKeys, decode_record, encode_record
 from broker.core.guid import GuidFactory
 from broker.core.host import BrokerStorage, CoreHost, RegistryChange, RegistryListener, Subscriber
 from broker.core.message import Message, now_ns
@@ -70,6 +71,8 @@ class Broker:
             max_req_timeout_ms=int(options.max_req_timeout * 1000),
         )
         self.topics: dict[str, Topic] = {}
+        #: the keys of keyed publishes, of every topic (see :mod:`broker.core.dedup`)
+        self.keys = KeyStore(round(options.dedup_window * 1_000_000_000), options.dedup_max_keys)
         self.clients: set[Any] = set()  # the server's client connections
         self.exiting = False
         self.health_error: str | None = None
@@ -98,6 +101,7 @@ class Broker:
                 self._nursery = nursery
                 self._storage.queues.list_directory()
                 self._load(entries)
+                await self._load_keys()
                 await self.persist_metadata()
                 nursery.start_soon(self._scan_loop)
                 nursery.start_soon(self._metadata.run, self.metadata_entries, self._metadata_failed)
@@ -120,6 +124,49 @@ class Broker:
                 elif max_attempts is not None:
                     log.warning("ignoring max_attempts of channel %s:%s in nsqd.dat - not a count "
                                 "from 0 to %d", topic.name, channel.name, MAX_ATTEMPTS)
+
+    async def _load_keys(self) -> None:
+        """Read back the journals of publish keys: the live keys are remembered, in expiry
+        order over every topic, and written again; the journals' older records are committed."""
+        read: list[tuple[int, int, TopicKeys, bytes]] = []
+        journals: list[tuple[TopicKeys, int]] = []
+        for topic in self.topics.values():
+            try:
+                keys = topic.key_store(restored=True)
+            except KeyError:
+                continue
+            journal = keys.journal
+            assert journal is not None
+            count = 0
+            while journal.depth:
+                records = journal.read_many(4096)
+                if not records:
+                    break
+                for record in records:
+                    try:
+                        expires, key = decode_record(record)
+                    except ValueError:
+                        log.warning("TOPIC(%s): skipping a damaged record of its publish keys", topic.name)
+                        continue
+                    read.append((expires, len(read), keys, key))
+                count += len(records)
+            journals.append((keys, count))
+        if not journals:
+            return
+        read.sort()
+        now = now_ns()
+        store = self.keys
+        live = 0
+        for expires, _, keys, key in read:
+            live += store.remember(keys, ((expires, key),), now)
+        for keys, _count in journals:
+            journal = keys.journal
+            assert journal is not None
+            journal.commit()
+            if keys.held:
+                journal.put_many([encode_record(expires, key) for key, expires in keys.held.items()])
+            await journal.sync()
+        log.info("loaded %d publish keys of %d topics (%d expired)", live, len(journals), len(read) - live)
 
     async def shutdown(self) -> None:
         """Write everything held in memory to disk, close the queues, persist metadata.
@@ -284,6 +331,64 @@ class Broker:
         self._disk_written(topic, written)
         return None
 
+    def publish_keyed(self, topic: Topic, bodies: list[bytes], keys: list[bytes],
+                      defer_ns: int = 0) -> tuple[int, Awaitable[None] | None]:
+        """:meth:`publish` for messages with keys (``b""``: unkeyed): those whose key ``topic``
+        stored within ``--dedup-window`` are not stored. Returns how many were such
+        duplicates, and what must be awaited before the answer, as :meth:`publish` does.
+
+        Keys are remembered before their messages are queued and forgotten again if that
+        fails. With ``--durable`` the answer waits until the messages are on stable storage
+        and then until their keys' records are (a batch of duplicates only waits for the
+        topic's sync, which covers the messages they duplicate, in case those were published
+        a moment ago); without, the keys are written to the journal at once, unsynced.
+        """
+        store = self.keys
+        topic_keys = topic.key_store()
+        stored = store.admit(topic_keys, keys, now_ns())
+        kept = bodies
+        new = [key for key, new in zip(keys, stored) if key and new]
+        duplicates = len(bodies) - sum(stored)
+        if duplicates:
+            kept = [body for body, new in zip(bodies, stored) if new]
+        try:
+            pending = self.publish(topic, kept, defer_ns) if kept else None
+        except BaseException:
+            store.forget(topic_keys, keys, stored)
+            raise
+        durable = topic.keys_commit is not None
+        if not durable:
+            if new and topic_keys.journal is not None:
+                try:
+                    self._journal_keys(topic, topic_keys, new)
+                except DiskQueueError as exc:  # the messages are queued: their keys stay in memory
+                    self.disk_failed(exc)
+            if pending is None:
+                return duplicates, None
+        elif pending is None and topic.wait_stored is not None:
+            pending = topic.wait_stored()
+        return duplicates, self._keyed_stored(topic, topic_keys, keys, stored, new, pending)
+
+    async def _keyed_stored(self, topic: Topic, topic_keys: TopicKeys, keys: list[bytes], stored: list[bool],
+                            new: list[bytes], pending: Awaitable[None] | None) -> None:
+        try:
+            if pending is not None:
+                await pending
+        except BaseException:
+            self.keys.forget(topic_keys, keys, stored)
+            raise
+        commit = topic.keys_commit
+        if commit is not None and new:
+            self._journal_keys(topic, topic_keys, new)
+            await commit.wait()
+
+    def _journal_keys(self, topic: Topic, topic_keys: TopicKeys, new: list[bytes]) -> None:
+        """Write the records of newly remembered keys to the topic's journal."""
+        journal = topic_keys.journal
+        assert journal is not None
+        held = topic_keys.held
+        journal.put_many([encode_record(held.get(key, 0), key) for key in new])
+
     async def _publish_in_pieces(self, topic: Topic, bodies: list[bytes], defer_ns: int) -> None:
         starting = self._starting.get(topic.name)
         if starting is not None:
@@ -364,12 +469,42 @@ class Broker:
 
     # ---------------------------------------------------------------- timers
 
+    def _expire_keys(self) -> None:
+        """Forget the keys whose window ended, and commit their records in the journals."""
+        now = now_ns()
+        self.keys.expire(now)
+        for topic in list(self.topics.values()):
+            keys = topic.keys
+            if keys is None or keys.journal is None or not keys.journal.depth:
+                continue
+            journal = keys.journal
+            try:
+                while True:
+                    records = journal.peek_many(1024)
+                    done = 0
+                    for record in records:
+                        if len(record) >= 8 and int.from_bytes(record[:8], "big", signed=True) > now:
+                            break
+                        done += 1
+                    if done:
+                        journal.read_many(done)
+                        journal.commit(done)
+                    if done < 1024:
+                        break
+            except DiskQueueError as exc:
+                self.disk_failed(exc)
+
     async def _scan_loop(self) -> None:
         """Requeue expired in-flight messages and release due deferred ones."""
         interval = self.options.queue_scan_interval
         timed = self.host.timed  # an idle channel is not visited: an idle broker costs nothing here
+        keys_due = 0.0
         while True:
             await trio.sleep(interval)
+            now = trio.current_time()
+            if now >= keys_due and self.keys.held:
+                keys_due = now + 1.0
+                self._expire_keys()
             for channel in list(timed):
                 if channel.exiting:
                     timed.discard(channel)

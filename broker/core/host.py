@@ -74,8 +74,13 @@ class Subscriber(Protocol):
 class QueueStore(Protocol):
     """Where disk queues live; names are chosen by the core (``topic``, ``topic:channel``, ``...#buried``)."""
 
-    def open(self, name: str, *, auto_commit: bool = True) -> DiskQueue:
-        """The disk queue ``name``, recovered from any existing files."""
+    def open(self, name: str, *, auto_commit: bool = True, min_record: int = ...) -> DiskQueue:
+        """The disk queue ``name``, recovered from any existing files; ``min_record``: the shortest
+        record it holds (a message's by default)."""
+        ...
+
+    def exists(self, name: str) -> bool:
+        """Whether the disk queue ``name`` has files."""
         ...
 
     def list_directory(self) -> None:

@@ -26,7 +26,9 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from broker.core.channel import Channel
+from broker.core.dedup import KEY_RECORD_MIN, TopicKeys, journal_name
 from broker.core.durability.fanout import DurableFanout
+from broker.core.durability.groupcommit import GroupCommit
 from broker.core.fanout import Fanout
 from broker.core.host import CoreHost, RegistryChange
 from broker.core.message import Message
@@ -78,6 +80,9 @@ class Topic:
         self._cancel_scope = trio.CancelScope()
         self._tasks = TaskSet()  # the disk queue's sync loop, started once it has work
         self._pending_channels: list[Channel] = []
+        #: the keys of keyed publishes (see :mod:`broker.core.dedup`), made by the first
+        self.keys: TopicKeys | None = None
+        self.keys_commit: GroupCommit | None = None  # durable mode: the journal's shared syncs
 
     @property
     def backend(self) -> DiskQueue | None:
@@ -120,6 +125,26 @@ class Topic:
         self._tasks.close()
         self._cancel_scope.cancel()
 
+    def key_store(self, *, restored: bool = False) -> TopicKeys:
+        """The topic's keys, and its journal of them (none for an ephemeral topic), made on first use.
+
+        ``restored``: only when the journal has files (start-up: a topic that never had a
+        keyed publish gets none); raises KeyError otherwise.
+        """
+        keys = self.keys
+        if keys is None:
+            journal = None
+            if not self.ephemeral:
+                name = journal_name(self.name)
+                if restored and not self._host.queues.exists(name):
+                    raise KeyError(name)
+                journal = self._host.queues.open(name, auto_commit=False, min_record=KEY_RECORD_MIN)
+                journal.run_on_demand(self._tasks)
+                if self._host.options.durable:
+                    self.keys_commit = GroupCommit(journal)
+            keys = self.keys = TopicKeys(journal)
+        return keys
+
     async def close_queues(self) -> int:
         """Shutdown: close every channel's queues, then the topic's own; returns how many
         messages could not be written to disk (each failure is logged, and everything
@@ -132,6 +157,12 @@ class Topic:
         self.fanout.settle_skips(self.paused)
         for channel in self.channels.values():
             lost += await channel.close_queues()
+        keys = self.keys
+        if keys is not None and keys.journal is not None:
+            try:
+                await keys.journal.close()
+            except DiskQueueError as exc:
+                log.error("topic %s: closing its journal of publish keys failed: %s", self.name, exc)
         backend = self.backend
         if backend is None:
             return lost
@@ -146,6 +177,11 @@ class Topic:
         """Remove the topic's files (it was deleted)."""
         if self.backend is not None:
             self.backend.delete()
+        keys = self.keys
+        if keys is not None:
+            keys.held.clear()
+            if keys.journal is not None:
+                keys.journal.delete()
 
     # ---------------------------------------------------------------- channels
 

@@ -53,6 +53,8 @@ IDENTIFY_FIELDS: dict[str, _FieldKind] = {
     "msg_timeout": _INT64,
     # pynsqd's lease extension (broker/protocol/lease.py); nsqd ignores the key
     "lease": str,
+    # pynsqd's keyed publishes (broker/protocol/keys.py)
+    "publish_keys": bool,
 }
 
 

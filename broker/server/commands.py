@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from broker import protocol as p
 from broker.gocompat import MILLISECOND
 from broker.protocol import ProtocolError
+from broker.protocol.keys import DUPLICATE, split_key
 from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
@@ -207,13 +208,16 @@ def _publish(broker: Broker, client: Client, verb: str, topic_name: str, bodies:
     """
     if client.authd is not None:  # checked here, not in check_auth: a PUB should not pay for a coroutine
         return _publish_authorized(broker, client, verb, topic_name, bodies, defer_ms)
+    if client.publish_keys:
+        return _queue_keyed(broker, client, verb, topic_name, bodies, defer_ms)
     return _queue(broker, client, verb, topic_name, bodies, defer_ms)
 
 
 async def _publish_authorized(broker: Broker, client: Client, verb: str, topic_name: str,
                               bodies: list[bytes], defer_ms: int) -> bytes:
     await check_auth(client, verb, topic_name, "")
-    answer = _queue(broker, client, verb, topic_name, bodies, defer_ms)
+    queue = _queue_keyed if client.publish_keys else _queue
+    answer = queue(broker, client, verb, topic_name, bodies, defer_ms)
     return answer if isinstance(answer, bytes) else await answer
 
 
@@ -233,8 +237,9 @@ def _queue(broker: Broker, client: Client, verb: str, topic_name: str, bodies: l
     return b"OK"
 
 
-async def _published(pending: Awaitable[None], client: Client, verb: str, topic_name: str, count: int) -> bytes:
-    """The ``OK`` once ``pending`` (the rest of a publish) is done."""
+async def _published(pending: Awaitable[None], client: Client, verb: str, topic_name: str, count: int,
+                     answer: bytes = b"OK") -> bytes:
+    """``answer`` once ``pending`` (the rest of a publish) is done."""
     try:
         await pending
     except ProtocolError:
@@ -242,7 +247,50 @@ async def _published(pending: Awaitable[None], client: Client, verb: str, topic_
     except Exception as exc:  # a failed disk write: the client must hear about it
         raise _publish_failed(verb, exc) from exc
     client.pub_counts[topic_name] = client.pub_counts.get(topic_name, 0) + count
-    return b"OK"
+    return answer
+
+
+def _queue_keyed(broker: Broker, client: Client, verb: str, topic_name: str, raw: list[bytes],
+                 defer_ms: int) -> Answer:
+    """:func:`_queue` on a connection that negotiated keyed publishes (:mod:`broker.protocol.keys`):
+    each message is its key and its body; the answer counts the duplicates."""
+    keys, bodies = split_keys(verb, raw, broker.options.max_msg_size)
+    if broker.exiting:
+        raise ProtocolError(f"E_{verb}_FAILED", f"{verb} failed exiting")
+    try:
+        duplicates, pending = broker.publish_keyed(broker.get_topic(topic_name), bodies, keys,
+                                                   defer_ms * MILLISECOND)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # a failed disk write: the client must hear about it
+        raise _publish_failed(verb, exc) from exc
+    count = len(bodies) - duplicates
+    answer = b"OK" if not duplicates else DUPLICATE if verb != "MPUB" else b"%s %d" % (DUPLICATE, duplicates)
+    if pending is not None:
+        return _published(pending, client, verb, topic_name, count, answer)
+    if count:
+        client.pub_counts[topic_name] = client.pub_counts.get(topic_name, 0) + count
+    return answer
+
+
+def split_keys(verb: str, raw: list[bytes], max_msg_size: int) -> tuple[list[bytes], list[bytes]]:
+    """The keys and the bodies of keyed messages, each checked as nsqd checks a body
+    (fatal ``E_BAD_MESSAGE``, nsqd's words; ``<VERB> invalid key length N`` for a key)."""
+    keys: list[bytes] = []
+    bodies: list[bytes] = []
+    for index, message in enumerate(raw):
+        try:
+            key, body = split_key(message)
+        except ValueError as exc:
+            raise ProtocolError("E_BAD_MESSAGE", f"{verb} {exc}") from None
+        if not body:
+            where = f"message({index})" if verb == "MPUB" else "message"
+            raise ProtocolError("E_BAD_MESSAGE", f"{verb} invalid {where} body size 0")
+        if len(body) > max_msg_size:
+            raise ProtocolError("E_BAD_MESSAGE", f"{verb} message too big {len(body)} > {max_msg_size}")
+        keys.append(key)
+        bodies.append(body)
+    return keys, bodies
 
 
 def _publish_failed(verb: str, exc: Exception) -> ProtocolError:

@@ -27,6 +27,7 @@ import trio
 
 from broker.config.options import NSQD_COMPAT_VERSION
 from broker.protocol import HEARTBEAT_FRAME, OK_FRAME, ProtocolError, State, encode_error, encode_response
+from broker.protocol.keys import DEDUP_WINDOW_FIELD, KEYS_IDENTIFY_FIELD
 from broker.protocol.lease import LEASE_IDENTIFY_FIELD, is_valid_lease_token
 from broker.server.output import OutputBuffer
 from broker.server.tls import describe_session
@@ -92,6 +93,7 @@ class Client:
         self.sample_rate = 0
         self.feature_negotiation = False
         self.lease: str | None = None  # pynsqd's lease extension (broker.protocol.lease)
+        self.publish_keys = False  # pynsqd's keyed publishes (broker.protocol.keys)
         self.connect_ts = int(time.time())
         self.state = State.INIT
         self.channel: Channel | None = None
@@ -187,6 +189,8 @@ class Client:
             if not is_valid_lease_token(lease):
                 raise ProtocolError("E_BAD_BODY", f"IDENTIFY lease ({json.dumps(lease)}) is invalid")
             self.lease = lease
+        if data.get(KEYS_IDENTIFY_FIELD):
+            self.publish_keys = True
 
         self.feature_negotiation = bool(data.get("feature_negotiation"))
         self.wake_timers()
@@ -234,6 +238,9 @@ class Client:
         }
         if self.lease is not None:  # only a client that asked learns of the extension
             answer[LEASE_IDENTIFY_FIELD] = self.lease
+        if self.publish_keys:  # the same for keyed publishes
+            answer[KEYS_IDENTIFY_FIELD] = True
+            answer[DEDUP_WINDOW_FIELD] = round(opts.dedup_window * 1000)
         return json.dumps(answer, separators=(",", ":")).encode()
 
     @property

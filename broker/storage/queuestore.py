@@ -49,14 +49,15 @@ class QueueStore:
         """
         self._listing = DirectoryListing(self.data_path)
 
-    def open(self, name: str, *, auto_commit: bool = True) -> DiskQueue:
-        """A disk queue for a topic, a channel or a channel's store, recovered from any existing files."""
+    def open(self, name: str, *, auto_commit: bool = True, min_record: int = RECORD_OVERHEAD) -> DiskQueue:
+        """A disk queue for a topic, a channel or a channel's store, recovered from any existing
+        files; ``min_record``: the shortest record (a message's by default)."""
         opts = self.options
         return DiskQueue(
             name,
             self.data_path,
             max_bytes_per_file=opts.max_bytes_per_file,
-            min_msg_size=RECORD_OVERHEAD,
+            min_msg_size=min_record,
             max_msg_size=opts.max_msg_size + RECORD_OVERHEAD + MAX_PREFIXES,  # room for a due time and an origin
             sync_every=opts.sync_every,
             sync_timeout=opts.sync_timeout,
@@ -71,6 +72,10 @@ class QueueStore:
         if listed is None:  # opened in this process: its files may have changed since
             return list(self.data_path.glob(f"{name}.diskqueue.*"))
         return [self.data_path / entry for entry in listed]
+
+    def exists(self, name: str) -> bool:
+        """Whether the disk queue ``name`` has files."""
+        return bool(self._files(name))
 
     async def stash(self, name: str, records: list[bytes]) -> None:
         """Write ``records`` to the queue ``name`` for :meth:`take_stash` at the next start."""

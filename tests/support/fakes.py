@@ -36,10 +36,13 @@ class FakeQueues:
         self.opened: dict[str, SwitchableQueue] = {}
         self.stashes: dict[str, list[bytes]] = {}
 
-    def open(self, name, *, auto_commit=True):
-        queue = SwitchableQueue(self._store.open(name, auto_commit=auto_commit))
+    def open(self, name, *, auto_commit=True, **kw):
+        queue = SwitchableQueue(self._store.open(name, auto_commit=auto_commit, **kw))
         self.opened[name] = queue
         return queue
+
+    def exists(self, name):
+        return self._store.exists(name)
 
     def take_stash(self, name):
         return self.stashes.pop(name, [])

@@ -1,0 +1,197 @@
+"""Keyed publishes: the keys each topic stored within ``--dedup-window``, and their journals.
+
+A keyed publish whose key its topic stored within the window is a *duplicate*: it
+is answered as a success and nothing is stored (see :mod:`broker.protocol.keys`
+for the wire form). Two structures hold the keys:
+
+* per topic, a dict ``key -> expiry`` (:attr:`TopicKeys.held`), for the check;
+* for the whole broker, :class:`KeyStore`: every key once more, oldest first
+  (two deques: the key, and the dict that holds it) with the expiries as runs
+  ``[expires_ns, count]`` (keys of one millisecond share a run and one int).
+
+Expiring and evicting pop from the oldest end and delete a key from its topic's
+dict only when the dict still holds it with that run's expiry, so a key that was
+forgotten (its publish failed) and stored again later is not deleted early. The
+window is a duration from the publish, to the millisecond: a key is remembered
+from its publish until ``window`` later, never longer, so a publish after the
+window is stored. ``--dedup-max-keys`` bounds the keys of every topic together:
+past it the oldest are forgotten before their window ends, and counted
+(:attr:`KeyStore.evicted`).
+
+Journals. A non-ephemeral topic writes its keys to the disk queue
+``<topic>#keys`` (a record: 8-byte expiry in ns since the epoch, then the key).
+With ``--durable`` a key is written after its message is on stable storage and
+synced before the publish is answered, so a crash never keeps a key whose message
+was lost (which would drop a retry of it): at worst it loses the key of a message
+it kept, and a retry is stored twice. Without ``--durable`` the keys are written
+when the broker stops. At start every journal is read whole, the expired records
+are dropped, and a durable topic writes the live ones again and commits the rest,
+so a journal holds about one window of keys.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Iterable
+
+from diskqueue import DiskQueue
+
+__all__ = ["KEY_RECORD_MIN", "KeyStore", "TopicKeys", "journal_name", "encode_record", "decode_record", "RUN_NS"]
+
+#: Keys published within one millisecond share an expiry.
+RUN_NS = 1_000_000
+#: A journal record's head: the key's expiry in nanoseconds since the epoch.
+_EXPIRY = struct.Struct(">q")
+#: The shortest journal record: an expiry and a one-byte key.
+KEY_RECORD_MIN = _EXPIRY.size + 1
+
+
+def journal_name(topic: str) -> str:
+    """The disk queue of ``topic``'s keys; '#' appears in names only as '#ephemeral', and an
+    ephemeral topic has no journal, so this never collides with a topic's or channel's queue."""
+    return f"{topic}#keys"
+
+
+def encode_record(expires_ns: int, key: bytes) -> bytes:
+    return _EXPIRY.pack(expires_ns) + key
+
+
+def decode_record(record: bytes) -> tuple[int, bytes]:
+    """``(expires_ns, key)``; raises ValueError for a record too short to hold a key."""
+    if len(record) <= _EXPIRY.size:
+        raise ValueError(f"key record of {len(record)} bytes")
+    return _EXPIRY.unpack_from(record)[0], record[_EXPIRY.size:]
+
+
+class TopicKeys:
+    """One topic's keys (``held``), counters, and its journal (None for an ephemeral topic)."""
+
+    __slots__ = ("held", "journal", "received", "duplicates")
+
+    def __init__(self, journal: DiskQueue | None):
+        self.held: dict[bytes, int] = {}
+        self.journal = journal
+        #: keyed messages published to the topic, and how many of them were duplicates
+        self.received = 0
+        self.duplicates = 0
+
+
+class KeyStore:
+    """Every topic's keys in publish order, within ``window_ns`` and ``max_keys``."""
+
+    __slots__ = ("window_ns", "max_keys", "_keys", "_owners", "_runs", "evicted")
+
+    def __init__(self, window_ns: int, max_keys: int):
+        self.window_ns = window_ns
+        self.max_keys = max_keys
+        self._keys: deque[bytes] = deque()
+        self._owners: deque[dict[bytes, int]] = deque()
+        self._runs: deque[list[int]] = deque()  # [expires_ns, keys left in the run]
+        #: keys forgotten before their window ended, to stay within max_keys
+        self.evicted = 0
+
+    @property
+    def held(self) -> int:
+        """Keys remembered, over all topics (one forgotten after a failed publish counts until it expires)."""
+        return len(self._keys)
+
+    def admit(self, topic: TopicKeys, keys: list[bytes], now_ns: int) -> list[bool]:
+        """For each key, whether its message is to be stored; remembers the new ones.
+
+        An empty key (an unkeyed message) is always stored and not remembered; a key
+        seen earlier in ``keys`` is a duplicate of that message.
+        """
+        self.expire(now_ns)
+        held = topic.held
+        window = self.window_ns
+        if not window:
+            topic.received += sum(1 for key in keys if key)
+            return [True] * len(keys)
+        expires = now_ns + window
+        runs = self._runs
+        if runs and runs[-1][0] > expires - RUN_NS:
+            run = runs[-1]
+            expires = run[0]
+        else:
+            run = [expires, 0]
+            runs.append(run)
+        stored = []
+        added = received = 0
+        append_key, append_owner = self._keys.append, self._owners.append
+        for key in keys:
+            if not key:
+                stored.append(True)
+                continue
+            received += 1
+            if key in held:
+                stored.append(False)
+                continue
+            held[key] = expires
+            append_key(key)
+            append_owner(held)
+            added += 1
+            stored.append(True)
+        run[1] += added
+        if not run[1]:
+            runs.pop()
+        topic.received += received
+        topic.duplicates += received - added
+        excess = len(self._keys) - self.max_keys
+        if excess > 0:
+            self.evicted += self._pop(excess)
+        return stored
+
+    def remember(self, topic: TopicKeys, entries: Iterable[tuple[int, bytes]], now_ns: int) -> int:
+        """Remember ``(expires_ns, key)`` pairs read back from a journal (in expiry order
+        across all topics, for the order to hold); returns how many were still live."""
+        held, runs = topic.held, self._runs
+        count = 0
+        for expires, key in entries:
+            if expires <= now_ns or key in held:
+                continue
+            if not runs or runs[-1][0] <= expires - RUN_NS:
+                runs.append([expires, 0])
+            run = runs[-1]
+            held[key] = run[0]  # within a millisecond before ``expires``: sorted, runs start lowest
+            run[1] += 1
+            self._keys.append(key)
+            self._owners.append(held)
+            count += 1
+        excess = len(self._keys) - self.max_keys
+        if excess > 0:
+            self.evicted += self._pop(excess)
+        return count
+
+    def forget(self, topic: TopicKeys, keys: list[bytes], stored: list[bool]) -> None:
+        """Forget the keys :meth:`admit` remembered for a publish that then failed, so that
+        the publisher's retry is stored."""
+        held = topic.held
+        for key, new in zip(keys, stored):
+            if key and new:
+                held.pop(key, None)
+
+    def expire(self, now_ns: int) -> None:
+        """Forget every key whose window has ended."""
+        runs = self._runs
+        while runs and runs[0][0] <= now_ns:
+            self._pop(runs[0][1])
+
+    def _pop(self, count: int) -> int:
+        """Forget the ``count`` oldest keys; returns ``count``."""
+        keys, owners, runs = self._keys, self._owners, self._runs
+        left = count
+        while left:
+            run = runs[0]
+            take = min(left, run[1])
+            expires = run[0]
+            for _ in range(take):
+                key = keys.popleft()
+                owner = owners.popleft()
+                if owner.get(key) == expires:
+                    del owner[key]
+            run[1] -= take
+            left -= take
+            if not run[1]:
+                runs.popleft()
+        return count

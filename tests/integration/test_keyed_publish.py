@@ -1,0 +1,170 @@
+"""Keyed publishes on the wire: IDENTIFY ``publish_keys``, keyed PUB/MPUB/DPUB, duplicates dropped."""
+
+from __future__ import annotations
+
+import trio
+
+from broker.protocol import encode_dpub, encode_identify, encode_mpub, encode_pub
+from broker.protocol.keys import duplicates_in_answer, prefix_key
+from tests.support.http_client import request
+from tests.support.v2client import connect, subscriber
+from tests.support.waiting import wait_for
+
+
+async def keyed_client(daemon):
+    client = await connect(daemon.addresses.tcp)
+    answer = await client.identify(feature_negotiation=True, publish_keys=True)
+    assert answer is not None and answer["publish_keys"] is True
+    return client
+
+
+async def answer_of(client, payload: bytes) -> bytes:
+    await client.send(payload)
+    return (await client.read_frame()).data
+
+
+def topic_count(daemon, topic="t") -> int:
+    return daemon.broker.topics[topic].message_count
+
+
+async def drain(daemon, topic: str, count: int) -> list[bytes]:
+    reader = await subscriber(daemon, topic, "check", rdy=count + 1)
+    bodies = [m.body for m in await reader.read_messages(count)]
+    await reader.expect_quiet()
+    await reader.aclose()
+    return bodies
+
+
+async def test_identify_offers_keys_only_to_a_client_that_asks(daemon):
+    plain = await connect(daemon.addresses.tcp)
+    answer = await plain.identify(feature_negotiation=True)
+    assert "publish_keys" not in answer and "dedup_window" not in answer
+    keyed = await connect(daemon.addresses.tcp)
+    answer = await keyed.identify(feature_negotiation=True, publish_keys=True)
+    assert (answer["publish_keys"], answer["dedup_window"]) == (True, 600_000)
+    # false asks for nothing: nsqd's answer
+    off = await connect(daemon.addresses.tcp)
+    assert "publish_keys" not in await off.identify(feature_negotiation=True, publish_keys=False)
+
+
+async def test_a_repeated_key_is_answered_as_a_duplicate_and_stored_once(daemon):
+    client = await keyed_client(daemon)
+    assert await answer_of(client, encode_pub("t", prefix_key(b"order-1", b"first"))) == b"OK"
+    assert await answer_of(client, encode_pub("t", prefix_key(b"order-1", b"retry"))) == b"DUPLICATE"
+    assert await answer_of(client, encode_dpub("t", 0, prefix_key(b"order-1", b"late"))) == b"DUPLICATE"
+    assert await answer_of(client, encode_pub("t", prefix_key(b"order-2", b"second"))) == b"OK"
+    # unkeyed messages on a keyed connection are stored every time
+    assert await answer_of(client, encode_pub("t", prefix_key(None, b"plain"))) == b"OK"
+    assert await answer_of(client, encode_pub("t", prefix_key(None, b"plain"))) == b"OK"
+    assert await drain(daemon, "t", 4) == [b"first", b"second", b"plain", b"plain"]
+
+
+async def test_mpub_counts_duplicates_within_and_across_batches(daemon):
+    client = await keyed_client(daemon)
+    first = [prefix_key(b"k%d" % i, b"m%d" % i) for i in range(5)] + [prefix_key(b"k0", b"again")]
+    answer = await answer_of(client, encode_mpub("t", first))
+    assert answer == b"DUPLICATE 1" and duplicates_in_answer(answer) == 1
+    second = [prefix_key(b"k%d" % i, b"n%d" % i) for i in range(3, 8)]
+    assert await answer_of(client, encode_mpub("t", second)) == b"DUPLICATE 2"
+    assert await answer_of(client, encode_mpub("t", [prefix_key(b"k9", b"x")])) == b"OK"
+    assert await answer_of(client, encode_mpub("t", [prefix_key(b"k9", b"x")] * 3)) == b"DUPLICATE 3"
+    assert await drain(daemon, "t", 9) == [b"m0", b"m1", b"m2", b"m3", b"m4", b"n5", b"n6", b"n7", b"x"]
+
+
+async def test_keys_are_per_topic_and_a_plain_connection_is_untouched(daemon):
+    client = await keyed_client(daemon)
+    assert await answer_of(client, encode_pub("a", prefix_key(b"same", b"to a"))) == b"OK"
+    assert await answer_of(client, encode_pub("b", prefix_key(b"same", b"to b"))) == b"OK"
+    plain = await connect(daemon.addresses.tcp)
+    # on a plain connection the bytes are the body, whatever they look like
+    assert await answer_of(plain, encode_pub("a", prefix_key(b"same", b"to a"))) == b"OK"
+    assert (topic_count(daemon, "a"), topic_count(daemon, "b")) == (2, 1)
+    assert await drain(daemon, "a", 2) == [b"to a", b"\x04sameto a"]
+
+
+async def test_bad_keyed_messages_get_nsqds_kind_of_error(daemon):
+    cases = [
+        (encode_pub("t", b"\xc8" + b"k" * 300), b"E_BAD_MESSAGE PUB invalid key length 200"),
+        (encode_pub("t", b"\x81" + b"k" * 200), b"E_BAD_MESSAGE PUB invalid key length 129"),
+        (encode_pub("t", b"\x05abc"), b"E_BAD_MESSAGE PUB invalid key length 5"),
+        (encode_pub("t", b"\x03abc"), b"E_BAD_MESSAGE PUB invalid message body size 0"),
+        (encode_pub("t", b"\x00"), b"E_BAD_MESSAGE PUB invalid message body size 0"),
+        (encode_dpub("t", 10, b"\x09"), b"E_BAD_MESSAGE DPUB invalid key length 9"),
+        (encode_mpub("t", [prefix_key(b"a", b"ok"), b"\x01a"]), b"E_BAD_MESSAGE MPUB invalid message(1) body size 0"),
+    ]
+    for payload, error in cases:
+        client = await keyed_client(daemon)
+        await client.send(payload)
+        await client.expect_error(error)
+    assert "t" not in daemon.broker.topics or topic_count(daemon) == 0  # an MPUB is refused whole
+
+
+async def test_max_msg_size_bounds_the_body_not_the_key(start_daemon):
+    async with start_daemon("--max-msg-size=100") as daemon:
+        client = await keyed_client(daemon)
+        key = b"k" * 128
+        assert await answer_of(client, encode_pub("t", prefix_key(key, b"b" * 100))) == b"OK"
+        await client.send(encode_pub("t", prefix_key(b"k", b"b" * 101)))
+        await client.expect_error(b"E_BAD_MESSAGE PUB message too big 101 > 100")
+
+
+async def test_a_key_is_stored_again_once_the_window_has_passed(start_daemon):
+    async with start_daemon("--dedup-window=300ms") as daemon:
+        client = await keyed_client(daemon)
+        assert await answer_of(client, encode_pub("t", prefix_key(b"k", b"one"))) == b"OK"
+        assert await answer_of(client, encode_pub("t", prefix_key(b"k", b"dup"))) == b"DUPLICATE"
+        await trio.sleep(0.35)  # the window is a duration: only its passing is tested here
+        assert await answer_of(client, encode_pub("t", prefix_key(b"k", b"two"))) == b"OK"
+        await wait_for(lambda: daemon.broker.keys.held == 1 or daemon.broker.keys.held == 2)
+        assert await drain(daemon, "t", 2) == [b"one", b"two"]
+
+
+async def test_max_keys_forgets_the_oldest_and_counts_them(start_daemon):
+    async with start_daemon("--dedup-max-keys=3") as daemon:
+        client = await keyed_client(daemon)
+        batch = [prefix_key(b"k%d" % i, b"m%d" % i) for i in range(5)]
+        assert await answer_of(client, encode_mpub("t", batch)) == b"OK"
+        assert (daemon.broker.keys.held, daemon.broker.keys.evicted) == (3, 2)
+        # k0 and k1 were forgotten early: stored again; k2..k4 are still duplicates
+        again = [prefix_key(b"k%d" % i, b"again") for i in range(5)]
+        assert await answer_of(client, encode_mpub("t", again)) == b"DUPLICATE 3"
+        assert topic_count(daemon) == 7
+
+
+async def test_dedup_window_zero_remembers_nothing(start_daemon):
+    async with start_daemon("--dedup-window=0") as daemon:
+        client = await keyed_client(daemon)
+        assert await answer_of(client, encode_pub("t", prefix_key(b"k", b"a"))) == b"OK"
+        assert await answer_of(client, encode_pub("t", prefix_key(b"k", b"b"))) == b"OK"
+        assert topic_count(daemon) == 2 and daemon.broker.keys.held == 0
+
+
+async def test_keys_survive_a_graceful_restart(start_daemon):
+    async with start_daemon() as daemon:
+        client = await keyed_client(daemon)
+        assert await answer_of(client, encode_mpub("t", [prefix_key(b"k%d" % i, b"m") for i in range(100)])) == b"OK"
+        await client.aclose()
+    async with start_daemon() as daemon:
+        assert daemon.broker.keys.held == 100
+        client = await keyed_client(daemon)
+        assert await answer_of(client, encode_mpub("t", [prefix_key(b"k%d" % i, b"m") for i in range(99, 102)])) \
+            == b"DUPLICATE 1"
+        assert topic_count(daemon) == 2
+        await client.aclose()
+    # and a second restart still has them, with the two new ones
+    async with start_daemon() as daemon:
+        assert daemon.broker.keys.held == 102
+
+
+async def test_a_deleted_topic_forgets_its_keys(daemon):
+    client = await keyed_client(daemon)
+    assert await answer_of(client, encode_pub("t", prefix_key(b"k", b"a"))) == b"OK"
+    assert (await request(daemon.addresses.http, "POST", "/topic/delete?topic=t")).status == 200
+    assert await answer_of(client, encode_pub("t", prefix_key(b"k", b"b"))) == b"OK"
+    assert topic_count(daemon) == 1
+
+
+async def test_identify_publish_keys_must_be_a_boolean(daemon):
+    client = await connect(daemon.addresses.tcp)
+    await client.send(encode_identify({"feature_negotiation": True, "publish_keys": "yes"}))
+    await client.expect_error(b"E_BAD_BODY IDENTIFY failed to decode JSON body")
