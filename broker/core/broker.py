@@ -126,47 +126,66 @@ class Broker:
                                 "from 0 to %d", topic.name, channel.name, MAX_ATTEMPTS)
 
     async def _load_keys(self) -> None:
-        """Read back the journals of publish keys: the live keys are remembered, in expiry
-        order over every topic, and written again; the journals' older records are committed."""
+        """Read back the journals of publish keys (see :mod:`broker.core.dedup`).
+
+        A record counts when its message was written (its record number is below the
+        topic's next one: a crash between the two writes leaves a key whose message never
+        was, and its publisher's retry must be stored) and no later record cancels it. The
+        live keys are remembered in expiry order over every topic; in durable mode they are
+        written again and the journals' older records committed.
+        """
         read: list[tuple[int, int, TopicKeys, bytes]] = []
-        journals: list[tuple[TopicKeys, int]] = []
+        journals: list[TopicKeys] = []
         for topic in self.topics.values():
             try:
-                keys = topic.key_store(restored=True)
+                topic_keys = topic.key_store(restored=True)
             except KeyError:
                 continue
-            journal = keys.journal
+            journals.append(topic_keys)
+            journal = topic_keys.journal
             assert journal is not None
-            count = 0
+            written = self._write_seq(topic)
+            found: dict[bytes, int] = {}
             while journal.depth:
                 records = journal.read_many(4096)
                 if not records:
                     break
                 for record in records:
                     try:
-                        expires, key = decode_record(record)
+                        expires, seq, key = decode_record(record)
                     except ValueError:
                         log.warning("TOPIC(%s): skipping a damaged record of its publish keys", topic.name)
                         continue
-                    read.append((expires, len(read), keys, key))
-                count += len(records)
-            journals.append((keys, count))
+                    if not expires:
+                        found.pop(key, None)
+                    elif seq < written:
+                        found[key] = expires
+            read.extend((expires, len(read) + i, topic_keys, key) for i, (key, expires) in enumerate(found.items()))
         if not journals:
             return
         read.sort()
         now = now_ns()
-        store = self.keys
         live = 0
-        for expires, _, keys, key in read:
-            live += store.remember(keys, ((expires, key),), now)
-        for keys, _count in journals:
-            journal = keys.journal
+        for expires, _, topic_keys, key in read:
+            live += self.keys.remember(topic_keys, ((expires, key),), now)
+        for topic_keys in journals:
+            journal = topic_keys.journal
             assert journal is not None
             journal.commit()
-            if keys.held:
-                journal.put_many([encode_record(expires, key) for key, expires in keys.held.items()])
+            if self.options.durable and topic_keys.held:
+                journal.put_many([encode_record(expires, -1, key) for key, expires in topic_keys.held.items()])
             await journal.sync()
-        log.info("loaded %d publish keys of %d topics (%d expired)", live, len(journals), len(read) - live)
+        log.info("loaded %d publish keys of %d topics", live, len(journals))
+
+    async def _save_keys(self, topic: Topic) -> None:
+        """Shutdown without ``--durable``: write the topic's live keys to its journal."""
+        topic_keys = topic.keys
+        if topic_keys is None or topic_keys.journal is None or self.options.durable or not topic_keys.held:
+            return
+        try:
+            topic_keys.journal.put_many([encode_record(expires, -1, key) for key, expires in topic_keys.held.items()])
+        except DiskQueueError as exc:
+            log.error("TOPIC(%s): could not write its publish keys: %s", topic.name, exc)
 
     async def shutdown(self) -> None:
         """Write everything held in memory to disk, close the queues, persist metadata.
@@ -179,7 +198,9 @@ class Broker:
         for topic in self.topics.values():
             topic.close()
         lost = 0
+        self.keys.expire(now_ns())
         for topic in list(self.topics.values()):
+            await self._save_keys(topic)
             lost += await topic.close_queues()
         problems = []
         if lost:
@@ -338,72 +359,99 @@ class Broker:
         duplicates, and what must be awaited before the answer, as :meth:`publish` does.
 
         Keys are remembered before their messages are queued and forgotten again if that
-        fails. With ``--durable`` the answer waits until the messages are on stable storage
-        and then until their keys' records are (a batch of duplicates only waits for the
-        topic's sync, which covers the messages they duplicate, in case those were published
-        a moment ago); without, the keys are written to the journal at once, unsynced.
+        fails. With ``--durable`` each key's journal record (naming its message's record
+        number) is written just before the message's own record, with no other task
+        between, and the answer waits until both are on stable storage; a batch of only
+        duplicates waits for the topic's sync, which covers the messages they duplicate
+        (published a moment ago, perhaps). Without ``--durable`` the keys are journaled
+        when the broker stops (see :mod:`broker.core.dedup`).
         """
         store = self.keys
         topic_keys = topic.key_store()
         stored = store.admit(topic_keys, keys, now_ns())
-        kept = bodies
-        new = [key for key, new in zip(keys, stored) if key and new]
+        kept, kept_keys = bodies, keys
         duplicates = len(bodies) - sum(stored)
         if duplicates:
             kept = [body for body, new in zip(bodies, stored) if new]
-        try:
-            pending = self.publish(topic, kept, defer_ns) if kept else None
-        except BaseException:
-            store.forget(topic_keys, keys, stored)
-            raise
-        durable = topic.keys_commit is not None
-        if not durable:
-            if new and topic_keys.journal is not None:
-                try:
-                    self._journal_keys(topic, topic_keys, new)
-                except DiskQueueError as exc:  # the messages are queued: their keys stay in memory
-                    self.disk_failed(exc)
+            kept_keys = [key for key, new in zip(keys, stored) if new]
+        if topic.keys_commit is None:
+            try:
+                pending = self.publish(topic, kept, defer_ns) if kept else None
+            except BaseException:
+                store.forget(topic_keys, keys, stored)
+                raise
             if pending is None:
                 return duplicates, None
-        elif pending is None and topic.wait_stored is not None:
+        elif kept:
+            pending = self._publish_in_pieces(topic, kept, defer_ns, kept_keys)
+        else:
+            assert topic.wait_stored is not None
             pending = topic.wait_stored()
-        return duplicates, self._keyed_stored(topic, topic_keys, keys, stored, new, pending)
+        return duplicates, self._keyed_stored(topic_keys, keys, stored, pending)
 
-    async def _keyed_stored(self, topic: Topic, topic_keys: TopicKeys, keys: list[bytes], stored: list[bool],
-                            new: list[bytes], pending: Awaitable[None] | None) -> None:
+    async def _keyed_stored(self, topic_keys: TopicKeys, keys: list[bytes], stored: list[bool],
+                            pending: Awaitable[None]) -> None:
         try:
-            if pending is not None:
-                await pending
+            await pending
         except BaseException:
             self.keys.forget(topic_keys, keys, stored)
             raise
-        commit = topic.keys_commit
-        if commit is not None and new:
-            self._journal_keys(topic, topic_keys, new)
-            await commit.wait()
 
-    def _journal_keys(self, topic: Topic, topic_keys: TopicKeys, new: list[bytes]) -> None:
-        """Write the records of newly remembered keys to the topic's journal."""
-        journal = topic_keys.journal
-        assert journal is not None
+    def _journal_keys(self, topic: Topic, keys: list[bytes]) -> bool:
+        """Durable mode, just before a piece of a keyed publish is written: the journal records
+        of its keys, each naming the record number its message is about to get. Returns
+        whether anything was written (:meth:`_cancel_keys` undoes it if the piece fails)."""
+        topic_keys, backend = topic.keys, topic.backend
+        assert topic_keys is not None and topic_keys.journal is not None and backend is not None
         held = topic_keys.held
-        journal.put_many([encode_record(held.get(key, 0), key) for key in new])
+        first = backend.write_seq
+        records = [encode_record(held.get(key, 0), first + index, key) for index, key in enumerate(keys) if key]
+        if records:
+            topic_keys.journal.put_many(records)
+        return bool(records)
 
-    async def _publish_in_pieces(self, topic: Topic, bodies: list[bytes], defer_ns: int) -> None:
+    def _cancel_keys(self, topic: Topic, keys: list[bytes]) -> None:
+        """The piece whose keys :meth:`_journal_keys` wrote was not stored: cancel their records."""
+        topic_keys = topic.keys
+        assert topic_keys is not None and topic_keys.journal is not None
+        try:
+            topic_keys.journal.put_many([encode_record(0, -1, key) for key in keys if key])
+        except DiskQueueError as exc:
+            log.error("TOPIC(%s): could not cancel the keys of a failed publish: %s", topic.name, exc)
+
+    async def _publish_in_pieces(self, topic: Topic, bodies: list[bytes], defer_ns: int,
+                                 keys: list[bytes] | None = None) -> None:
         starting = self._starting.get(topic.name)
         if starting is not None:
             await starting.wait()
         written = self._write_seq(topic)
+        any_journaled = False
         try:
             for start in range(0, len(bodies), PUBLISH_PIECE):
                 if start:
                     await trio.lowlevel.checkpoint()
                     if self.exiting or topic.exiting:
                         raise PublishStopped("exiting")  # nsqd's word for a put to a topic gone
-                topic.put_many(self._new_messages(bodies[start:start + PUBLISH_PIECE], defer_ns))
+                end = start + PUBLISH_PIECE
+                messages = self._new_messages(bodies[start:end], defer_ns)
+                if keys is None:
+                    topic.put_many(messages)
+                    continue
+                piece_keys = keys[start:end]
+                journaled = self._journal_keys(topic, piece_keys)
+                any_journaled = any_journaled or journaled
+                try:
+                    topic.put_many(messages)
+                except BaseException:
+                    if journaled:
+                        self._cancel_keys(topic, piece_keys)
+                    raise
             if topic.wait_stored is not None:
                 await topic.wait_stored()
                 await self.wait_metadata_persisted()  # a topic created by this publish
+            if any_journaled:
+                assert topic.keys_commit is not None
+                await topic.keys_commit.wait()
         except DiskQueueError as exc:
             self.disk_failed(exc)
             raise

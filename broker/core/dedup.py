@@ -18,15 +18,21 @@ window is stored. ``--dedup-max-keys`` bounds the keys of every topic together:
 past it the oldest are forgotten before their window ends, and counted
 (:attr:`KeyStore.evicted`).
 
-Journals. A non-ephemeral topic writes its keys to the disk queue
-``<topic>#keys`` (a record: 8-byte expiry in ns since the epoch, then the key).
-With ``--durable`` a key is written after its message is on stable storage and
-synced before the publish is answered, so a crash never keeps a key whose message
-was lost (which would drop a retry of it): at worst it loses the key of a message
-it kept, and a retry is stored twice. Without ``--durable`` the keys are written
-when the broker stops. At start every journal is read whole, the expired records
-are dropped, and a durable topic writes the live ones again and commits the rest,
-so a journal holds about one window of keys.
+Journals. A non-ephemeral topic writes its keys to the disk queue ``<topic>#keys``.
+A record holds a key's expiry (ns since the epoch; 0 cancels an earlier record of
+the key), the record number its message got in the topic's disk queue (-1: not
+known) and the key. With ``--durable`` a publish writes its keys' records just
+before its messages' records, with no other task between, and is answered once
+both are synced. Read back at start, a record counts only when its message's
+record number is below the topic queue's next one: a crash between the two writes
+leaves a key whose message never was, and a retry of it is stored. The other way
+round, a message whose key record was lost (a power cut before the journal's sync)
+is stored again by a retry: a duplicate, never a loss. Without ``--durable`` the
+keys are written when the broker stops. At start every journal is read whole, the
+expired and cancelled records are dropped, and a durable topic writes the live
+ones again and commits the rest; while it runs, records whose keys have expired
+are committed (a segment goes once all of its records are), so a journal holds
+about one window of keys.
 """
 
 from __future__ import annotations
@@ -41,10 +47,12 @@ __all__ = ["KEY_RECORD_MIN", "KeyStore", "TopicKeys", "journal_name", "encode_re
 
 #: Keys published within one millisecond share an expiry.
 RUN_NS = 1_000_000
-#: A journal record's head: the key's expiry in nanoseconds since the epoch.
-_EXPIRY = struct.Struct(">q")
-#: The shortest journal record: an expiry and a one-byte key.
-KEY_RECORD_MIN = _EXPIRY.size + 1
+#: A journal record's head: the key's expiry in nanoseconds since the epoch (0: the record
+#: cancels an earlier one of the key), and the record number of its message in the topic's
+#: disk queue (-1: not known, a record written at shutdown).
+_HEAD = struct.Struct(">qq")
+#: The shortest journal record: its head and a one-byte key.
+KEY_RECORD_MIN = _HEAD.size + 1
 
 
 def journal_name(topic: str) -> str:
@@ -53,15 +61,16 @@ def journal_name(topic: str) -> str:
     return f"{topic}#keys"
 
 
-def encode_record(expires_ns: int, key: bytes) -> bytes:
-    return _EXPIRY.pack(expires_ns) + key
+def encode_record(expires_ns: int, message_seq: int, key: bytes) -> bytes:
+    return _HEAD.pack(expires_ns, message_seq) + key
 
 
-def decode_record(record: bytes) -> tuple[int, bytes]:
-    """``(expires_ns, key)``; raises ValueError for a record too short to hold a key."""
-    if len(record) <= _EXPIRY.size:
+def decode_record(record: bytes) -> tuple[int, int, bytes]:
+    """``(expires_ns, message_seq, key)``; raises ValueError for a record too short to hold a key."""
+    if len(record) < KEY_RECORD_MIN:
         raise ValueError(f"key record of {len(record)} bytes")
-    return _EXPIRY.unpack_from(record)[0], record[_EXPIRY.size:]
+    expires, seq = _HEAD.unpack_from(record)
+    return expires, seq, record[_HEAD.size:]
 
 
 class TopicKeys:
