@@ -25,6 +25,7 @@ from broker.http.server import BodyReadError, Request, RequestBody, Response
 from broker.http.targets import new_topic, topic_name
 from broker.protocol import Mpub, ProtocolError
 from broker.protocol.bodies import MpubBody
+from broker.protocol.keys import MAX_KEY_LENGTH, split_key
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
@@ -35,6 +36,8 @@ __all__ = ["PublishEndpoints", "read_text_mpub", "read_binary_mpub"]
 log = logging.getLogger("pynsqd.http")
 
 _LENGTH = struct.Struct(">i")
+#: The header of the answer to a keyed publish: how many messages were duplicates.
+DUPLICATES_HEADER = b"X-Duplicates"
 #: Query strings of ``/pub`` whose parameters are kept parsed: at most this many, of at
 #: most this length (publishers repeat theirs, so the parse is done once per publisher).
 _CACHED_QUERIES = 1024
@@ -70,7 +73,16 @@ class PublishEndpoints:
             raise APIError(413, "MSG_TOO_BIG")
         if not data:
             raise APIError(400, "MSG_EMPTY")
-        name, defer = self._pub_query(request.raw_query)
+        raw_query = request.raw_query
+        keys = None
+        if "key=" in raw_query:  # a keyed publish: the key makes each query new, so it is not cached
+            params = query_params(raw_query)
+            name, defer = topic_name(params), first(params, "defer")
+            key = first(params, "key")
+            if key is not None:
+                keys = [_key(key.encode("utf-8", "surrogateescape"))]
+        else:
+            name, defer = self._pub_query(raw_query)
         broker = self.broker
         topic = broker.topics.get(name)
         if topic is None:
@@ -83,7 +95,7 @@ class PublishEndpoints:
                 raise APIError(400, "INVALID_DEFER") from None
             if defer_ns < 0 or defer_ns > to_ns(opts.max_req_timeout):
                 raise APIError(400, "INVALID_DEFER")
-        return await self._put(topic, [data], defer_ns)
+        return await self._put(topic, [data], defer_ns, keys)
 
     def _pub_query(self, raw_query: str) -> tuple[str, str | None]:
         """The topic name (valid) and the ``defer`` value of a ``/pub`` query; raises
@@ -113,6 +125,9 @@ class PublishEndpoints:
             if given is None:
                 log.warning("deprecated value '%s' used for /mpub binary param", values[0])
             binary = True if given is None else given
+        keyed = parse_bool(first(params, "keyed")) is True
+        # a keyed message is its key and its body: the body alone is bounded by --max-msg-size
+        max_message = opts.max_msg_size + (MAX_KEY_LENGTH + 1 if keyed else 0)
         try:
             data = await body.read(max_body + 1)
         except BodyReadError:
@@ -120,26 +135,72 @@ class PublishEndpoints:
         if binary:
             if len(data) > max_body:
                 raise APIError(413, "BODY_TOO_BIG")
-            bodies = await read_binary_mpub(data, opts.max_msg_size, max_body)
+            bodies = await read_binary_mpub(data, max_message, max_body)
         else:
-            bodies = await read_text_mpub(data, opts.max_msg_size, max_body)
-        return await self._put(topic, bodies)
+            bodies = await read_text_mpub(data, max_message, max_body)
+        keys = None
+        if keyed:
+            keys, bodies = _split_keyed(bodies, binary, opts.max_msg_size)
+        return await self._put(topic, bodies, 0, keys)
 
-    async def _put(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0) -> Response:
-        """Queue ``bodies`` as one batch; 503 EXITING if that fails, as nsqd answers every failed put."""
+    async def _put(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0,
+                   keys: list[bytes] | None = None) -> Response:
+        """Queue ``bodies`` as one batch; 503 EXITING if that fails, as nsqd answers every failed put.
+
+        With ``keys`` (a keyed publish) the answer has an ``X-Duplicates`` header: how many
+        of the messages were duplicates of messages the topic stored (and were not stored).
+        """
         broker = self.broker
         if broker.exiting:
             raise APIError(503, "EXITING")
         if not bodies:
             return OK
+        duplicates = 0
         try:
-            pending = broker.publish(topic, bodies, defer_ns)
+            if keys is None:
+                pending = broker.publish(topic, bodies, defer_ns)
+            else:
+                duplicates, pending = broker.publish_keyed(topic, bodies, keys, defer_ns)
             if pending is not None:
                 await pending
         except Exception as exc:
             log.error("HTTP: publish to %s failed: %s", topic.name, exc)
             raise APIError(503, "EXITING") from None
-        return OK
+        if keys is None:
+            return OK
+        return OK._replace(headers=(*OK.headers, (DUPLICATES_HEADER, b"%d" % duplicates)))
+
+
+def _key(key: bytes) -> bytes:
+    """A key from a query or an ``/mpub`` line; ``400 INVALID_KEY`` unless 1 to 128 bytes."""
+    if not key or len(key) > MAX_KEY_LENGTH:
+        raise APIError(400, "INVALID_KEY")
+    return key
+
+
+def _split_keyed(messages: list[bytes], binary: bool, max_msg_size: int) -> tuple[list[bytes], list[bytes]]:
+    """The keys and bodies of a keyed ``/mpub``: a binary message is a key length byte, the key and
+    the body (as over TCP); a line is the key, a space and the body."""
+    keys: list[bytes] = []
+    bodies: list[bytes] = []
+    for message in messages:
+        if binary:
+            try:
+                key, body = split_key(message)
+            except ValueError:
+                raise APIError(400, "INVALID_KEY") from None
+        else:
+            key, space, body = message.partition(b" ")
+            if not space:
+                raise APIError(400, "INVALID_KEY")
+            key = _key(key)
+        if not body:
+            raise APIError(400, "MSG_EMPTY")
+        if len(body) > max_msg_size:
+            raise APIError(413, "MSG_TOO_BIG")
+        keys.append(key)
+        bodies.append(body)
+    return keys, bodies
 
 
 async def read_text_mpub(data: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:

@@ -26,7 +26,7 @@ from broker.gocompat import SECOND
 from broker.observe.health import health_text
 from broker.observe.runtime import memory_stats
 from broker.observe.sources import BrokerSource, ChannelSource, ClientSource, LatencySource, TopicSource
-from broker.observe.stats import NO_E2E, ChannelStats, ClientStats, E2eStats, Snapshot, TopicStats
+from broker.observe.stats import NO_E2E, ChannelStats, ClientStats, E2eStats, KeyStats, Snapshot, TopicStats
 
 __all__ = ["snapshot"]
 
@@ -117,6 +117,8 @@ def _topic_stats(topic: TopicSource, channels: tuple[ChannelStats, ...]) -> Topi
         message_bytes=topic.message_bytes,
         paused=topic.paused,
         e2e_processing_latency=e2e,
+        keys=None if topic.keys is None else KeyStats(topic.keys.received, topic.keys.duplicates,
+                                                      len(topic.keys.held)),
     )
 
 
@@ -155,7 +157,8 @@ def snapshot(
     header = functools.partial(Snapshot, version=NSQD_COMPAT_VERSION, health=health_text(broker),
                                start_time=int(broker.start_time), uptime_ns=uptime_ns, memory=memory,
                                percentiles=percentiles, lookupd_peers=_lookupd_peers(broker),
-                               transports=_transports(broker.clients))
+                               transports=_transports(broker.clients), keys_held=broker.keys.held,
+                               keys_evicted=broker.keys.evicted)
     if topic:
         found = broker.topics.get(topic)
         if found is None:

@@ -149,6 +149,7 @@ def families(snap: Snapshot) -> list[Metric]:
     out.append(lookupd)
 
     out += _topic_families(topics)
+    out += _key_families(snap, topics)
     channels = [(t, c) for t in topics for c in t.channels]
     out += _channel_families(channels)
     out += _latency_families(snap.percentiles, topics, channels)
@@ -201,6 +202,27 @@ def _topic_families(topics: Sequence[TopicStats]) -> list[Metric]:
             counter.add_metric([t.topic_name], get(t))
         out.append(counter)
     return out
+
+
+def _key_families(snap: Snapshot, topics: Sequence[TopicStats]) -> list[Metric]:
+    """pynsqd's keyed publishes: per topic that had one, and over all topics."""
+    keyed = _untyped("nsq_topic_keyed_count", "Keyed messages published to the topic since start, duplicates "
+                     "included (counter; pynsqd).", ("topic",))
+    duplicates = _untyped("nsq_topic_duplicate_count", "Keyed messages not stored because the topic stored their key "
+                          "within --dedup-window (counter; pynsqd).", ("topic",))
+    held = _gauge("nsq_topic_keys_held", "Publish keys the topic remembers (pynsqd).", ("topic",))
+    for t in topics:
+        if t.keys is not None:
+            keyed.add_metric([t.topic_name], t.keys.keyed_count)
+            duplicates.add_metric([t.topic_name], t.keys.duplicate_count)
+            held.add_metric([t.topic_name], t.keys.keys_held)
+    all_held = _gauge("nsq_dedup_keys_held", "Publish keys remembered over all topics, at most --dedup-max-keys "
+                      "(pynsqd).", ())
+    all_held.add_metric([], snap.keys_held)
+    evicted = _untyped("nsq_dedup_keys_evicted", "Publish keys forgotten before their window ended, to stay within "
+                       "--dedup-max-keys (counter; pynsqd).", ())
+    evicted.add_metric([], snap.keys_evicted)
+    return [keyed, duplicates, held, all_held, evicted]
 
 
 def _channel_families(channels: Sequence[tuple[TopicStats, ChannelStats]]) -> list[Metric]:

@@ -83,6 +83,9 @@ def _topic_document(topic: TopicStats) -> dict[str, Any]:
     doc: dict[str, Any] = {"topic_name": topic.topic_name, "channels": [_channel_document(c) for c in topic.channels]}
     doc.update(_topic_fields(topic))
     doc["e2e_processing_latency"] = _e2e_document(topic.e2e_processing_latency)
+    if topic.keys is not None:
+        # pynsqd's keyed publishes, after nsqd's keys, only for a topic that had one
+        doc["keyed_count"], doc["duplicate_count"], doc["keys_held"] = topic.keys
     return doc
 
 

@@ -8,7 +8,7 @@ import time
 from broker.gocompat import SECOND, format_duration
 from broker.observe.render_json import memory_document
 from broker.observe.runtime import BUILT_WITH
-from broker.observe.stats import ChannelStats, ClientStats, E2eStats, Snapshot
+from broker.observe.stats import ChannelStats, ClientStats, E2eStats, Snapshot, TopicStats
 
 __all__ = ["render_text"]
 
@@ -47,6 +47,14 @@ def _dead_letter_text(channel: ChannelStats) -> str:
     return f" buried: {channel.buried_count} max-attempts: {channel.max_attempts}"
 
 
+def _keys_text(topic: TopicStats) -> str:
+    """pynsqd's keyed publishes at the end of a topic's line, for a topic that had one."""
+    if topic.keys is None:
+        return ""
+    keyed, duplicates, held = topic.keys
+    return f" keyed: {keyed} duplicates: {duplicates} keys: {held}"
+
+
 def _client_text(client: ClientStats, now: float) -> str:
     connected = format_duration(max(0, int(now) - client.connect_ts) * SECOND)
     ident = f"{client.hostname}:{_split_port(client.remote_address)} {client.user_agent}"
@@ -78,7 +86,8 @@ def render_text(snap: Snapshot, now: float | None = None) -> bytes:
     for topic in topics:
         prefix = "*P " if topic.paused else "   "
         lines.append(f"\n{prefix}[{topic.topic_name:<15}] depth: {topic.depth:<5d} be-depth: {topic.backend_depth:<5d} "
-                     f"msgs: {topic.message_count:<8d} e2e%: {_e2e_text(topic.e2e_processing_latency)}\n")
+                     f"msgs: {topic.message_count:<8d} e2e%: {_e2e_text(topic.e2e_processing_latency)}"
+                     f"{_keys_text(topic)}\n")
         for channel in topic.channels:
             prefix = "   *P " if channel.paused else "      "
             lines.append(

@@ -101,6 +101,26 @@ class ChannelSource(QueueSource, Protocol):
         ...
 
 
+class KeysSource(Protocol):
+    """A topic's keyed publishes: the keys it remembers, and its counters."""
+
+    @property
+    def held(self) -> Sized: ...
+    @property
+    def received(self) -> int: ...
+    @property
+    def duplicates(self) -> int: ...
+
+
+class KeyStoreSource(Protocol):
+    """The broker's publish keys over all topics."""
+
+    @property
+    def held(self) -> int: ...
+    @property
+    def evicted(self) -> int: ...
+
+
 class TopicSource(QueueSource, Protocol):
     """A topic and its channels by name."""
 
@@ -108,6 +128,8 @@ class TopicSource(QueueSource, Protocol):
     def message_bytes(self) -> int: ...
     @property
     def channels(self) -> Mapping[str, ChannelSource]: ...
+    @property
+    def keys(self) -> KeysSource | None: ...
 
 
 class BrokerSource(Protocol):
@@ -125,3 +147,5 @@ class BrokerSource(Protocol):
     def clients(self) -> Collection[ClientSource]: ...
     @property
     def listeners(self) -> Sequence[RegistryListener]: ...
+    @property
+    def keys(self) -> KeyStoreSource: ...

@@ -8,11 +8,13 @@ fields are nsqd 1.3.0's (``nsqd/stats.go``) plus pynsqd's dead-letter and FIN-la
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from broker.core.latency import HistogramStats
 
 __all__ = [
     "E2eStats",
+    "KeyStats",
     "percentile_suffix",
     "NO_E2E",
     "HistogramStats",
@@ -102,6 +104,17 @@ class TopicStats:
     message_bytes: int
     paused: bool
     e2e_processing_latency: E2eStats
+    #: pynsqd's keyed publishes (None: the topic never had one): keyed messages published,
+    #: how many of them were duplicates (not stored), keys remembered now
+    keys: KeyStats | None = None
+
+
+class KeyStats(NamedTuple):
+    """A topic's keyed publishes (see :mod:`broker.core.dedup`)."""
+
+    keyed_count: int
+    duplicate_count: int
+    keys_held: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +167,9 @@ class Snapshot:
     #: Connected TCP clients by transport: ``((tls, compression), count)`` with compression
     #: ``"none"``, ``"snappy"`` or ``"deflate"``, sorted.
     transports: tuple[tuple[tuple[bool, str], int], ...] = ()
+    #: publish keys remembered over all topics, and those forgotten early (--dedup-max-keys)
+    keys_held: int = 0
+    keys_evicted: int = 0
 
 
 def percentile_suffix(quantile: float) -> str:

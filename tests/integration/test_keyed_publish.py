@@ -168,3 +168,77 @@ async def test_identify_publish_keys_must_be_a_boolean(daemon):
     client = await connect(daemon.addresses.tcp)
     await client.send(encode_identify({"feature_negotiation": True, "publish_keys": "yes"}))
     await client.expect_error(b"E_BAD_BODY IDENTIFY failed to decode JSON body")
+
+
+# -- HTTP -----------------------------------------------------------------------------------------
+
+
+async def http(daemon, method: str, target: str, body: bytes | None = None):
+    return await request(daemon.addresses.http, method, target, body)
+
+
+async def test_http_pub_with_a_key_answers_ok_and_counts_duplicates_in_a_header(daemon):
+    first = await http(daemon, "POST", "/pub?topic=h&key=order%2F1", b"one")
+    assert (first.status, first.body, first.headers["x-duplicates"]) == (200, b"OK", "0")
+    again = await http(daemon, "POST", "/pub?topic=h&key=order%2F1&defer=10", b"two")
+    assert (again.status, again.body, again.headers["x-duplicates"]) == (200, b"OK", "1")
+    plain = await http(daemon, "POST", "/pub?topic=h", b"three")
+    assert plain.body == b"OK" and "x-duplicates" not in plain.headers
+    # the same key over TCP: the topic's keys, whoever publishes
+    client = await keyed_client(daemon)
+    assert await answer_of(client, encode_pub("h", prefix_key(b"order/1", b"tcp"))) == b"DUPLICATE"
+    assert await drain(daemon, "h", 2) == [b"one", b"three"]
+
+
+async def test_http_bad_keys_are_refused(daemon):
+    for target in ("/pub?topic=h&key=", "/pub?topic=h&key=" + "k" * 129):
+        reply = await http(daemon, "POST", target, b"x")
+        assert (reply.status, reply.body) == (400, b'{"message":"INVALID_KEY"}')
+    reply = await http(daemon, "POST", "/mpub?topic=h&keyed=true", b"k1 ok\nno-space-here\n")
+    assert (reply.status, reply.body) == (400, b'{"message":"INVALID_KEY"}')
+    reply = await http(daemon, "POST", "/mpub?topic=h&keyed=true", b"k1 \n")
+    assert (reply.status, reply.body) == (400, b'{"message":"MSG_EMPTY"}')
+    assert "h" not in daemon.broker.topics or topic_count(daemon, "h") == 0
+
+
+async def test_http_keyed_mpub_text_and_binary(daemon):
+    reply = await http(daemon, "POST", "/mpub?topic=h&keyed=true", b"a first\nb second one\n\na dup\n")
+    assert (reply.status, reply.headers["x-duplicates"]) == (200, "1")
+    binary = encode_mpub("h", [prefix_key(b"b", b"dup"), prefix_key(b"c\nc", b"third"), prefix_key(None, b"plain")])
+    reply = await http(daemon, "POST", "/mpub?topic=h&keyed=true&binary=true", binary[binary.index(b"\n") + 5:])
+    assert (reply.status, reply.headers["x-duplicates"]) == (200, "1")
+    assert await drain(daemon, "h", 4) == [b"first", b"second one", b"third", b"plain"]
+
+
+async def test_http_keyed_body_may_fill_max_msg_size_besides_its_key(start_daemon):
+    async with start_daemon("--max-msg-size=10") as daemon:
+        reply = await http(daemon, "POST", "/mpub?topic=h&keyed=true", b"k" * 128 + b" " + b"b" * 10)
+        assert reply.status == 200
+        reply = await http(daemon, "POST", "/mpub?topic=h&keyed=true", b"k " + b"b" * 11)
+        assert (reply.status, reply.body) == (413, b'{"message":"MSG_TOO_BIG"}')
+
+
+# -- /stats and /metrics --------------------------------------------------------------------------
+
+
+async def test_stats_and_metrics_count_keyed_publishes_only_for_topics_that_had_them(start_daemon):
+    async with start_daemon("--dedup-max-keys=4") as daemon:
+        await http(daemon, "POST", "/pub?topic=plain", b"x")
+        client = await keyed_client(daemon)
+        batch = [prefix_key(b"k%d" % i, b"m") for i in range(5)] + [prefix_key(b"k4", b"m"), prefix_key(None, b"u")]
+        assert await answer_of(client, encode_mpub("keyed", batch)) == b"DUPLICATE 1"
+        doc = (await http(daemon, "GET", "/stats?format=json")).json()
+        topics = {t["topic_name"]: t for t in doc["topics"]}
+        assert "keyed_count" not in topics["plain"]  # nsqd's shape where keys were never used
+        keyed = topics["keyed"]
+        assert list(keyed)[-3:] == ["keyed_count", "duplicate_count", "keys_held"]
+        assert (keyed["message_count"], keyed["keyed_count"], keyed["duplicate_count"], keyed["keys_held"]) == (
+            6, 6, 1, 4)
+        text = (await http(daemon, "GET", "/stats")).body.decode()
+        assert "keyed: 6 duplicates: 1 keys: 4\n" in text
+        metrics = (await http(daemon, "GET", "/metrics")).body.decode().splitlines()
+        for line in ('nsq_topic_keyed_count{topic="keyed"} 6.0', 'nsq_topic_duplicate_count{topic="keyed"} 1.0',
+                     'nsq_topic_keys_held{topic="keyed"} 4.0', "nsq_dedup_keys_held 4.0",
+                     "nsq_dedup_keys_evicted 1.0"):
+            assert line in metrics
+        assert not any(line.startswith("nsq_topic_keyed_count{topic=\"plain\"") for line in metrics)
