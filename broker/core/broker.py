@@ -168,24 +168,32 @@ class Broker:
         live = 0
         for expires, _, topic_keys, key in read:
             live += self.keys.remember(topic_keys, ((expires, key),), now)
+        expiries = self.keys.expiries() if self.options.durable else {}
         for topic_keys in journals:
             journal = topic_keys.journal
             assert journal is not None
             journal.commit()
-            if self.options.durable and topic_keys.held:
-                journal.put_many([encode_record(expires, -1, key) for key, expires in topic_keys.held.items()])
+            live_keys = expiries.get(id(topic_keys.held))
+            if live_keys:
+                journal.put_many([encode_record(expires, -1, key) for expires, key in live_keys])
             await journal.sync()
         log.info("loaded %d publish keys of %d topics", live, len(journals))
 
-    async def _save_keys(self, topic: Topic) -> None:
-        """Shutdown without ``--durable``: write the topic's live keys to its journal."""
-        topic_keys = topic.keys
-        if topic_keys is None or topic_keys.journal is None or self.options.durable or not topic_keys.held:
+    def _save_keys(self) -> None:
+        """Shutdown without ``--durable``: write every topic's live keys to its journal."""
+        if self.options.durable or not self.keys.held:
             return
-        try:
-            topic_keys.journal.put_many([encode_record(expires, -1, key) for key, expires in topic_keys.held.items()])
-        except DiskQueueError as exc:
-            log.error("TOPIC(%s): could not write its publish keys: %s", topic.name, exc)
+        expiries = self.keys.expiries()
+        for topic in self.topics.values():
+            topic_keys = topic.keys
+            live_keys = expiries.get(id(topic_keys.held)) if topic_keys is not None else None
+            if not live_keys:
+                continue
+            assert topic_keys is not None and topic_keys.journal is not None
+            try:
+                topic_keys.journal.put_many([encode_record(expires, -1, key) for expires, key in live_keys])
+            except DiskQueueError as exc:
+                log.error("TOPIC(%s): could not write its publish keys: %s", topic.name, exc)
 
     async def shutdown(self) -> None:
         """Write everything held in memory to disk, close the queues, persist metadata.
@@ -199,8 +207,8 @@ class Broker:
             topic.close()
         lost = 0
         self.keys.expire(now_ns())
+        self._save_keys()
         for topic in list(self.topics.values()):
-            await self._save_keys(topic)
             lost += await topic.close_queues()
         problems = []
         if lost:
@@ -368,10 +376,11 @@ class Broker:
         """
         store = self.keys
         topic_keys = topic.key_store()
-        stored = store.admit(topic_keys, keys, now_ns())
+        stored, expires = store.admit(topic_keys, keys, now_ns())
         kept, kept_keys = bodies, keys
-        duplicates = len(bodies) - sum(stored)
+        duplicates = 0 if stored is None else len(bodies) - sum(stored)
         if duplicates:
+            assert stored is not None
             kept = [body for body, new in zip(bodies, stored) if new]
             kept_keys = [key for key, new in zip(keys, stored) if new]
         if topic.keys_commit is None:
@@ -383,13 +392,13 @@ class Broker:
             if pending is None:
                 return duplicates, None
         elif kept:
-            pending = self._publish_in_pieces(topic, kept, defer_ns, kept_keys)
+            pending = self._publish_in_pieces(topic, kept, defer_ns, kept_keys, expires)
         else:
             assert topic.wait_stored is not None
             pending = topic.wait_stored()
         return duplicates, self._keyed_stored(topic_keys, keys, stored, pending)
 
-    async def _keyed_stored(self, topic_keys: TopicKeys, keys: list[bytes], stored: list[bool],
+    async def _keyed_stored(self, topic_keys: TopicKeys, keys: list[bytes], stored: list[bool] | None,
                             pending: Awaitable[None]) -> None:
         try:
             await pending
@@ -397,15 +406,14 @@ class Broker:
             self.keys.forget(topic_keys, keys, stored)
             raise
 
-    def _journal_keys(self, topic: Topic, keys: list[bytes]) -> bool:
+    def _journal_keys(self, topic: Topic, keys: list[bytes], expires: int) -> bool:
         """Durable mode, just before a piece of a keyed publish is written: the journal records
         of its keys, each naming the record number its message is about to get. Returns
         whether anything was written (:meth:`_cancel_keys` undoes it if the piece fails)."""
         topic_keys, backend = topic.keys, topic.backend
         assert topic_keys is not None and topic_keys.journal is not None and backend is not None
-        held = topic_keys.held
         first = backend.write_seq
-        records = [encode_record(held.get(key, 0), first + index, key) for index, key in enumerate(keys) if key]
+        records = [encode_record(expires, first + index, key) for index, key in enumerate(keys) if key]
         if records:
             topic_keys.journal.put_many(records)
         return bool(records)
@@ -420,7 +428,7 @@ class Broker:
             log.error("TOPIC(%s): could not cancel the keys of a failed publish: %s", topic.name, exc)
 
     async def _publish_in_pieces(self, topic: Topic, bodies: list[bytes], defer_ns: int,
-                                 keys: list[bytes] | None = None) -> None:
+                                 keys: list[bytes] | None = None, expires: int = 0) -> None:
         starting = self._starting.get(topic.name)
         if starting is not None:
             await starting.wait()
@@ -438,7 +446,7 @@ class Broker:
                     topic.put_many(messages)
                     continue
                 piece_keys = keys[start:end]
-                journaled = self._journal_keys(topic, piece_keys)
+                journaled = self._journal_keys(topic, piece_keys, expires)
                 any_journaled = any_journaled or journaled
                 try:
                     topic.put_many(messages)

@@ -4,17 +4,18 @@ A keyed publish whose key its topic stored within the window is a *duplicate*: i
 is answered as a success and nothing is stored (see :mod:`broker.protocol.keys`
 for the wire form). Two structures hold the keys:
 
-* per topic, a dict ``key -> expiry`` (:attr:`TopicKeys.held`), for the check;
+* per topic, a set of keys (:attr:`TopicKeys.held`), for the check;
 * for the whole broker, :class:`KeyStore`: every key once more, oldest first
-  (two deques: the key, and the dict that holds it) with the expiries as runs
-  ``[expires_ns, count]`` (keys of one millisecond share a run and one int).
+  (two deques: the key, and the set that holds it) with the expiries as runs
+  ``[expires_ns, count]`` (keys of one millisecond share a run).
 
-Expiring and evicting pop from the oldest end and delete a key from its topic's
-dict only when the dict still holds it with that run's expiry, so a key that was
-forgotten (its publish failed) and stored again later is not deleted early. The
-window is a duration from the publish, to the millisecond: a key is remembered
-from its publish until ``window`` later, never longer, so a publish after the
-window is stored. ``--dedup-max-keys`` bounds the keys of every topic together:
+A usual batch (every key new) costs two C loops over its keys: ``isdisjoint`` and
+``update`` on the topic's set, then two deque extends. Expiring and evicting pop
+from the oldest end; forgetting the keys of a publish that failed removes their
+entries too, so a key stored again later is never deleted early. The window is a
+duration from the publish, to the millisecond: a key is remembered from its
+publish until ``window`` later, never longer, so a publish after the window is
+stored. ``--dedup-max-keys`` bounds the keys of every topic together:
 past it the oldest are forgotten before their window ends, and counted
 (:attr:`KeyStore.evicted`).
 
@@ -40,6 +41,7 @@ from __future__ import annotations
 import struct
 from collections import deque
 from collections.abc import Iterable
+from itertools import repeat
 
 from diskqueue import DiskQueue
 
@@ -79,7 +81,7 @@ class TopicKeys:
     __slots__ = ("held", "journal", "received", "duplicates")
 
     def __init__(self, journal: DiskQueue | None):
-        self.held: dict[bytes, int] = {}
+        self.held: set[bytes] = set()
         self.journal = journal
         #: keyed messages published to the topic, and how many of them were duplicates
         self.received = 0
@@ -95,18 +97,19 @@ class KeyStore:
         self.window_ns = window_ns
         self.max_keys = max_keys
         self._keys: deque[bytes] = deque()
-        self._owners: deque[dict[bytes, int]] = deque()
-        self._runs: deque[list[int]] = deque()  # [expires_ns, keys left in the run]
+        self._owners: deque[set[bytes]] = deque()  # the topic set each key is in
+        self._runs: deque[list[int]] = deque()  # [expires_ns, keys in the run], oldest first
         #: keys forgotten before their window ended, to stay within max_keys
         self.evicted = 0
 
     @property
     def held(self) -> int:
-        """Keys remembered, over all topics (one forgotten after a failed publish counts until it expires)."""
+        """Keys remembered, over all topics."""
         return len(self._keys)
 
-    def admit(self, topic: TopicKeys, keys: list[bytes], now_ns: int) -> list[bool]:
-        """For each key, whether its message is to be stored; remembers the new ones.
+    def admit(self, topic: TopicKeys, keys: list[bytes], now_ns: int) -> tuple[list[bool] | None, int]:
+        """For each key, whether its message is to be stored (None: every one is), and when the
+        new keys, now remembered, expire.
 
         An empty key (an unkeyed message) is always stored and not remembered; a key
         seen earlier in ``keys`` is a duplicate of that message.
@@ -115,8 +118,8 @@ class KeyStore:
         held = topic.held
         window = self.window_ns
         if not window:
-            topic.received += sum(1 for key in keys if key)
-            return [True] * len(keys)
+            topic.received += len(keys) - keys.count(b"")
+            return None, 0
         expires = now_ns + window
         runs = self._runs
         if runs and runs[-1][0] > expires - RUN_NS:
@@ -125,6 +128,30 @@ class KeyStore:
         else:
             run = [expires, 0]
             runs.append(run)
+        count = len(keys)
+        stored = None
+        if held.isdisjoint(keys) and b"" not in keys:
+            # the usual batch: every key new and none empty: two C loops, no Python per key
+            before = len(held)
+            held.update(keys)
+            if len(held) - before == count:
+                self._keys.extend(keys)
+                self._owners.extend(repeat(held, count))
+                run[1] += count
+                topic.received += count
+            else:  # a key twice in the batch: the second is a duplicate of the first
+                held.difference_update(keys)
+                stored = self._admit_each(held, keys, run, topic)
+        else:
+            stored = self._admit_each(held, keys, run, topic)
+        if not run[1]:
+            runs.pop()
+        excess = len(self._keys) - self.max_keys
+        if excess > 0:
+            self.evicted += self._pop(excess)
+        return stored, expires
+
+    def _admit_each(self, held: set[bytes], keys: list[bytes], run: list[int], topic: TopicKeys) -> list[bool]:
         stored = []
         added = received = 0
         append_key, append_owner = self._keys.append, self._owners.append
@@ -136,19 +163,14 @@ class KeyStore:
             if key in held:
                 stored.append(False)
                 continue
-            held[key] = expires
+            held.add(key)
             append_key(key)
             append_owner(held)
             added += 1
             stored.append(True)
         run[1] += added
-        if not run[1]:
-            runs.pop()
         topic.received += received
         topic.duplicates += received - added
-        excess = len(self._keys) - self.max_keys
-        if excess > 0:
-            self.evicted += self._pop(excess)
         return stored
 
     def remember(self, topic: TopicKeys, entries: Iterable[tuple[int, bytes]], now_ns: int) -> int:
@@ -160,10 +182,9 @@ class KeyStore:
             if expires <= now_ns or key in held:
                 continue
             if not runs or runs[-1][0] <= expires - RUN_NS:
-                runs.append([expires, 0])
-            run = runs[-1]
-            held[key] = run[0]  # within a millisecond before ``expires``: sorted, runs start lowest
-            run[1] += 1
+                runs.append([expires, 0])  # sorted: a run's keys expire within a millisecond after it
+            runs[-1][1] += 1
+            held.add(key)
             self._keys.append(key)
             self._owners.append(held)
             count += 1
@@ -172,13 +193,44 @@ class KeyStore:
             self.evicted += self._pop(excess)
         return count
 
-    def forget(self, topic: TopicKeys, keys: list[bytes], stored: list[bool]) -> None:
+    def forget(self, topic: TopicKeys, keys: list[bytes], stored: list[bool] | None) -> None:
         """Forget the keys :meth:`admit` remembered for a publish that then failed, so that
-        the publisher's retry is stored."""
+        the publisher's retry is stored. Looks for each from the newest end: rare (a failed
+        disk write), so it is not worth an index."""
         held = topic.held
-        for key, new in zip(keys, stored):
-            if key and new:
-                held.pop(key, None)
+        for key, new in zip(keys, repeat(True) if stored is None else stored):
+            if key and new and key in held:
+                held.discard(key)
+                self._remove_entry(held, key)
+
+    def _remove_entry(self, owner: set[bytes], key: bytes) -> None:
+        keys, owners, runs = self._keys, self._owners, self._runs
+        index = len(keys) - 1
+        while index >= 0 and not (owners[index] is owner and keys[index] == key):
+            index -= 1
+        if index < 0:
+            return
+        del keys[index]
+        del owners[index]
+        after = len(keys) + 1 - index  # entries from this one to the newest, before the removal
+        for run in reversed(runs):
+            if after <= run[1]:
+                run[1] -= 1
+                if not run[1]:
+                    runs.remove(run)
+                return
+            after -= run[1]
+
+    def expiries(self) -> dict[int, list[tuple[int, bytes]]]:
+        """Every remembered key with its expiry, oldest first, by the ``id`` of its topic's set."""
+        found: dict[int, list[tuple[int, bytes]]] = {}
+        keys, owners = iter(self._keys), iter(self._owners)
+        for expires, count in self._runs:
+            for _ in range(count):
+                key, owner = next(keys), next(owners)
+                if key in owner:
+                    found.setdefault(id(owner), []).append((expires, key))
+        return found
 
     def expire(self, now_ns: int) -> None:
         """Forget every key whose window has ended."""
@@ -193,12 +245,8 @@ class KeyStore:
         while left:
             run = runs[0]
             take = min(left, run[1])
-            expires = run[0]
             for _ in range(take):
-                key = keys.popleft()
-                owner = owners.popleft()
-                if owner.get(key) == expires:
-                    del owner[key]
+                owners.popleft().discard(keys.popleft())
             run[1] -= take
             left -= take
             if not run[1]:
