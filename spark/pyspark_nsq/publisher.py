@@ -7,6 +7,15 @@ while the task encodes the next batch. Deferred messages go one DPUB each. A
 connection that fails is replaced and every unanswered command is sent again:
 nsqd applies an MPUB whole or not at all, so a resend can only duplicate what an
 unanswered MPUB already delivered.
+
+With keys (the sink's ``key`` column) the publisher asks for *keyed publishes*, a
+pynsqd extension (:mod:`broker.protocol.keys`): each message goes with its key, and
+the broker stores a key once per topic within its ``--dedup-window``, answering
+``DUPLICATE`` for a message whose key it already holds. A resend after a lost
+connection is then harmless: it goes to the same nsqd first, which drops what the
+unanswered commands had already stored. Duplicates count as published, and are
+counted apart in :attr:`Publisher.duplicates`. nsqd offers no keyed publishes: a
+keyed publisher refuses to publish there rather than silently publish unkeyed.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from collections.abc import Sequence
 
 from broker.client import FramePump
 from broker.protocol import encode_dpub, encode_mpub
+from broker.protocol.keys import KEYS_IDENTIFY_FIELD, MAX_KEY_LENGTH, duplicates_in_answer, prefix_key
 
 from .dial import NsqError, dial
 from .options import Address
@@ -30,6 +40,8 @@ PIPELINE_DEPTH = 8
 MAX_MPUB_BYTES = 5 * 1024 * 1024 - 64 * 1024
 #: Per-message framing inside an MPUB body (its 4-byte length).
 _MPUB_ITEM_OVERHEAD = 4
+#: What a key adds to a message on a keyed connection, besides the key: its length byte.
+_KEY_OVERHEAD = 1
 
 _log = logging.getLogger(__name__)
 
@@ -38,46 +50,69 @@ class Publisher:
     """Publishes to the first reachable of ``addresses``, starting at ``first``, on connections
     that IDENTIFY as ``client_id`` (None: the host name).
 
-    Connects lazily; the caller must ``close`` it. Raises :class:`NsqError` when
-    nsqd rejects a batch (``E_BAD_MESSAGE``, ``E_BAD_TOPIC``, ...) or no address
-    accepts a connection.
+    With ``keyed`` the connections ask for keyed publishes and :meth:`publish` takes a key
+    per message. Connects lazily; the caller must ``close`` it. Raises :class:`NsqError`
+    when nsqd rejects a batch (``E_BAD_MESSAGE``, ``E_BAD_TOPIC``, ...) or no address
+    accepts a connection, and ``ValueError`` when a keyed publisher reaches an nsqd
+    that has no keyed publishes.
     """
 
-    __slots__ = ("_addresses", "_next", "_batch_size", "_defer_ms", "_client_id", "_conn", "_unanswered",
-                 "_retried", "published")
+    __slots__ = ("_addresses", "_next", "_at", "_batch_size", "_defer_ms", "_client_id", "_keyed", "_conn",
+                 "_unanswered", "_retried", "published", "duplicates")
 
     def __init__(self, addresses: Sequence[Address], *, batch_size: int, defer_ms: int = 0,
-                 first: int = 0, client_id: str | None = None):
+                 first: int = 0, client_id: str | None = None, keyed: bool = False):
         self._addresses = tuple(addresses)
         self._client_id = client_id
         self._next = first % len(self._addresses)
+        self._at = self._next  # the index of the address of the open (or last) connection
         self._batch_size = batch_size
         self._defer_ms = defer_ms
+        self._keyed = keyed
         self._conn: FramePump | None = None
         # (payload, answers due, messages) of each command sent and not yet answered
         self._unanswered: collections.deque[tuple[bytes, int, int]] = collections.deque()
         self._retried = False  # reconnected since nsqd last answered
-        #: Messages acknowledged by nsqd so far.
+        #: Messages acknowledged by nsqd so far (duplicates included).
         self.published = 0
+        #: Of those, the keyed ones nsqd did not store: their key was stored already.
+        self.duplicates = 0
 
-    def publish(self, topic: str, bodies: Sequence[bytes]) -> None:
+    def publish(self, topic: str, bodies: Sequence[bytes], keys: Sequence[bytes | None] | None = None) -> None:
         """Send ``bodies`` to ``topic`` in batches; some may still await nsqd's answer
-        when this returns (see :meth:`flush`)."""
-        for start, end in self._slices(bodies):
-            self._send_batch(topic, bodies[start:end])
+        when this returns (see :meth:`flush`).
+
+        ``keys`` (a keyed publisher only) gives each body's key, None for an unkeyed one;
+        a key is 1 to ``MAX_KEY_LENGTH`` bytes, else ValueError.
+        """
+        if keys is not None:
+            if not self._keyed:
+                raise ValueError("keys given to a publisher made without keyed=True")
+            if len(keys) != len(bodies):
+                raise ValueError(f"{len(keys)} keys for {len(bodies)} bodies")
+        for start, end in self._slices(bodies, keys):
+            self._send_batch(topic, bodies[start:end], None if keys is None else keys[start:end])
 
     def flush(self) -> None:
         """Return once nsqd has acknowledged everything sent."""
         self._await_answers(0)
 
-    def _slices(self, bodies: Sequence[bytes]):
+    def _slices(self, bodies: Sequence[bytes], keys: Sequence[bytes | None] | None):
         start, size, count = 0, 0, 0
+        overhead = _MPUB_ITEM_OVERHEAD + (_KEY_OVERHEAD if self._keyed else 0)
         for index, body in enumerate(bodies):
             if not body:
                 raise ValueError(
                     "nsq data source: cannot publish an empty or null body (nsqd rejects them)"
                 )
-            item = len(body) + _MPUB_ITEM_OVERHEAD
+            item = len(body) + overhead
+            if keys is not None and (key := keys[index]) is not None:
+                if not 0 < len(key) <= MAX_KEY_LENGTH:
+                    raise ValueError(
+                        f"nsq data source: a 'key' must be 1 to {MAX_KEY_LENGTH} bytes (a string's UTF-8) "
+                        f"or null, got {'an empty one' if not key else f'{len(key)} bytes'}"
+                    )
+                item += len(key)
             if count and (count == self._batch_size or size + item > MAX_MPUB_BYTES):
                 yield start, index
                 start, size, count = index, 0, 0
@@ -86,7 +121,11 @@ class Publisher:
         if count:
             yield start, len(bodies)
 
-    def _send_batch(self, topic: str, bodies: Sequence[bytes]) -> None:
+    def _send_batch(self, topic: str, bodies: Sequence[bytes], keys: Sequence[bytes | None] | None) -> None:
+        if self._keyed:
+            # on a keyed connection every message carries a key length, 0 for none
+            bodies = ([b"\x00" + body for body in bodies] if keys is None
+                      else [prefix_key(key, body) for key, body in zip(keys, bodies)])
         if self._defer_ms:
             payload = b"".join(encode_dpub(topic, self._defer_ms, body) for body in bodies)
             answers = len(bodies)
@@ -106,24 +145,43 @@ class Publisher:
         while len(unanswered) > keep:
             payload, answers, messages = unanswered[0]
             conn = self._connection()
+            duplicates = 0
             try:
                 for _ in range(answers):
-                    conn.read_response()
+                    answer = conn.read_response()
+                    if self._keyed:
+                        duplicates += self._duplicates(conn, answer)
             except NsqError as exc:
                 self._resend(exc)
                 continue
             unanswered.popleft()
             self.published += messages
+            self.duplicates += duplicates
             self._retried = False
 
+    @staticmethod
+    def _duplicates(conn: FramePump, answer: bytes) -> int:
+        """The duplicates a keyed publish's ``answer`` reports; NsqError when it is no such answer."""
+        try:
+            return duplicates_in_answer(answer)
+        except ValueError as exc:
+            raise NsqError(conn.address, "E_UNEXPECTED", str(exc)) from exc
+
     def _resend(self, exc: NsqError) -> None:
-        """After ``exc``: raise it, or reconnect once and send every unanswered command again."""
+        """After ``exc``: raise it, or reconnect once and send every unanswered command again.
+
+        Unkeyed, the new connection goes to the next address. Keyed, it goes to the same
+        nsqd first: there the resent messages whose first sending was stored are dropped
+        as duplicates, where another nsqd would store them a second time.
+        """
         failed = self._conn
         self.close()
         if exc.code != "E_CONNECTION" or failed is None or self._retried:
             raise exc
         self._retried = True
         _log.warning("publishing to %s failed (%s); reconnecting", failed.address, exc)
+        if self._keyed:
+            self._next = self._at
         conn = self._connection()
         try:
             conn.send(b"".join(payload for payload, _, _ in self._unanswered))
@@ -135,14 +193,22 @@ class Publisher:
         if self._conn is not None:
             return self._conn
         errors: list[NsqError] = []
+        identify = {KEYS_IDENTIFY_FIELD: True} if self._keyed else {}
         for _ in range(len(self._addresses)):
-            address = self._addresses[self._next]
-            self._next = (self._next + 1) % len(self._addresses)
+            index = self._next
+            address = self._addresses[index]
+            self._next = (index + 1) % len(self._addresses)
             try:
-                self._conn = dial(address, {}, self._client_id)
-                return self._conn
+                conn = dial(address, identify, self._client_id)
             except NsqError as exc:
                 errors.append(exc)
+                continue
+            if self._keyed and conn.identity.get(KEYS_IDENTIFY_FIELD) is not True:
+                conn.close()
+                raise ValueError(f"nsq data source: the 'key' column needs keyed publishes, which {address} "
+                                 "does not offer (nsqd has none; pynsqd has them)")
+            self._conn, self._at = conn, index
+            return conn
         if len(errors) == 1:
             raise errors[0]
         raise NsqError(errors[0].address, "E_CONNECTION", "no nsqd accepts a connection: " + "; ".join(

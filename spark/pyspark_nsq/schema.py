@@ -27,6 +27,7 @@ __all__ = [
     "MessageColumns",
     "check_source_schema",
     "check_sink_schema",
+    "key_column",
 ]
 
 #: The schema of every DataFrame the source produces.
@@ -133,8 +134,9 @@ def check_source_schema(schema: StructType) -> None:
 def check_sink_schema(schema: StructType, default_topic: str | None) -> tuple[int, int | None]:
     """Find the ``body`` and optional ``topic`` columns of a DataFrame being written.
 
-    Returns their positions. Raises ``ValueError`` when ``body`` is missing or is
-    neither binary nor string, when ``topic`` is not a string, and
+    Returns their positions (the optional ``key`` column is found by :func:`key_column`).
+    Raises ``ValueError`` when ``body`` is missing or is neither binary nor string, when
+    ``topic`` is not a string or ``key`` neither binary nor string, and
     :class:`OptionError` when there is neither a ``topic`` column nor option.
     """
     names: Sequence[str] = [f.name.lower() for f in schema.fields]
@@ -155,6 +157,26 @@ def check_sink_schema(schema: StructType, default_topic: str | None) -> tuple[in
             "nsq data source: column 'topic' must be a string, got "
             f"{schema.fields[topic].dataType.simpleString()}"
         )
+    key_column(schema)
     if topic is None and default_topic is None:
         raise OptionError("topic", "is required when the DataFrame has no 'topic' column")
     return body, topic
+
+
+def key_column(schema: StructType) -> int | None:
+    """The position of the ``key`` column of a DataFrame being written, None without one.
+
+    Rows with a key are published as keyed publishes (a pynsqd extension), which the
+    broker stores once per key and topic within its ``--dedup-window``. Raises
+    ``ValueError`` when ``key`` is neither binary nor string.
+    """
+    names = [f.name.lower() for f in schema.fields]
+    if "key" not in names:
+        return None
+    key = names.index("key")
+    if not isinstance(schema.fields[key].dataType, (BinaryType, StringType)):
+        raise ValueError(
+            "nsq data source: column 'key' must be binary or string, got "
+            f"{schema.fields[key].dataType.simpleString()}"
+        )
+    return key

@@ -5,6 +5,12 @@ Rows arrive as Arrow record batches; bodies are buffered per topic and published
 task that fails after publishing some rows publishes them again when Spark retries
 it, and a streaming batch replayed after a restart is published again. Commit and
 abort therefore have nothing to undo.
+
+A ``key`` column turns that into exactly once within the broker's dedup window: its
+rows go out as keyed publishes (pynsqd only), and the broker stores each key once
+per topic, answering ``DUPLICATE`` for the rows a retry or a replay publishes again.
+The tasks count those duplicates in their :class:`PublishReceipt`, and the driver
+logs them when the write or the micro-batch commits.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from .dial import client_name
 from .discovery import DiscoveryError, all_nodes
 from .options import Address, SinkOptions
 from .publisher import Publisher
-from .schema import check_sink_schema
+from .schema import check_sink_schema, key_column
 
 __all__ = ["NsqWriter", "NsqStreamWriter", "PublishReceipt", "publish_batches"]
 
@@ -41,10 +47,12 @@ _BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 @dataclass(frozen=True, slots=True)
 class PublishReceipt(WriterCommitMessage):
-    """What one task published: its partition and the number of messages."""
+    """What one task published: its partition, the number of messages nsqd acknowledged,
+    and how many of them were keyed duplicates the broker did not store again."""
 
     partition: int
     messages: int
+    duplicates: int = 0
 
 
 def _registered_nodes(options: SinkOptions) -> tuple[Address, ...]:
@@ -58,49 +66,77 @@ def _registered_nodes(options: SinkOptions) -> tuple[Address, ...]:
 
 def publish_batches(options: SinkOptions, schema: StructType,
                     batches: Iterator[pa.RecordBatch]) -> PublishReceipt:
-    """Publish the ``body`` column of ``batches``; returns once nsqd acknowledged all.
+    """Publish the ``body`` column of ``batches``, keyed by the ``key`` column when there is
+    one; returns once nsqd acknowledged all.
 
-    Raises ``ValueError`` for a null or empty body or a bad topic value, and
+    Raises ``ValueError`` for a null or empty body, an empty or over-long key, a bad topic
+    value or a keyed write to an nsqd without keyed publishes, and
     :class:`~broker.client.NsqError` when nsqd refuses a batch.
     """
     body_index, topic_index = check_sink_schema(schema, options.topic)
+    key_index = key_column(schema)
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
     # Spark sets this local property on the jobs of a streaming micro-batch
     batch = context.getLocalProperty(_BATCH_ID_PROPERTY) if context is not None else None
     name = (client_name("write", "partition", partition) if batch is None
             else client_name("write batch", batch, "partition", partition))
+    keyed = key_index is not None
     publisher = Publisher(options.nsqd or _registered_nodes(options), batch_size=options.batch_size,
-                          defer_ms=options.defer_ms, first=partition, client_id=name)
-    buffers: dict[str, list[bytes]] = {}
+                          defer_ms=options.defer_ms, first=partition, client_id=name, keyed=keyed)
+    pending: dict[str, list[bytes]] = {}  # per topic: the bodies waiting
+    pending_keys: dict[str, list[bytes | None]] = {}  # and their keys, when keyed
     checked: set[str] = set()
     try:
-        for batch in batches:
-            bodies = batch.column(body_index)
-            if not pa.types.is_binary(bodies.type):
-                bodies = pc.cast(bodies, pa.binary())
-            bodies = bodies.to_pylist()
+        for record_batch in batches:
+            bodies = _binary(record_batch.column(body_index)).to_pylist()
+            keys = _binary(record_batch.column(key_index)).to_pylist() if key_index is not None else None
             if topic_index is None:
-                buffers.setdefault(_check_topic(options.topic), []).extend(bodies)
+                default = _check_topic(options.topic)
+                pending.setdefault(default, []).extend(bodies)
+                if keys is not None:
+                    pending_keys.setdefault(default, []).extend(keys)
             else:
-                for value, body in zip(batch.column(topic_index).to_pylist(), bodies):
+                values = record_batch.column(topic_index).to_pylist()
+                for row, (value, body) in enumerate(zip(values, bodies)):
                     topic = value or options.topic
                     if topic is None or topic not in checked:
                         topic = _check_topic(topic)
                         checked.add(topic)
-                    buffers.setdefault(topic, []).append(body)
-            for topic, pending in buffers.items():
-                if len(pending) >= options.batch_size:
-                    full = len(pending) - len(pending) % options.batch_size
-                    publisher.publish(topic, pending[:full])
-                    del pending[:full]
-        for topic, pending in buffers.items():
-            if pending:
-                publisher.publish(topic, pending)
+                    pending.setdefault(topic, []).append(body)
+                    if keys is not None:
+                        pending_keys.setdefault(topic, []).append(keys[row])
+            for topic, waiting in pending.items():
+                if len(waiting) >= options.batch_size:
+                    full = len(waiting) - len(waiting) % options.batch_size
+                    publisher.publish(topic, waiting[:full], pending_keys[topic][:full] if keyed else None)
+                    del waiting[:full]
+                    if keyed:
+                        del pending_keys[topic][:full]
+        for topic, waiting in pending.items():
+            if waiting:
+                publisher.publish(topic, waiting, pending_keys[topic] if keyed else None)
         publisher.flush()
     finally:
         publisher.close()
-    return PublishReceipt(partition, publisher.published)
+    if publisher.duplicates:
+        _log.info("nsq sink: partition %d: %d of %d messages were duplicates of keys already stored; "
+                  "nsqd did not store them again", partition, publisher.duplicates, publisher.published)
+    return PublishReceipt(partition, publisher.published, publisher.duplicates)
+
+
+def _binary(column: pa.Array) -> pa.Array:
+    """``column`` as binary: a string column's values as their UTF-8 bytes (nulls stay null)."""
+    return column if pa.types.is_binary(column.type) else pc.cast(column, pa.binary())
+
+
+def _log_duplicates(what: str, messages) -> None:
+    """Log at INFO how many of the messages a write's tasks published were keyed duplicates."""
+    receipts = [m for m in messages if isinstance(m, PublishReceipt)]
+    duplicates = sum(r.duplicates for r in receipts)
+    if duplicates:
+        _log.info("nsq sink: %s: %d of %d messages were duplicates of keys the broker already stored, "
+                  "not stored again", what, duplicates, sum(r.messages for r in receipts))
 
 
 def _check_topic(topic: str | None) -> str:
@@ -130,17 +166,25 @@ class _PartitionPublisher:
 class NsqWriter(_PartitionPublisher, DataSourceArrowWriter):
     """``df.write.format("nsq")``: publishes every row once per successful task attempt."""
 
+    def commit(self, messages) -> None:
+        """Nothing to do but say how many keyed rows the broker dropped as duplicates."""
+        _log_duplicates("write", messages)
+
     def abort(self, messages) -> None:
         """Nothing to undo; rows of tasks that failed may already be published."""
         _log.warning("nsq write aborted; some rows may have been published already")
 
 
 class NsqStreamWriter(_PartitionPublisher, DataSourceStreamArrowWriter):
-    """``df.writeStream.format("nsq")``: publishes each micro-batch, at least once."""
+    """``df.writeStream.format("nsq")``: publishes each micro-batch, at least once (with a
+    ``key`` column, once within the broker's dedup window)."""
 
     def commit(self, messages, batchId: int) -> None:
-        """Nothing to do: every message was acknowledged by nsqd before its task ended."""
+        """Nothing to do (every message was acknowledged by nsqd before its task ended) but
+        say how many keyed rows the broker dropped as duplicates."""
+        _log_duplicates(f"batch {batchId}", messages)
 
     def abort(self, messages, batchId: int) -> None:
-        """Nothing to undo; the batch is published again when Spark retries it."""
+        """Nothing to undo; the batch is published again when Spark retries it (its keyed
+        rows then come back as duplicates, which the broker does not store)."""
         _log.warning("nsq sink: batch %d aborted; it will be published again on retry", batchId)
