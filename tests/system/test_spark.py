@@ -11,10 +11,8 @@ import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import urllib.request
@@ -38,7 +36,7 @@ from pyspark_nsq import SOURCE_SCHEMA, NsqDataSource
 from tests.support.http_client import request
 from tests.support.paths import REPO, nsq_bin
 from tests.support.processes import BrokerProcess
-from tests.support.spark_queries import start_copy
+from tests.support.spark_queries import kill_group, run_copy_process, start_copy
 from tests.support.v2client import connect
 from tests.support.wiretap import wiretap
 
@@ -388,42 +386,9 @@ def test_against_nsqd_the_driver_side_path_copies_everything(spark, real_nsqd, t
     assert consume(real_nsqd, "real_in", "spark", expect=1, linger=0, timeout=2) == []
 
 
-_PIPELINE = textwrap.dedent("""
-    import sys, time
-    from pyspark.sql import SparkSession
-    nsqd, source, sink, checkpoint = sys.argv[1:5]
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    query = (spark.readStream.format("nsq").option("nsqd", nsqd).option("topic", source)
-             .option("channel", "spark").option("maxMessagesPerTrigger", "4000")
-             .option("msgTimeoutMs", "3000").load()
-             .select("body").writeStream.format("nsq").option("nsqd", nsqd)
-             .option("topic", sink).option("checkpointLocation", checkpoint)
-             .trigger(processingTime="0 seconds").start())
-    query.awaitTermination()
-""")
-
-
 def run_pipeline(nsqd, source: str, sink: str, checkpoint: Path, log: Path) -> subprocess.Popen:
-    """The streaming query in its own process group, so a test can SIGKILL all of it."""
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
-               PYTHONPATH=os.pathsep.join(filter(None, [WORKER_PATH, os.environ.get("PYTHONPATH")])))
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-c", _PIPELINE, address(nsqd), source, sink, str(checkpoint)],
-            env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True,
-        )
-
-
-def kill_group(process: subprocess.Popen) -> None:
-    """SIGKILL the pipeline, its JVM and its Python workers (one process group)."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait(30)
+    """The streaming copy in its own process group, so a test can SIGKILL all of it."""
+    return run_copy_process(address(nsqd), source, sink, checkpoint, log, worker_path=WORKER_PATH)
 
 
 def test_killed_query_restarts_from_checkpoint_and_loses_nothing(nsqd, tmp_path, record_property):
