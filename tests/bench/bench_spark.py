@@ -9,6 +9,9 @@ command given with ``--broker-cmd``) and a local Spark session per master in
   sink topic's message count in ``/stats`` times the first and the last message
   out: rows/s between them.
   Run once per master (``local[1]``, ``local[2]``) to show scaling with cores.
+- keyed copy: the same, right after it on the same master, with the exactly-once
+  recipe's key (``concat(nsqd, '/', id)``) as the sink's ``key`` column: keyed
+  publishes, which the broker checks against the keys it holds (pynsqd only).
 - batch read: ``--count`` messages drained by ``spark.read`` into the noop sink.
 - sink: ``--count`` rows of ``--size`` bytes written with ``df.write``.
   Both are timed after an untimed run of ``WARM_UP_ROWS`` (Spark's first start of
@@ -52,7 +55,7 @@ from broker.protocol import (
 from pyspark_nsq.dial import dial
 from pyspark_nsq.options import Address
 from tests.support.processes import stop_process
-from tests.support.spark_queries import start_copy
+from tests.support.spark_queries import EXACTLY_ONCE_KEY, start_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -125,11 +128,16 @@ class TopicCounter:
         self.last: float | None = None
         self._url = f"http://{http}/stats?format=json&topic={topic}"
         self._interval = interval
+        self._stopped = False
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    def stop(self) -> None:
+        """Stop polling (the thread ends after its current poll)."""
+        self._stopped = True
+
     def _run(self) -> None:
-        while self.count < self.expect:
+        while self.count < self.expect and not self._stopped:
             with urllib.request.urlopen(self._url, timeout=10) as answer:
                 topics = json.load(answer)["topics"]
             now = time.monotonic()
@@ -140,28 +148,37 @@ class TopicCounter:
                 self.count, self.last = count, now
             time.sleep(self._interval)
 
-    def wait(self, timeout: float) -> None:
-        self._thread.join(timeout)
+    def wait(self, timeout: float, query=None) -> None:
+        """Return once ``expect`` messages were counted; raises TimeoutError after ``timeout``
+        seconds, and RuntimeError as soon as ``query`` (the streaming query that publishes
+        them, if any) has stopped."""
+        deadline = time.monotonic() + timeout
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            self._thread.join(0.5)
+            if query is not None and not query.isActive:
+                raise RuntimeError(f"the query stopped: {query.exception()}")
         if self.count < self.expect:
             raise TimeoutError(f"only {self.count} of {self.expect} messages reached the sink")
 
 
 def measure_copy(spark, address: Address, http: str, workdir: Path, count: int, size: int,
-                 tag: str) -> dict:
-    """Streaming copy of a queued backlog with default options; rows/s first to last row out."""
+                 tag: str, key: str | None = None) -> dict:
+    """Streaming copy of a queued backlog with default options (and ``key`` as the sink's
+    ``key`` column, when given); rows/s first to last row out."""
     source, sink = f"copy_in_{tag}", f"copy_out_{tag}"
     publish(address, source, [b"x" * size] * count)
     watch = TopicCounter(http, sink, count)
     started = time.monotonic()
     query = start_copy(spark, str(address), source, sink, str(workdir / f"copy_{tag}"), channel="bench",
-                       trigger={"processingTime": "0 seconds"})
+                       trigger={"processingTime": "0 seconds"}, key=key)
     try:
-        watch.wait(600)
+        watch.wait(600, query)
         deadline = time.monotonic() + 30
         while (sum(p["numInputRows"] for p in query.recentProgress) < count
                and time.monotonic() < deadline):
             time.sleep(0.1)  # the last batch's progress is reported after its commit
     finally:
+        watch.stop()
         query.stop()
     assert watch.first is not None and watch.last is not None
     batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
@@ -279,7 +296,7 @@ def main(argv=None) -> None:
                                                              os.environ.get("PYTHONPATH")]))
     masters = [m.strip() for m in args.masters.split(",") if m.strip()]
     result: dict = {"checkout": str(checkout), "count": args.count, "size": args.size, "copy": {},
-                    "cpus": os.cpu_count(), "host": socket.gethostname()}
+                    "copy_keyed": {}, "cpus": os.cpu_count(), "host": socket.gethostname()}
     with tempfile.TemporaryDirectory(prefix="bench_spark_") as tmp:
         workdir = Path(tmp)
         broker, address, http = start_broker(shlex.split(args.broker_cmd), workdir / "data",
@@ -290,6 +307,11 @@ def main(argv=None) -> None:
                 tag = re.sub(r"\W", "", master)
                 result["copy"][master] = measure_copy(spark, address, http, workdir, args.count,
                                                       args.size, tag)
+                try:
+                    result["copy_keyed"][master] = measure_copy(spark, address, http, workdir, args.count, args.size,
+                                                                f"{tag}_keyed", key=EXACTLY_ONCE_KEY)
+                except RuntimeError as exc:  # a broker (nsqd) or a connector (--checkout) without keys
+                    result["copy_keyed"][master] = {"error": str(exc).splitlines()[0][:300]}
                 if index == len(masters) - 1:
                     result["master"] = master
                     result["batch_read"] = measure_batch_read(spark, address, args.count, args.size)
@@ -302,8 +324,15 @@ def main(argv=None) -> None:
         print(json.dumps(result))
         return
     for master, copy in result["copy"].items():
+        keyed = result["copy_keyed"][master]
         print(f"copy        {master}: {copy['rows']} x {args.size} B, {copy['rows_per_s']} rows/s "
               f"first to last row out, batches {copy['batches']}")
+        if "error" in keyed:
+            print(f"keyed copy  {master}: not measured: {keyed['error']}")
+        else:
+            print(f"keyed copy  {master}: {keyed['rows']} x {args.size} B, {keyed['rows_per_s']} rows/s "
+                  f"({keyed['rows_per_s'] / max(copy['rows_per_s'], 1):.2f} of the copy's), "
+                  f"batches {keyed['batches']}")
     print(f"batch read  {result['master']}: {result['batch_read']['rows_per_s']} rows/s")
     print(f"sink        {result['master']}: {result['sink']['rows_per_s']} rows/s")
     lat = result["latency"]
