@@ -23,10 +23,11 @@ import struct
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .commands import Mpub
+from .commands import KeyedMpub, Mpub
 from .errors import ProtocolError
+from .keys import MAX_KEY_LENGTH
 
-__all__ = ["BodySpec", "SizedBody", "MpubBody"]
+__all__ = ["BodySpec", "SizedBody", "MpubBody", "KeyedMpubBody"]
 
 _NO_LIMIT = 1 << 62
 _LENGTH = struct.Struct(">i")
@@ -150,55 +151,65 @@ class MpubBody:
         self.need = 4
 
     def advance(self, data: bytes, pos: int, end: int, limit: int = _NO_LIMIT) -> tuple[int, object]:
-        max_body_size = self.max_body_size
-        if self.phase == _BODY_SIZE:
-            if end - pos < 4:
+        if self.phase != _MESSAGES:
+            pos = self._head(data, pos, end)
+            if self.phase != _MESSAGES:
                 return pos, None
-            size = _unpack_length(data, pos)[0]
-            if size <= 0 or size > max_body_size:
-                MPUB_BODY.check_size(size, max_body_size)
-            pos += 4
-            self.phase = _COUNT
-        if self.phase == _COUNT:
-            if end - pos < 4:
-                return pos, None
-            count = _unpack_length(data, pos)[0]
-            # 4 bytes of count, then at least 5 bytes (size + 1) per message
-            if count <= 0 or count > _go_div(max_body_size - 4, 5):
-                raise ProtocolError("E_BAD_BODY", f"MPUB invalid message count {count}")
-            pos += 4
-            self.count = count
-            self.phase = _MESSAGES
         # The hot loop of a batch publish: locals only, one slice per message.
         bodies = self.bodies
         append = bodies.append
         index = len(bodies)
         count = min(self.count, index + limit)
-        total = self.total
         max_msg_size = self.max_msg_size
         unpack = _unpack_length
         # First the messages that are whole and within every limit, with the fewest checks:
         # none may end past what was received, nor past where the body would outgrow
-        # max_body_size. The careful loop below takes the first one that is not (it may only
+        # max_body_size. The careful loop takes the first one that is not (it may only
         # need more bytes) and gives nsqd's error for it.
         first = pos
-        limit = min(end, pos + max_body_size - total)
+        stop_at = min(end, pos + self.max_body_size - self.total)
         while index < count:
             start = pos + 4
-            if start > limit:
+            if start > stop_at:
                 break
             size = unpack(data, pos)[0]
             stop = start + size
-            if size <= 0 or size > max_msg_size or stop > limit:
+            if size <= 0 or size > max_msg_size or stop > stop_at:
                 break
             append(data[start:stop])
             pos = stop
             index += 1
-        total += pos - first
+        return self._careful(data, pos, end, index, count, self.total + pos - first)
+
+    def _head(self, data: bytes, pos: int, end: int) -> int:
+        """Read the body size and the message count, as far as ``data`` goes; the new position."""
+        max_body_size = self.max_body_size
+        if self.phase == _BODY_SIZE:
+            if end - pos < 4:
+                return pos
+            size = _unpack_length(data, pos)[0]
+            if size <= 0 or size > max_body_size:
+                MPUB_BODY.check_size(size, max_body_size)
+            pos += 4
+            self.phase = _COUNT
+        if end - pos < 4:
+            return pos
+        count = _unpack_length(data, pos)[0]
+        # 4 bytes of count, then at least 5 bytes (size + 1) per message
+        if count <= 0 or count > _go_div(max_body_size - 4, 5):
+            raise ProtocolError("E_BAD_BODY", f"MPUB invalid message count {count}")
+        self.count = count
+        self.phase = _MESSAGES
+        return pos + 4
+
+    def _careful(self, data: bytes, pos: int, end: int, index: int, count: int, total: int) -> tuple[int, object]:
+        """The messages from ``index`` one check at a time, each with nsqd's error; then the
+        event, once all ``self.count`` are read."""
+        max_msg_size, max_body_size = self.max_msg_size, self.max_body_size
         while index < count:
             if end - pos < 4:
                 return self._wait(pos, total, 4)
-            size = unpack(data, pos)[0]
+            size = _unpack_length(data, pos)[0]
             if size <= 0:
                 raise ProtocolError("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size {size}")
             if size > max_msg_size:
@@ -211,17 +222,23 @@ class MpubBody:
             if stop > end:
                 # leave the size unconsumed: it is cheap to re-read and keeps one position to resume from
                 return self._wait(pos, total, 4 + size)
-            append(data[start:stop])
+            self._take(data, start, stop, index)
             total = grown
             pos = stop
             index += 1
         if index < self.count:  # stopped at the limit
             return self._wait(pos, total, 4)
-        # built field by field: a frozen dataclass's __init__ goes through object.__setattr__
+        return pos, self._event()
+
+    def _take(self, data: bytes, start: int, stop: int, index: int) -> None:
+        self.bodies.append(data[start:stop])
+
+    def _event(self) -> object:
+        # built field by field: the event's __init__ is a Python call
         event = _new(Mpub)
         _set_mpub_topic(event, self.topic)
-        _set_mpub_bodies(event, bodies)
-        return pos, event
+        _set_mpub_bodies(event, self.bodies)
+        return event
 
     def _wait(self, pos: int, total: int, need: int) -> tuple[int, None]:
         """Stop at ``pos``, ``total`` bytes of the body read, until ``need`` bytes are at hand."""
@@ -237,3 +254,60 @@ class MpubBody:
         if self.need == 4:
             return ProtocolError("E_BAD_MESSAGE", f"MPUB failed to read message({len(self.bodies)}) body size")
         return ProtocolError("E_BAD_MESSAGE", "MPUB failed to read message body")
+
+
+class KeyedMpubBody(MpubBody):
+    """:class:`MpubBody` on a connection that negotiated keyed publishes: each message is a key
+    length byte, the key and the body (:mod:`broker.protocol.keys`), cut into the two as it is
+    read. ``max_msg_size`` bounds the body; the message may be a key longer."""
+
+    __slots__ = ("keys", "max_body")
+
+    def __init__(self, topic: str, max_msg_size: int, max_body_size: int):
+        super().__init__(topic, max_msg_size + MAX_KEY_LENGTH + 1, max_body_size)
+        self.keys: list[bytes] = []
+        self.max_body = max_msg_size
+
+    def advance(self, data: bytes, pos: int, end: int, limit: int = _NO_LIMIT) -> tuple[int, object]:
+        if self.phase != _MESSAGES:
+            pos = self._head(data, pos, end)
+            if self.phase != _MESSAGES:
+                return pos, None
+        add_body, add_key = self.bodies.append, self.keys.append
+        index = len(self.bodies)
+        count = min(self.count, index + limit)
+        max_msg_size, max_body = self.max_msg_size, self.max_body
+        unpack = _unpack_length
+        first = pos
+        stop_at = min(end, pos + self.max_body_size - self.total)
+        while index < count:  # MpubBody's fast loop, with the key cut off and checked
+            start = pos + 4
+            if start > stop_at:
+                break
+            size = unpack(data, pos)[0]
+            stop = start + size
+            if size <= 0 or size > max_msg_size or stop > stop_at:
+                break
+            body_at = start + 1 + data[start]
+            if body_at > start + 1 + MAX_KEY_LENGTH or body_at >= stop or stop - body_at > max_body:
+                break
+            add_key(data[start + 1:body_at])
+            add_body(data[body_at:stop])
+            pos = stop
+            index += 1
+        return self._careful(data, pos, end, index, count, self.total + pos - first)
+
+    def _take(self, data: bytes, start: int, stop: int, index: int) -> None:
+        length = data[start]
+        body_at = start + 1 + length
+        if length > MAX_KEY_LENGTH or body_at > stop:
+            raise ProtocolError("E_BAD_MESSAGE", f"MPUB invalid key length {length}")
+        if body_at == stop:
+            raise ProtocolError("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size 0")
+        if stop - body_at > self.max_body:
+            raise ProtocolError("E_BAD_MESSAGE", f"MPUB message too big {stop - body_at} > {self.max_body}")
+        self.keys.append(data[start + 1:body_at])
+        self.bodies.append(data[body_at:stop])
+
+    def _event(self) -> object:
+        return KeyedMpub(self.topic, self.bodies, self.keys)

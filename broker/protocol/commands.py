@@ -16,7 +16,7 @@ from .frames import MSG_ID_LENGTH
 from .names import is_valid_name
 
 __all__ = [
-    "Identify", "Auth", "Sub", "Pub", "Mpub", "Dpub", "Rdy", "Fin", "FinRun", "Req", "Touch", "Cls", "Nop", "Command",
+    "Identify", "Auth", "Sub", "Pub", "Mpub", "KeyedMpub", "Dpub", "Rdy", "Fin", "FinRun", "Req", "Touch", "Cls", "Nop", "Command",
     "encode_identify", "encode_auth", "encode_sub", "encode_pub", "encode_mpub", "encode_dpub",
     "encode_rdy", "encode_fin", "encode_req", "encode_touch", "encode_cls", "encode_nop",
 ]
@@ -100,6 +100,18 @@ class Mpub(_Event):
         self.bodies = bodies
 
 
+class KeyedMpub(_Event):
+    """MPUB on a connection that negotiated keyed publishes: ``keys[i]`` (``b""``: none) is
+    the key of ``bodies[i]``; checked as :class:`Mpub`'s, and the keys' lengths too."""
+
+    __slots__ = ("topic", "bodies", "keys")
+
+    def __init__(self, topic: str, bodies: list[bytes], keys: list[bytes]) -> None:
+        self.topic = topic
+        self.bodies = bodies
+        self.keys = keys
+
+
 class Dpub(_Event):
     """DPUB: publish ``body`` deferred by ``defer_ms`` (within 0..max_req_timeout_ms)."""
 
@@ -169,7 +181,7 @@ class Nop(_Event):
     __slots__ = ()
 
 
-Command = Identify | Auth | Sub | Pub | Mpub | Dpub | Rdy | Fin | FinRun | Req | Touch | Cls | Nop
+Command = Identify | Auth | Sub | Pub | Mpub | KeyedMpub | Dpub | Rdy | Fin | FinRun | Req | Touch | Cls | Nop
 
 _SIZE = struct.Struct(">I")
 _SIZE_AND_COUNT = struct.Struct(">II")

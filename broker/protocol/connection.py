@@ -25,12 +25,13 @@ from __future__ import annotations
 from functools import lru_cache, partial
 
 from .base10 import ms_to_duration_ns, parse_base10, to_int64
-from .bodies import AUTH_BODY, DPUB_BODY, IDENTIFY_BODY, PUB_BODY, MpubBody, SizedBody
+from .bodies import AUTH_BODY, DPUB_BODY, IDENTIFY_BODY, PUB_BODY, KeyedMpubBody, MpubBody, SizedBody
 from .commands import Auth, Cls, Dpub, Fin, FinRun, Identify, Nop, Pub, Rdy, Req, Sub, Touch
 from .errors import ProtocolError
 from .finrun import FIN_LINE, fin_ids, fin_run_end, new_fins
 from .frames import MAGIC_V2, MSG_ID_LENGTH
 from .identify import DECODE_INLINE_BELOW, decode_identify
+from .keys import MAX_KEY_LENGTH
 from .lease import LEASE_OPS, Lease, is_valid_lease_token
 from .limits import Limits
 from .names import go_quote, is_valid_name
@@ -89,7 +90,7 @@ class ServerConnection:
     """
 
     __slots__ = (
-        "limits", "state", "heartbeats_enabled", "tls_required", "fin_runs",
+        "limits", "state", "heartbeats_enabled", "tls_required", "fin_runs", "keyed",
         "_buf", "_whole", "_searched", "_magic_seen", "_body", "_error", "_eof", "_paused", "_limited",
     )
 
@@ -99,6 +100,9 @@ class ServerConnection:
         self.heartbeats_enabled = True
         self.tls_required = False
         self.fin_runs = False
+        #: keyed publishes were negotiated (:mod:`broker.protocol.keys`): an MPUB yields a
+        #: KeyedMpub, and ``limits.max_msg_size`` counts a key's bytes as well as a body's
+        self.keyed = False
         # Received bytes not parsed yet. A chunk that arrives when nothing is
         # pending is kept as is (_whole) and parsed in place without a copy;
         # anything else accumulates in _buf, where appending is amortised O(1)
@@ -455,7 +459,10 @@ class ServerConnection:
         # nsqd repeats the code inside the description for MPUB only
         topic = self._name(params[1], "MPUB", "topic", "E_BAD_TOPIC", prefix=b"E_BAD_TOPIC ")
         limits = self.limits
-        self._body = MpubBody(topic, limits.max_msg_size, limits.max_body_size)
+        if self.keyed:  # limits.max_msg_size has room for a key (see keyed)
+            self._body = KeyedMpubBody(topic, limits.max_msg_size - MAX_KEY_LENGTH - 1, limits.max_body_size)
+        else:
+            self._body = MpubBody(topic, limits.max_msg_size, limits.max_body_size)
 
     def _dpub(self, params: list[bytes]) -> None:
         if len(params) < 3:

@@ -188,37 +188,53 @@ def lease(broker: Broker, client: Client, cmd: p.Lease) -> None:
 
 
 def pub(broker: Broker, client: Client, cmd: p.Pub) -> Answer:
+    if client.publish_keys:
+        keys, bodies = split_keys("PUB", [cmd.body], broker.options.max_msg_size)
+        return _publish(broker, client, "PUB", cmd.topic, bodies, 0, keys)
     return _publish(broker, client, "PUB", cmd.topic, [cmd.body], 0)
 
 
 def mpub(broker: Broker, client: Client, cmd: p.Mpub) -> Answer:
+    if client.publish_keys:  # an MPUB parsed before the IDENTIFY that asked for keys was applied
+        keys, bodies = split_keys("MPUB", cmd.bodies, broker.options.max_msg_size)
+        return _publish(broker, client, "MPUB", cmd.topic, bodies, 0, keys)
     return _publish(broker, client, "MPUB", cmd.topic, cmd.bodies, 0)
 
 
+def keyed_mpub(broker: Broker, client: Client, cmd: p.KeyedMpub) -> Answer:
+    return _publish(broker, client, "MPUB", cmd.topic, cmd.bodies, 0, cmd.keys)
+
+
 def dpub(broker: Broker, client: Client, cmd: p.Dpub) -> Answer:
+    if client.publish_keys:
+        keys, bodies = split_keys("DPUB", [cmd.body], broker.options.max_msg_size)
+        return _publish(broker, client, "DPUB", cmd.topic, bodies, cmd.defer_ms, keys)
     return _publish(broker, client, "DPUB", cmd.topic, [cmd.body], cmd.defer_ms)
 
 
 def _publish(broker: Broker, client: Client, verb: str, topic_name: str, bodies: list[bytes],
-             defer_ms: int) -> Answer:
+             defer_ms: int, keys: list[bytes] | None = None) -> Answer:
     """Queue the bodies as one batch: the ``OK`` to answer when that is done at once (no auth
     server to ask, nothing to wait for), else what to await for it (see :meth:`Broker.publish`).
+    With ``keys`` (a keyed publish, :mod:`broker.protocol.keys`) the answer counts duplicates.
 
     Raises fatal ``E_<VERB>_FAILED <VERB> failed <reason>`` when the broker is exiting or
     the disk write fails.
     """
     if client.authd is not None:  # checked here, not in check_auth: a PUB should not pay for a coroutine
-        return _publish_authorized(broker, client, verb, topic_name, bodies, defer_ms)
-    if client.publish_keys:
-        return _queue_keyed(broker, client, verb, topic_name, bodies, defer_ms)
+        return _publish_authorized(broker, client, verb, topic_name, bodies, defer_ms, keys)
+    if keys is not None:
+        return _queue_keyed(broker, client, verb, topic_name, bodies, keys, defer_ms)
     return _queue(broker, client, verb, topic_name, bodies, defer_ms)
 
 
 async def _publish_authorized(broker: Broker, client: Client, verb: str, topic_name: str,
-                              bodies: list[bytes], defer_ms: int) -> bytes:
+                              bodies: list[bytes], defer_ms: int, keys: list[bytes] | None) -> bytes:
     await check_auth(client, verb, topic_name, "")
-    queue = _queue_keyed if client.publish_keys else _queue
-    answer = queue(broker, client, verb, topic_name, bodies, defer_ms)
+    if keys is None:
+        answer = _queue(broker, client, verb, topic_name, bodies, defer_ms)
+    else:
+        answer = _queue_keyed(broker, client, verb, topic_name, bodies, keys, defer_ms)
     return answer if isinstance(answer, bytes) else await answer
 
 
@@ -251,11 +267,9 @@ async def _published(pending: Awaitable[None], client: Client, verb: str, topic_
     return answer
 
 
-def _queue_keyed(broker: Broker, client: Client, verb: str, topic_name: str, raw: list[bytes],
-                 defer_ms: int) -> Answer:
-    """:func:`_queue` on a connection that negotiated keyed publishes (:mod:`broker.protocol.keys`):
-    each message is its key and its body; the answer counts the duplicates."""
-    keys, bodies = split_keys(verb, raw, broker.options.max_msg_size)
+def _queue_keyed(broker: Broker, client: Client, verb: str, topic_name: str, bodies: list[bytes],
+                 keys: list[bytes], defer_ms: int) -> Answer:
+    """:func:`_queue` for a keyed publish: the answer counts the duplicates."""
     if broker.exiting:
         raise ProtocolError(f"E_{verb}_FAILED", f"{verb} failed exiting")
     try:
@@ -329,5 +343,6 @@ ANSWER_HANDLERS: dict[type, AnswerHandler] = {
     p.Sub: sub,
     p.Pub: pub,
     p.Mpub: mpub,
+    p.KeyedMpub: keyed_mpub,
     p.Dpub: dpub,
 }

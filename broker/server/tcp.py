@@ -368,7 +368,8 @@ class TCPServer(ConnectionServer):
                 client.send_error(err)
             if event_type is Identify:
                 conn.heartbeats_enabled = client.heartbeat_interval > 0
-                if client.publish_keys:  # a message's key comes before its body, within its size
+                if client.publish_keys and not conn.keyed:  # a message's key comes before its body
+                    conn.keyed = True
                     conn.limits = conn.limits._replace(max_msg_size=broker.limits.max_msg_size + MAX_KEY_LENGTH + 1)
                 if client.upgrade is not None:
                     # what follows IDENTIFY belongs to the upgraded stream

@@ -20,6 +20,7 @@ from broker.protocol import (
     Fin,
     FinRun,
     Identify,
+    KeyedMpub,
     Limits,
     Mpub,
     Nop,
@@ -90,9 +91,11 @@ def splits(data: bytes, mode: str, seed: int = 0) -> list[bytes]:
 
 
 def feed(data: bytes, mode: str = "whole", *, state: State = INIT, limits: Limits = SMALL, eof: bool = False,
-         heartbeats: bool = True, tls: bool = False, magic: bool = True, seed: int = 0):
-    """Run ``data`` (after the magic) through a fresh connection; returns (events, error, conn)."""
-    conn = ServerConnection(limits)
+         heartbeats: bool = True, tls: bool = False, magic: bool = True, seed: int = 0, keyed: bool = False):
+    """Run ``data`` (after the magic) through a fresh connection; returns (events, error, conn).
+    ``keyed``: as the server sets a connection up once IDENTIFY asked for keyed publishes."""
+    conn = ServerConnection(limits._replace(max_msg_size=limits.max_msg_size + 129) if keyed else limits)
+    conn.keyed = keyed
     conn.state = state
     conn.heartbeats_enabled = heartbeats
     conn.tls_required = tls
@@ -790,3 +793,28 @@ def test_command_events_compare_and_print_as_values():
     assert Nop() == Nop() and Nop() != Cls()
     assert hash(Fin(b"a")) == hash(Fin(b"a")) and hash(Fin(b"a")) != hash(Touch(b"a"))
     assert repr(Pub("t", b"x")) == "Pub(topic='t', body=b'x')" and repr(Nop()) == "Nop()"
+
+
+# ---------------------------------------------------------------- keyed MPUB (pynsqd's keyed publishes)
+
+KEYED_CASES = [
+    ("keyed", [b"\x01ka", b"\x00plain", b"\x03keyb", b"\x80" + b"k" * 128 + b"x" * 100],
+     [KeyedMpub("t", [b"a", b"plain", b"b", b"x" * 100], [b"k", b"", b"key", b"k" * 128])], None),
+    ("key-too-long", [b"\x01ka", b"\x81" + b"k" * 129 + b"x"], [], b"E_BAD_MESSAGE MPUB invalid key length 129"),
+    ("key-past-the-end", [b"\x05ab"], [], b"E_BAD_MESSAGE MPUB invalid key length 5"),
+    ("empty-body", [b"\x01ka", b"\x02kk"], [], b"E_BAD_MESSAGE MPUB invalid message(1) body size 0"),
+    ("body-too-big", [b"\x01k" + b"x" * 101], [], b"E_BAD_MESSAGE MPUB message too big 101 > 100"),
+    ("message-too-big-with-its-key", [b"\x80" + b"k" * 128 + b"x" * 101], [], b"E_BAD_MESSAGE MPUB message too big "
+     b"230 > 229"),
+]
+
+
+@pytest.mark.parametrize("name,messages,events,error", KEYED_CASES, ids=[c[0] for c in KEYED_CASES])
+def test_keyed_mpub(name, messages, events, error):
+    check(b"MPUB t\n" + mpub_body(messages), events, error, keyed=True, limits=SMALL._replace(max_body_size=2000))
+
+
+def test_keyed_pub_and_dpub_keep_their_bodies_whole_for_the_server_to_split():
+    body = b"\x80" + b"k" * 128 + b"x" * 100
+    check(b"PUB t\n" + sized(body) + b"DPUB t 5\n" + sized(body), [Pub("t", body), Dpub("t", 5, body)], None,
+          keyed=True)
