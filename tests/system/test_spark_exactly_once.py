@@ -121,10 +121,10 @@ def test_killed_keyed_copy_restarts_from_checkpoint_and_copies_each_message_once
         kill_group(last)
     got = consume(nsqd, "once_out", "check", expect=count)
     assert_each_once(got, expected, log)
-    # what the killed runs had leased came back and was copied again: the broker dropped it
+    # every stored message holds its key; what a killed run had published and leased came back,
+    # was published again and dropped (none, for a run killed between two micro-batches)
     sink = topic_stats(nsqd, "once_out")
     assert sink["keyed_count"] - sink["duplicate_count"] == sink["keys_held"] == count
-    assert sink["duplicate_count"] > 0, "no run was killed while it copied"
     record_property("duplicates", sink["duplicate_count"])
     print(f"keyed copy killed at {points} (seed {seed}): {count} messages once each, "
           f"{sink['duplicate_count']} duplicates dropped by the broker")
