@@ -276,22 +276,23 @@ class KeyedMpubBody(MpubBody):
         add_body, add_key = self.bodies.append, self.keys.append
         index = len(self.bodies)
         count = min(self.count, index + limit)
-        max_msg_size, max_body = self.max_msg_size, self.max_body
+        # a message no longer than the longest body plus its length byte cannot hold too long
+        # a body, whatever its key: longer ones (near --max-msg-size) take the careful path
+        fast_size = self.max_body + 1
         unpack = _unpack_length
         first = pos
         stop_at = min(end, pos + self.max_body_size - self.total)
         while index < count:  # MpubBody's fast loop, with the key cut off and checked
-            start = pos + 4
-            if start > stop_at:
+            key_at = pos + 5
+            if key_at > stop_at:
                 break
             size = unpack(data, pos)[0]
-            stop = start + size
-            if size <= 0 or size > max_msg_size or stop > stop_at:
+            stop = key_at - 1 + size
+            length = data[key_at - 1] if size > 0 else 0
+            body_at = key_at + length
+            if size <= 0 or size > fast_size or stop > stop_at or length > MAX_KEY_LENGTH or body_at >= stop:
                 break
-            body_at = start + 1 + data[start]
-            if body_at > start + 1 + MAX_KEY_LENGTH or body_at >= stop or stop - body_at > max_body:
-                break
-            add_key(data[start + 1:body_at])
+            add_key(data[key_at:body_at])
             add_body(data[body_at:stop])
             pos = stop
             index += 1
