@@ -18,6 +18,7 @@ Usage (from the repository root)::
     python -m tests.bench.bench_keys                      # 3 rounds of 400,000 messages, then 1 M keys
     python -m tests.bench.bench_keys --rounds 5 --messages 1000000 --keys 0
     python -m tests.bench.bench_keys --broker-cmd "env PYTHONPATH=/tmp/old python3 -P -m broker"
+    python -m tests.bench.bench_keys --flags=--durable --batch 1 --pipeline 1 --connections 1 --messages 3000 --keys 0
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from broker.protocol import MAGIC_V2, FrameDecoder, encode_identify, encode_mpub
+from broker.protocol import MAGIC_V2, FrameDecoder, encode_identify, encode_mpub, encode_pub
 from broker.protocol.keys import prefix_key
 from tests.support.processes import BrokerProcess
 
@@ -43,15 +44,16 @@ BODY = b"b" * 100
 _SIZE = struct.Struct(">I")
 
 
-def _payloads(count: int, keyed: bool, connection: int) -> list[bytes]:
-    """The MPUB commands of one connection; with ``keyed`` every message has a new key."""
+def _payloads(count: int, keyed: bool, connection: int, batch: int = BATCH) -> list[bytes]:
+    """The MPUB commands of one connection (PUBs for a batch of 1); with ``keyed`` every message
+    has a new key."""
     out = []
-    for start in range(0, count, BATCH):
+    for start in range(0, count, batch):
         if keyed:
-            messages = [prefix_key(b"c%d-%012d" % (connection, n), BODY) for n in range(start, min(count, start + BATCH))]
+            messages = [prefix_key(b"c%d-%012d" % (connection, n), BODY) for n in range(start, min(count, start + batch))]
         else:
-            messages = [BODY] * (min(count, start + BATCH) - start)
-        out.append(encode_mpub(TOPIC, messages))
+            messages = [BODY] * (min(count, start + batch) - start)
+        out.append(encode_pub(TOPIC, messages[0]) if batch == 1 else encode_mpub(TOPIC, messages))
     return out
 
 
@@ -92,12 +94,13 @@ def _start(program: list[str] | None, data: Path, *flags: str) -> BrokerProcess:
     return BrokerProcess(data, *flags, program=program).start()
 
 
-def throughput(program: list[str] | None, keyed: bool, messages: int, connections: int, pipeline: int) -> float:
+def throughput(program: list[str] | None, flags: list[str], keyed: bool, messages: int, connections: int,
+               pipeline: int, batch: int) -> float:
     """Messages a second that one fresh broker accepts."""
     per = messages // connections
-    payloads = [_payloads(per, keyed, c) for c in range(connections)]
+    payloads = [_payloads(per, keyed, c, batch) for c in range(connections)]
     with tempfile.TemporaryDirectory() as tmp:
-        broker = _start(program, Path(tmp) / "data")
+        broker = _start(program, Path(tmp) / "data", *flags)
         try:
             socks = [_connect(broker.tcp, keyed) for _ in range(connections)]
             threads = [threading.Thread(target=_publish, args=(s, p, pipeline)) for s, p in zip(socks, payloads)]
@@ -136,16 +139,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pipeline", type=int, default=8, help="MPUBs each connection keeps on the wire")
     parser.add_argument("--keys", type=int, default=1_000_000, help="keys for the memory measurement (0: skip it)")
     parser.add_argument("--broker-cmd", help="the broker's command (default: python -m broker of this checkout)")
+    parser.add_argument("--flags", action="append", default=[], help="a flag for the broker (repeatable)")
+    parser.add_argument("--batch", type=int, default=BATCH, help="messages per MPUB (1: PUB)")
     args = parser.parse_args(argv)
     program = shlex.split(args.broker_cmd) if args.broker_cmd else None
     rates: dict[bool, list[float]] = {False: [], True: []}
     for round_ in range(args.rounds):
         for keyed in ((False, True) if round_ % 2 == 0 else (True, False)):
-            rate = throughput(program, keyed, args.messages, args.connections, args.pipeline)
+            rate = throughput(program, args.flags, keyed, args.messages, args.connections, args.pipeline, args.batch)
             rates[keyed].append(rate)
             print(f"round {round_ + 1} {'keyed' if keyed else 'unkeyed'}: {rate:,.0f} msgs/s", file=sys.stderr)
     plain, keyed_rate = statistics.median(rates[False]), statistics.median(rates[True])
-    print(f"MPUB {BATCH} x {len(BODY)} B, {args.connections} connections, median of {args.rounds}:")
+    command = "PUB" if args.batch == 1 else f"MPUB {args.batch}"
+    print(f"{command} x {len(BODY)} B {' '.join(args.flags)}, {args.connections} connections, "
+          f"{args.pipeline} in flight each, median of {args.rounds}:")
     print(f"  unkeyed {plain:,.0f} msgs/s   keyed {keyed_rate:,.0f} msgs/s   keyed/unkeyed {keyed_rate / plain:.2f}")
     if args.keys:
         without = memory(program, False, args.keys)

@@ -4,6 +4,7 @@ side-by-side matrix (``tests/bench/run_matrix.py``) against pynsqd and nsqd."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -82,3 +83,14 @@ def test_run_matrix_fan_out_row_measures_disk_bytes_per_message():
         assert run["settled"] and run["messages"] > 0 and run["channels"] == 3
         assert run["data_bytes_per_msg"] > 0 and run["write_bytes"] > 0
         assert run["copied_s"] >= 1 and run["fan_out_msgs_per_s"] > 0
+
+
+def test_bench_keys_compares_keyed_with_unkeyed_and_measures_a_key(capsys):
+    from tests.bench import bench_keys
+
+    bench_keys.main(["--rounds", "1", "--messages", "4000", "--keys", "20000"])
+    out = capsys.readouterr().out
+    rates = re.search(r"unkeyed ([\d,]+) msgs/s\s+keyed ([\d,]+) msgs/s\s+keyed/unkeyed ([\d.]+)", out)
+    assert rates and all(float(v.replace(",", "")) > 0 for v in rates.groups()), out
+    per_key = re.search(r"RSS after 20,000 messages: unkeyed \d+ MB, keyed \d+ MB: (-?\d+) B per remembered key", out)
+    assert per_key, out
