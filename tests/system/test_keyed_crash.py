@@ -1,6 +1,7 @@
 """Keyed publishes against a real ``pynsqd --durable`` killed with SIGKILL: retries store nothing twice.
 
-Publishers send keyed PUBs and MPUBs; when the broker goes away under a command they
+Publishers send keyed PUBs and MPUBs over TCP, and keyed ``/pub`` and ``/mpub`` requests over
+HTTP; when the broker goes away under a command they
 reconnect to the restarted broker and send the same command again, as a publisher that
 never heard its answer must, until it is answered. The broker is killed at random
 moments of that traffic, several times. At the end the channel holds every message
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import random
 
+import h11
 import pytest
 import trio
 
@@ -88,6 +90,34 @@ async def publisher(broker: Broker, commands: list[tuple[bytes, int]]) -> None:
         broker.acked += 1
 
 
+def http_batches_of(name: str, rng: random.Random) -> list[tuple[str, bytes, int]]:
+    """The requests of an HTTP publisher: (target, body, messages): ``/pub?key=`` or a keyed text ``/mpub``."""
+    requests, n = [], 0
+    for _ in range(BATCHES):
+        size = 1 if rng.random() < 0.4 else rng.randrange(2, 31)
+        names = [b"%s-%d" % (name.encode(), n + i) for i in range(size)]
+        n += size
+        if size == 1:
+            requests.append((f"/pub?topic=kc&key={names[0].decode()}", names[0], 1))
+        else:
+            requests.append(("/mpub?topic=kc&keyed=true", b"".join(b"%s %s\n" % (m, m) for m in names), size))
+    return requests
+
+
+async def http_publisher(broker: Broker, requests: list[tuple[str, bytes, int]]) -> None:
+    for target, body, _size in requests:
+        while True:  # the same request until it is answered
+            await broker.up.wait()
+            try:
+                reply = await request(broker.proc.http, "POST", target, body)
+                break
+            except (*DISCONNECTED, h11.RemoteProtocolError):  # the broker was killed under the request
+                await trio.sleep(0.05)
+        assert reply.status == 200, reply
+        broker.duplicates += int(reply.headers["x-duplicates"])
+        broker.acked += 1
+
+
 async def test_retries_across_kills_store_every_keyed_message_exactly_once(broker_process, tmp_path):
     rng = random.Random(SEED)
     proc = broker_process(*FLAGS)
@@ -95,16 +125,20 @@ async def test_retries_across_kills_store_every_keyed_message_exactly_once(broke
     assert (await request(proc.http, "POST", "/channel/create?topic=kc&channel=c")).status == 200
     broker = Broker(proc)
     commands = [batches_of(f"p{i}", random.Random(rng.random())) for i in range(PUBLISHERS)]
-    total = sum(size for publisher_commands in commands for _, size in publisher_commands)
-    kill_at = sorted(rng.sample(range(20, PUBLISHERS * BATCHES - 20), KILLS))
+    requests = http_batches_of("h", random.Random(rng.random()))
+    sizes = {f"p{i}": sum(size for *_, size in c) for i, c in enumerate(commands)}
+    sizes["h"] = sum(size for *_, size in requests)
+    total = sum(sizes.values())
+    kill_at = sorted(rng.sample(range(20, (PUBLISHERS + 1) * BATCHES - 20), KILLS))
     async with trio.open_nursery() as nursery:
         for publisher_commands in commands:
             nursery.start_soon(publisher, broker, publisher_commands)
+        nursery.start_soon(http_publisher, broker, requests)
         for point in kill_at:
             while broker.acked < point:  # a random point of the traffic, by progress, not by time
                 await trio.sleep(0.005)
             await broker.restart()
-    assert broker.acked == PUBLISHERS * BATCHES
+    assert broker.acked == (PUBLISHERS + 1) * BATCHES
 
     consumer = await connect(proc.tcp)
     await consumer.send(b"SUB kc c\nRDY 500\n")
@@ -122,8 +156,7 @@ async def test_retries_across_kills_store_every_keyed_message_exactly_once(broke
     counts: dict[bytes, int] = {}
     for body in got:
         counts[body] = counts.get(body, 0) + 1
-    expected = {b"p%d-%d" % (p, n) for p, publisher_commands in enumerate(commands)
-                for n in range(sum(size for _, size in publisher_commands))}
+    expected = {b"%s-%d" % (name.encode(), n) for name, size in sizes.items() for n in range(size)}
     assert set(counts) == expected, f"{len(expected - set(counts))} lost, {len(set(counts) - expected)} unknown"
     twice = {body: count for body, count in counts.items() if count > 1}
     assert not twice, f"{len(twice)} stored more than once, e.g. {sorted(twice)[:5]}"
