@@ -36,7 +36,7 @@ from pyspark_nsq import SOURCE_SCHEMA, NsqDataSource
 from tests.support.http_client import request
 from tests.support.paths import REPO, nsq_bin
 from tests.support.processes import BrokerProcess
-from tests.support.spark_queries import kill_group, run_copy_process, start_copy
+from tests.support.spark_queries import start_copy
 from tests.support.v2client import connect
 from tests.support.wiretap import wiretap
 
@@ -384,43 +384,6 @@ def test_against_nsqd_the_driver_side_path_copies_everything(spark, real_nsqd, t
     assert sorted(consume(real_nsqd, "real_out", "check", expect=count)) == expected
     # nsqd FIN'd every message the driver held: nothing of the channel is left
     assert consume(real_nsqd, "real_in", "spark", expect=1, linger=0, timeout=2) == []
-
-
-def run_pipeline(nsqd, source: str, sink: str, checkpoint: Path, log: Path) -> subprocess.Popen:
-    """The streaming copy in its own process group, so a test can SIGKILL all of it."""
-    return run_copy_process(address(nsqd), source, sink, checkpoint, log, worker_path=WORKER_PATH)
-
-
-def test_killed_query_restarts_from_checkpoint_and_loses_nothing(nsqd, tmp_path, record_property):
-    count = 40_000
-    expected = bodies_of("crash", count)
-    create_channel(nsqd, "crash_out", "check")
-    publish(nsqd, "crash_in", expected)
-    checkpoint, log = tmp_path / "checkpoint", tmp_path / "pipeline.log"
-
-    first = run_pipeline(nsqd, "crash_in", "crash_out", checkpoint, log)
-    try:
-        # Mid-stream: some batches are through, most of the topic is not.
-        before = consume(nsqd, "crash_out", "check", expect=8000, linger=0)
-    finally:
-        kill_group(first)
-    assert 8000 <= len(before) < count, log.read_text(errors="replace")[-3000:]
-
-    second = run_pipeline(nsqd, "crash_in", "crash_out", checkpoint, log)
-    try:
-        missing = set(expected) - set(before)
-        after = consume(nsqd, "crash_out", "check", expect=len(missing), linger=0)
-        deadline = time.monotonic() + DEADLINE_S
-        while not missing <= set(after) and time.monotonic() < deadline:
-            after += consume(nsqd, "crash_out", "check", expect=1, linger=0, timeout=5)
-    finally:
-        kill_group(second)
-    assert missing <= set(after), (
-        f"{len(missing - set(after))} messages lost\n" + log.read_text(errors="replace")[-3000:])
-    assert set(before + after) == set(expected)
-    duplicates = len(before) + len(after) - count
-    record_property("duplicates", duplicates)
-    print(f"killed query: {count} messages delivered at least once, {duplicates} duplicates")
 
 
 # -- connections named in /stats ----------------------------------------------

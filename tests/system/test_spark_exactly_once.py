@@ -94,7 +94,7 @@ def assert_each_once(got: list[bytes], expected: list[bytes], log: Path) -> None
 
 
 def test_killed_keyed_copy_restarts_from_checkpoint_and_copies_each_message_once(nsqd, tmp_path, record_property):  # noqa: F811
-    count, kills = 30_000, 3
+    count, kills = 20_000, 3
     rng = random.Random()
     seed = rng.randrange(1 << 32)
     rng.seed(seed)
