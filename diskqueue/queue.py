@@ -188,6 +188,12 @@ class DiskQueue:
                 self._wake()
 
     @property
+    def commit_seq(self) -> int:
+        """The number of the first record not committed: every record before it was read and
+        marked done (see ``commit``)."""
+        return self._reader.committed.seq
+
+    @property
     def damage_found(self) -> bool:
         """Whether damaged or missing data was found (on open or while reading).
 

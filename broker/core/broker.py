@@ -28,7 +28,7 @@ from broker.core.channel import Channel
 from broker.core.dedup import KeyStore, TopicKeys, decode_record, encode_record
 from broker.core.guid import GuidFactory
 from broker.core.host import BrokerStorage, CoreHost, RegistryChange, RegistryListener, Subscriber
-from broker.core.message import Message, now_ns
+from broker.core.message import Message, decode_each, now_ns
 from broker.core.topic import Topic
 from broker.gocompat import go_quote_str
 from broker.protocol import MAX_ATTEMPTS, Limits, is_ephemeral, is_valid_name
@@ -145,22 +145,26 @@ class Broker:
             journal = topic_keys.journal
             assert journal is not None
             written = self._write_seq(topic)
-            found: dict[bytes, int] = {}
+            found: dict[bytes, tuple[int, int, bytes]] = {}
             while journal.depth:
                 records = journal.read_many(4096)
                 if not records:
                     break
                 for record in records:
                     try:
-                        expires, seq, key = decode_record(record)
+                        expires, seq, message_id, key = decode_record(record)
                     except ValueError:
                         log.warning("TOPIC(%s): skipping a damaged record of its publish keys", topic.name)
                         continue
                     if not expires:
                         found.pop(key, None)
                     elif seq < written:
-                        found[key] = expires
-            read.extend((expires, len(read) + i, topic_keys, key) for i, (key, expires) in enumerate(found.items()))
+                        found[key] = (expires, seq, message_id)
+            if found and topic.backend is not None and topic.backend.damage_found:
+                self._drop_keys_of_lost_messages(topic, found)
+            found_expiries = {key: expires for key, (expires, _, _) in found.items()}
+            read.extend((expires, len(read) + i, topic_keys, key)
+                        for i, (key, expires) in enumerate(found_expiries.items()))
         if not journals:
             return
         read.sort()
@@ -178,6 +182,23 @@ class Broker:
                 journal.put_many([encode_record(expires, -1, key) for expires, key in live_keys])
             await journal.sync()
         log.info("loaded %d publish keys of %d topics", live, len(journals))
+
+    @staticmethod
+    def _drop_keys_of_lost_messages(topic: Topic, found: dict[bytes, tuple[int, int, bytes]]) -> None:
+        """The topic's queue was found damaged (a power cut tore or lost unsynced writes, and
+        the records after them may be numbered wrongly): keep a key only if its message was
+        committed before (consumed: it was there) or its id is among the records on disk. A
+        key dropped here belongs to a publish that was never answered: a retry of it is
+        stored, once or, if its message did survive, twice; never dropped for nothing."""
+        backend = topic.backend
+        assert backend is not None
+        committed = backend.commit_seq
+        on_disk: set[bytes] = set()
+        for records in backend.newest_records():
+            on_disk.update(m.id for m in decode_each(records, log, f"TOPIC({topic.name})") if m is not None)
+        for key, (_, seq, message_id) in list(found.items()):
+            if seq >= committed and message_id not in on_disk:
+                del found[key]
 
     def _save_keys(self) -> None:
         """Shutdown without ``--durable``: write every topic's live keys to its journal."""
@@ -406,14 +427,15 @@ class Broker:
             self.keys.forget(topic_keys, keys, stored)
             raise
 
-    def _journal_keys(self, topic: Topic, keys: list[bytes], expires: int) -> bool:
+    def _journal_keys(self, topic: Topic, keys: list[bytes], messages: list[Message], expires: int) -> bool:
         """Durable mode, just before a piece of a keyed publish is written: the journal records
-        of its keys, each naming the record number its message is about to get. Returns
-        whether anything was written (:meth:`_cancel_keys` undoes it if the piece fails)."""
+        of its keys, each naming the record number its message is about to get, and its id.
+        Returns whether anything was written (:meth:`_cancel_keys` undoes it if the piece fails)."""
         topic_keys, backend = topic.keys, topic.backend
         assert topic_keys is not None and topic_keys.journal is not None and backend is not None
         first = backend.write_seq
-        records = [encode_record(expires, first + index, key) for index, key in enumerate(keys) if key]
+        records = [encode_record(expires, first + index, key, message.id)
+                   for index, (key, message) in enumerate(zip(keys, messages)) if key]
         if records:
             topic_keys.journal.put_many(records)
         return bool(records)
@@ -446,7 +468,7 @@ class Broker:
                     topic.put_many(messages)
                     continue
                 piece_keys = keys[start:end]
-                journaled = self._journal_keys(topic, piece_keys, expires)
+                journaled = self._journal_keys(topic, piece_keys, messages, expires)
                 any_journaled = any_journaled or journaled
                 try:
                     topic.put_many(messages)

@@ -21,12 +21,15 @@ past it the oldest are forgotten before their window ends, and counted
 
 Journals. A non-ephemeral topic writes its keys to the disk queue ``<topic>#keys``.
 A record holds a key's expiry (ns since the epoch; 0 cancels an earlier record of
-the key), the record number its message got in the topic's disk queue (-1: not
-known) and the key. With ``--durable`` a publish writes its keys' records just
+the key), the record number and the id its message got in the topic's disk queue
+(-1 and zeros: not known) and the key. With ``--durable`` a publish writes its keys' records just
 before its messages' records, with no other task between, and is answered once
 both are synced. Read back at start, a record counts only when its message's
 record number is below the topic queue's next one: a crash between the two writes
-leaves a key whose message never was, and a retry of it is stored. The other way
+leaves a key whose message never was, and a retry of it is stored. When the topic's
+queue was found damaged (a power cut tore or lost writes that were not synced, and
+records after them may be numbered wrongly), a key counts only if its message was
+committed already or its id is among the records on disk. The other way
 round, a message whose key record was lost (a power cut before the journal's sync)
 is stored again by a retry: a duplicate, never a loss. Without ``--durable`` the
 keys are written when the broker stops. At start every journal is read whole, the
@@ -45,14 +48,15 @@ from itertools import repeat
 
 from diskqueue import DiskQueue
 
-__all__ = ["KEY_RECORD_MIN", "KeyStore", "TopicKeys", "journal_name", "encode_record", "decode_record", "RUN_NS"]
+__all__ = ["KEY_RECORD_MIN", "NO_ID", "KeyStore", "TopicKeys", "journal_name", "encode_record", "decode_record", "RUN_NS"]
 
 #: Keys published within one millisecond share an expiry.
 RUN_NS = 1_000_000
 #: A journal record's head: the key's expiry in nanoseconds since the epoch (0: the record
-#: cancels an earlier one of the key), and the record number of its message in the topic's
-#: disk queue (-1: not known, a record written at shutdown).
-_HEAD = struct.Struct(">qq")
+#: cancels an earlier one of the key), the record number of its message in the topic's disk
+#: queue (-1: not known, a record written at shutdown) and the message's id (zeros: not known).
+_HEAD = struct.Struct(">qq16s")
+NO_ID = bytes(16)
 #: The shortest journal record: its head and a one-byte key.
 KEY_RECORD_MIN = _HEAD.size + 1
 
@@ -63,16 +67,17 @@ def journal_name(topic: str) -> str:
     return f"{topic}#keys"
 
 
-def encode_record(expires_ns: int, message_seq: int, key: bytes) -> bytes:
-    return _HEAD.pack(expires_ns, message_seq) + key
+def encode_record(expires_ns: int, message_seq: int, key: bytes, message_id: bytes = NO_ID) -> bytes:
+    return _HEAD.pack(expires_ns, message_seq, message_id) + key
 
 
-def decode_record(record: bytes) -> tuple[int, int, bytes]:
-    """``(expires_ns, message_seq, key)``; raises ValueError for a record too short to hold a key."""
+def decode_record(record: bytes) -> tuple[int, int, bytes, bytes]:
+    """``(expires_ns, message_seq, message_id, key)``; raises ValueError for a record too short
+    to hold a key."""
     if len(record) < KEY_RECORD_MIN:
         raise ValueError(f"key record of {len(record)} bytes")
-    expires, seq = _HEAD.unpack_from(record)
-    return expires, seq, record[_HEAD.size:]
+    expires, seq, message_id = _HEAD.unpack_from(record)
+    return expires, seq, message_id, record[_HEAD.size:]
 
 
 class TopicKeys:

@@ -18,6 +18,8 @@ import h11
 import pytest
 import trio
 
+from broker.core.dedup import KEY_RECORD_MIN, encode_record
+from broker.core.message import now_ns
 from broker.protocol import encode_mpub, encode_pub
 from broker.protocol.keys import duplicates_in_answer, prefix_key
 from diskqueue import DiskQueue
@@ -175,9 +177,7 @@ async def test_a_key_whose_message_never_was_written_does_not_hold_back_its_retr
     await client.aclose()
     proc.terminate()
     # what the crash would have left: the journal has a record for the next message, which is not there
-    journal = DiskQueue("kc#keys", str(data), min_msg_size=17, max_msg_size=1 << 20, auto_commit=False)
-    from broker.core.dedup import encode_record
-    from broker.core.message import now_ns
+    journal = DiskQueue("kc#keys", str(data), min_msg_size=KEY_RECORD_MIN, max_msg_size=1 << 20, auto_commit=False)
     journal.put_many([encode_record(now_ns() + 600 * 10**9, 3, b"ghost"),
                       encode_record(now_ns() + 600 * 10**9, 2, b"k2")])
     await journal.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.core.dedup import RUN_NS, KeyStore, TopicKeys, decode_record, encode_record
+from broker.core.dedup import NO_ID, RUN_NS, KeyStore, TopicKeys, decode_record, encode_record
 
 S = 1_000_000_000
 WINDOW = 10 * S
@@ -94,7 +94,7 @@ def test_zero_window_remembers_nothing():
 
 
 def test_journal_records_round_trip_and_short_ones_are_refused():
-    assert decode_record(encode_record(123, 45, b"key")) == (123, 45, b"key")
-    assert decode_record(encode_record(0, -1, b"k")) == (0, -1, b"k")
+    assert decode_record(encode_record(123, 45, b"key", b"0123456789abcdef")) == (123, 45, b"0123456789abcdef", b"key")
+    assert decode_record(encode_record(0, -1, b"k")) == (0, -1, NO_ID, b"k")
     with pytest.raises(ValueError):
         decode_record(encode_record(1, 2, b""))
