@@ -19,13 +19,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable
 from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 import trio
 
 from broker.config.options import Options
 from broker.core.channel import Channel
-from broker.core.dedup import KeyStore, TopicKeys, decode_record, encode_record
+from broker.core.dedup import KeyStore, TopicKeys, decode_record, encode_record, record_expiry
 from broker.core.guid import GuidFactory
 from broker.core.host import BrokerStorage, CoreHost, RegistryChange, RegistryListener, Subscriber
 from broker.core.message import Message, decode_each, now_ns
@@ -134,7 +135,7 @@ class Broker:
         live keys are remembered in expiry order over every topic; in durable mode they are
         written again and the journals' older records committed.
         """
-        read: list[tuple[int, int, TopicKeys, bytes]] = []
+        read: list[tuple[int, TopicKeys, bytes]] = []
         journals: list[TopicKeys] = []
         for topic in self.topics.values():
             try:
@@ -162,22 +163,17 @@ class Broker:
                         found[key] = (expires, seq, message_id)
             if found and topic.backend is not None and topic.backend.damage_found:
                 self._drop_keys_of_lost_messages(topic, found)
-            found_expiries = {key: expires for key, (expires, _, _) in found.items()}
-            read.extend((expires, len(read) + i, topic_keys, key)
-                        for i, (key, expires) in enumerate(found_expiries.items()))
+            read.extend((expires, topic_keys, key) for key, (expires, _, _) in found.items())
         if not journals:
             return
-        read.sort()
-        now = now_ns()
-        live = 0
-        for expires, _, topic_keys, key in read:
-            live += self.keys.remember(topic_keys, ((expires, key),), now)
+        read.sort(key=itemgetter(0))
+        live = self.keys.remember(read, now_ns())
         expiries = self.keys.expiries() if self.options.durable else {}
         for topic_keys in journals:
             journal = topic_keys.journal
             assert journal is not None
             journal.commit()
-            live_keys = expiries.get(id(topic_keys.held))
+            live_keys = expiries.get(topic_keys)
             if live_keys:
                 journal.put_many([encode_record(expires, -1, key) for expires, key in live_keys])
             await journal.sync()
@@ -204,17 +200,13 @@ class Broker:
         """Shutdown without ``--durable``: write every topic's live keys to its journal."""
         if self.options.durable or not self.keys.held:
             return
-        expiries = self.keys.expiries()
-        for topic in self.topics.values():
-            topic_keys = topic.keys
-            live_keys = expiries.get(id(topic_keys.held)) if topic_keys is not None else None
-            if not live_keys:
+        for topic_keys, live_keys in self.keys.expiries().items():
+            if topic_keys.journal is None:  # an ephemeral topic's
                 continue
-            assert topic_keys is not None and topic_keys.journal is not None
             try:
                 topic_keys.journal.put_many([encode_record(expires, -1, key) for expires, key in live_keys])
             except DiskQueueError as exc:
-                log.error("TOPIC(%s): could not write its publish keys: %s", topic.name, exc)
+                log.error("%s: could not write its publish keys: %s", topic_keys.journal.name, exc)
 
     async def shutdown(self) -> None:
         """Write everything held in memory to disk, close the queues, persist metadata.
@@ -404,7 +396,7 @@ class Broker:
             assert stored is not None
             kept = [body for body, new in zip(bodies, stored) if new]
             kept_keys = [key for key, new in zip(keys, stored) if new]
-        if topic.keys_commit is None:
+        if topic_keys.commit is None:
             try:
                 pending = self.publish(topic, kept, defer_ns) if kept else None
             except BaseException:
@@ -480,8 +472,8 @@ class Broker:
                 await topic.wait_stored()
                 await self.wait_metadata_persisted()  # a topic created by this publish
             if any_journaled:
-                assert topic.keys_commit is not None
-                await topic.keys_commit.wait()
+                assert topic.keys is not None and topic.keys.commit is not None
+                await topic.keys.commit.wait()
         except DiskQueueError as exc:
             self.disk_failed(exc)
             raise
@@ -561,7 +553,7 @@ class Broker:
                     records = journal.peek_many(1024)
                     done = 0
                     for record in records:
-                        if len(record) >= 8 and int.from_bytes(record[:8], "big", signed=True) > now:
+                        if record_expiry(record) > now:
                             break
                         done += 1
                     if done:

@@ -46,9 +46,11 @@ from collections import deque
 from collections.abc import Iterable
 from itertools import repeat
 
+from broker.core.durability.groupcommit import GroupCommit
 from diskqueue import DiskQueue
 
-__all__ = ["KEY_RECORD_MIN", "NO_ID", "KeyStore", "TopicKeys", "journal_name", "encode_record", "decode_record", "RUN_NS"]
+__all__ = ["KEY_RECORD_MIN", "NO_ID", "KeyStore", "TopicKeys", "journal_name", "encode_record", "decode_record",
+           "record_expiry", "RUN_NS"]
 
 #: Keys published within one millisecond share an expiry.
 RUN_NS = 1_000_000
@@ -80,14 +82,21 @@ def decode_record(record: bytes) -> tuple[int, int, bytes, bytes]:
     return expires, seq, message_id, record[_HEAD.size:]
 
 
+def record_expiry(record: bytes) -> int:
+    """The expiry of a journal record (0 for one too short to be a record: read past as expired)."""
+    return _HEAD.unpack_from(record)[0] if len(record) >= KEY_RECORD_MIN else 0
+
+
 class TopicKeys:
-    """One topic's keys (``held``), counters, and its journal (None for an ephemeral topic)."""
+    """One topic's keys (``held``), counters, and its journal (None for an ephemeral topic) with,
+    in durable mode, the journal's shared syncs (``commit``)."""
 
-    __slots__ = ("held", "journal", "received", "duplicates")
+    __slots__ = ("held", "journal", "commit", "received", "duplicates")
 
-    def __init__(self, journal: DiskQueue | None):
+    def __init__(self, journal: DiskQueue | None, commit: GroupCommit | None = None):
         self.held: set[bytes] = set()
         self.journal = journal
+        self.commit = commit
         #: keyed messages published to the topic, and how many of them were duplicates
         self.received = 0
         self.duplicates = 0
@@ -102,7 +111,7 @@ class KeyStore:
         self.window_ns = window_ns
         self.max_keys = max_keys
         self._keys: deque[bytes] = deque()
-        self._owners: deque[set[bytes]] = deque()  # the topic set each key is in
+        self._owners: deque[TopicKeys] = deque()  # the topic each key is held by
         self._runs: deque[list[int]] = deque()  # [expires_ns, keys in the run], oldest first
         #: keys forgotten before their window ended, to stay within max_keys
         self.evicted = 0
@@ -141,14 +150,14 @@ class KeyStore:
             held.update(keys)
             if len(held) - before == count:
                 self._keys.extend(keys)
-                self._owners.extend(repeat(held, count))
+                self._owners.extend(repeat(topic, count))
                 run[1] += count
                 topic.received += count
             else:  # a key twice in the batch: the second is a duplicate of the first
                 held.difference_update(keys)
-                stored = self._admit_each(held, keys, run, topic)
+                stored = self._admit_each(keys, run, topic)
         else:
-            stored = self._admit_each(held, keys, run, topic)
+            stored = self._admit_each(keys, run, topic)
         if not run[1]:
             runs.pop()
         excess = len(self._keys) - self.max_keys
@@ -156,7 +165,8 @@ class KeyStore:
             self.evicted += self._pop(excess)
         return stored, expires
 
-    def _admit_each(self, held: set[bytes], keys: list[bytes], run: list[int], topic: TopicKeys) -> list[bool]:
+    def _admit_each(self, keys: list[bytes], run: list[int], topic: TopicKeys) -> list[bool]:
+        held = topic.held
         stored = []
         added = received = 0
         append_key, append_owner = self._keys.append, self._owners.append
@@ -170,7 +180,7 @@ class KeyStore:
                 continue
             held.add(key)
             append_key(key)
-            append_owner(held)
+            append_owner(topic)
             added += 1
             stored.append(True)
         run[1] += added
@@ -178,20 +188,20 @@ class KeyStore:
         topic.duplicates += received - added
         return stored
 
-    def remember(self, topic: TopicKeys, entries: Iterable[tuple[int, bytes]], now_ns: int) -> int:
-        """Remember ``(expires_ns, key)`` pairs read back from a journal (in expiry order
-        across all topics, for the order to hold); returns how many were still live."""
-        held, runs = topic.held, self._runs
+    def remember(self, entries: Iterable[tuple[int, TopicKeys, bytes]], now_ns: int) -> int:
+        """Remember ``(expires_ns, topic, key)`` read back from the journals, in expiry order
+        (over all topics, for the order to hold); returns how many were still live."""
+        runs = self._runs
         count = 0
-        for expires, key in entries:
-            if expires <= now_ns or key in held:
+        for expires, topic, key in entries:
+            if expires <= now_ns or key in topic.held:
                 continue
             if not runs or runs[-1][0] <= expires - RUN_NS:
                 runs.append([expires, 0])  # sorted: a run's keys expire within a millisecond after it
             runs[-1][1] += 1
-            held.add(key)
+            topic.held.add(key)
             self._keys.append(key)
-            self._owners.append(held)
+            self._owners.append(topic)
             count += 1
         excess = len(self._keys) - self.max_keys
         if excess > 0:
@@ -206,9 +216,9 @@ class KeyStore:
         for key, new in zip(keys, repeat(True) if stored is None else stored):
             if key and new and key in held:
                 held.discard(key)
-                self._remove_entry(held, key)
+                self._remove_entry(topic, key)
 
-    def _remove_entry(self, owner: set[bytes], key: bytes) -> None:
+    def _remove_entry(self, owner: TopicKeys, key: bytes) -> None:
         keys, owners, runs = self._keys, self._owners, self._runs
         index = len(keys) - 1
         while index >= 0 and not (owners[index] is owner and keys[index] == key):
@@ -226,15 +236,15 @@ class KeyStore:
                 return
             after -= run[1]
 
-    def expiries(self) -> dict[int, list[tuple[int, bytes]]]:
-        """Every remembered key with its expiry, oldest first, by the ``id`` of its topic's set."""
-        found: dict[int, list[tuple[int, bytes]]] = {}
+    def expiries(self) -> dict[TopicKeys, list[tuple[int, bytes]]]:
+        """Every remembered key with its expiry, oldest first, by topic."""
+        found: dict[TopicKeys, list[tuple[int, bytes]]] = {}
         keys, owners = iter(self._keys), iter(self._owners)
         for expires, count in self._runs:
             for _ in range(count):
                 key, owner = next(keys), next(owners)
-                if key in owner:
-                    found.setdefault(id(owner), []).append((expires, key))
+                if key in owner.held:
+                    found.setdefault(owner, []).append((expires, key))
         return found
 
     def expire(self, now_ns: int) -> None:
@@ -251,7 +261,7 @@ class KeyStore:
             run = runs[0]
             take = min(left, run[1])
             for _ in range(take):
-                owners.popleft().discard(keys.popleft())
+                owners.popleft().held.discard(keys.popleft())
             run[1] -= take
             left -= take
             if not run[1]:

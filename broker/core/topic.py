@@ -82,7 +82,6 @@ class Topic:
         self._pending_channels: list[Channel] = []
         #: the keys of keyed publishes (see :mod:`broker.core.dedup`), made by the first
         self.keys: TopicKeys | None = None
-        self.keys_commit: GroupCommit | None = None  # durable mode: the journal's shared syncs
 
     @property
     def backend(self) -> DiskQueue | None:
@@ -133,16 +132,16 @@ class Topic:
         """
         keys = self.keys
         if keys is None:
-            journal = None
-            if not self.ephemeral:
+            if self.ephemeral:
+                keys = TopicKeys(None)
+            else:
                 name = journal_name(self.name)
                 if restored and not self._host.queues.exists(name):
                     raise KeyError(name)
                 journal = self._host.queues.open(name, auto_commit=False, min_record=KEY_RECORD_MIN)
                 journal.run_on_demand(self._tasks)
-                if self._host.options.durable:
-                    self.keys_commit = GroupCommit(journal)
-            keys = self.keys = TopicKeys(journal)
+                keys = TopicKeys(journal, GroupCommit(journal) if self._host.options.durable else None)
+            self.keys = keys
         return keys
 
     async def close_queues(self) -> int:

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from .commands import KeyedMpub, Mpub
 from .errors import ProtocolError
-from .keys import MAX_KEY_LENGTH
+from .keys import MAX_KEY_LENGTH, cut_message
 
 __all__ = ["BodySpec", "SizedBody", "MpubBody", "KeyedMpubBody"]
 
@@ -299,16 +299,9 @@ class KeyedMpubBody(MpubBody):
         return self._careful(data, pos, end, index, count, self.total + pos - first)
 
     def _take(self, data: bytes, start: int, stop: int, index: int) -> None:
-        length = data[start]
-        body_at = start + 1 + length
-        if length > MAX_KEY_LENGTH or body_at > stop:
-            raise ProtocolError("E_BAD_MESSAGE", f"MPUB invalid key length {length}")
-        if body_at == stop:
-            raise ProtocolError("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size 0")
-        if stop - body_at > self.max_body:
-            raise ProtocolError("E_BAD_MESSAGE", f"MPUB message too big {stop - body_at} > {self.max_body}")
-        self.keys.append(data[start + 1:body_at])
-        self.bodies.append(data[body_at:stop])
+        key, body = cut_message("MPUB", index, data[start:stop], self.max_body)
+        self.keys.append(key)
+        self.bodies.append(body)
 
     def _event(self) -> object:
         return KeyedMpub(self.topic, self.bodies, self.keys)

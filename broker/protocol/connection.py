@@ -100,8 +100,9 @@ class ServerConnection:
         self.heartbeats_enabled = True
         self.tls_required = False
         self.fin_runs = False
-        #: keyed publishes were negotiated (:mod:`broker.protocol.keys`): an MPUB yields a
-        #: KeyedMpub, and ``limits.max_msg_size`` counts a key's bytes as well as a body's
+        #: keyed publishes were negotiated (:mod:`broker.protocol.keys`): a PUB or DPUB body
+        #: may be a key longer than ``limits.max_msg_size`` (the owner checks the body), and an
+        #: MPUB yields a KeyedMpub
         self.keyed = False
         # Received bytes not parsed yet. A chunk that arrives when nothing is
         # pending is kept as is (_whole) and parsed in place without a copy;
@@ -451,7 +452,7 @@ class ServerConnection:
         if len(params) < 2:
             raise _invalid("PUB insufficient number of parameters")
         topic = self._name(params[1], "PUB", "topic", "E_BAD_TOPIC")
-        self._body = SizedBody(PUB_BODY, self.limits.max_msg_size, partial(Pub, topic))
+        self._body = SizedBody(PUB_BODY, self._max_message(), partial(Pub, topic))
 
     def _mpub(self, params: list[bytes]) -> None:
         if len(params) < 2:
@@ -459,8 +460,8 @@ class ServerConnection:
         # nsqd repeats the code inside the description for MPUB only
         topic = self._name(params[1], "MPUB", "topic", "E_BAD_TOPIC", prefix=b"E_BAD_TOPIC ")
         limits = self.limits
-        if self.keyed:  # limits.max_msg_size has room for a key (see keyed)
-            self._body = KeyedMpubBody(topic, limits.max_msg_size - MAX_KEY_LENGTH - 1, limits.max_body_size)
+        if self.keyed:
+            self._body = KeyedMpubBody(topic, limits.max_msg_size, limits.max_body_size)
         else:
             self._body = MpubBody(topic, limits.max_msg_size, limits.max_body_size)
 
@@ -474,7 +475,11 @@ class ServerConnection:
         if defer_ns < 0 or defer_ns > max_req_timeout_ms * _NS_PER_MS:
             # nsqd prints the parsed (unsigned) milliseconds, not the wrapped duration
             raise _invalid(f"DPUB timeout {defer_ms} out of range 0-{max_req_timeout_ms}")
-        self._body = SizedBody(DPUB_BODY, self.limits.max_msg_size, partial(Dpub, topic, defer_ns // _NS_PER_MS))
+        self._body = SizedBody(DPUB_BODY, self._max_message(), partial(Dpub, topic, defer_ns // _NS_PER_MS))
+
+    def _max_message(self) -> int:
+        """The longest PUB or DPUB body: a message, and on a keyed connection its key too."""
+        return self.limits.max_msg_size + (MAX_KEY_LENGTH + 1 if self.keyed else 0)
 
 
 _HANDLERS = {

@@ -22,8 +22,10 @@ A client that never asks sees nsqd's protocol unchanged.
 
 from __future__ import annotations
 
+from .errors import ProtocolError
+
 __all__ = [
-    "KEYS_IDENTIFY_FIELD", "DEDUP_WINDOW_FIELD", "MAX_KEY_LENGTH", "DUPLICATE", "prefix_key", "split_key",
+    "KEYS_IDENTIFY_FIELD", "DEDUP_WINDOW_FIELD", "MAX_KEY_LENGTH", "DUPLICATE", "prefix_key", "split_key", "cut_message",
     "duplicates_in_answer",
 ]
 
@@ -66,6 +68,22 @@ def split_key(raw: bytes) -> tuple[bytes, bytes]:
         return b"", raw[1:]
     end = length + 1
     return raw[1:end], raw[end:]
+
+
+def cut_message(verb: str, index: int, message: bytes, max_body: int) -> tuple[bytes, bytes]:
+    """``(key, body)`` of message ``index`` of a keyed ``verb``, checked as nsqd checks a body:
+    raises a fatal ``E_BAD_MESSAGE`` :class:`ProtocolError` in nsqd's words (``<VERB> invalid key
+    length N`` for a key)."""
+    try:
+        key, body = split_key(message)
+    except ValueError as exc:
+        raise ProtocolError("E_BAD_MESSAGE", f"{verb} {exc}") from None
+    if not body:
+        where = f"message({index})" if verb == "MPUB" else "message"
+        raise ProtocolError("E_BAD_MESSAGE", f"{verb} invalid {where} body size 0")
+    if len(body) > max_body:
+        raise ProtocolError("E_BAD_MESSAGE", f"{verb} message too big {len(body)} > {max_body}")
+    return key, body
 
 
 def duplicates_in_answer(answer: bytes) -> int:

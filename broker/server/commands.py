@@ -17,13 +17,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from broker import protocol as p
 from broker.gocompat import MILLISECOND
 from broker.protocol import ProtocolError
-from broker.protocol.keys import DUPLICATE, MAX_KEY_LENGTH
+from broker.protocol.keys import DUPLICATE, cut_message
 from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
@@ -289,36 +288,15 @@ def _queue_keyed(broker: Broker, client: Client, verb: str, topic_name: str, bod
 
 
 def split_keys(verb: str, raw: list[bytes], max_msg_size: int) -> tuple[list[bytes], list[bytes]]:
-    """The keys and the bodies of keyed messages, each checked as nsqd checks a body
-    (fatal ``E_BAD_MESSAGE``, nsqd's words; ``<VERB> invalid key length N`` for a key).
-
-    A batch whose keys all have one length (ids, counters: the usual case) is cut by C loops
-    (``map`` of ``itemgetter``); another goes message by message.
-    """
-    lengths = list(map(_FIRST_BYTE, raw))
-    length = lengths[0]
-    if lengths.count(length) == len(lengths) and length <= MAX_KEY_LENGTH:
-        sizes = list(map(len, raw))
-        if min(sizes) > length + 1 and max(sizes) - length - 1 <= max_msg_size:
-            return list(map(itemgetter(slice(1, length + 1)), raw)), list(map(itemgetter(slice(length + 1, None)), raw))
+    """The keys and the bodies of keyed messages (a PUB's or DPUB's; an MPUB's are cut as they are
+    read), checked by :func:`~broker.protocol.keys.cut_message`."""
     keys: list[bytes] = []
     bodies: list[bytes] = []
-    for message in raw:
-        length = message[0]
-        if length > MAX_KEY_LENGTH or length >= len(message):
-            raise ProtocolError("E_BAD_MESSAGE", f"{verb} invalid key length {length}")
-        keys.append(message[1:length + 1])
-        bodies.append(message[length + 1:])
-    if not all(bodies):
-        where = f"message({bodies.index(b'')})" if verb == "MPUB" else "message"
-        raise ProtocolError("E_BAD_MESSAGE", f"{verb} invalid {where} body size 0")
-    longest = max(map(len, bodies))
-    if longest > max_msg_size:
-        raise ProtocolError("E_BAD_MESSAGE", f"{verb} message too big {longest} > {max_msg_size}")
+    for index, message in enumerate(raw):
+        key, body = cut_message(verb, index, message, max_msg_size)
+        keys.append(key)
+        bodies.append(body)
     return keys, bodies
-
-
-_FIRST_BYTE = itemgetter(0)
 
 
 def _publish_failed(verb: str, exc: Exception) -> ProtocolError:

@@ -39,7 +39,6 @@ import trio
 
 from broker.config.tls import TLS_NOT_REQUIRED
 from broker.protocol import FinRun, Identify, ProtocolError, ServerConnection, finish_identify
-from broker.protocol.keys import MAX_KEY_LENGTH
 from broker.server.commands import ANSWER_HANDLERS, SYNC_HANDLERS, fin_run
 from broker.server.compression import MAX_PIECE, CompressionError
 from broker.server.connection import Client
@@ -368,9 +367,7 @@ class TCPServer(ConnectionServer):
                 client.send_error(err)
             if event_type is Identify:
                 conn.heartbeats_enabled = client.heartbeat_interval > 0
-                if client.publish_keys and not conn.keyed:  # a message's key comes before its body
-                    conn.keyed = True
-                    conn.limits = conn.limits._replace(max_msg_size=broker.limits.max_msg_size + MAX_KEY_LENGTH + 1)
+                conn.keyed = client.publish_keys  # a message's key comes before its body
                 if client.upgrade is not None:
                     # what follows IDENTIFY belongs to the upgraded stream
                     client.upgrade.leftover = conn.take_trailing_data()

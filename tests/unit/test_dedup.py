@@ -73,15 +73,16 @@ def test_expiries_list_every_live_key_by_topic_and_skip_a_cleared_topic():
     keys.admit(one, [b"a"], 0)
     keys.admit(two, [b"b"], 2 * RUN_NS)
     keys.admit(one, [b"c"], 4 * RUN_NS)
-    assert keys.expiries() == {id(one.held): [(WINDOW, b"a"), (WINDOW + 4 * RUN_NS, b"c")],
-                               id(two.held): [(WINDOW + 2 * RUN_NS, b"b")]}
+    assert keys.expiries() == {one: [(WINDOW, b"a"), (WINDOW + 4 * RUN_NS, b"c")],
+                               two: [(WINDOW + 2 * RUN_NS, b"b")]}
     two.held.clear()  # a deleted topic
-    assert list(keys.expiries()) == [id(one.held)]
+    assert list(keys.expiries()) == [one]
 
 
 def test_remember_takes_back_live_keys_in_order_and_drops_expired_ones():
     keys, topic = store(), TopicKeys(None)
-    assert keys.remember(topic, [(S, b"old"), (5 * S, b"a"), (5 * S + 10, b"b"), (9 * S, b"c")], 2 * S) == 3
+    entries = [(S, b"old"), (5 * S, b"a"), (5 * S + 10, b"b"), (9 * S, b"c")]
+    assert keys.remember([(expires, topic, key) for expires, key in entries], 2 * S) == 3
     assert topic.held == {b"a", b"b", b"c"}
     keys.expire(5 * S)
     assert topic.held == {b"c"}

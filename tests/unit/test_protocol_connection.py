@@ -94,7 +94,7 @@ def feed(data: bytes, mode: str = "whole", *, state: State = INIT, limits: Limit
          heartbeats: bool = True, tls: bool = False, magic: bool = True, seed: int = 0, keyed: bool = False):
     """Run ``data`` (after the magic) through a fresh connection; returns (events, error, conn).
     ``keyed``: as the server sets a connection up once IDENTIFY asked for keyed publishes."""
-    conn = ServerConnection(limits._replace(max_msg_size=limits.max_msg_size + 129) if keyed else limits)
+    conn = ServerConnection(limits)
     conn.keyed = keyed
     conn.state = state
     conn.heartbeats_enabled = heartbeats
