@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import logging
 from collections.abc import Sequence
+from itertools import repeat
 
 from broker.client import FramePump
 from broker.protocol import encode_dpub, encode_mpub
@@ -124,8 +125,7 @@ class Publisher:
     def _send_batch(self, topic: str, bodies: Sequence[bytes], keys: Sequence[bytes | None] | None) -> None:
         if self._keyed:
             # on a keyed connection every message carries a key length, 0 for none
-            bodies = ([b"\x00" + body for body in bodies] if keys is None
-                      else [prefix_key(key, body) for key, body in zip(keys, bodies)])
+            bodies = [prefix_key(key, body) for key, body in zip(keys or repeat(None), bodies)]
         if self._defer_ms:
             payload = b"".join(encode_dpub(topic, self._defer_ms, body) for body in bodies)
             answers = len(bodies)
