@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+
+import pytest
 import trio
 
 from broker.protocol import encode_dpub, encode_identify, encode_mpub, encode_pub
 from broker.protocol.keys import duplicates_in_answer, prefix_key
+from tests.support.diskfaults import FaultyDisk
 from tests.support.http_client import request
 from tests.support.v2client import connect, subscriber
 from tests.support.waiting import wait_for
@@ -242,3 +246,31 @@ async def test_stats_and_metrics_count_keyed_publishes_only_for_topics_that_had_
                      "nsq_dedup_keys_evicted 1.0"):
             assert line in metrics
         assert not any(line.startswith("nsq_topic_keyed_count{topic=\"plain\"") for line in metrics)
+
+
+# -- a disk that refuses ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("refusing", ["the messages' queue", "the keys' journal"])
+async def test_a_keyed_publish_the_disk_refused_is_stored_by_its_retry_and_then_only_once(start_daemon, tmp_path,
+                                                                                          refusing):
+    part = "k.diskqueue" if refusing == "the messages' queue" else "k#keys.diskqueue"
+    disk = FaultyDisk(lambda name: name.startswith(part))
+    batch = encode_mpub("k", [prefix_key(b"k%d" % i, b"m%d" % i) for i in range(5)])
+    with disk.installed():
+        async with start_daemon("--durable", "--mem-queue-size=0") as daemon:
+            client = await keyed_client(daemon)
+            assert await answer_of(client, encode_pub("k", prefix_key(b"first", b"first"))) == b"OK"
+            disk.fail(errno.ENOSPC)
+            await client.send(batch)
+            frame = await client.read_frame()
+            assert frame.data.startswith(b"E_MPUB_FAILED MPUB failed"), frame
+            disk.fail(None)
+            client = await keyed_client(daemon)  # the failed publish closed the connection
+            assert await answer_of(client, batch) == b"OK"  # its keys were forgotten: stored now
+            assert await answer_of(client, batch) == b"DUPLICATE 5"
+            await client.aclose()
+        async with start_daemon("--durable", "--mem-queue-size=0") as daemon:
+            client = await keyed_client(daemon)  # after a restart the journal agrees
+            assert await answer_of(client, batch) == b"DUPLICATE 5"
+            assert await drain(daemon, "k", 6) == [b"first"] + [b"m%d" % i for i in range(5)]
