@@ -109,15 +109,18 @@ def _normalise(events: list) -> list:
     return out
 
 
-def parse(chunks: list[bytes], *, fin_runs: bool, limit: int | None = None) -> tuple[list, tuple[str, bytes] | None]:
+def parse(chunks: list[bytes], *, fin_runs: bool, limit: int | None = None,
+          keyed: bool = False) -> tuple[list, tuple[str, bytes] | None]:
     """Feed ``chunks`` then the end of input the way a connection's owner does, taking at most
-    ``limit`` commands per call if given.
+    ``limit`` commands per call if given; ``keyed``: on a connection that negotiated keyed
+    publishes (each message a key length byte, a key and a body).
 
     Returns the events and the error that ended the stream (code, payload), if any. Any
     exception other than ``ProtocolError`` escapes and fails the test.
     """
     conn = ServerConnection(LIMITS)
     conn.fin_runs = fin_runs
+    conn.keyed = keyed
     events: list = []
     for chunk in [c for c in chunks if c] + [b""]:
         conn.receive_data(chunk)
@@ -133,14 +136,15 @@ def parse(chunks: list[bytes], *, fin_runs: bool, limit: int | None = None) -> t
 
 
 @FUZZ
-@given(streams(), st.booleans())
-def test_any_split_yields_the_events_of_the_whole_stream(stream: tuple[bytes, list[int]], fin_runs: bool) -> None:
+@given(streams(), st.booleans(), st.booleans())
+def test_any_split_yields_the_events_of_the_whole_stream(stream: tuple[bytes, list[int]], fin_runs: bool,
+                                                         keyed: bool) -> None:
     data, cuts = stream
-    whole = parse([data], fin_runs=fin_runs)
+    whole = parse([data], fin_runs=fin_runs, keyed=keyed)
     bounds = [0, *cuts, len(data)]
-    split = parse([data[a:b] for a, b in zip(bounds, bounds[1:])], fin_runs=fin_runs)
+    split = parse([data[a:b] for a, b in zip(bounds, bounds[1:])], fin_runs=fin_runs, keyed=keyed)
     assert split == whole
-    byte_by_byte = parse([data[i : i + 1] for i in range(len(data))], fin_runs=fin_runs)
+    byte_by_byte = parse([data[i : i + 1] for i in range(len(data))], fin_runs=fin_runs, keyed=keyed)
     assert byte_by_byte == whole
 
 
@@ -151,6 +155,7 @@ def test_a_limit_per_call_yields_the_events_of_the_whole_stream(
 ) -> None:
     data, _ = stream
     assert parse([data], fin_runs=fin_runs, limit=limit) == parse([data], fin_runs=fin_runs)
+    assert parse([data], fin_runs=fin_runs, limit=limit, keyed=True) == parse([data], fin_runs=fin_runs, keyed=True)
 
 
 @FUZZ
