@@ -20,10 +20,10 @@ EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
 
 #: Bytes the broker adds to a message body in its queue records at most: the 26-byte message
-#: header, the 10-byte prefix of a deferred message and the 18-byte prefix saying where a
-#: durable-mode record comes from. The default bound accepts every record a broker with the
-#: default --max-msg-size writes.
-BROKER_RECORD_OVERHEAD = 54
+#: header, the 10-byte prefix of a deferred message, the 18-byte prefix saying where a
+#: durable-mode record comes from and the 6-byte prefix of a priority. The default bound
+#: accepts every record a broker with the default --max-msg-size writes.
+BROKER_RECORD_OVERHEAD = 60
 BROKER_MAX_MSG_SIZE = 1048576
 
 _DESCRIPTION = """\

@@ -331,6 +331,13 @@ class Options:
         bound=">0",
     )
 
+    default_priority: int = option(
+        1 << 31, INT, "default-priority",
+        "priority of a message published without one (0 = most urgent ... 4294967295); "
+        "a topic delivers in priority order once a message with another priority is published to it",
+        bound=">=0",
+    )
+
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # the dataclass is frozen; normalise in place once
         for name in ("nsqlookupd_tcp_addresses", "auth_http_addresses"):
@@ -371,6 +378,8 @@ def validate(options: Options) -> None:
             raise OptionsError(f"--{flag.name} must be > 0")
         if flag.bound == ">=0" and not value >= 0:
             raise OptionsError(f"--{flag.name} must be >= 0")
+    if options.default_priority > (1 << 32) - 1:
+        raise OptionsError("--default-priority must be [0,4294967295]")
     if options.max_attempts > MAX_ATTEMPTS:
         raise OptionsError(f"--max-attempts must be [0,{MAX_ATTEMPTS}]")
     for name in ("broadcast_tcp_port", "broadcast_http_port"):

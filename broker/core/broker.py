@@ -116,6 +116,8 @@ class Broker:
         for entry in entries:
             topic = self.get_topic(entry["name"], persist=False)
             topic.paused = entry["paused"]
+            if entry.get("prioritised") is True:
+                topic.rank()
             for ch in entry["channels"]:
                 channel = topic.get_channel(ch["name"], restored=True)
                 channel.paused = bool(ch.get("paused"))
@@ -342,7 +344,8 @@ class Broker:
             self.metadata_changed()
         self._registry_changed(RegistryChange(name, None, created=False))
 
-    def publish(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0) -> Awaitable[None] | None:
+    def publish(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0,
+                priorities: list[int] | None = None) -> Awaitable[None] | None:
         """Publish ``bodies`` to ``topic`` as one batch of new messages (PUB, MPUB, DPUB, ``/pub``, ``/mpub``).
 
         Each gets a fresh id and the current wall-clock timestamp; ``defer_ns`` > 0 makes
@@ -361,20 +364,33 @@ class Broker:
         refused) or, in durable mode, if the sync fails (the batch may still be
         delivered); :class:`PublishStopped` if the topic is deleted or the broker exits
         between pieces.
+
+        ``priorities`` (one per body, see :mod:`broker.core.ranking`): the first that is not
+        ``--default-priority`` makes the topic rank its channels from then on.
         """
+        ranks = self._ranks(topic, priorities) if priorities is not None else None
         if topic.wait_stored is not None or topic.name in self._starting or len(bodies) > PUBLISH_PIECE:
-            return self._publish_in_pieces(topic, bodies, defer_ns)
+            return self._publish_in_pieces(topic, bodies, defer_ns, ranks=ranks)
         written = self._write_seq(topic)
         try:
-            topic.put_many(self._new_messages(bodies, defer_ns))
+            topic.put_many(self._new_messages(bodies, defer_ns, ranks))
         except DiskQueueError as exc:
             self.disk_failed(exc)
             raise
         self._disk_written(topic, written)
         return None
 
+    def _ranks(self, topic: Topic, priorities: list[int]) -> list[int | None] | None:
+        """What the messages of a publish carry for ``priorities``: None for the default (each,
+        or all when every one is); the topic ranks once one is not."""
+        default = self.options.default_priority
+        if all(p == default for p in priorities):
+            return None
+        topic.rank()
+        return [None if p == default else p for p in priorities]
+
     def publish_keyed(self, topic: Topic, bodies: list[bytes], keys: list[bytes],
-                      defer_ns: int = 0) -> tuple[int, Awaitable[None] | None]:
+                      defer_ns: int = 0, priorities: list[int] | None = None) -> tuple[int, Awaitable[None] | None]:
         """:meth:`publish` for messages with keys (``b""``: unkeyed): those whose key ``topic``
         stored within ``--dedup-window`` are not stored. Returns how many were such
         duplicates, and what must be awaited before the answer, as :meth:`publish` does.
@@ -390,22 +406,25 @@ class Broker:
         store = self.keys
         topic_keys = topic.key_store()
         stored, expires = store.admit(topic_keys, keys, now_ns())
-        kept, kept_keys = bodies, keys
+        kept, kept_keys, kept_priorities = bodies, keys, priorities
         duplicates = 0 if stored is None else len(bodies) - sum(stored)
         if duplicates:
             assert stored is not None
             kept = [body for body, new in zip(bodies, stored) if new]
             kept_keys = [key for key, new in zip(keys, stored) if new]
+            if priorities is not None:
+                kept_priorities = [p for p, new in zip(priorities, stored) if new]
         if topic_keys.commit is None:
             try:
-                pending = self.publish(topic, kept, defer_ns) if kept else None
+                pending = self.publish(topic, kept, defer_ns, kept_priorities) if kept else None
             except BaseException:
                 store.forget(topic_keys, keys, stored)
                 raise
             if pending is None:
                 return duplicates, None
         elif kept:
-            pending = self._publish_in_pieces(topic, kept, defer_ns, kept_keys, expires)
+            ranks = self._ranks(topic, kept_priorities) if kept_priorities is not None else None
+            pending = self._publish_in_pieces(topic, kept, defer_ns, kept_keys, expires, ranks)
         else:
             assert topic.wait_stored is not None
             pending = topic.wait_stored()
@@ -442,7 +461,8 @@ class Broker:
             log.error("TOPIC(%s): could not cancel the keys of a failed publish: %s", topic.name, exc)
 
     async def _publish_in_pieces(self, topic: Topic, bodies: list[bytes], defer_ns: int,
-                                 keys: list[bytes] | None = None, expires: int = 0) -> None:
+                                 keys: list[bytes] | None = None, expires: int = 0,
+                                 ranks: list[int | None] | None = None) -> None:
         starting = self._starting.get(topic.name)
         if starting is not None:
             await starting.wait()
@@ -455,7 +475,8 @@ class Broker:
                     if self.exiting or topic.exiting:
                         raise PublishStopped("exiting")  # nsqd's word for a put to a topic gone
                 end = start + PUBLISH_PIECE
-                messages = self._new_messages(bodies[start:end], defer_ns)
+                messages = self._new_messages(bodies[start:end], defer_ns,
+                                              ranks[start:end] if ranks is not None else None)
                 if keys is None:
                     topic.put_many(messages)
                     continue
@@ -479,10 +500,13 @@ class Broker:
             raise
         self._disk_written(topic, written)
 
-    def _new_messages(self, bodies: list[bytes], defer_ns: int) -> list[Message]:
+    def _new_messages(self, bodies: list[bytes], defer_ns: int,
+                      ranks: list[int | None] | None = None) -> list[Message]:
         timestamp = now_ns()
         due = timestamp + defer_ns if defer_ns else 0
         ids = self.guid.next_ids(len(bodies))
+        if ranks is not None:
+            return list(map(Message, ids, bodies, repeat(timestamp), repeat(0), repeat(due), ranks))
         return list(map(Message, ids, bodies, repeat(timestamp), repeat(0), repeat(due)))
 
     @staticmethod
@@ -534,7 +558,10 @@ class Broker:
                 if channel.max_attempts is not None:
                     entry["max_attempts"] = channel.max_attempts
                 channels.append(entry)
-            entries.append({"name": name, "paused": topic.paused, "channels": channels})
+            entry = {"name": name, "paused": topic.paused, "channels": channels}
+            if topic.ranked:
+                entry["prioritised"] = True
+            entries.append(entry)
         return entries
 
     # ---------------------------------------------------------------- timers

@@ -2,7 +2,8 @@
 
 Ready messages wait in a :class:`~broker.core.spill.SpillQueue` (memory, then
 disk) and go out in the order they arrived (requeues and timeouts go to the
-tail); in-flight and deferred messages are indexed by id and ordered by their
+tail), or, once the topic has priorities, in (priority, arrival) order
+(:mod:`broker.core.ranking`); in-flight and deferred messages are indexed by id and ordered by their
 Trio-clock deadlines in a :class:`~broker.core.timers.TimerHeap` each.
 
 Delivery is synchronous: whenever something changes that could let a message
@@ -79,6 +80,10 @@ class Upstream(Protocol):
     def channel_emptied(self, channel: str) -> None:
         """``channel`` was emptied: it must not get what is held for it now."""
 
+    def moving(self) -> bool:
+        """Whether the topic has messages its pump is about to hand over (a ranked channel
+        waits for them: one of them may be more urgent than anything it has)."""
+
 
 class Channel(LeaseSettlement, DeadLetterCommands):
     """A named channel of a topic; owned by its :class:`~broker.core.topic.Topic`.
@@ -125,6 +130,7 @@ class Channel(LeaseSettlement, DeadLetterCommands):
         self.ready = self.retention.ready
         self.memory = self.ready.memory
         self.buried: BuriedSet = self.retention.buried
+        self.ranked = False
         self.retention.restore()
         self.retention.start(self.tasks)
 
@@ -132,6 +138,21 @@ class Channel(LeaseSettlement, DeadLetterCommands):
     def where(self) -> str:
         """``topic:channel``: the name of the channel's disk queue, and how logs name it."""
         return f"{self.topic_name}:{self.name}"
+
+    def rank(self, default: int) -> None:
+        """Deliver in (priority, arrival) order from now on (the topic has priorities);
+        ``default`` is the priority of a message without one. What waits on disk is swept now."""
+        if self.ranked:
+            return
+        self.ranked = True
+        self.ready.rank(default)
+        self.memory = self.ready.memory
+        self.retention.sweep()
+
+    def priority_levels(self) -> list[tuple[int, int]]:
+        """Ranked: ready messages per priority, most urgent first (what the topic holds for the
+        channel is not counted: it holds only while nobody reads)."""
+        return sorted(self.ready.levels().items()) if self.ranked else []
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -251,6 +272,10 @@ class Channel(LeaseSettlement, DeadLetterCommands):
             # nothing to hand out (or nobody to take it): whoever has room keeps it
             self._all_full = False
             return
+        ranked = self.ranked
+        if ranked and self._upstream.moving():
+            self._all_full = False  # the topic's hand-over dispatches again
+            return
         full_pass = changed is None or not self._all_full
         if changed is not None and not full_pass:
             if not changed.ready_for_more():
@@ -268,13 +293,17 @@ class Channel(LeaseSettlement, DeadLetterCommands):
         now = trio.current_time()
         touched = []
         while ready:
-            if not memory:
+            size = len(memory) if not ranked else self.ready.available()
+            if not size:
                 if not self.retention.refill(sum(c.rdy - c.in_flight_count for c in ready)):
                     break
                 continue
-            share = max(1, len(memory) // len(ready))
+            share = max(1, size // len(ready))
             for client in ready:
-                n = min(client.rdy - client.in_flight_count, max(share, min(MAX_RUN, client.rdy >> 2)), len(memory))
+                if ranked:
+                    size = self.ready.available()
+                n = min(client.rdy - client.in_flight_count, max(share, min(MAX_RUN, client.rdy >> 2)),
+                        len(memory) if not ranked else size)
                 if n <= 0:
                     break
                 self._deliver(client, n, now)

@@ -32,7 +32,17 @@ crash the records that an interrupted move left twice can be told apart::
                   source: the number of its record in the deferred store (-1 if not
                   known); replaces: the queue record its deferral replaced, or -1
 
-A plain record can never start with 0xFF or 0xFE: that would be a negative timestamp.
+A message published with a priority (see :mod:`broker.core.ranking`) carries it
+in the innermost prefix, just before nsqd's layout (after a due time)::
+
+    +------+---------+----------------+-----------------------------+
+    | 0xFD | version | priority u32   | nsqd layout as above        |
+    |      | u8 = 1  |                |                             |
+    +------+---------+----------------+-----------------------------+
+
+A message without one (``priority`` None) is written without it, as before.
+
+A plain record can never start with 0xFF, 0xFE or 0xFD: that would be a negative timestamp.
 """
 
 from __future__ import annotations
@@ -53,6 +63,11 @@ _DEFERRED_MARK = 0xFF
 _DEFERRED_VERSION = 1
 _ORIGIN = struct.Struct(">BBqq")
 _ORIGIN_MARK = 0xFE
+_PRIORITY = struct.Struct(">BBI")
+_PRIORITY_MARK = 0xFD
+_PRIORITY_VERSION = 1
+#: The lowest first byte of a prefix: every plain record starts below it.
+_PREFIX_MARK = _PRIORITY_MARK
 #: Kinds of origin prefix (see the module docstring).
 COPIED = 1
 REPLACES = 2
@@ -63,7 +78,7 @@ RECORD_OVERHEAD = _HEADER.size + 16
 _ID_START, _BODY_START = _HEADER.size, RECORD_OVERHEAD
 MIN_RECORD_SIZE = RECORD_OVERHEAD
 #: What the prefixes (a due time, an origin) may add to a record at most.
-MAX_PREFIXES = _DEFERRED.size + _ORIGIN.size
+MAX_PREFIXES = _DEFERRED.size + _ORIGIN.size + _PRIORITY.size
 
 
 class Message:
@@ -93,9 +108,11 @@ class Message:
         "delivered_at",
         "ticket",
         "shared",
+        "priority",
     )
 
-    def __init__(self, msg_id: bytes, body: bytes, timestamp: int, attempts: int = 0, due_ns: int = 0):
+    def __init__(self, msg_id: bytes, body: bytes, timestamp: int, attempts: int = 0, due_ns: int = 0,
+                 priority: int | None = None):
         self.id = msg_id
         self.body = body
         self.timestamp = timestamp
@@ -106,18 +123,23 @@ class Message:
         self.delivered_at = 0.0
         self.ticket = -1
         self.shared = False
+        #: 0 (most urgent) to 2**32-1, or None: the broker's --default-priority
+        self.priority = priority
 
     def copy(self) -> Message:
-        """A fresh copy for another channel: same id, body, timestamp, attempts and due time."""
-        return Message(self.id, self.body, self.timestamp, self.attempts, self.due_ns)
+        """A fresh copy for another channel: same id, body, timestamp, attempts, due time and priority."""
+        return Message(self.id, self.body, self.timestamp, self.attempts, self.due_ns, self.priority)
 
     def __repr__(self) -> str:
         return f"Message(id={self.id!r}, attempts={self.attempts}, len={len(self.body)})"
 
 
 def encode(msg: Message) -> bytes:
-    """The disk record for ``msg``: nsqd's layout, prefixed with the due time if deferred."""
+    """The disk record for ``msg``: nsqd's layout, prefixed with its priority if it has one and
+    with the due time if deferred."""
     head = _HEADER.pack(msg.timestamp, msg.attempts)
+    if msg.priority is not None:
+        head = _PRIORITY.pack(_PRIORITY_MARK, _PRIORITY_VERSION, msg.priority) + head
     if msg.due_ns:
         return b"".join((_DEFERRED.pack(_DEFERRED_MARK, _DEFERRED_VERSION, msg.due_ns), head, msg.id, msg.body))
     return b"".join((head, msg.id, msg.body))
@@ -131,19 +153,22 @@ def decode(record: bytes) -> Message:
     """
     due_ns = 0
     offset = 0
-    if record and record[0] >= _ORIGIN_MARK:  # 0xFE or 0xFF: a prefix (a plain record starts below)
-        offset, due_ns = _skip_prefixes(record)
+    priority = None
+    if record and record[0] >= _PREFIX_MARK:  # 0xFD to 0xFF: a prefix (a plain record starts below)
+        offset, due_ns, priority = _skip_prefixes(record)
     if len(record) - offset < RECORD_OVERHEAD:
         raise ValueError(f"record too short ({len(record)} bytes)")
     timestamp, attempts = _HEADER.unpack_from(record, offset)
     start = offset + _HEADER.size
-    return Message(record[start:start + 16], record[start + 16:], timestamp, attempts, due_ns)
+    return Message(record[start:start + 16], record[start + 16:], timestamp, attempts, due_ns, priority)
 
 
-def _skip_prefixes(record: bytes) -> tuple[int, int]:
-    """Where nsqd's layout starts in a prefixed record, and its due time (0 if none)."""
+def _skip_prefixes(record: bytes) -> tuple[int, int, int | None]:
+    """Where nsqd's layout starts in a prefixed record, its due time (0 if none) and its
+    priority (None if none)."""
     offset = 0
     due_ns = 0
+    priority = None
     if record[0] == _ORIGIN_MARK:
         origin(record)  # raises for a short record or an unknown kind
         offset = _ORIGIN.size
@@ -154,7 +179,14 @@ def _skip_prefixes(record: bytes) -> tuple[int, int]:
         if version != _DEFERRED_VERSION:
             raise ValueError(f"unknown record version {version}")
         offset += _DEFERRED.size
-    return offset, due_ns
+    if len(record) > offset and record[offset] == _PRIORITY_MARK:
+        if len(record) - offset < _PRIORITY.size + RECORD_OVERHEAD:
+            raise ValueError(f"prioritised record too short ({len(record)} bytes)")
+        _mark, version, priority = _PRIORITY.unpack_from(record, offset)
+        if version != _PRIORITY_VERSION:
+            raise ValueError(f"unknown priority version {version}")
+        offset += _PRIORITY.size
+    return offset, due_ns, priority
 
 
 def decode_each(records: Iterable[bytes], log: logging.Logger, where: str) -> list[Message | None]:
@@ -166,7 +198,7 @@ def decode_each(records: Iterable[bytes], log: logging.Logger, where: str) -> li
     append = out.append
     unpack = _HEADER.unpack_from
     for record in records:
-        if len(record) >= RECORD_OVERHEAD and record[0] < _ORIGIN_MARK:
+        if len(record) >= RECORD_OVERHEAD and record[0] < _PREFIX_MARK:
             # a plain record, decoded as decode() does without the call: a consumer of a
             # backlog on disk reads every message this way
             timestamp, attempts = unpack(record)

@@ -6,6 +6,10 @@ queue holds unread records every new message goes behind them, so the queue
 gives messages back in the order they arrived (memory first, then disk).
 A write-through queue (durable mode) writes everything to disk.
 
+A channel whose topic has priorities *ranks* its queue (:meth:`SpillQueue.rank`):
+memory then keeps the most urgent messages in (priority, arrival) order, and the
+disk queue the rest in no order, below a known *floor* (see :mod:`broker.core.ranking`).
+
 One disk-error policy per queue, chosen by its owner:
 
 * no disk queue (ephemeral): messages past the memory limit are dropped, as nsqd does;
@@ -20,10 +24,11 @@ One disk-error policy per queue, chosen by its owner:
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 
 from broker.core.message import Message, decode_all, encode
+from broker.core.ranking import HIGHEST_KEY, LOWEST_KEY, Key, RankedMemory, rank_key
 from diskqueue import DiskQueue, DiskQueueError, RecordBatch
 
 __all__ = ["REFILL_BATCH", "SharedBatch", "SpillQueue"]
@@ -56,7 +61,8 @@ class SharedBatch:
 class SpillQueue:
     """Ready messages of one topic or channel; owned by it. ``where`` names it in logs."""
 
-    __slots__ = ("memory", "backend", "limit", "write_through", "where", "_on_error", "_log")
+    __slots__ = ("memory", "backend", "limit", "write_through", "where", "_on_error", "_log",
+                 "ranked", "floor", "disk_levels", "default_priority")
 
     def __init__(self, backend: DiskQueue | None, limit: int, *, where: str, log: logging.Logger,
                  write_through: bool = False, on_error: Callable[[DiskQueueError], None] | None = None):
@@ -67,6 +73,60 @@ class SpillQueue:
         self.where = where
         self._on_error = on_error
         self._log = log
+        self.ranked = False
+        #: ranked: no unread disk record ranks before this key
+        self.floor: Key = HIGHEST_KEY
+        #: ranked: unread disk records per priority (exact after a sweep, kept up by writes)
+        self.disk_levels: Counter[int] = Counter()
+        self.default_priority = 0
+
+    def rank(self, default: int) -> None:
+        """Keep the ready messages in (priority, arrival) order from now on, ``default`` being the
+        priority of a message without one. What is on disk is unknown until the next sweep."""
+        if self.ranked:
+            return
+        self.ranked = True
+        self.default_priority = default
+        self.memory = RankedMemory(self.memory, rank_key(default))
+        self.floor = LOWEST_KEY
+        self.disk_levels.clear()
+
+    def available(self) -> int:
+        """Ranked: how many messages at the front of memory may go out before a sweep (those
+        ranking at or before the floor)."""
+        memory = self.memory
+        backend = self.backend
+        if backend is None or not backend.depth:
+            return len(memory)
+        return memory.below(self.floor) if memory else 0  # type: ignore[attr-defined]
+
+    def wrote(self, msgs: Sequence[Message]) -> None:
+        """Ranked: ``msgs`` were appended to the disk queue (the floor and the levels follow)."""
+        if not msgs:
+            return
+        default = self.default_priority
+        levels = self.disk_levels
+        floor = self.floor
+        for msg in msgs:
+            priority = default if msg.priority is None else msg.priority
+            levels[priority] += 1
+            key = (priority, msg.id)
+            if key < floor:
+                floor = key
+        self.floor = floor
+
+    def swept(self) -> None:
+        """Ranked: a sweep starts; every unread record will be read once and what is written
+        behind it counted again."""
+        self.floor = HIGHEST_KEY
+        self.disk_levels.clear()
+
+    def levels(self) -> Counter[int]:
+        """Ranked: ready messages per priority, in memory and on disk."""
+        default = self.default_priority
+        counts = Counter(default if m.priority is None else m.priority for m in self.memory)
+        counts.update(self.disk_levels)
+        return counts
 
     @property
     def depth(self) -> int:
@@ -83,6 +143,9 @@ class SpillQueue:
         ``shared``: ``msgs`` are that batch's messages, whose records it encodes once
         for every queue they spill to.
         """
+        if self.ranked:
+            self._put_ranked(msgs, shared)
+            return
         backend = self.backend
         memory = self.memory
         head: Sequence[Message] = ()
@@ -106,6 +169,34 @@ class SpillQueue:
             memory.extend(msgs)
             return
         memory.extend(head)
+
+    def _put_ranked(self, msgs: Sequence[Message], shared: SharedBatch | None) -> None:
+        """:meth:`put` of a ranked queue: into memory in order, the least urgent past the limit
+        to disk (dropped without a disk queue); write-through queues write everything."""
+        backend = self.backend
+        if backend is not None and self.write_through:
+            backend.put_many(shared.records() if shared is not None else [encode(m) for m in msgs])
+            self.wrote(msgs)
+            return
+        memory = self.memory
+        memory.extend(msgs)
+        excess = len(memory) - self.limit
+        if excess <= 0:
+            return
+        tail = [memory.pop() for _ in range(excess)]
+        if backend is None:
+            return  # as nsqd drops what is past the memory queue: here the least urgent
+        try:
+            backend.put_many([encode(m) for m in tail])
+        except DiskQueueError as exc:
+            memory.extend(tail)
+            if self._on_error is None:
+                for msg in msgs:
+                    memory.remove(msg)
+                raise
+            self._on_error(exc)
+            return
+        self.wrote(tail)
 
     @property
     def over_limit(self) -> bool:
@@ -132,6 +223,8 @@ class SpillQueue:
             return False
         for _ in range(excess):
             memory.pop()
+        if self.ranked:
+            self.wrote(tail)
         return True
 
     def read(self, limit: int) -> list[Message]:
@@ -170,4 +263,6 @@ class SpillQueue:
         self.memory.clear()
         if self.backend is not None:
             self.backend.empty()
+        if self.ranked:
+            self.swept()
 

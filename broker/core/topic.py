@@ -80,6 +80,10 @@ class Topic:
         self._cancel_scope = trio.CancelScope()
         self._tasks = TaskSet()  # the disk queue's sync loop, started once it has work
         self._pending_channels: list[Channel] = []
+        #: a message with a priority of its own was published: every channel ranks (see
+        #: :mod:`broker.core.ranking`); kept in the metadata file
+        self.ranked = False
+        self._pump_waiting = False  # the pump waits for a disk that refused a write
         #: the keys of keyed publishes (see :mod:`broker.core.dedup`), made by the first
         self.keys: TopicKeys | None = None
 
@@ -182,6 +186,18 @@ class Topic:
             if keys.journal is not None:
                 keys.journal.delete()
 
+    def rank(self) -> bool:
+        """Have every channel deliver in (priority, arrival) order from now on; True if the topic
+        did not before (the metadata file must then say so)."""
+        if self.ranked:
+            return False
+        self.ranked = True
+        default = self._host.options.default_priority
+        for channel in self.channels.values():
+            channel.rank(default)
+        self._host.metadata_changed()
+        return True
+
     # ---------------------------------------------------------------- channels
 
     def get_channel(self, name: str, *, restored: bool = False) -> Channel:
@@ -196,6 +212,8 @@ class Topic:
             channel = Channel(self.name, name, self._host, topic_e2e=self.e2e,
                               on_empty=lambda: self.delete_channel(name), upstream=self)
             self.channels[name] = channel
+            if self.ranked:
+                channel.rank(self._host.options.default_priority)
             if not restored or len(self.channels) == 1:
                 self.fanout.channel_added(name, self.paused)
             if self._nursery is not None:
@@ -270,7 +288,11 @@ class Topic:
             self._wakeup = trio.Event()
             while self._can_pump():
                 if fanout.blocked():
-                    await trio.sleep(RETRY_DELAY)  # a disk refused again: wait for it
+                    self._pump_waiting = True
+                    try:
+                        await trio.sleep(RETRY_DELAY)  # a disk refused again: wait for it
+                    finally:
+                        self._pump_waiting = False
                     continue
                 if not fanout.move(self.paused):
                     break
@@ -289,6 +311,9 @@ class Topic:
 
     def channel_emptied(self, channel: str) -> None:
         self.fanout.channel_emptied(channel)
+
+    def moving(self) -> bool:
+        return bool(self.ready.depth) and not self._pump_waiting and self._can_pump()
 
     # ---------------------------------------------------------------- admin
 

@@ -26,6 +26,7 @@ from broker.http.targets import new_topic, topic_name
 from broker.protocol import Mpub, ProtocolError
 from broker.protocol.bodies import MpubBody
 from broker.protocol.keys import MAX_KEY_LENGTH, split_key
+from broker.protocol.priorities import MAX_PRIORITY
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
@@ -60,7 +61,7 @@ class PublishEndpoints:
         return {("POST", "/pub"): self.pub, ("POST", "/mpub"): self.mpub}
 
     async def pub(self, request: Request, body: RequestBody, param: str) -> Response:
-        """``POST /pub?topic=&defer=``: the body is one message."""
+        """``POST /pub?topic=&defer=&key=&priority=``: the body is one message."""
         opts = self.broker.options
         max_size = opts.max_msg_size
         if request.content_length is not None and request.content_length > max_size:
@@ -75,12 +76,15 @@ class PublishEndpoints:
             raise APIError(400, "MSG_EMPTY")
         raw_query = request.raw_query
         keys = None
-        if "key=" in raw_query:  # a keyed publish: the key makes each query new, so it is not cached
+        priority = None
+        if "key=" in raw_query or "priority=" in raw_query:
+            # a keyed publish: the key makes each query new, so it is not cached (nor a rare priority)
             params = query_params(raw_query)
             name, defer = topic_name(params), first(params, "defer")
             key = first(params, "key")
             if key is not None:
                 keys = [_key(key.encode("utf-8", "surrogateescape"))]
+            priority = _priority(params)
         else:
             name, defer = self._pub_query(raw_query)
         broker = self.broker
@@ -95,7 +99,7 @@ class PublishEndpoints:
                 raise APIError(400, "INVALID_DEFER") from None
             if defer_ns < 0 or defer_ns > to_ns(opts.max_req_timeout):
                 raise APIError(400, "INVALID_DEFER")
-        return await self._put(topic, [data], defer_ns, keys)
+        return await self._put(topic, [data], defer_ns, keys, priority)
 
     def _pub_query(self, raw_query: str) -> tuple[str, str | None]:
         """The topic name (valid) and the ``defer`` value of a ``/pub`` query; raises
@@ -111,7 +115,8 @@ class PublishEndpoints:
         return found
 
     async def mpub(self, request: Request, body: RequestBody, param: str) -> Response:
-        """``POST /mpub?topic=&binary=``: one message per line, or the binary ``MPUB`` body."""
+        """``POST /mpub?topic=&binary=&keyed=&priority=``: one message per line, or the binary
+        ``MPUB`` body; ``priority`` is every message's."""
         opts = self.broker.options
         max_body = opts.max_body_size
         if request.content_length is not None and request.content_length > max_body:
@@ -126,6 +131,7 @@ class PublishEndpoints:
                 log.warning("deprecated value '%s' used for /mpub binary param", values[0])
             binary = True if given is None else given
         keyed = parse_bool(first(params, "keyed")) is True
+        priority = _priority(params)
         # a keyed message is its key and its body: the body alone is bounded by --max-msg-size
         max_message = opts.max_msg_size + (MAX_KEY_LENGTH + 1 if keyed else 0)
         try:
@@ -141,14 +147,15 @@ class PublishEndpoints:
         keys = None
         if keyed:
             keys, bodies = _split_keyed(bodies, binary, opts.max_msg_size)
-        return await self._put(topic, bodies, 0, keys)
+        return await self._put(topic, bodies, 0, keys, priority)
 
     async def _put(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0,
-                   keys: list[bytes] | None = None) -> Response:
+                   keys: list[bytes] | None = None, priority: int | None = None) -> Response:
         """Queue ``bodies`` as one batch; 503 EXITING if that fails, as nsqd answers every failed put.
 
         With ``keys`` (a keyed publish) the answer has an ``X-Duplicates`` header: how many
         of the messages were duplicates of messages the topic stored (and were not stored).
+        ``priority`` (``?priority=``) is every message's.
         """
         broker = self.broker
         if broker.exiting:
@@ -157,10 +164,11 @@ class PublishEndpoints:
             return OK
         duplicates = 0
         try:
+            priorities = None if priority is None else [priority] * len(bodies)
             if keys is None:
-                pending = broker.publish(topic, bodies, defer_ns)
+                pending = broker.publish(topic, bodies, defer_ns, priorities)
             else:
-                duplicates, pending = broker.publish_keyed(topic, bodies, keys, defer_ns)
+                duplicates, pending = broker.publish_keyed(topic, bodies, keys, defer_ns, priorities)
             if pending is not None:
                 await pending
         except Exception as exc:
@@ -169,6 +177,16 @@ class PublishEndpoints:
         if keys is None:
             return OK
         return OK._replace(headers=(*OK.headers, (DUPLICATES_HEADER, b"%d" % duplicates)))
+
+
+def _priority(params: dict[str, list[str]]) -> int | None:
+    """The ``priority`` of a query: ``400 INVALID_PRIORITY`` unless a number from 0 to 4294967295."""
+    value = first(params, "priority")
+    if value is None:
+        return None
+    if not value.isdigit() or not value.isascii() or int(value) > MAX_PRIORITY:
+        raise APIError(400, "INVALID_PRIORITY")
+    return int(value)
 
 
 def _key(key: bytes) -> bytes:

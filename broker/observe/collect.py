@@ -26,7 +26,16 @@ from broker.gocompat import SECOND
 from broker.observe.health import health_text
 from broker.observe.runtime import memory_stats
 from broker.observe.sources import BrokerSource, ChannelSource, ClientSource, LatencySource, TopicSource
-from broker.observe.stats import NO_E2E, ChannelStats, ClientStats, E2eStats, KeyStats, Snapshot, TopicStats
+from broker.observe.stats import (
+    NO_E2E,
+    PRIORITY_LEVELS,
+    ChannelStats,
+    ClientStats,
+    E2eStats,
+    KeyStats,
+    Snapshot,
+    TopicStats,
+)
 
 __all__ = ["snapshot"]
 
@@ -102,6 +111,7 @@ def _channel_stats(channel: ChannelSource, include_clients: bool, topic_filter: 
         fin_latency=_histogram_from(channel),
         buried_count=len(channel.buried),
         max_attempts=channel.bury_after,
+        priorities=tuple(channel.priority_levels()[:PRIORITY_LEVELS]) if channel.ranked else None,
     )
 
 

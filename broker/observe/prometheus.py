@@ -227,6 +227,12 @@ def _key_families(snap: Snapshot, topics: Sequence[TopicStats]) -> list[Metric]:
 
 def _channel_families(channels: Sequence[tuple[TopicStats, ChannelStats]]) -> list[Metric]:
     out: list[Metric] = []
+    levels = _gauge("nsq_channel_priority_depth", "Ready messages at each of the channel's most urgent "
+                    "priorities, for a topic that has priorities (pynsqd).", ("topic", "channel", "priority"))
+    for t, c in channels:
+        for priority, count in c.priorities or ():
+            levels.add_metric([t.topic_name, c.channel_name, str(priority)], count)
+    out.append(levels)
     for name, doc, get in _CHANNEL_GAUGES:
         gauge = _gauge(name, doc, ("topic", "channel"))
         for t, c in channels:

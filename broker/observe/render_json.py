@@ -76,6 +76,9 @@ def _channel_document(channel: ChannelStats) -> dict[str, Any]:
         # pynsqd's dead letters, after nsqd's keys (clients of nsqd's shape ignore them)
         doc["max_attempts"] = channel.max_attempts
         doc["buried_count"] = channel.buried_count
+    if channel.priorities is not None:
+        # pynsqd's priorities: only for a topic that has them
+        doc["priorities"] = [{"priority": p, "depth": n} for p, n in channel.priorities]
     return doc
 
 

@@ -47,6 +47,13 @@ def _dead_letter_text(channel: ChannelStats) -> str:
     return f" buried: {channel.buried_count} max-attempts: {channel.max_attempts}"
 
 
+def _priorities_text(channel: ChannelStats) -> str:
+    # pynsqd's priorities, only for a topic that has them
+    if channel.priorities is None:
+        return ""
+    return " priorities: " + (" ".join(f"{p}={n}" for p, n in channel.priorities) or "none")
+
+
 def _keys_text(topic: TopicStats) -> str:
     """pynsqd's keyed publishes at the end of a topic's line, for a topic that had one."""
     if topic.keys is None:
@@ -95,7 +102,7 @@ def render_text(snap: Snapshot, now: float | None = None) -> bytes:
                 f"inflt: {channel.in_flight_count:<4d} def: {channel.deferred_count:<4d} "
                 f"re-q: {channel.requeue_count:<5d} timeout: {channel.timeout_count:<5d} "
                 f"msgs: {channel.message_count:<8d} e2e%: {_e2e_text(channel.e2e_processing_latency)}"
-                f"{_dead_letter_text(channel)}\n")
+                f"{_dead_letter_text(channel)}{_priorities_text(channel)}\n")
             for client in channel.clients or ():
                 lines.append(f"        {_client_text(client, now)}\n")
     producers = snap.producers or ()

@@ -95,6 +95,9 @@ class ChannelSource(QueueSource, Protocol):
     @property
     def timeout_count(self) -> int: ...
     @property
+    def ranked(self) -> bool: ...
+    def priority_levels(self) -> list[tuple[int, int]]: ...
+    @property
     def clients(self) -> Collection[Any]:
         """The channel's subscribers: the core knows them only as ``Subscriber``; each is a
         server connection, which has every attribute of :class:`ClientSource`."""

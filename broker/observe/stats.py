@@ -67,6 +67,10 @@ class ClientStats:
     tls_negotiated_protocol_is_mutual: bool
 
 
+#: Priorities ``/stats`` and ``/metrics`` show per channel at most: the most urgent ones.
+PRIORITY_LEVELS = 10
+
+
 @dataclass(frozen=True, slots=True)
 class ChannelStats:
     """One channel; ``clients`` is None when clients were not asked for.
@@ -90,6 +94,9 @@ class ChannelStats:
     fin_latency: HistogramStats | None = None
     buried_count: int = 0
     max_attempts: int = 0
+    #: pynsqd's priorities (None: the channel's topic has none): ready messages at each of the
+    #: :data:`PRIORITY_LEVELS` most urgent priorities, ``(priority, count)``, most urgent first
+    priorities: tuple[tuple[int, int], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

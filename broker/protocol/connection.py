@@ -35,6 +35,7 @@ from .keys import MAX_KEY_LENGTH
 from .lease import LEASE_OPS, Lease, is_valid_lease_token
 from .limits import Limits
 from .names import go_quote, is_valid_name
+from .priorities import PRIORITY_SIZE
 from .state import IGNORED_MOVES, LEGAL_STATES, State
 
 __all__ = ["ServerConnection", "LINE_TOO_LONG", "finish_identify"]
@@ -90,7 +91,7 @@ class ServerConnection:
     """
 
     __slots__ = (
-        "limits", "state", "heartbeats_enabled", "tls_required", "fin_runs", "keyed",
+        "limits", "state", "heartbeats_enabled", "tls_required", "fin_runs", "keyed", "prioritised",
         "_buf", "_whole", "_searched", "_magic_seen", "_body", "_error", "_eof", "_paused", "_limited",
     )
 
@@ -104,6 +105,9 @@ class ServerConnection:
         #: may be a key longer than ``limits.max_msg_size`` (the owner checks the body), and an
         #: MPUB yields a KeyedMpub
         self.keyed = False
+        #: priorities were negotiated (:mod:`broker.protocol.priorities`): every message may be
+        #: a priority longer than ``limits.max_msg_size`` (the owner checks the body)
+        self.prioritised = False
         # Received bytes not parsed yet. A chunk that arrives when nothing is
         # pending is kept as is (_whole) and parsed in place without a copy;
         # anything else accumulates in _buf, where appending is amortised O(1)
@@ -460,10 +464,11 @@ class ServerConnection:
         # nsqd repeats the code inside the description for MPUB only
         topic = self._name(params[1], "MPUB", "topic", "E_BAD_TOPIC", prefix=b"E_BAD_TOPIC ")
         limits = self.limits
+        max_msg_size = limits.max_msg_size + (PRIORITY_SIZE if self.prioritised else 0)
         if self.keyed:
-            self._body = KeyedMpubBody(topic, limits.max_msg_size, limits.max_body_size)
+            self._body = KeyedMpubBody(topic, max_msg_size, limits.max_body_size)
         else:
-            self._body = MpubBody(topic, limits.max_msg_size, limits.max_body_size)
+            self._body = MpubBody(topic, max_msg_size, limits.max_body_size)
 
     def _dpub(self, params: list[bytes]) -> None:
         if len(params) < 3:
@@ -478,8 +483,10 @@ class ServerConnection:
         self._body = SizedBody(DPUB_BODY, self._max_message(), partial(Dpub, topic, defer_ns // _NS_PER_MS))
 
     def _max_message(self) -> int:
-        """The longest PUB or DPUB body: a message, and on a keyed connection its key too."""
-        return self.limits.max_msg_size + (MAX_KEY_LENGTH + 1 if self.keyed else 0)
+        """The longest PUB or DPUB body: a message, and on a keyed or prioritised connection its
+        key and priority too."""
+        return (self.limits.max_msg_size + (MAX_KEY_LENGTH + 1 if self.keyed else 0)
+                + (PRIORITY_SIZE if self.prioritised else 0))
 
 
 _HANDLERS = {

@@ -55,6 +55,8 @@ IDENTIFY_FIELDS: dict[str, _FieldKind] = {
     "lease": str,
     # pynsqd's keyed publishes (broker/protocol/keys.py)
     "publish_keys": bool,
+    # pynsqd's prioritised messages (broker/protocol/priorities.py)
+    "priorities": bool,
 }
 
 

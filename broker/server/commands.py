@@ -23,6 +23,7 @@ from broker import protocol as p
 from broker.gocompat import MILLISECOND
 from broker.protocol import ProtocolError
 from broker.protocol.keys import DUPLICATE, cut_message
+from broker.protocol.priorities import PRIORITY_SIZE, split_priorities
 from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
@@ -187,62 +188,76 @@ def lease(broker: Broker, client: Client, cmd: p.Lease) -> None:
 
 
 def pub(broker: Broker, client: Client, cmd: p.Pub) -> Answer:
-    if client.publish_keys:
-        keys, bodies = split_keys("PUB", [cmd.body], broker.options.max_msg_size)
-        return _publish(broker, client, "PUB", cmd.topic, bodies, 0, keys)
+    if client.publish_keys or client.priorities:
+        return _publish_extended(broker, client, "PUB", cmd.topic, [cmd.body], 0)
     return _publish(broker, client, "PUB", cmd.topic, [cmd.body], 0)
 
 
 def mpub(broker: Broker, client: Client, cmd: p.Mpub) -> Answer:
-    if client.publish_keys:  # an MPUB parsed before the IDENTIFY that asked for keys was applied
-        keys, bodies = split_keys("MPUB", cmd.bodies, broker.options.max_msg_size)
-        return _publish(broker, client, "MPUB", cmd.topic, bodies, 0, keys)
+    if client.publish_keys or client.priorities:  # (keys: an MPUB parsed before the IDENTIFY that asked for them)
+        return _publish_extended(broker, client, "MPUB", cmd.topic, cmd.bodies, 0)
     return _publish(broker, client, "MPUB", cmd.topic, cmd.bodies, 0)
 
 
 def keyed_mpub(broker: Broker, client: Client, cmd: p.KeyedMpub) -> Answer:
+    if client.priorities:
+        return _publish_extended(broker, client, "MPUB", cmd.topic, cmd.bodies, 0, cmd.keys)
     return _publish(broker, client, "MPUB", cmd.topic, cmd.bodies, 0, cmd.keys)
 
 
 def dpub(broker: Broker, client: Client, cmd: p.Dpub) -> Answer:
-    if client.publish_keys:
-        keys, bodies = split_keys("DPUB", [cmd.body], broker.options.max_msg_size)
-        return _publish(broker, client, "DPUB", cmd.topic, bodies, cmd.defer_ms, keys)
+    if client.publish_keys or client.priorities:
+        return _publish_extended(broker, client, "DPUB", cmd.topic, [cmd.body], cmd.defer_ms)
     return _publish(broker, client, "DPUB", cmd.topic, [cmd.body], cmd.defer_ms)
 
 
+def _publish_extended(broker: Broker, client: Client, verb: str, topic_name: str, raw: list[bytes],
+                      defer_ms: int, keys: list[bytes] | None = None) -> Answer:
+    """A publish on a connection that negotiated keys or priorities: their prefixes cut off and
+    checked (``keys``: an MPUB's, cut as it was read), then :func:`_publish`."""
+    max_msg_size = broker.options.max_msg_size
+    if keys is None and client.publish_keys:
+        keys, raw = split_keys(verb, raw, max_msg_size + (PRIORITY_SIZE if client.priorities else 0))
+    priorities = None
+    if client.priorities:
+        priorities, raw = split_priorities(verb, raw, max_msg_size)
+    return _publish(broker, client, verb, topic_name, raw, defer_ms, keys, priorities)
+
+
 def _publish(broker: Broker, client: Client, verb: str, topic_name: str, bodies: list[bytes],
-             defer_ms: int, keys: list[bytes] | None = None) -> Answer:
+             defer_ms: int, keys: list[bytes] | None = None, priorities: list[int] | None = None) -> Answer:
     """Queue the bodies as one batch: the ``OK`` to answer when that is done at once (no auth
     server to ask, nothing to wait for), else what to await for it (see :meth:`Broker.publish`).
-    With ``keys`` (a keyed publish, :mod:`broker.protocol.keys`) the answer counts duplicates.
+    With ``keys`` (a keyed publish, :mod:`broker.protocol.keys`) the answer counts duplicates;
+    ``priorities`` (:mod:`broker.protocol.priorities`) go with the bodies.
 
     Raises fatal ``E_<VERB>_FAILED <VERB> failed <reason>`` when the broker is exiting or
     the disk write fails.
     """
     if client.authd is not None:  # checked here, not in check_auth: a PUB should not pay for a coroutine
-        return _publish_authorized(broker, client, verb, topic_name, bodies, defer_ms, keys)
+        return _publish_authorized(broker, client, verb, topic_name, bodies, defer_ms, keys, priorities)
     if keys is not None:
-        return _queue_keyed(broker, client, verb, topic_name, bodies, keys, defer_ms)
-    return _queue(broker, client, verb, topic_name, bodies, defer_ms)
+        return _queue_keyed(broker, client, verb, topic_name, bodies, keys, defer_ms, priorities)
+    return _queue(broker, client, verb, topic_name, bodies, defer_ms, priorities)
 
 
 async def _publish_authorized(broker: Broker, client: Client, verb: str, topic_name: str,
-                              bodies: list[bytes], defer_ms: int, keys: list[bytes] | None) -> bytes:
+                              bodies: list[bytes], defer_ms: int, keys: list[bytes] | None,
+                              priorities: list[int] | None) -> bytes:
     await check_auth(client, verb, topic_name, "")
     if keys is None:
-        answer = _queue(broker, client, verb, topic_name, bodies, defer_ms)
+        answer = _queue(broker, client, verb, topic_name, bodies, defer_ms, priorities)
     else:
-        answer = _queue_keyed(broker, client, verb, topic_name, bodies, keys, defer_ms)
+        answer = _queue_keyed(broker, client, verb, topic_name, bodies, keys, defer_ms, priorities)
     return answer if isinstance(answer, bytes) else await answer
 
 
 def _queue(broker: Broker, client: Client, verb: str, topic_name: str, bodies: list[bytes],
-           defer_ms: int) -> Answer:
+           defer_ms: int, priorities: list[int] | None = None) -> Answer:
     if broker.exiting:
         raise ProtocolError(f"E_{verb}_FAILED", f"{verb} failed exiting")
     try:
-        pending = broker.publish(broker.get_topic(topic_name), bodies, defer_ms * MILLISECOND)
+        pending = broker.publish(broker.get_topic(topic_name), bodies, defer_ms * MILLISECOND, priorities)
     except ProtocolError:
         raise
     except Exception as exc:  # a failed disk write: the client must hear about it
@@ -267,13 +282,13 @@ async def _published(pending: Awaitable[None], client: Client, verb: str, topic_
 
 
 def _queue_keyed(broker: Broker, client: Client, verb: str, topic_name: str, bodies: list[bytes],
-                 keys: list[bytes], defer_ms: int) -> Answer:
+                 keys: list[bytes], defer_ms: int, priorities: list[int] | None = None) -> Answer:
     """:func:`_queue` for a keyed publish: the answer counts the duplicates."""
     if broker.exiting:
         raise ProtocolError(f"E_{verb}_FAILED", f"{verb} failed exiting")
     try:
         duplicates, pending = broker.publish_keyed(broker.get_topic(topic_name), bodies, keys,
-                                                   defer_ms * MILLISECOND)
+                                                   defer_ms * MILLISECOND, priorities)
     except ProtocolError:
         raise
     except Exception as exc:  # a failed disk write: the client must hear about it

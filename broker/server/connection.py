@@ -29,6 +29,7 @@ from broker.config.options import NSQD_COMPAT_VERSION
 from broker.protocol import HEARTBEAT_FRAME, OK_FRAME, ProtocolError, State, encode_error, encode_response
 from broker.protocol.keys import DEDUP_WINDOW_FIELD, KEYS_IDENTIFY_FIELD
 from broker.protocol.lease import LEASE_IDENTIFY_FIELD, is_valid_lease_token
+from broker.protocol.priorities import DEFAULT_PRIORITY_FIELD, PRIORITIES_IDENTIFY_FIELD
 from broker.server.output import OutputBuffer
 from broker.server.tls import describe_session
 
@@ -94,6 +95,7 @@ class Client:
         self.feature_negotiation = False
         self.lease: str | None = None  # pynsqd's lease extension (broker.protocol.lease)
         self.publish_keys = False  # pynsqd's keyed publishes (broker.protocol.keys)
+        self.priorities = False  # pynsqd's prioritised messages (broker.protocol.priorities)
         self.connect_ts = int(time.time())
         self.state = State.INIT
         self.channel: Channel | None = None
@@ -191,6 +193,8 @@ class Client:
             self.lease = lease
         if data.get(KEYS_IDENTIFY_FIELD):
             self.publish_keys = True
+        if data.get(PRIORITIES_IDENTIFY_FIELD):
+            self.priorities = True
 
         self.feature_negotiation = bool(data.get("feature_negotiation"))
         self.wake_timers()
@@ -241,6 +245,9 @@ class Client:
         if self.publish_keys:  # the same for keyed publishes
             answer[KEYS_IDENTIFY_FIELD] = True
             answer[DEDUP_WINDOW_FIELD] = round(opts.dedup_window * 1000)
+        if self.priorities:
+            answer[PRIORITIES_IDENTIFY_FIELD] = True
+            answer[DEFAULT_PRIORITY_FIELD] = opts.default_priority
         return json.dumps(answer, separators=(",", ":")).encode()
 
     @property
@@ -342,7 +349,10 @@ class Client:
         client from getting more (:meth:`ready_for_more`) until it drains.
         """
         output = self.output
-        output.add_messages(msgs)
+        if self.priorities:
+            output.add_prioritised(msgs, self.options.default_priority)
+        else:
+            output.add_messages(msgs)
         self.in_flight_count += len(msgs)
         self.message_count += len(msgs)
         if output.size >= self.output_buffer_size and not self._flush_now():

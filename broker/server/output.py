@@ -14,6 +14,7 @@ to the socket.
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_right
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,7 @@ __all__ = ["OutputBuffer", "MESSAGE_FRAME_OVERHEAD"]
 MESSAGE_FRAME_OVERHEAD = 4 + 4 + MESSAGE_HEADER_LENGTH
 #: A message frame's size field: what follows it (frame type, message header, body) less the body.
 _FRAME_SIZE = 4 + MESSAGE_HEADER_LENGTH
+_PRIORITY = struct.Struct(">I")
 
 
 class OutputBuffer:
@@ -60,6 +62,24 @@ class OutputBuffer:
         pos = start = self.queued
         for msg in msgs:
             body = msg.body
+            size = len(body)
+            append(pack(_FRAME_SIZE + size, FRAME_TYPE_MESSAGE, msg.timestamp, msg.attempts & 0xFFFF, msg.id))
+            append(body)
+            pos += MESSAGE_FRAME_OVERHEAD + size
+            end(pos)
+        self._msgs.extend(msgs)
+        self.size += pos - start
+        self.queued = pos
+
+    def add_prioritised(self, msgs: list[Message], default: int) -> None:
+        """:meth:`add_messages` for a client that negotiated priorities: each body is preceded by
+        its priority (``default`` for a message without one), see :mod:`broker.protocol.priorities`."""
+        append = self.chunks.append
+        end = self._ends.append
+        pack = pack_message_frame_header
+        pos = start = self.queued
+        for msg in msgs:
+            body = _PRIORITY.pack(default if msg.priority is None else msg.priority) + msg.body
             size = len(body)
             append(pack(_FRAME_SIZE + size, FRAME_TYPE_MESSAGE, msg.timestamp, msg.attempts & 0xFFFF, msg.id))
             append(body)

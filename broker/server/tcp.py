@@ -368,6 +368,7 @@ class TCPServer(ConnectionServer):
             if event_type is Identify:
                 conn.heartbeats_enabled = client.heartbeat_interval > 0
                 conn.keyed = client.publish_keys  # a message's key comes before its body
+                conn.prioritised = client.priorities  # and its priority
                 if client.upgrade is not None:
                     # what follows IDENTIFY belongs to the upgraded stream
                     client.upgrade.leftover = conn.take_trailing_data()

@@ -6,7 +6,8 @@ The shape is nsqd's, so a data directory moves between nsqd and pynsqd::
      "version": "1.3.0"}
 
 pynsqd adds ``max_attempts`` to a channel entry when dead-lettering is set for
-it; nsqd ignores unknown keys. Ephemeral topics and channels are never
+it, and ``"prioritised": true`` to a topic entry once it has priorities; nsqd
+ignores unknown keys. Ephemeral topics and channels are never
 written. The file is replaced atomically: temp file, fsync, rename, fsync of
 the directory. :class:`MetadataFile` keeps it up to date while the broker runs.
 """
@@ -133,7 +134,10 @@ def _entries(doc: dict[str, Any]) -> list[dict]:
                 log.warning("skipping creation of invalid channel %s", channel["name"])
                 continue
             channels.append(channel)
-        result.append({"name": name, "paused": topic["paused"], "channels": channels})
+        entry = {"name": name, "paused": topic["paused"], "channels": channels}
+        if topic.get("prioritised") is True:
+            entry["prioritised"] = True
+        result.append(entry)
     return result
 
 
@@ -141,11 +145,16 @@ def dump(topics: list[dict], version: str) -> bytes:
     """Serialize topic entries as nsqd 1.3.0 marshals its ``Metadata`` struct: fields in the
     struct's order, and ``null`` for an empty list (a nil Go slice). pynsqd's own fields of a
     channel (``max_attempts``) follow nsqd's, which nsqd skips when it reads the file."""
-    doc = {"topics": [
-        {"name": t["name"], "paused": t["paused"], "channels": [_channel(ch) for ch in t["channels"]] or None}
-        for t in topics
-    ] or None, "version": version}
+    doc = {"topics": [_topic(t) for t in topics] or None, "version": version}
     return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _topic(entry: dict[str, Any]) -> dict[str, Any]:
+    doc = {"name": entry["name"], "paused": entry["paused"],
+           "channels": [_channel(ch) for ch in entry["channels"]] or None}
+    if entry.get("prioritised"):
+        doc["prioritised"] = True
+    return doc
 
 
 def _channel(entry: dict[str, Any]) -> dict[str, Any]:

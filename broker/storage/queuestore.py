@@ -58,7 +58,7 @@ class QueueStore:
             self.data_path,
             max_bytes_per_file=opts.max_bytes_per_file,
             min_msg_size=min_record,
-            max_msg_size=opts.max_msg_size + RECORD_OVERHEAD + MAX_PREFIXES,  # room for a due time and an origin
+            max_msg_size=opts.max_msg_size + RECORD_OVERHEAD + MAX_PREFIXES,  # room for a due time, an origin and a priority
             sync_every=opts.sync_every,
             sync_timeout=opts.sync_timeout,
             auto_commit=auto_commit,

@@ -578,6 +578,7 @@ def test_get_config_value_shapes():
     assert get_config_value(options, "max_attempts") == 0
     assert get_config_value(options, "dedup_window") == 600_000_000_000  # a Go duration, in ns
     assert get_config_value(options, "dedup_max_keys") == 1_000_000
+    assert get_config_value(options, "default_priority") == 2**31
     for name in CONFIG_NAMES:
         json.dumps(get_config_value(options, name))
 
@@ -591,8 +592,8 @@ def test_get_config_value_unknown(name):
 def test_config_names_are_nsqds_plus_pynsqds():
     assert "id" in CONFIG_NAMES and "node_id" not in CONFIG_NAMES
     assert {"nsqlookupd_tcp_addresses", "auth_http_addresses", "e2e_processing_latency_percentiles"} <= set(CONFIG_NAMES)
-    assert {"durable", "max_attempts", "dedup_window", "dedup_max_keys"} <= set(CONFIG_NAMES)
-    assert len(CONFIG_NAMES) == 49 + 4
+    assert {"durable", "max_attempts", "dedup_window", "dedup_max_keys", "default_priority"} <= set(CONFIG_NAMES)
+    assert len(CONFIG_NAMES) == 49 + 5
 
 
 # --------------------------------------------------------------------------- --help

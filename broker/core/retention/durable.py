@@ -144,6 +144,8 @@ class DurableRetention(MemoryRetention):
                 if mark is not None:
                     plain[-1] = mark_origin(plain[-1], COPIED, source=mark)
                 self.backend.put_many(plain)
+                if self.ready.ranked:
+                    self.ready.wrote(decode_all(plain, log, self.ready.where))
             if deferred:
                 msgs = decode_all(deferred, log, self.ready.where)
                 if msgs:
@@ -183,6 +185,8 @@ class DurableRetention(MemoryRetention):
         except DiskQueueError as exc:
             self.host.disk_failed(exc)
             return False
+        if self.ready.ranked:
+            self.ready.wrote(msgs)
         self.ledger.replaced(self.group)
         return True
 
@@ -195,6 +199,8 @@ class DurableRetention(MemoryRetention):
         except DiskQueueError as exc:
             self.host.disk_failed(exc)
             return False
+        if self.ready.ranked:
+            self.ready.wrote(msgs)
         self.ledger.replaced(self.group)
         self.retire(msgs)
         return True
@@ -326,6 +332,8 @@ class DurableRetention(MemoryRetention):
             for msg in msgs:
                 self._hold(msg, wall)
             return
+        if self.ready.ranked:
+            self.ready.wrote(msgs)
         self.ledger.replaced(self.group)
         for msg in msgs:
             origins.pop(msg.id, None)
@@ -347,7 +355,11 @@ class DurableRetention(MemoryRetention):
         assert store is not None
         self.ledger.replaced(store.group)
 
-    def refill(self, want: int) -> bool:
+    def write_back(self, msgs: list[Message]) -> bool:
+        """A sweep's write-back is a requeue: new records that replace those read."""
+        return self.requeue(msgs)
+
+    def read_ahead(self, want: int) -> bool:
         backend = self.backend
         if not backend.depth:
             return False

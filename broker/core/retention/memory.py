@@ -14,7 +14,7 @@ from broker.core.deferred import Deferred
 from broker.core.durability.ledger import CommitLedger
 from broker.core.durability.parked import ParkedStore
 from broker.core.host import CoreHost
-from broker.core.message import Message, decode_all, now_ns
+from broker.core.message import Message, decode_all, encode, now_ns
 from broker.core.spill import REFILL_BATCH, SpillQueue
 from broker.core.tasks import TaskSet
 from diskqueue import DiskQueue, DiskQueueError
@@ -172,7 +172,61 @@ class MemoryRetention:
         return len(msgs)
 
     def refill(self, want: int) -> bool:
-        """Move up to ``want`` messages from disk to memory; False if disk holds none."""
+        """Move up to ``want`` messages from disk to memory; False if disk holds none.
+
+        A ranked queue sweeps instead (:meth:`sweep`)."""
+        if self.ready.ranked:
+            return self.sweep()
+        return self.read_ahead(want)
+
+    def sweep(self) -> bool:
+        """Ranked: read every unread record of the queue once, keep the most urgent in memory (its
+        limit, or :data:`~broker.core.spill.REFILL_BATCH` with a limit of 0) and append the
+        others behind as new records (see :mod:`broker.core.ranking`). Returns whether messages
+        may go out now.
+
+        When the disk refuses to take the others back they stay in memory (past the limit), and
+        until the next sweep the order covers only what was read.
+        """
+        ready = self.ready
+        backend = ready.backend
+        if backend is None or not backend.depth:
+            return bool(ready.memory)
+        memory = ready.memory
+        keep = ready.limit or REFILL_BATCH
+        unread = backend.depth
+        ready.swept()
+        while unread > 0:
+            before = backend.depth
+            if not self.read_ahead(min(unread, REFILL_BATCH)):
+                break
+            unread -= max(1, before - backend.depth)
+            excess = len(memory) - keep
+            if excess > 0:
+                back = [memory.pop() for _ in range(excess)]
+                if not self.write_back(back):
+                    memory.extend(back)
+                    log.warning("channel %s: a sweep could not write back %d messages; until the disk "
+                                "takes writes again, priority order covers only those read", self.where,
+                                len(back))
+                    ready.swept()  # what is left unread is read by the next sweep, when memory runs out
+                    break
+        return ready.available() > 0
+
+    def write_back(self, msgs: list[Message]) -> bool:
+        """Ranked: append ``msgs`` (read by a sweep) to the queue again; False if the disk refused."""
+        backend = self.ready.backend
+        assert backend is not None
+        try:
+            backend.put_many([encode(m) for m in msgs])
+        except DiskQueueError as exc:
+            self.host.disk_failed(exc)
+            return False
+        self.ready.wrote(msgs)
+        return True
+
+    def read_ahead(self, want: int) -> bool:
+        """Move up to ``want`` messages from disk to memory, in the order written; False if disk holds none."""
         ready = self.ready
         backend = ready.backend
         if backend is None or not backend.depth:

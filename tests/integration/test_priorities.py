@@ -1,0 +1,271 @@
+"""Priorities: channels deliver in (priority, arrival) order, in memory, on disk and across restarts."""
+
+from __future__ import annotations
+
+import random
+import signal
+import struct
+
+import pytest
+
+from broker.protocol import encode_dpub, encode_fin, encode_mpub, encode_pub, encode_rdy, encode_req
+from broker.protocol.priorities import prefix_priority
+from tests.support.http_client import request
+from tests.support.v2client import connect, subscriber
+from tests.support.waiting import wait_for
+
+DEFAULT = 1 << 31
+COUNT = 5000
+
+
+def random_priorities(seed: int, count: int = COUNT) -> list[int]:
+    """Half from ten levels (so many share one and arrival decides), half anywhere in 0..2**32-1,
+    and one in ten the default (sent as a number: stored as a message without a priority)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        roll = rng.random()
+        out.append(DEFAULT if roll < 0.1 else rng.choice(range(0, 1000, 100)) if roll < 0.55 else rng.getrandbits(32))
+    return out
+
+
+def expected_order(priorities: list[int]) -> list[bytes]:
+    return [b"m%d" % i for i in sorted(range(len(priorities)), key=lambda i: (priorities[i], i))]
+
+
+async def create_channel(http, topic: str = "t", channel: str = "c") -> None:
+    assert (await request(http, "POST", f"/topic/create?topic={topic}")).status == 200
+    assert (await request(http, "POST", f"/channel/create?topic={topic}&channel={channel}")).status == 200
+
+
+async def prioritised_client(address):
+    client = await connect(address)
+    answer = await client.identify(feature_negotiation=True, priorities=True)
+    assert answer is not None and (answer["priorities"], answer["default_priority"]) == (True, DEFAULT)
+    return client
+
+
+async def publish_prioritised(address, topic: str, priorities: list[int], batch: int = 250, first: int = 0) -> None:
+    """MPUB ``priorities`` in batches; the bodies are ``m<first>``, ``m<first+1>``, ..."""
+    client = await prioritised_client(address)
+    for start in range(0, len(priorities), batch):
+        bodies = [prefix_priority(p, b"m%d" % i)
+                  for i, p in enumerate(priorities[start:start + batch], first + start)]
+        await client.send(encode_mpub(topic, bodies))
+        await client.expect_response(b"OK")
+    await client.aclose()
+
+
+async def consume_one_at_a_time(address, topic: str, count: int, channel: str = "c",
+                                seen: set[bytes] | None = None) -> list[bytes]:
+    """SUB with RDY 1, FIN each message as it comes: the channel's delivery order of ``count``
+    messages. With ``seen`` (a durable broker after a crash, which delivers at least once), a
+    message whose body is in it again is finished and not counted; ``seen`` gets every body."""
+    client = await connect(address)
+    await client.send(b"SUB %s %s\n" % (topic.encode(), channel.encode()))
+    await client.expect_response(b"OK")
+    await client.send(encode_rdy(1))
+    bodies: list[bytes] = []
+    while len(bodies) < count:
+        msg = await client.read_message()
+        await client.send(encode_fin(msg.id))
+        if seen is not None:
+            if msg.body in seen:
+                continue
+            seen.add(msg.body)
+        bodies.append(msg.body)
+    if seen is None:
+        await client.expect_quiet()
+    await client.aclose()
+    return bodies
+
+
+async def test_identify_offers_priorities_only_to_a_client_that_asks(daemon):
+    plain = await connect(daemon.addresses.tcp)
+    answer = await plain.identify(feature_negotiation=True)
+    assert "priorities" not in answer and "default_priority" not in answer
+    await prioritised_client(daemon.addresses.tcp)
+
+
+async def test_5000_random_priorities_in_memory_with_rdy_1(daemon):
+    """Published before the channel exists: its SUB creates it, and the topic hands all over."""
+    priorities = random_priorities(1)
+    await publish_prioritised(daemon.addresses.tcp, "t", priorities)
+    assert await consume_one_at_a_time(daemon.addresses.tcp, "t", COUNT) == expected_order(priorities)
+
+
+async def test_5000_random_priorities_mostly_on_disk(start_daemon):
+    priorities = random_priorities(2)
+    async with start_daemon("--mem-queue-size=100") as daemon:
+        await create_channel(daemon.addresses.http)
+        await publish_prioritised(daemon.addresses.tcp, "t", priorities)
+        channel = daemon.broker.topics["t"].channels["c"]
+        await wait_for(lambda: channel.depth == COUNT)
+        assert channel.backend_depth >= COUNT - 100  # mostly on disk indeed
+        assert await consume_one_at_a_time(daemon.addresses.tcp, "t", COUNT) == expected_order(priorities)
+
+
+async def test_5000_random_priorities_across_a_graceful_restart(start_daemon, tmp_path):
+    priorities = random_priorities(3)
+    async with start_daemon("--mem-queue-size=100") as daemon:
+        await create_channel(daemon.addresses.http)
+        await publish_prioritised(daemon.addresses.tcp, "t", priorities)
+        await wait_for(lambda: daemon.broker.topics["t"].channels["c"].depth == COUNT)
+    assert b'"prioritised":true' in (tmp_path / "data" / "nsqd.dat").read_bytes()
+    async with start_daemon("--mem-queue-size=100") as daemon:
+        assert daemon.broker.topics["t"].ranked
+        assert await consume_one_at_a_time(daemon.addresses.tcp, "t", COUNT) == expected_order(priorities)
+
+
+async def test_5000_random_priorities_across_kill_9_with_durable(broker_process):
+    priorities = random_priorities(4)
+    proc = broker_process("--durable", "--mem-queue-size=100")
+    await create_channel(proc.http)
+    await publish_prioritised(proc.tcp, "t", priorities)
+    # some delivered and finished before the crash
+    seen: set[bytes] = set()
+    first = await consume_one_at_a_time(proc.tcp, "t", 10, seen=seen)
+    assert first == expected_order(priorities)[:10]
+    proc.proc.send_signal(signal.SIGKILL)
+    proc.proc.wait()
+    proc.start()
+    # delivered again after the crash: those finished since the last commit, at most
+    rest = await consume_one_at_a_time(proc.tcp, "t", COUNT - 10, seen=seen)
+    assert rest == expected_order(priorities)[10:]
+
+
+async def test_unprioritised_messages_keep_publish_order_and_plain_frames(daemon):
+    """A topic that never sees a priority is FIFO (requeues to the tail, as ever); a
+    priority equal to the default does not make a topic rank."""
+    client = await prioritised_client(daemon.addresses.tcp)
+    await client.send(encode_mpub("t", [prefix_priority(DEFAULT, b"a"), prefix_priority(DEFAULT, b"b")]))
+    await client.expect_response(b"OK")
+    await client.send(encode_pub("t", prefix_priority(DEFAULT, b"c")))
+    await client.expect_response(b"OK")
+    assert not daemon.broker.topics["t"].ranked
+    assert await consume_one_at_a_time(daemon.addresses.tcp, "t", 3) == [b"a", b"b", b"c"]
+
+
+async def test_a_prioritised_consumer_sees_each_priority_before_the_body(daemon):
+    client = await prioritised_client(daemon.addresses.tcp)
+    await client.send(encode_mpub("t", [prefix_priority(7, b"seven"), prefix_priority(DEFAULT, b"plain")]))
+    await client.expect_response(b"OK")
+    await client.send(encode_dpub("t", 0, prefix_priority(3, b"three")))
+    await client.expect_response(b"OK")
+    reader = await subscriber(daemon, "t", "c", rdy=10, feature_negotiation=True, priorities=True)
+    got = [m.body for m in await reader.read_messages(3)]
+    assert got == [struct.pack(">I", 3) + b"three", struct.pack(">I", 7) + b"seven",
+                   struct.pack(">I", DEFAULT) + b"plain"]
+    # a plain consumer of another channel gets nsqd's frames
+    assert await consume_one_at_a_time(daemon.addresses.tcp, "t", 0, channel="other") == []
+
+
+async def test_req_timeout_and_deferral_keep_priorities(start_daemon):
+    async with start_daemon("--msg-timeout=1s") as daemon:
+        address = daemon.addresses.tcp
+        await publish_prioritised(address, "t", [50, 10, 30, 20])  # m0..m3
+        reader = await subscriber(daemon, "t", "c", rdy=1)
+        first = await reader.read_message()
+        assert first.body == b"m1"  # priority 10
+        await reader.send(encode_req(first.id, 0))  # back at once: still the most urgent
+        again = await reader.read_message()
+        assert (again.body, again.attempts) == (b"m1", 2)
+        await reader.send(encode_fin(again.id))
+        nxt = await reader.read_message()
+        assert nxt.body == b"m3"  # 20
+        # deferred 300 ms: m2 (30) goes first meanwhile, then m3 takes its place before m0 (50)
+        await reader.send(encode_req(nxt.id, 300))
+        m2 = await reader.read_message()
+        assert m2.body == b"m2"
+        channel = daemon.broker.topics["t"].channels["c"]
+        await wait_for(lambda: not channel.deferred.timers.live())
+        # m2 times out (no FIN): it is ready again with priority 30, after m3 (20)
+        await reader.send(encode_rdy(0))
+        await wait_for(lambda: channel.timeout_count == 1, timeout=10)
+        await reader.send(encode_rdy(1))
+        assert [(await reader.read_message()).body] == [b"m3"]
+
+
+async def test_kicked_messages_keep_their_priority(start_daemon):
+    async with start_daemon("--max-attempts=1") as daemon:
+        address = daemon.addresses.tcp
+        await publish_prioritised(address, "t", [40, 5])
+        reader = await subscriber(daemon, "t", "c", rdy=1)
+        msg = await reader.read_message()
+        assert msg.body == b"m1"
+        await reader.send(encode_req(msg.id, 0))  # its one attempt used: buried
+        channel = daemon.broker.topics["t"].channels["c"]
+        await wait_for(lambda: len(channel.buried.messages) == 1)
+        other = await reader.read_message()
+        assert other.body == b"m0"  # REQ'd and buried too
+        await reader.send(encode_req(other.id, 0))
+        await wait_for(lambda: len(channel.buried.messages) == 2)
+        await reader.send(encode_rdy(0))
+        await reader.expect_quiet()
+        await publish_prioritised(address, "t", [20], first=2)
+        assert (await request(daemon.addresses.http, "POST", "/channel/kick?topic=t&channel=c")).status == 200
+        await wait_for(lambda: channel.depth == 3)
+        await reader.send(encode_rdy(1))
+        got = []
+        while len(got) < 3:
+            m = await reader.read_message()
+            got.append(m.body)
+            await reader.send(encode_fin(m.id))
+        assert got == [b"m1", b"m2", b"m0"]  # 5, 20, 40
+
+
+async def test_http_priority_on_pub_mpub_and_deferred_pub(daemon):
+    http = daemon.addresses.http
+    assert (await request(http, "POST", "/pub?topic=t&priority=9", b"nine")).status == 200
+    assert (await request(http, "POST", "/mpub?topic=t&priority=1", b"one-a\none-b")).status == 200
+    assert (await request(http, "POST", "/pub?topic=t", b"plain")).status == 200
+    assert (await request(http, "POST", "/pub?topic=t&priority=0&defer=100", b"zero-later")).status == 200
+    assert (await request(http, "POST", "/pub?topic=t&priority=5", b"five")).status == 200
+    for bad in ("-1", "4294967296", "x", "", "1e3"):
+        reply = await request(http, "POST", f"/pub?topic=t&priority={bad}", b"bad")
+        assert (reply.status, reply.body) == (400, b'{"message":"INVALID_PRIORITY"}'), bad
+    reply = await request(http, "POST", "/mpub?topic=t&priority=-2", b"bad")
+    assert (reply.status, reply.body) == (400, b'{"message":"INVALID_PRIORITY"}')
+    channel_order = await consume_one_at_a_time(daemon.addresses.tcp, "t", 6)
+    assert channel_order[:5] == [b"one-a", b"one-b", b"five", b"nine", b"plain"] or \
+        channel_order == [b"zero-later", b"one-a", b"one-b", b"five", b"nine", b"plain"]
+    assert sorted(channel_order) == sorted([b"nine", b"one-a", b"one-b", b"plain", b"zero-later", b"five"])
+
+
+@pytest.mark.parametrize("payload, error", [
+    (encode_pub("t", b"abc"), b"E_BAD_MESSAGE PUB invalid message size 3 (a priority takes 4 bytes)"),
+    (encode_pub("t", b"\x00\x00\x00\x01"), b"E_BAD_MESSAGE PUB invalid message body size 0"),
+    (encode_mpub("t", [prefix_priority(1, b"ok"), b"\x00\x00\x00\x02"]), b"E_BAD_MESSAGE MPUB invalid message(1) body size 0"),
+    (encode_dpub("t", 10, b"ab"), b"E_BAD_MESSAGE DPUB invalid message size 2 (a priority takes 4 bytes)"),
+    # sizes on the wire count the priority
+    (encode_pub("t", prefix_priority(1, b"x" * 101)), b"E_BAD_MESSAGE PUB message too big 105 > 104"),
+    (encode_mpub("t", [prefix_priority(1, b"x" * 101)]), b"E_BAD_MESSAGE MPUB message too big 105 > 104"),
+])
+async def test_bad_prioritised_messages_get_fatal_errors(start_daemon, payload, error):
+    async with start_daemon("--max-msg-size=100") as daemon:
+        client = await prioritised_client(daemon.addresses.tcp)
+        # the body may be --max-msg-size long, its priority besides
+        await client.send(encode_pub("t", prefix_priority(1, b"x" * 100)))
+        await client.expect_response(b"OK")
+        await client.send(payload)
+        await client.expect_error(error)
+        assert daemon.broker.topics["t"].message_count == 1
+
+
+async def test_stats_and_metrics_show_ready_messages_per_priority(daemon):
+    http = daemon.addresses.http
+    await create_channel(http)
+    await publish_prioritised(daemon.addresses.tcp, "t", [3, 3, 1, DEFAULT, 7])
+    channel = daemon.broker.topics["t"].channels["c"]
+    await wait_for(lambda: channel.depth == 5)
+    stats = (await request(http, "GET", "/stats?format=json&topic=t")).json()
+    [ch] = stats["topics"][0]["channels"]
+    assert ch["priorities"] == [{"priority": 1, "depth": 1}, {"priority": 3, "depth": 2},
+                                {"priority": 7, "depth": 1}, {"priority": DEFAULT, "depth": 1}]
+    text = (await request(http, "GET", "/metrics")).body.decode()
+    assert 'nsq_channel_priority_depth{channel="c",priority="3",topic="t"} 2.0' in text
+    # a topic without priorities keeps nsqd's /stats shape
+    await request(http, "POST", "/pub?topic=plain", b"x")
+    await request(http, "POST", "/channel/create?topic=plain&channel=c")
+    stats = (await request(http, "GET", "/stats?format=json&topic=plain")).json()
+    assert "priorities" not in stats["topics"][0]["channels"][0]
