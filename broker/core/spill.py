@@ -179,21 +179,33 @@ class SpillQueue:
             self.wrote(msgs)
             return
         memory = self.memory
+        batch = msgs
+        tail: list[Message] = []
+        if backend is not None and memory and len(memory) >= self.limit:
+            # memory is full: what ranks after all of it goes straight to disk
+            key = memory.key  # type: ignore[attr-defined]
+            last = key(memory[-1])
+            tail = [m for m in msgs if key(m) > last]
+            if tail:
+                msgs = [m for m in msgs if key(m) <= last] if len(tail) != len(msgs) else []
         memory.extend(msgs)
         excess = len(memory) - self.limit
-        if excess <= 0:
+        if excess > 0:
+            tail.extend(memory.pop() for _ in range(excess))
+        if not tail:
             return
-        tail = [memory.pop() for _ in range(excess)]
         if backend is None:
             return  # as nsqd drops what is past the memory queue: here the least urgent
         try:
             backend.put_many([encode(m) for m in tail])
         except DiskQueueError as exc:
-            memory.extend(tail)
-            if self._on_error is None:
-                for msg in msgs:
-                    memory.remove(msg)
+            if self._on_error is None:  # nothing of the batch is kept: memory as it was
+                new = {id(m) for m in batch}
+                memory.extend([m for m in tail if id(m) not in new])
+                for msg in batch:
+                    memory.discard(msg)  # type: ignore[attr-defined]
                 raise
+            memory.extend(tail)
             self._on_error(exc)
             return
         self.wrote(tail)
