@@ -10,7 +10,8 @@ go-diskqueue's files (see :mod:`broker.storage.nsqdimport` for their layout)::
     <name>.diskqueue.meta.dat          "<depth>\\n0,0\\n<last file>,<its size>\\n"
 
 A channel's deferred messages (stashed by the shutdown) join its queue without their due
-time, as nsqd itself keeps them; dead letters have no place in nsqd and are left out (the
+time, as nsqd itself keeps them; a channel of a topic with priorities is written in its
+(priority, arrival) order, without the priorities; dead letters have no place in nsqd and are left out (the
 count is logged). ``D`` keeps every message (its queues are opened as a start opens them,
 and nothing is committed), so an interrupted export is simply run again into an emptied ``N``. A data directory of ``--durable`` (records marked with their origin) is
 refused: which of its records are already finished is known to pynsqd only.
@@ -23,7 +24,8 @@ import shutil
 from pathlib import Path
 
 from broker.config.options import Options
-from broker.core.message import decode, encode, origin
+from broker.core.message import Message, decode, encode, origin
+from broker.core.ranking import rank_key
 from broker.storage.datadir import DataDirectory
 from broker.storage.metadata import METADATA_FILE, load
 from diskqueue import DiskQueue
@@ -60,9 +62,17 @@ async def export_nsqd(options: Options, target: Path) -> dict[str, int]:
                                                          f"{topic['name']}:{ch['name']}#deferred"])
                       for ch in topic["channels"]]
             for name, sources in names:
-                records: list[bytes] = []
+                msgs: list[Message] = []
                 for source in sources:
-                    records.extend(await _read(directory, source))
+                    msgs.extend(await _read(directory, source))
+                if topic.get("prioritised") and ":" in name:
+                    # nsqd delivers in file order: the channel's (priority, arrival) order
+                    msgs.sort(key=rank_key(options.default_priority))
+                records = []
+                for msg in msgs:
+                    msg.due_ns = 0
+                    msg.priority = None
+                    records.append(encode(msg))
                 buried = await _read(directory, f"{name}#buried") if ":" in name else []
                 if buried:
                     log.warning("nsqd export: channel %s: %d dead letters left out (nsqd has no place for them)",
@@ -80,12 +90,12 @@ async def export_nsqd(options: Options, target: Path) -> dict[str, int]:
         directory.unlock()
 
 
-async def _read(directory: DataDirectory, name: str) -> list[bytes]:
+async def _read(directory: DataDirectory, name: str) -> list[Message]:
     """The records of pynsqd's queue ``name`` from its committed cursor on, in nsqd's layout ([] if none)."""
     if not any(directory.path.glob(f"{_glob_escape(name)}.diskqueue.*")):
         return []
     queue: DiskQueue = directory.queues.open(name, auto_commit=False)
-    out: list[bytes] = []
+    out: list[Message] = []
     try:
         if queue.note:
             raise ExportRefused(f"queue {name} was written with --durable; export needs a data directory "
@@ -95,9 +105,7 @@ async def _read(directory: DataDirectory, name: str) -> list[bytes]:
                 if origin(record) is not None:
                     raise ExportRefused(f"queue {name} was written with --durable; export needs a data "
                                         "directory of pynsqd run without it")
-                msg = decode(record)
-                msg.due_ns = 0
-                out.append(encode(msg))
+                out.append(decode(record))
     finally:
         await queue.close()  # nothing was committed: the directory keeps every message
     return out

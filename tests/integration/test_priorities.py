@@ -269,3 +269,59 @@ async def test_stats_and_metrics_show_ready_messages_per_priority(daemon):
     await request(http, "POST", "/channel/create?topic=plain&channel=c")
     stats = (await request(http, "GET", "/stats?format=json&topic=plain")).json()
     assert "priorities" not in stats["topics"][0]["channels"][0]
+
+
+async def test_with_rdy_n_at_most_n_go_ahead_of_a_more_urgent_message(daemon):
+    """What the README promises: a consumer with RDY n holds at most n messages in flight, so
+    at most n go out ahead of a more urgent message published after them."""
+    await publish_prioritised(daemon.addresses.tcp, "t", [50] * 20)  # m0..m19
+    reader = await subscriber(daemon, "t", "c", rdy=5)
+    ahead = await reader.read_messages(5)
+    assert [m.body for m in ahead] == [b"m%d" % i for i in range(5)]
+    await publish_prioritised(daemon.addresses.tcp, "t", [1], first=20)
+    await reader.expect_quiet()  # its window is full
+    await reader.send(encode_fin(ahead[0].id))
+    assert (await reader.read_message()).body == b"m20"
+    await reader.send(encode_fin(ahead[1].id))
+    assert (await reader.read_message()).body == b"m5"
+
+
+async def test_a_stream_of_urgent_messages_starves_a_less_urgent_one(daemon):
+    """The starvation the README describes (there is no aging): while more urgent messages keep
+    coming, a less urgent one waits; it goes out once they stop."""
+    address = daemon.addresses.tcp
+    await publish_prioritised(address, "t", [100])  # m0, the patient one
+    await publish_prioritised(address, "t", [1], first=1)
+    reader = await subscriber(daemon, "t", "c", rdy=1)
+    for i in range(1, 31):
+        msg = await reader.read_message()
+        assert msg.body == b"m%d" % i
+        await publish_prioritised(address, "t", [1], first=i + 1)  # the next urgent one, before the FIN
+        await reader.send(encode_fin(msg.id))
+    last = await reader.read_message()
+    assert last.body == b"m31"
+    await reader.send(encode_fin(last.id))
+    assert (await reader.read_message()).body == b"m0"
+
+
+async def test_an_ephemeral_channel_past_its_memory_drops_the_least_urgent(start_daemon):
+    async with start_daemon("--mem-queue-size=3") as daemon:
+        reader = await subscriber(daemon, "t", "c#ephemeral", rdy=0)
+        await publish_prioritised(daemon.addresses.tcp, "t", [5, 9, 1, 7, 3])
+        channel = daemon.broker.topics["t"].channels["c#ephemeral"]
+        await wait_for(lambda: channel.put_count == 5)
+        await reader.send(encode_rdy(10))
+        assert [m.body for m in await reader.read_messages(3)] == [b"m2", b"m4", b"m0"]  # 1, 3, 5
+        await reader.expect_quiet()
+
+
+async def test_stats_text_lists_priorities_of_a_prioritised_channel_only(daemon):
+    http = daemon.addresses.http
+    await create_channel(http)
+    await create_channel(http, "plain")
+    await publish_prioritised(daemon.addresses.tcp, "t", [4, 4, 2])
+    await wait_for(lambda: daemon.broker.topics["t"].channels["c"].depth == 3)
+    text = (await request(http, "GET", "/stats")).body.decode()
+    [line] = [ln for ln in text.splitlines() if "[c " in ln and "priorities" in ln]
+    assert line.endswith(" priorities: 2=1 4=2")
+    assert sum("priorities" in ln for ln in text.splitlines()) == 1

@@ -381,3 +381,31 @@ async def test_export_nsqd_refuses_a_durable_data_directory(tmp_path):
     done = subprocess.run([sys.executable, "-m", "broker", "export-nsqd", f"--data-path={data}",
                            f"--to={tmp_path / 'for-nsqd'}"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "written with --durable" in done.stderr, done.stderr
+
+
+async def test_export_nsqd_writes_a_prioritised_channel_in_its_delivery_order(tmp_path):
+    """nsqd has no priorities: a channel of a topic with priorities goes to nsqd in the order
+    pynsqd would have delivered it, and nsqd reads its records (no priority prefix is left)."""
+    from broker.protocol.priorities import prefix_priority
+
+    data, exported = tmp_path / "data", tmp_path / "for-nsqd"
+    priorities = [7, 2, 2 ** 31, 0, 7, 1, 2 ** 32 - 1, 2]  # 2**31: the default, no priority
+    pynsqd = BrokerProcess(data, "--mem-queue-size=3", log_path=tmp_path / "pynsqd.log").start()
+    try:
+        await _create_channel(pynsqd.http, "p", "c")
+        client = await connect(pynsqd.tcp)
+        await client.identify(feature_negotiation=True, priorities=True)
+        await _mpub(client, "p", [prefix_priority(p, b"p-%d" % i) for i, p in enumerate(priorities)])
+        await client.aclose()
+    finally:
+        assert pynsqd.terminate() == 0
+    done = subprocess.run([sys.executable, "-m", "broker", "export-nsqd", f"--data-path={data}", f"--to={exported}"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    nsqd = _nsqd(exported, tmp_path / "nsqd.log").start()
+    try:
+        got = await _drain_many(nsqd.tcp, "p", "c", len(priorities))
+    finally:
+        assert nsqd.terminate() == 0
+    order = sorted(range(len(priorities)), key=lambda i: (priorities[i], i))
+    assert [m.body for m in got] == [b"p-%d" % i for i in order]

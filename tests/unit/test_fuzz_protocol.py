@@ -110,7 +110,7 @@ def _normalise(events: list) -> list:
 
 
 def parse(chunks: list[bytes], *, fin_runs: bool, limit: int | None = None,
-          keyed: bool = False) -> tuple[list, tuple[str, bytes] | None]:
+          keyed: bool = False, prioritised: bool = False) -> tuple[list, tuple[str, bytes] | None]:
     """Feed ``chunks`` then the end of input the way a connection's owner does, taking at most
     ``limit`` commands per call if given; ``keyed``: on a connection that negotiated keyed
     publishes (each message a key length byte, a key and a body).
@@ -121,6 +121,7 @@ def parse(chunks: list[bytes], *, fin_runs: bool, limit: int | None = None,
     conn = ServerConnection(LIMITS)
     conn.fin_runs = fin_runs
     conn.keyed = keyed
+    conn.prioritised = prioritised
     events: list = []
     for chunk in [c for c in chunks if c] + [b""]:
         conn.receive_data(chunk)
@@ -136,15 +137,17 @@ def parse(chunks: list[bytes], *, fin_runs: bool, limit: int | None = None,
 
 
 @FUZZ
-@given(streams(), st.booleans(), st.booleans())
+@given(streams(), st.booleans(), st.booleans(), st.booleans())
 def test_any_split_yields_the_events_of_the_whole_stream(stream: tuple[bytes, list[int]], fin_runs: bool,
-                                                         keyed: bool) -> None:
+                                                         keyed: bool, prioritised: bool) -> None:
     data, cuts = stream
-    whole = parse([data], fin_runs=fin_runs, keyed=keyed)
+    whole = parse([data], fin_runs=fin_runs, keyed=keyed, prioritised=prioritised)
     bounds = [0, *cuts, len(data)]
-    split = parse([data[a:b] for a, b in zip(bounds, bounds[1:])], fin_runs=fin_runs, keyed=keyed)
+    split = parse([data[a:b] for a, b in zip(bounds, bounds[1:])], fin_runs=fin_runs, keyed=keyed,
+                  prioritised=prioritised)
     assert split == whole
-    byte_by_byte = parse([data[i : i + 1] for i in range(len(data))], fin_runs=fin_runs, keyed=keyed)
+    byte_by_byte = parse([data[i : i + 1] for i in range(len(data))], fin_runs=fin_runs, keyed=keyed,
+                         prioritised=prioritised)
     assert byte_by_byte == whole
 
 
