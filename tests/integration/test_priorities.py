@@ -325,3 +325,32 @@ async def test_stats_text_lists_priorities_of_a_prioritised_channel_only(daemon)
     [line] = [ln for ln in text.splitlines() if "[c " in ln and "priorities" in ln]
     assert line.endswith(" priorities: 2=1 4=2")
     assert sum("priorities" in ln for ln in text.splitlines()) == 1
+
+
+@pytest.mark.parametrize("flags", [(), ("--durable",)], ids=["spilling", "durable"])
+async def test_a_disk_that_refuses_a_sweep_loses_nothing(start_daemon, flags):
+    """The channel's disk fills while its consumer drains a backlog, so sweeps cannot write
+    back what they read: those messages stay in memory and every message is still delivered
+    once. (Each phase's consumer leaves the message sent after its last FIN in flight: it
+    times out and comes again to the next.)"""
+    import errno
+
+    from tests.support.diskfaults import FaultyDisk
+
+    priorities = random_priorities(5, 600)
+    disk = FaultyDisk(lambda name: name.startswith("t:c."))
+    with disk.installed():
+        async with start_daemon("--mem-queue-size=20", "--msg-timeout=1s", *flags) as daemon:
+            await create_channel(daemon.addresses.http)
+            await publish_prioritised(daemon.addresses.tcp, "t", priorities)
+            channel = daemon.broker.topics["t"].channels["c"]
+            await wait_for(lambda: channel.depth == 600)
+            seen: set[bytes] = set()
+            got = await consume_one_at_a_time(daemon.addresses.tcp, "t", 50, seen=seen)
+            disk.fail(errno.ENOSPC)
+            got += await consume_one_at_a_time(daemon.addresses.tcp, "t", 200, seen=seen)
+            assert disk.refused > 0
+            disk.fail(None)
+            got += await consume_one_at_a_time(daemon.addresses.tcp, "t", 350, seen=seen)
+    assert sorted(got) == sorted(b"m%d" % i for i in range(600))  # each once, none lost
+    assert got[:50] == expected_order(priorities)[:50]
