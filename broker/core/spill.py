@@ -258,8 +258,17 @@ class SpillQueue:
         return [memory.popleft() for _ in range(limit)]
 
     def peek(self, n: int) -> list[Message]:
-        """The next ``n`` messages in order (memory, then disk), unchanged."""
+        """The next ``n`` messages in order (memory, then disk), unchanged.
+
+        Ranked: what ranks at or before the floor is next; past it, every unread record is
+        read (without taking it) to find the next ``n``."""
         memory = self.memory
+        backend = self.backend
+        if self.ranked and backend is not None and backend.depth and n > self.available():
+            ahead = [memory[i] for i in range(min(n, len(memory)))]
+            ahead.extend(decode_all(backend.peek_many(backend.depth), self._log, self.where))
+            ahead.sort(key=memory.key)  # type: ignore[attr-defined]
+            return ahead[:n]
         out = list(memory) if len(memory) <= n else [memory[i] for i in range(n)]
         backend = self.backend
         if len(out) < n and backend is not None and backend.depth:

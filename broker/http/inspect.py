@@ -47,12 +47,14 @@ _PEEK: dict[str, tuple[Callable[[Any], int], str]] = {
 }
 
 
-def _message_document(msg: Message) -> dict:
+def _message_document(msg: Message, default_priority: int | None) -> dict:
+    """A message as a peek shows it; ``default_priority``: its topic has priorities, and each
+    message shows its own (this, for a message without one)."""
     try:
         text: str | None = msg.body.decode("utf-8")
     except UnicodeDecodeError:
         text = None
-    return {
+    doc = {
         "id": msg.id.decode("ascii", "replace"),
         "timestamp": msg.timestamp,
         "attempts": msg.attempts,
@@ -60,6 +62,9 @@ def _message_document(msg: Message) -> dict:
         "body": text,
         "body_base64": base64.b64encode(msg.body).decode("ascii"),
     }
+    if default_priority is not None:
+        doc["priority"] = default_priority if msg.priority is None else msg.priority
+    return doc
 
 
 def _buried_selection(params: Params) -> tuple[bytes | None, int]:
@@ -103,12 +108,13 @@ class InspectEndpoints:
             raise APIError(400, "INVALID_N")
         count_of, peek_method = peek
         messages = getattr(channel, peek_method)(n)
+        default = self.broker.options.default_priority if channel.ranked else None
         return v1({
             "topic": channel.topic_name,
             "channel": channel.name,
             "state": state,
             "count": count_of(channel),
-            "messages": [_message_document(msg) for msg in messages],
+            "messages": [_message_document(msg, default) for msg in messages],
         })
 
     async def kick(self, request: Request, body: RequestBody, param: str) -> Response:

@@ -102,6 +102,10 @@ async def test_5000_random_priorities_mostly_on_disk(start_daemon):
         channel = daemon.broker.topics["t"].channels["c"]
         await wait_for(lambda: channel.depth == COUNT)
         assert channel.backend_depth >= COUNT - 100  # mostly on disk indeed
+        # a peek shows the next ones in delivery order, each with its priority
+        peek = (await request(daemon.addresses.http, "GET", "/channel/peek?topic=t&channel=c&n=300")).json()
+        order = sorted(range(COUNT), key=lambda i: (priorities[i], i))[:300]
+        assert [(m["body"], m["priority"]) for m in peek["messages"]] == [("m%d" % i, priorities[i]) for i in order]
         assert await consume_one_at_a_time(daemon.addresses.tcp, "t", COUNT) == expected_order(priorities)
 
 
