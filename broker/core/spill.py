@@ -104,16 +104,11 @@ class SpillQueue:
         """Ranked: ``msgs`` were appended to the disk queue (the floor and the levels follow)."""
         if not msgs:
             return
-        default = self.default_priority
-        levels = self.disk_levels
-        floor = self.floor
-        for msg in msgs:
-            priority = default if msg.priority is None else msg.priority
-            levels[priority] += 1
-            key = (priority, msg.id)
-            if key < floor:
-                floor = key
-        self.floor = floor
+        keys = list(map(self.memory.key, msgs))  # type: ignore[attr-defined]
+        low = min(keys)
+        if low < self.floor:
+            self.floor = low
+        self.disk_levels.update([k[0] for k in keys])
 
     def swept(self) -> None:
         """Ranked: a sweep starts; every unread record will be read once and what is written
@@ -185,9 +180,10 @@ class SpillQueue:
             # memory is full: what ranks after all of it goes straight to disk
             key = memory.key  # type: ignore[attr-defined]
             last = key(memory[-1])
-            tail = [m for m in msgs if key(m) > last]
-            if tail:
-                msgs = [m for m in msgs if key(m) <= last] if len(tail) != len(msgs) else []
+            after = [key(m) > last for m in msgs]
+            if any(after):
+                tail = [m for m, a in zip(msgs, after) if a]
+                msgs = [m for m, a in zip(msgs, after) if not a]
         memory.extend(msgs)
         excess = len(memory) - self.limit
         if excess > 0:
