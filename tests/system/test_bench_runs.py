@@ -94,3 +94,13 @@ def test_bench_keys_compares_keyed_with_unkeyed_and_measures_a_key(capsys):
     assert rates and all(float(v.replace(",", "")) > 0 for v in rates.groups()), out
     per_key = re.search(r"RSS after 20,000 messages: unkeyed \d+ MB, keyed \d+ MB: (-?\d+) B per remembered key", out)
     assert per_key, out
+
+
+def test_bench_priorities_states_write_drain_and_live_rates_of_both_modes(capsys):
+    from tests.bench import bench_priorities
+
+    bench_priorities.main(["--rounds", "1", "--messages", "4000", "--flags=--mem-queue-size=500"])
+    out = capsys.readouterr().out
+    for row in ("write", "drain", "live"):
+        found = re.search(rf"  {row}\s+([\d,]+)\s+([\d,]+)\s+([\d.]+)", out)
+        assert found and all(float(v.replace(",", "")) > 0 for v in found.groups()), out
