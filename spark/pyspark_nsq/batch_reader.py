@@ -10,6 +10,9 @@ its RDY window, hands them to Spark as a record batch and FINs them once Spark h
 taken the batch, then takes the next window, until ``maxMessages`` are read or no
 message arrives for ``drainTimeoutMs``. Reading consumes: a DataFrame computed
 twice drains twice, so cache it when it is used more than once.
+
+Either way the connections ask for priorities; the ``priority`` column is null for
+the messages of a broker that does not send them (nsqd).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from broker.client import FramePump, stop_delivery
 from broker.protocol import FRAME_TYPE_MESSAGE, encode_fin, encode_rdy, encode_sub
+from broker.protocol.priorities import PRIORITIES_IDENTIFY_FIELD
 
 from .dial import CONNECT_TIMEOUT_S, client_name, dial
 from .discovery import topic_producers
@@ -101,7 +105,7 @@ class NsqBatchReader(DataSourceReader):
             return
         if not isinstance(partition, DrainPartition):
             return  # Spark's stand-in when there is nothing to read: InputPartition(None)
-        conn = dial(partition.address, {"msg_timeout": options.msg_timeout_ms},
+        conn = dial(partition.address, {"msg_timeout": options.msg_timeout_ms, PRIORITIES_IDENTIFY_FIELD: True},
                     client_name("read", partition.topic, "from", partition.address))
         try:
             window = min(options.max_in_flight, partition.max_messages, MAX_RDY_COUNT)
@@ -138,6 +142,7 @@ def _receive(conn: FramePump, partition: DrainPartition, count: int,
     """
     columns = MessageColumns()
     nsqd = str(partition.address)
+    prioritised = conn.identity.get(PRIORITIES_IDENTIFY_FIELD) is True
     deadline = time.monotonic() + idle_s
     while len(columns) < count:
         frames = conn.read(max(0.0, deadline - time.monotonic()))
@@ -145,6 +150,6 @@ def _receive(conn: FramePump, partition: DrainPartition, count: int,
             break
         for frame_type, payload in frames:
             if frame_type == FRAME_TYPE_MESSAGE:
-                columns.append_frame(payload, partition.topic, nsqd)
+                columns.append_frame(payload, partition.topic, nsqd, prioritised)
         deadline = time.monotonic() + idle_s
     return columns

@@ -14,12 +14,10 @@ from __future__ import annotations
 import logging
 import time
 
-from broker.protocol import MessageFrame
-
 from .dial import NsqError
 from .discovery import DiscoveryError, topic_producers
 from .options import DEFAULT_MAX_IN_FLIGHT, MAX_RDY_COUNT, Address, SourceOptions
-from .subscription import Subscription
+from .subscription import Message, Subscription
 
 __all__ = ["Consumer", "Delivery", "RECONNECT_INTERVAL_S"]
 
@@ -30,7 +28,7 @@ RECONNECT_INTERVAL_S = 1.0
 LOOKUPD_POLL_INTERVAL_S = 10.0
 
 #: A received message and the subscription that must FIN it.
-Delivery = tuple[Subscription, MessageFrame]
+Delivery = tuple[Subscription, Message]
 
 _log = logging.getLogger(__name__)
 

@@ -124,7 +124,7 @@ class HeldSource:
             columns = MessageColumns()
             for subscription, message in items[first:first + MESSAGES_PER_PARTITION]:
                 columns.append(message.id, message.timestamp, message.attempts, message.body,
-                               subscription.topic, str(subscription.address))
+                               subscription.topic, str(subscription.address), message.priority)
             partitions.append(MessagePartition(columns))
         return partitions
 

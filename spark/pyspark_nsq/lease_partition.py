@@ -16,6 +16,9 @@ token ends in a random part (:func:`lease_secret`, 128 bits) that the driver kee
 in memory and in the partitions it sends to the executors, never in an offset:
 the checkpoint and Spark's progress reports show the query and batch, which do not
 let anyone name the token.
+
+The connection also asks for priorities (pynsqd grants them): each message's
+priority, in front of its body, becomes the ``priority`` column.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from broker.protocol import (
     encode_rdy,
     encode_sub,
 )
+from broker.protocol.priorities import PRIORITIES_IDENTIFY_FIELD
 
 from .dial import CONNECT_TIMEOUT_S, NsqError, dial
 from .options import MAX_RDY_COUNT, Address
@@ -81,8 +85,8 @@ class LeasePartition(InputPartition):
         taken the last batch. Raises :class:`NsqError` when the connection fails or
         the broker offers no lease.
         """
-        conn = dial(self.address, {"msg_timeout": msg_timeout_ms, LEASE_IDENTIFY_FIELD: self.token},
-                    self.client_id)
+        conn = dial(self.address, {"msg_timeout": msg_timeout_ms, LEASE_IDENTIFY_FIELD: self.token,
+                                   PRIORITIES_IDENTIFY_FIELD: True}, self.client_id)
         try:
             if conn.identity.get(LEASE_IDENTIFY_FIELD) != self.token:
                 raise NsqError(self.address, "E_NO_LEASE", "the broker offers no leases (not pynsqd)")
@@ -90,7 +94,8 @@ class LeasePartition(InputPartition):
             max_rdy = conn.identity.get("max_rdy_count")
             if isinstance(max_rdy, int) and max_rdy > 0:
                 credit = min(credit, max_rdy)
-            stream = _MessageStream(conn, self.topic, str(self.address))
+            stream = _MessageStream(conn, self.topic, str(self.address),
+                                    conn.identity.get(PRIORITIES_IDENTIFY_FIELD) is True)
             conn.send(encode_sub(self.topic, channel) + encode_lease("REQ", self.token, 0))
             stream.expect_responses(2)
             yield from self._receive(stream, credit, drain_timeout_ms / 1000)
@@ -125,16 +130,18 @@ class LeasePartition(InputPartition):
 
 
 class _MessageStream:
-    """Frames of one leasing connection taken straight into columns, without message objects."""
+    """Frames of one leasing connection taken straight into columns, without message objects;
+    ``prioritised``: the connection negotiated priorities, which precede the bodies."""
 
-    __slots__ = ("conn", "columns", "received", "_topic", "_nsqd", "_responses")
+    __slots__ = ("conn", "columns", "received", "_topic", "_nsqd", "_prioritised", "_responses")
 
-    def __init__(self, conn: FramePump, topic: str, nsqd: str):
+    def __init__(self, conn: FramePump, topic: str, nsqd: str, prioritised: bool):
         self.conn = conn
         self.columns = MessageColumns()
         self.received = 0
         self._topic = topic
         self._nsqd = nsqd
+        self._prioritised = prioritised
         self._responses: list[bytes] = []
 
     def take(self) -> pa.RecordBatch:
@@ -157,11 +164,11 @@ class _MessageStream:
         """Take the frames that arrive within ``timeout``; False when none did."""
         frames = self.conn.read(timeout)
         append = self.columns.append_frame
-        topic, nsqd = self._topic, self._nsqd
+        topic, nsqd, prioritised = self._topic, self._nsqd, self._prioritised
         count = 0
         for frame_type, payload in frames:
             if frame_type == FRAME_TYPE_MESSAGE:
-                append(payload, topic, nsqd)
+                append(payload, topic, nsqd, prioritised)
                 count += 1
             elif frame_type == FRAME_TYPE_RESPONSE:
                 self._responses.append(payload)

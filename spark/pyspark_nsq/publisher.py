@@ -16,6 +16,12 @@ connection is then harmless: it goes to the same nsqd first, which drops what th
 unanswered commands had already stored. Duplicates count as published, and are
 counted apart in :attr:`Publisher.duplicates`. nsqd offers no keyed publishes: a
 keyed publisher refuses to publish there rather than silently publish unkeyed.
+
+With priorities (the sink's ``priority`` column) the publisher asks for prioritised
+messages, another pynsqd extension (:mod:`broker.protocol.priorities`): each message
+goes with its priority, after its key on a connection that is keyed too, and a
+message without one goes with the ``default_priority`` the broker's IDENTIFY answer
+gives. A prioritised publisher refuses nsqd, which has no priorities, in the same way.
 """
 
 from __future__ import annotations
@@ -28,6 +34,13 @@ from itertools import repeat
 from broker.client import FramePump
 from broker.protocol import encode_dpub, encode_mpub
 from broker.protocol.keys import KEYS_IDENTIFY_FIELD, MAX_KEY_LENGTH, duplicates_in_answer, prefix_key
+from broker.protocol.priorities import (
+    DEFAULT_PRIORITY_FIELD,
+    MAX_PRIORITY,
+    PRIORITIES_IDENTIFY_FIELD,
+    PRIORITY_SIZE,
+    prefix_priority,
+)
 
 from .dial import NsqError, dial
 from .options import Address
@@ -52,17 +65,18 @@ class Publisher:
     that IDENTIFY as ``client_id`` (None: the host name).
 
     With ``keyed`` the connections ask for keyed publishes and :meth:`publish` takes a key
-    per message. Connects lazily; the caller must ``close`` it. Raises :class:`NsqError`
+    per message; with ``prioritised`` they ask for priorities and it takes a priority per
+    message. Connects lazily; the caller must ``close`` it. Raises :class:`NsqError`
     when nsqd rejects a batch (``E_BAD_MESSAGE``, ``E_BAD_TOPIC``, ...) or no address
-    accepts a connection, and ``ValueError`` when a keyed publisher reaches an nsqd
-    that has no keyed publishes.
+    accepts a connection, and ``ValueError`` when a keyed or prioritised publisher
+    reaches an nsqd that has no keyed publishes or no priorities.
     """
 
-    __slots__ = ("_addresses", "_next", "_at", "_batch_size", "_defer_ms", "_client_id", "_keyed", "_conn",
-                 "_unanswered", "_retried", "published", "duplicates")
+    __slots__ = ("_addresses", "_next", "_at", "_batch_size", "_defer_ms", "_client_id", "_keyed", "_prioritised",
+                 "_default_priority", "_conn", "_unanswered", "_retried", "published", "duplicates")
 
     def __init__(self, addresses: Sequence[Address], *, batch_size: int, defer_ms: int = 0,
-                 first: int = 0, client_id: str | None = None, keyed: bool = False):
+                 first: int = 0, client_id: str | None = None, keyed: bool = False, prioritised: bool = False):
         self._addresses = tuple(addresses)
         self._client_id = client_id
         self._next = first % len(self._addresses)
@@ -70,6 +84,8 @@ class Publisher:
         self._batch_size = batch_size
         self._defer_ms = defer_ms
         self._keyed = keyed
+        self._prioritised = prioritised
+        self._default_priority = 0  # the broker's, from the IDENTIFY answer of a prioritised connection
         self._conn: FramePump | None = None
         # (payload, answers due, messages) of each command sent and not yet answered
         self._unanswered: collections.deque[tuple[bytes, int, int]] = collections.deque()
@@ -79,28 +95,39 @@ class Publisher:
         #: Of those, the keyed ones nsqd did not store: their key was stored already.
         self.duplicates = 0
 
-    def publish(self, topic: str, bodies: Sequence[bytes], keys: Sequence[bytes | None] | None = None) -> None:
+    def publish(self, topic: str, bodies: Sequence[bytes], keys: Sequence[bytes | None] | None = None,
+                priorities: Sequence[int | None] | None = None) -> None:
         """Send ``bodies`` to ``topic`` in batches; some may still await nsqd's answer
         when this returns (see :meth:`flush`).
 
         ``keys`` (a keyed publisher only) gives each body's key, None for an unkeyed one;
-        a key is 1 to ``MAX_KEY_LENGTH`` bytes, else ValueError.
+        a key is 1 to ``MAX_KEY_LENGTH`` bytes, else ValueError. ``priorities`` (a
+        prioritised publisher only) gives each body's priority, 0 to ``MAX_PRIORITY``
+        (else ValueError), None for the broker's default.
         """
         if keys is not None:
             if not self._keyed:
                 raise ValueError("keys given to a publisher made without keyed=True")
             if len(keys) != len(bodies):
                 raise ValueError(f"{len(keys)} keys for {len(bodies)} bodies")
-        for start, end in self._slices(bodies, keys):
-            self._send_batch(topic, bodies[start:end], None if keys is None else keys[start:end])
+        if priorities is not None:
+            if not self._prioritised:
+                raise ValueError("priorities given to a publisher made without prioritised=True")
+            if len(priorities) != len(bodies):
+                raise ValueError(f"{len(priorities)} priorities for {len(bodies)} bodies")
+        for start, end in self._slices(bodies, keys, priorities):
+            self._send_batch(topic, bodies[start:end], None if keys is None else keys[start:end],
+                             None if priorities is None else priorities[start:end])
 
     def flush(self) -> None:
         """Return once nsqd has acknowledged everything sent."""
         self._await_answers(0)
 
-    def _slices(self, bodies: Sequence[bytes], keys: Sequence[bytes | None] | None):
+    def _slices(self, bodies: Sequence[bytes], keys: Sequence[bytes | None] | None,
+                priorities: Sequence[int | None] | None):
         start, size, count = 0, 0, 0
-        overhead = _MPUB_ITEM_OVERHEAD + (_KEY_OVERHEAD if self._keyed else 0)
+        overhead = (_MPUB_ITEM_OVERHEAD + (_KEY_OVERHEAD if self._keyed else 0)
+                    + (PRIORITY_SIZE if self._prioritised else 0))
         for index, body in enumerate(bodies):
             if not body:
                 raise ValueError(
@@ -114,6 +141,11 @@ class Publisher:
                         f"or null, got {'an empty one' if not key else f'{len(key)} bytes'}"
                     )
                 item += len(key)
+            if priorities is not None and (priority := priorities[index]) is not None \
+                    and not 0 <= priority <= MAX_PRIORITY:
+                raise ValueError(
+                    f"nsq data source: a 'priority' must be 0 to {MAX_PRIORITY} or null, got {priority}"
+                )
             if count and (count == self._batch_size or size + item > MAX_MPUB_BYTES):
                 yield start, index
                 start, size, count = index, 0, 0
@@ -122,7 +154,15 @@ class Publisher:
         if count:
             yield start, len(bodies)
 
-    def _send_batch(self, topic: str, bodies: Sequence[bytes], keys: Sequence[bytes | None] | None) -> None:
+    def _send_batch(self, topic: str, bodies: Sequence[bytes], keys: Sequence[bytes | None] | None,
+                    priorities: Sequence[int | None] | None) -> None:
+        if self._prioritised:
+            # on a prioritised connection every message carries a priority: the broker's
+            # default for none (that of the broker this connects to; a resend elsewhere keeps it)
+            self._connection()
+            default = self._default_priority
+            bodies = [prefix_priority(default if priority is None else priority, body)
+                      for priority, body in zip(priorities or repeat(None), bodies)]
         if self._keyed:
             # on a keyed connection every message carries a key length, 0 for none
             bodies = [prefix_key(key, body) for key, body in zip(keys or repeat(None), bodies)]
@@ -193,7 +233,11 @@ class Publisher:
         if self._conn is not None:
             return self._conn
         errors: list[NsqError] = []
-        identify = {KEYS_IDENTIFY_FIELD: True} if self._keyed else {}
+        identify: dict[str, bool] = {}
+        if self._keyed:
+            identify[KEYS_IDENTIFY_FIELD] = True
+        if self._prioritised:
+            identify[PRIORITIES_IDENTIFY_FIELD] = True
         for _ in range(len(self._addresses)):
             index = self._next
             address = self._addresses[index]
@@ -207,12 +251,29 @@ class Publisher:
                 conn.close()
                 raise ValueError(f"nsq data source: the 'key' column needs keyed publishes, which {address} "
                                  "does not offer (nsqd has none; pynsqd has them)")
+            if self._prioritised:
+                self._default_priority = self._broker_default(conn)
             self._conn, self._at = conn, index
             return conn
         if len(errors) == 1:
             raise errors[0]
         raise NsqError(errors[0].address, "E_CONNECTION", "no nsqd accepts a connection: " + "; ".join(
             f"{exc.address} {exc.description}" for exc in errors))
+
+    @staticmethod
+    def _broker_default(conn: FramePump) -> int:
+        """The default priority of the broker ``conn`` is to, which must offer priorities;
+        closes ``conn`` and raises ValueError (nsqd) or NsqError (a malformed answer) otherwise."""
+        if conn.identity.get(PRIORITIES_IDENTIFY_FIELD) is not True:
+            conn.close()
+            raise ValueError(f"nsq data source: the 'priority' column needs prioritised messages, which "
+                             f"{conn.address} does not offer (nsqd has none; pynsqd has them)")
+        default = conn.identity.get(DEFAULT_PRIORITY_FIELD)
+        if isinstance(default, bool) or not isinstance(default, int) or not 0 <= default <= MAX_PRIORITY:
+            conn.close()
+            raise NsqError(conn.address, "E_UNEXPECTED", f"IDENTIFY answered priorities with "
+                           f"{DEFAULT_PRIORITY_FIELD} {default!r}, not a priority")
+        return default
 
     def close(self) -> None:
         """Close the connection, if any; idempotent."""

@@ -12,6 +12,11 @@ come back when their msg_timeout expires. ``close`` therefore has the thread sto
 delivery and REQ everything still held (:func:`broker.client.stop_delivery`) before
 the connection closes, so a clean stop hands the messages to the next consumer at
 once; after a crash they return on timeout.
+
+A subscription asks for priorities (a pynsqd extension, see
+:mod:`broker.protocol.priorities`); on a broker that grants them each message frame's
+body starts with the message's priority, which the thread cuts off into
+:attr:`Message.priority`. From nsqd, which ignores the request, it is None.
 """
 
 from __future__ import annotations
@@ -21,12 +26,12 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from broker.client import FramePump, stop_delivery
 from broker.protocol import (
     FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,
-    MessageFrame,
     decode_message,
     encode_fin,
     encode_rdy,
@@ -34,11 +39,12 @@ from broker.protocol import (
     encode_sub,
     encode_touch,
 )
+from broker.protocol.priorities import PRIORITIES_IDENTIFY_FIELD, split_priority
 
 from .dial import CONNECT_TIMEOUT_S, NsqError, dial
 from .options import Address
 
-__all__ = ["Subscription"]
+__all__ = ["Subscription", "Message"]
 
 #: The reader thread wakes at least this often to send due TOUCHes and to see a stop asked for.
 _TICK_S = 0.25
@@ -46,6 +52,27 @@ _TICK_S = 0.25
 _STOP_S = 4.0
 
 _log = logging.getLogger(__name__)
+
+
+class Message(NamedTuple):
+    """A message a subscription received: its frame's fields (``body`` without a priority),
+    and its priority when the broker sends priorities, else None."""
+
+    timestamp: int
+    attempts: int
+    id: bytes
+    body: bytes
+    priority: int | None
+
+
+def decode(payload: bytes, prioritised: bool) -> Message:
+    """The message in a message frame's ``payload``, from a connection that negotiated
+    priorities or not; raises ProtocolError or ValueError when it is too short."""
+    timestamp, attempts, msg_id, body = decode_message(payload)
+    if not prioritised:
+        return Message(timestamp, attempts, msg_id, body, None)
+    priority, body = split_priority(body)
+    return Message(timestamp, attempts, msg_id, body, priority)
 
 
 class Subscription:
@@ -57,7 +84,7 @@ class Subscription:
     """
 
     __slots__ = (
-        "address", "topic", "channel", "inbox", "error",
+        "address", "topic", "channel", "inbox", "error", "prioritised",
         "_identify", "_rdy", "_conn", "_thread", "_lock", "_held", "_touch_s", "_stopping",
     )
 
@@ -66,10 +93,12 @@ class Subscription:
         self.address = address
         self.topic = topic
         self.channel = channel
-        self.inbox: collections.deque[MessageFrame] = collections.deque()
+        self.inbox: collections.deque[Message] = collections.deque()
         #: Why the connection ended, when it ended unasked.
         self.error: NsqError | None = None
-        self._identify = {"msg_timeout": msg_timeout_ms}
+        #: Whether the broker sends priorities (pynsqd); known once started.
+        self.prioritised = False
+        self._identify = {"msg_timeout": msg_timeout_ms, PRIORITIES_IDENTIFY_FIELD: True}
         self._rdy = max_in_flight
         self._conn: FramePump | None = None
         self._thread: threading.Thread | None = None
@@ -84,6 +113,7 @@ class Subscription:
         """Connect, IDENTIFY, SUB and open the RDY window; raises :class:`NsqError`."""
         conn = dial(self.address, self._identify)
         try:
+            self.prioritised = conn.identity.get(PRIORITIES_IDENTIFY_FIELD) is True
             msg_timeout = conn.identity.get("msg_timeout")
             if isinstance(msg_timeout, int) and msg_timeout > 0:
                 self._touch_s = msg_timeout / 2000
@@ -155,7 +185,7 @@ class Subscription:
 
     def _on_frame(self, frame_type: int, payload: bytes) -> None:
         if frame_type == FRAME_TYPE_MESSAGE:
-            message = decode_message(payload)
+            message = decode(payload, self.prioritised)
             with self._lock:
                 self._held[message.id] = time.monotonic() + self._touch_s
             self.inbox.append(message)

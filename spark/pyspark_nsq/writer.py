@@ -11,6 +11,10 @@ rows go out as keyed publishes (pynsqd only), and the broker stores each key onc
 per topic, answering ``DUPLICATE`` for the rows a retry or a replay publishes again.
 The tasks count those duplicates in their :class:`PublishReceipt`, and the driver
 logs them when the write or the micro-batch commits.
+
+A ``priority`` column (an integer, 0 the most urgent) publishes each row with its
+priority (pynsqd only), a null one with the broker's ``--default-priority``: the
+channels of the topic deliver in (priority, publish order) order.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from .dial import client_name
 from .discovery import DiscoveryError, all_nodes
 from .options import Address, SinkOptions
 from .publisher import Publisher
-from .schema import check_sink_schema, key_column
+from .schema import check_sink_schema, key_column, priority_column
 
 __all__ = ["NsqWriter", "NsqStreamWriter", "PublishReceipt", "publish_batches"]
 
@@ -66,56 +70,52 @@ def _registered_nodes(options: SinkOptions) -> tuple[Address, ...]:
 
 def publish_batches(options: SinkOptions, schema: StructType,
                     batches: Iterator[pa.RecordBatch]) -> PublishReceipt:
-    """Publish the ``body`` column of ``batches``, keyed by the ``key`` column when there is
-    one; returns once nsqd acknowledged all.
+    """Publish the ``body`` column of ``batches``, keyed by the ``key`` column and with the
+    priorities of the ``priority`` column when there are such; returns once nsqd
+    acknowledged all.
 
-    Raises ``ValueError`` for a null or empty body, an empty or over-long key, a bad topic
-    value or a keyed write to an nsqd without keyed publishes, and
-    :class:`~broker.client.NsqError` when nsqd refuses a batch.
+    Raises ``ValueError`` for a null or empty body, an empty or over-long key, a priority
+    outside 0..2**32-1, a bad topic value or a keyed or prioritised write to an nsqd
+    without keyed publishes or priorities, and :class:`~broker.client.NsqError` when nsqd
+    refuses a batch.
     """
     body_index, topic_index = check_sink_schema(schema, options.topic)
     key_index = key_column(schema)
+    priority_index = priority_column(schema)
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
     # Spark sets this local property on the jobs of a streaming micro-batch
     batch = context.getLocalProperty(_BATCH_ID_PROPERTY) if context is not None else None
     name = (client_name("write", "partition", partition) if batch is None
             else client_name("write batch", batch, "partition", partition))
-    keyed = key_index is not None
     publisher = Publisher(options.nsqd or _registered_nodes(options), batch_size=options.batch_size,
-                          defer_ms=options.defer_ms, first=partition, client_id=name, keyed=keyed)
-    pending: dict[str, list[bytes]] = {}  # per topic: the bodies waiting
-    pending_keys: dict[str, list[bytes | None]] = {}  # and their keys, when keyed
+                          defer_ms=options.defer_ms, first=partition, client_id=name,
+                          keyed=key_index is not None, prioritised=priority_index is not None)
+    pending: dict[str, _Waiting] = {}  # per topic: the rows waiting
     checked: set[str] = set()
     try:
         for record_batch in batches:
             bodies = _binary(record_batch.column(body_index)).to_pylist()
             keys = _binary(record_batch.column(key_index)).to_pylist() if key_index is not None else None
+            priorities = (record_batch.column(priority_index).to_pylist() if priority_index is not None
+                          else None)
             if topic_index is None:
                 default = _check_topic(options.topic)
-                pending.setdefault(default, []).extend(bodies)
-                if keys is not None:
-                    pending_keys.setdefault(default, []).extend(keys)
+                _waiting(pending, default).extend(bodies, keys, priorities)
             else:
                 values = record_batch.column(topic_index).to_pylist()
-                for row, (value, body) in enumerate(zip(values, bodies)):
+                for row, value in enumerate(values):
                     topic = value or options.topic
                     if topic is None or topic not in checked:
                         topic = _check_topic(topic)
                         checked.add(topic)
-                    pending.setdefault(topic, []).append(body)
-                    if keys is not None:
-                        pending_keys.setdefault(topic, []).append(keys[row])
+                    _waiting(pending, topic).add_row(row, bodies, keys, priorities)
             for topic, waiting in pending.items():
-                if len(waiting) >= options.batch_size:
-                    full = len(waiting) - len(waiting) % options.batch_size
-                    publisher.publish(topic, waiting[:full], pending_keys[topic][:full] if keyed else None)
-                    del waiting[:full]
-                    if keyed:
-                        del pending_keys[topic][:full]
+                if len(waiting.bodies) >= options.batch_size:
+                    waiting.publish(publisher, topic, len(waiting.bodies) - len(waiting.bodies) % options.batch_size)
         for topic, waiting in pending.items():
-            if waiting:
-                publisher.publish(topic, waiting, pending_keys[topic] if keyed else None)
+            if waiting.bodies:
+                waiting.publish(publisher, topic, len(waiting.bodies))
         publisher.flush()
     finally:
         publisher.close()
@@ -123,6 +123,50 @@ def publish_batches(options: SinkOptions, schema: StructType,
         _log.info("nsq sink: partition %d: %d of %d messages were duplicates of keys already stored; "
                   "nsqd did not store them again", partition, publisher.duplicates, publisher.published)
     return PublishReceipt(partition, publisher.published, publisher.duplicates)
+
+
+class _Waiting:
+    """The rows of one topic waiting to be published: their bodies, and their keys and
+    priorities when the DataFrame has those columns (else those lists stay empty)."""
+
+    __slots__ = ("bodies", "keys", "priorities")
+
+    def __init__(self):
+        self.bodies: list[bytes] = []
+        self.keys: list[bytes | None] = []
+        self.priorities: list[int | None] = []
+
+    def extend(self, bodies: list[bytes], keys: list[bytes | None] | None,
+               priorities: list[int | None] | None) -> None:
+        """Add the rows of a record batch."""
+        self.bodies.extend(bodies)
+        if keys is not None:
+            self.keys.extend(keys)
+        if priorities is not None:
+            self.priorities.extend(priorities)
+
+    def add_row(self, row: int, bodies: list[bytes], keys: list[bytes | None] | None,
+                priorities: list[int | None] | None) -> None:
+        """Add row ``row`` of a record batch."""
+        self.bodies.append(bodies[row])
+        if keys is not None:
+            self.keys.append(keys[row])
+        if priorities is not None:
+            self.priorities.append(priorities[row])
+
+    def publish(self, publisher: Publisher, topic: str, count: int) -> None:
+        """Publish the first ``count`` rows (at least one) to ``topic`` and forget them."""
+        # with the column, a list is as long as the bodies, so empty means without it
+        publisher.publish(topic, self.bodies[:count], self.keys[:count] or None, self.priorities[:count] or None)
+        del self.bodies[:count], self.keys[:count], self.priorities[:count]
+
+
+def _waiting(pending: dict[str, _Waiting], topic: str) -> _Waiting:
+    """The rows of ``topic`` in ``pending``, a new entry for a topic seen first."""
+    waiting = pending.get(topic)
+    if waiting is None:
+        waiting = pending[topic] = _Waiting()
+    return waiting
 
 
 def _binary(column: pa.Array) -> pa.Array:

@@ -2,7 +2,8 @@
 
 The fake reads the V2 commands a publisher sends off a plain socket, as a broker
 offering keyed publishes would (``publish_keys`` in IDENTIFY's answer) or as nsqd,
-which has none, does. It keeps the keys each topic stored and answers ``OK``,
+which has none, does (it answers ``priorities`` in the same way, for the tests of
+:mod:`tests.unit.test_spark_priorities`). It keeps the keys each topic stored and answers ``OK``,
 ``DUPLICATE`` or ``DUPLICATE <n>``, so the publisher's counts, its refusal of nsqd
 and its resend after a lost connection can be checked byte for byte without Spark.
 """
@@ -42,12 +43,15 @@ class Command:
 class FakeBroker:
     """Serves connections one after another on 127.0.0.1 until closed.
 
-    ``offers_keys``: answer IDENTIFY with ``publish_keys`` (a pynsqd) or without (nsqd).
+    ``offers_keys``: answer IDENTIFY with ``publish_keys`` (a pynsqd) or without (nsqd);
+    ``offers_priorities`` the same for ``priorities``, with ``default_priority``.
     ``drop_after``: close the connection, unanswered, right after storing that many
     commands (once), as a broker whose connection is lost does.
     """
 
     offers_keys: bool = True
+    offers_priorities: bool = True
+    default_priority: int = 1 << 31
     drop_after: int | None = None
     identifies: list[dict] = field(default_factory=list)
     commands: list[Command] = field(default_factory=list)
@@ -94,6 +98,8 @@ class FakeBroker:
                 keyed = self.offers_keys and asked.get("publish_keys") is True
                 answer = {"max_msg_timeout": 900000, **({"publish_keys": True, "dedup_window": 600000}
                                                         if keyed else {})}
+                if self.offers_priorities and asked.get("priorities") is True:
+                    answer.update(priorities=True, default_priority=self.default_priority)
                 conn.sendall(encode_response(json.dumps(answer).encode()))
                 continue
             if name == b"MPUB":
