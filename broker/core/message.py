@@ -53,7 +53,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-__all__ = ["Message", "encode", "decode", "decode_each", "decode_all", "is_deferred_record", "now_ns",
+__all__ = ["Message", "encode", "decode", "decode_each", "decode_all", "is_deferred_record", "now_ns", "record_rank",
            "Origin", "mark_origin", "origin", "COPIED", "REPLACES", "RELEASED", "MIN_RECORD_SIZE",
            "RECORD_OVERHEAD", "MAX_PREFIXES"]
 
@@ -210,6 +210,18 @@ def decode_each(records: Iterable[bytes], log: logging.Logger, where: str) -> li
             log.error("%s: skipping unreadable record: %s", where, exc)
             append(None)
     return out
+
+
+def record_rank(record: bytes, default: int) -> tuple[int, bytes] | None:
+    """The (priority, id) of a plain or prioritised record without decoding it (``default`` for
+    a record without a priority); None for any other record (decode it)."""
+    first = record[0] if record else _PREFIX_MARK
+    if first < _PREFIX_MARK:
+        return (default, record[_ID_START:_BODY_START]) if len(record) >= RECORD_OVERHEAD else None
+    if first == _PRIORITY_MARK and record[1:2] == b"\x01" and len(record) >= _PRIORITY.size + RECORD_OVERHEAD:
+        start = _PRIORITY.size + _ID_START
+        return _PRIORITY.unpack_from(record)[2], record[start:start + 16]
+    return None
 
 
 def decode_all(records: Iterable[bytes], log: logging.Logger, where: str) -> list[Message]:

@@ -110,6 +110,15 @@ class SpillQueue:
             self.floor = low
         self.disk_levels.update([k[0] for k in keys])
 
+    def wrote_keys(self, keys: Sequence[Key]) -> None:
+        """Ranked: records of these keys were appended to the disk queue."""
+        if not keys:
+            return
+        low = min(keys)
+        if low < self.floor:
+            self.floor = low
+        self.disk_levels.update([k[0] for k in keys])
+
     def swept(self) -> None:
         """Ranked: a sweep starts; every unread record will be read once and what is written
         behind it counted again."""

@@ -56,3 +56,21 @@ def test_a_message_without_priority_is_written_as_before() -> None:
 def test_a_damaged_priority_prefix_is_an_unreadable_record(record: bytes, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         decode(record)
+
+
+@pytest.mark.parametrize("msg", [
+    Message(b"0123456789abcdef", b"body", 42, attempts=3),
+    Message(b"0123456789abcdef", b"", 42, priority=7),
+    Message(b"fedcba9876543210", b"x" * 300, 42, priority=0),
+])
+def test_a_records_rank_is_read_from_its_bytes_as_decoding_would_give_it(msg: Message) -> None:
+    from broker.core.message import record_rank
+
+    record = encode(msg)
+    assert record_rank(record, 99) == (99 if msg.priority is None else msg.priority, msg.id)
+    # a deferred record, a short one, an unknown priority version: decode them instead
+    deferred = Message(msg.id, msg.body, 1, due_ns=5, priority=msg.priority)
+    assert record_rank(encode(deferred), 99) is None
+    assert record_rank(record[:10], 99) is None
+    if msg.priority is not None:
+        assert record_rank(record[:1] + b"\x02" + record[2:], 99) is None
