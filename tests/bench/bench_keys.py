@@ -102,19 +102,25 @@ def throughput(program: list[str] | None, flags: list[str], keyed: bool, message
     with tempfile.TemporaryDirectory() as tmp:
         broker = _start(program, Path(tmp) / "data", *flags)
         try:
-            socks = [_connect(broker.tcp, keyed) for _ in range(connections)]
-            threads = [threading.Thread(target=_publish, args=(s, p, pipeline)) for s, p in zip(socks, payloads)]
-            start = time.perf_counter()
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            elapsed = time.perf_counter() - start
-            for sock in socks:
-                sock.close()
+            elapsed = publish_all([_connect(broker.tcp, keyed) for _ in range(connections)], payloads, pipeline)
         finally:
             broker.kill()
     return per * connections / elapsed
+
+
+def publish_all(socks: list[socket.socket], payloads: list[list[bytes]], pipeline: int) -> float:
+    """Send each connection's payloads from its own thread, all at once; the seconds until every
+    one is answered. The sockets are closed."""
+    threads = [threading.Thread(target=_publish, args=(s, p, pipeline)) for s, p in zip(socks, payloads)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - start
+    for sock in socks:
+        sock.close()
+    return elapsed
 
 
 def memory(program: list[str] | None, keyed: bool, count: int) -> int:

@@ -35,7 +35,7 @@ from pathlib import Path
 from broker.protocol import MAGIC_V2, FrameDecoder, encode_fin, encode_identify, encode_mpub, encode_rdy, encode_sub
 from broker.protocol.frames import FRAME_TYPE_MESSAGE, decode_message
 from broker.protocol.priorities import prefix_priority
-from tests.bench.bench_keys import _publish, _read_answers
+from tests.bench.bench_keys import _read_answers, publish_all
 from tests.support.processes import BrokerProcess
 
 TOPIC = "bench_priorities"
@@ -98,17 +98,7 @@ def _start(data: Path, flags: list[str]) -> BrokerProcess:
 
 
 def _write(broker: BrokerProcess, payloads: list[list[bytes]], prioritised: bool, pipeline: int) -> float:
-    socks = [_connect(broker.tcp, prioritised) for _ in payloads]
-    threads = [threading.Thread(target=_publish, args=(s, p, pipeline)) for s, p in zip(socks, payloads)]
-    start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - start
-    for sock in socks:
-        sock.close()
-    return elapsed
+    return publish_all([_connect(broker.tcp, prioritised) for _ in payloads], payloads, pipeline)
 
 
 def run(mode: str, args: argparse.Namespace) -> dict[str, float]:

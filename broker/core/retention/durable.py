@@ -355,9 +355,21 @@ class DurableRetention(MemoryRetention):
         assert store is not None
         self.ledger.replaced(store.group)
 
-    def write_back(self, msgs: list[Message]) -> bool:
-        """A sweep's write-back is a requeue: new records that replace those read."""
-        return self.requeue(msgs)
+    def sweep_batch(self, want: int, keep: int) -> int:
+        """Read ahead; what memory cannot keep is requeued: new records that replace those read."""
+        before = self.backend.depth
+        if not self.read_ahead(want):
+            return 0
+        read = max(1, before - self.backend.depth)
+        memory = self.ready.memory
+        excess = len(memory) - keep
+        if excess > 0:
+            back = [memory.pop() for _ in range(excess)]
+            if not self.requeue(back):
+                memory.extend(back)
+                self.sweep_refused(len(back))
+                return 0
+        return read
 
     def read_ahead(self, want: int) -> bool:
         backend = self.backend

@@ -14,7 +14,7 @@ from broker.core.deferred import Deferred
 from broker.core.durability.ledger import CommitLedger
 from broker.core.durability.parked import ParkedStore
 from broker.core.host import CoreHost
-from broker.core.message import Message, decode_all, encode, now_ns
+from broker.core.message import Message, decode_all, now_ns
 from broker.core.spill import REFILL_BATCH, SpillQueue
 from broker.core.tasks import TaskSet
 from diskqueue import DiskQueue, DiskQueueError
@@ -182,8 +182,8 @@ class MemoryRetention:
     def sweep(self) -> bool:
         """Ranked: read every unread record of the queue once, keep the most urgent in memory (its
         limit, or :data:`~broker.core.spill.REFILL_BATCH` with a limit of 0) and append the
-        others behind as new records (see :mod:`broker.core.ranking`). Returns whether messages
-        may go out now.
+        others behind as new records (see :mod:`broker.core.ranking`), a batch at a time
+        (:meth:`sweep_batch`). Returns whether messages may go out now.
 
         When the disk refuses to take the others back they stay in memory (past the limit), and
         until the next sweep the order covers only what was read.
@@ -192,38 +192,29 @@ class MemoryRetention:
         backend = ready.backend
         if backend is None or not backend.depth:
             return bool(ready.memory)
-        memory = ready.memory
         keep = ready.limit or REFILL_BATCH
         unread = backend.depth
         ready.swept()
         while unread > 0:
-            before = backend.depth
-            if not self.read_ahead(min(unread, REFILL_BATCH)):
+            read = self.sweep_batch(min(unread, REFILL_BATCH), keep)
+            if not read:
                 break
-            unread -= max(1, before - backend.depth)
-            excess = len(memory) - keep
-            if excess > 0:
-                back = [memory.pop() for _ in range(excess)]
-                if not self.write_back(back):
-                    memory.extend(back)
-                    log.warning("channel %s: a sweep could not write back %d messages; until the disk "
-                                "takes writes again, priority order covers only those read", self.where,
-                                len(back))
-                    ready.swept()  # what is left unread is read by the next sweep, when memory runs out
-                    break
+            unread -= read
         return ready.available() > 0
 
-    def write_back(self, msgs: list[Message]) -> bool:
-        """Ranked: append ``msgs`` (read by a sweep) to the queue again; False if the disk refused."""
-        backend = self.ready.backend
-        assert backend is not None
-        try:
-            backend.put_many([encode(m) for m in msgs])
-        except DiskQueueError as exc:
-            self.host.disk_failed(exc)
-            return False
-        self.ready.wrote(msgs)
-        return True
+    def sweep_batch(self, want: int, keep: int) -> int:
+        """Ranked, a step of :meth:`sweep`: read up to ``want`` records, keep at most ``keep``
+        messages in memory and append the others to the queue again. Returns how many records
+        were read, 0 when none was or the disk refused (:meth:`sweep_refused`). Each retention
+        with a disk queue writes them its own way."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no disk queue to sweep")
+
+    def sweep_refused(self, count: int) -> None:
+        """A sweep could not append ``count`` messages again: they stay in memory, and what is
+        left unread waits for the next sweep (when memory runs out)."""
+        log.warning("channel %s: a sweep could not write back %d messages; until the disk takes writes "
+                    "again, priority order covers only those read", self.where, count)
+        self.ready.swept()
 
     def read_ahead(self, want: int) -> bool:
         """Move up to ``want`` messages from disk to memory, in the order written; False if disk holds none."""
@@ -234,15 +225,19 @@ class MemoryRetention:
         records = backend.read_many(max(1, min(want, REFILL_BATCH)))
         if not records:
             return False
-        memory = ready.memory
+        self.take_in(records)
+        return True
+
+    def take_in(self, records: list[bytes]) -> None:
+        """The messages of ``records`` read from the queue: into memory, or held until due."""
+        memory = self.ready.memory
         wall = now_ns()
-        for msg in decode_all(records, log, ready.where):
+        for msg in decode_all(records, log, self.ready.where):
             if msg.due_ns > wall:
                 self.deferred.hold(msg, msg.due_ns)
             else:
                 msg.due_ns = 0
                 memory.append(msg)
-        return True
 
     # ---------------------------------------------------------------- commits
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from broker.core.deferred import Deferred
 from broker.core.durability.parked import ParkedStore
 from broker.core.host import CoreHost
-from broker.core.message import Message, decode_all, encode, now_ns, record_rank
+from broker.core.message import Message, decode_all, encode, record_rank
 from broker.core.ranking import Key
 from broker.core.retention.memory import MemoryRetention, close_all, log, store_name
-from broker.core.spill import REFILL_BATCH, SpillQueue
+from broker.core.spill import SpillQueue
 from diskqueue import DiskQueueError
 
 __all__ = ["SpillRetention"]
@@ -30,63 +30,47 @@ class SpillRetention(MemoryRetention):
         super().__init__(where, host, deferred, ready,
                          ParkedStore(queues.open(store_name(where, "buried"), auto_commit=False)))
 
-    def sweep(self) -> bool:
-        """:meth:`MemoryRetention.sweep` without decoding what goes back: a record that ranks
-        after everything a full memory holds is appended again as it was read (its rank read
-        from its bytes, :func:`~broker.core.message.record_rank`); only those that may stay are
-        decoded."""
+    def sweep_batch(self, want: int, keep: int) -> int:
+        """A record that ranks after everything a full memory holds is appended again as it was
+        read (its rank read from its bytes, :func:`~broker.core.message.record_rank`); only
+        those that may stay are decoded."""
         ready = self.ready
         backend = ready.backend
-        if backend is None or not backend.depth:
-            return bool(ready.memory)
+        assert backend is not None
+        before = backend.depth
+        records = backend.read_many(want)
+        if not records:
+            return 0
+        read = max(1, before - backend.depth)
         memory = ready.memory
-        keep = ready.limit or REFILL_BATCH
-        key = memory.key  # type: ignore[attr-defined]
-        default = ready.default_priority
-        unread = backend.depth
-        ready.swept()
-        while unread > 0:
-            before = backend.depth
-            records = backend.read_many(min(unread, REFILL_BATCH))
-            if not records:
-                break
-            unread -= max(1, before - backend.depth)
-            back: list[bytes] = []
-            back_keys: list[Key] = []
-            stay = records
-            if len(memory) >= keep:
-                last = key(memory[-1])
-                stay = []
-                for record in records:
-                    rank = record_rank(record, default)
-                    if rank is not None and rank > last:
-                        back.append(record)
-                        back_keys.append(rank)
-                    else:
-                        stay.append(record)
-            wall = now_ns()
-            for msg in decode_all(stay, log, ready.where):
-                if msg.due_ns > wall:
-                    self.deferred.hold(msg, msg.due_ns)
+        back: list[bytes] = []
+        back_keys: list[Key] = []
+        stay = records
+        if len(memory) >= keep:
+            last = memory.key(memory[-1])  # type: ignore[attr-defined]
+            default = ready.default_priority
+            stay = []
+            for record in records:
+                rank = record_rank(record, default)
+                if rank is not None and rank > last:
+                    back.append(record)
+                    back_keys.append(rank)
                 else:
-                    msg.due_ns = 0
-                    memory.append(msg)
-            excess = len(memory) - keep
-            popped = [memory.pop() for _ in range(excess)] if excess > 0 else []
-            try:
-                backend.put_many([*back, *(encode(m) for m in popped)])
-            except DiskQueueError as exc:
-                self.host.disk_failed(exc)
-                memory.extend(popped)
-                memory.extend(decode_all(back, log, ready.where))
-                log.warning("channel %s: a sweep could not write back %d messages; until the disk "
-                            "takes writes again, priority order covers only those read", self.where,
-                            len(back) + len(popped))
-                ready.swept()
-                break
-            ready.wrote_keys(back_keys)
-            ready.wrote(popped)
-        return ready.available() > 0
+                    stay.append(record)
+        self.take_in(stay)
+        excess = len(memory) - keep
+        popped = [memory.pop() for _ in range(excess)] if excess > 0 else []
+        try:
+            backend.put_many([*back, *(encode(m) for m in popped)])
+        except DiskQueueError as exc:
+            self.host.disk_failed(exc)
+            memory.extend(popped)
+            memory.extend(decode_all(back, log, ready.where))
+            self.sweep_refused(len(back) + len(popped))
+            return 0
+        ready.wrote_keys(back_keys)
+        ready.wrote(popped)
+        return read
 
     def restore(self) -> None:
         super().restore()
