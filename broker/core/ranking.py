@@ -29,19 +29,13 @@ does), so a crash in a sweep delivers again rather than loses.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable
 
 from sortedcontainers import SortedKeyList
 
 from broker.core.message import Message
 
-__all__ = ["DEFAULT_PRIORITY", "MAX_PRIORITY", "LOWEST_KEY", "HIGHEST_KEY", "RankedMemory", "Key", "rank_key", "levels_of"]
-
-#: The priority of a message published without one, unless ``--default-priority`` says otherwise.
-DEFAULT_PRIORITY = 1 << 31
-#: The least urgent priority (beanstalkd's: an unsigned 32-bit number).
-MAX_PRIORITY = (1 << 32) - 1
+__all__ = ["LOWEST_KEY", "HIGHEST_KEY", "RankedMemory", "Key", "rank_key"]
 
 Key = tuple[int, bytes]
 #: A key below every message's.
@@ -78,7 +72,3 @@ class RankedMemory(SortedKeyList):
         """How many messages rank at or before ``floor``."""
         return self.bisect_key_right(floor)
 
-
-def levels_of(messages: Iterable[Message], default: int) -> Counter[int]:
-    """How many of ``messages`` there are at each priority."""
-    return Counter(default if m.priority is None else m.priority for m in messages)
