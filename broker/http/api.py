@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import ssl
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 import trio
@@ -67,7 +68,9 @@ class HTTPServer:
         }
         self._router = Router(routes)
         self._unlogged = frozenset(publish.routes().values())  # nsqd does not log publishes
-        self._server = HTTP1Server(self.handle, ssl_context=ssl_context)
+        # answered in the read poller's task as the request's bytes arrive (see HTTP1Server)
+        self._inline = {"/pub": publish.pub_now}
+        self._server = HTTP1Server(self.handle, inline=self.handle_now, ssl_context=ssl_context)
 
     async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until the connections are closed; reports started once listening."""
@@ -99,18 +102,44 @@ class HTTPServer:
         endpoint, param = routed
         try:
             response = await endpoint(request, body, param)
-        except APIError as err:
-            response = v1_error(err.status, err.text)
-        except (OSError, DiskQueueError) as exc:  # the disk refused (a queue's files, nsqd.dat): no fault of ours
-            self.broker.disk_failed(exc)
-            log.error("HTTP: %s %s failed - %s", request.method, request.path, exc)
-            response = v1_error(500, "INTERNAL_ERROR")
-        except Exception:  # nsqd's router turns a handler panic into a 500 too
-            log.exception("HTTP: %s %s failed", request.method, request.path)
-            response = v1_error(500, "INTERNAL_ERROR")
+        except Exception as exc:
+            response = self._failed(request, exc)
         if endpoint not in self._unlogged:
             self._log(request, response.status, started)
         return response
+
+    def handle_now(self, request: Request, body: bytes) -> Response | Awaitable[Response] | None:
+        """Answer a ``POST /pub`` whose whole ``body`` is here, at once or by what to await
+        (the :class:`HTTP1Server` inline handler); None for any other request, which
+        :meth:`handle` answers. Never raises."""
+        if request.method != "POST" or self._tls_required is not None:
+            return None
+        endpoint = self._inline.get(request.path)
+        if endpoint is None:
+            return None
+        try:
+            answer = endpoint(request, body)
+        except Exception as exc:
+            return self._failed(request, exc)
+        return answer if isinstance(answer, Response) else self._awaited(request, answer)
+
+    async def _awaited(self, request: Request, pending: Awaitable[Response]) -> Response:
+        try:
+            return await pending
+        except Exception as exc:
+            return self._failed(request, exc)
+
+    def _failed(self, request: Request, exc: Exception) -> Response:
+        """The answer to an endpoint's failure ``exc``: its status for an :class:`APIError`,
+        else a 500 after logging it."""
+        if isinstance(exc, APIError):
+            return v1_error(exc.status, exc.text)
+        if isinstance(exc, OSError | DiskQueueError):  # the disk refused (a queue's files, nsqd.dat): no fault of ours
+            self.broker.disk_failed(exc)
+            log.error("HTTP: %s %s failed - %s", request.method, request.path, exc)
+        else:  # nsqd's router turns a handler panic into a 500 too
+            log.exception("HTTP: %s %s failed", request.method, request.path, exc_info=exc)
+        return v1_error(500, "INTERNAL_ERROR")
 
     def _log(self, request: Request, status: int, started: int) -> None:
         if log.isEnabledFor(logging.INFO):

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Iterator
+from typing import TYPE_CHECKING, NoReturn
 
 import trio
 
@@ -62,15 +62,23 @@ class PublishEndpoints:
 
     async def pub(self, request: Request, body: RequestBody, param: str) -> Response:
         """``POST /pub?topic=&defer=&key=&priority=``: the body is one message."""
-        opts = self.broker.options
-        max_size = opts.max_msg_size
+        max_size = self.broker.options.max_msg_size
         if request.content_length is not None and request.content_length > max_size:
             raise APIError(413, "MSG_TOO_BIG")
         try:
             data = await body.read(max_size + 1)
         except BodyReadError:
             raise APIError(500, "INTERNAL_ERROR") from None
-        if len(data) > max_size:
+        answer = self.pub_now(request, data)
+        return answer if isinstance(answer, Response) else await answer
+
+    def pub_now(self, request: Request, data: bytes) -> Response | Awaitable[Response]:
+        """:meth:`pub` for a request whose whole body is ``data``: the answer, or what to
+        await for it (a durable publish, the first to a new topic). Raises :class:`APIError`
+        as :meth:`pub` does."""
+        opts = self.broker.options
+        max_size = opts.max_msg_size
+        if len(data) > max_size or (request.content_length is not None and request.content_length > max_size):
             raise APIError(413, "MSG_TOO_BIG")
         if not data:
             raise APIError(400, "MSG_EMPTY")
@@ -99,7 +107,7 @@ class PublishEndpoints:
                 raise APIError(400, "INVALID_DEFER") from None
             if defer_ns < 0 or defer_ns > to_ns(opts.max_req_timeout):
                 raise APIError(400, "INVALID_DEFER")
-        return await self._put(topic, [data], defer_ns, keys, priority)
+        return self._put(topic, [data], defer_ns, keys, priority)
 
     def _pub_query(self, raw_query: str) -> tuple[str, str | None]:
         """The topic name (valid) and the ``defer`` value of a ``/pub`` query; raises
@@ -147,11 +155,13 @@ class PublishEndpoints:
         keys = None
         if keyed:
             keys, bodies = _split_keyed(bodies, binary, opts.max_msg_size)
-        return await self._put(topic, bodies, 0, keys, priority)
+        answer = self._put(topic, bodies, 0, keys, priority)
+        return answer if isinstance(answer, Response) else await answer
 
-    async def _put(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0,
-                   keys: list[bytes] | None = None, priority: int | None = None) -> Response:
-        """Queue ``bodies`` as one batch; 503 EXITING if that fails, as nsqd answers every failed put.
+    def _put(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0, keys: list[bytes] | None = None,
+             priority: int | None = None) -> Response | Awaitable[Response]:
+        """Queue ``bodies`` as one batch: the answer, or what to await for it (when the
+        publish must be awaited); 503 EXITING if that fails, as nsqd answers every failed put.
 
         With ``keys`` (a keyed publish) the answer has an ``X-Duplicates`` header: how many
         of the messages were duplicates of messages the topic stored (and were not stored).
@@ -169,14 +179,24 @@ class PublishEndpoints:
                 pending = broker.publish(topic, bodies, defer_ns, priorities)
             else:
                 duplicates, pending = broker.publish_keyed(topic, bodies, keys, defer_ns, priorities)
-            if pending is not None:
-                await pending
         except Exception as exc:
-            log.error("HTTP: publish to %s failed: %s", topic.name, exc)
-            raise APIError(503, "EXITING") from None
-        if keys is None:
-            return OK
-        return OK._replace(headers=(*OK.headers, (DUPLICATES_HEADER, b"%d" % duplicates)))
+            _put_failed(topic, exc)
+        answer = OK if keys is None else OK._replace(headers=(*OK.headers, (DUPLICATES_HEADER, b"%d" % duplicates)))
+        return answer if pending is None else _stored(topic, pending, answer)
+
+
+async def _stored(topic: Topic, pending: Awaitable[None], answer: Response) -> Response:
+    """``answer`` once ``pending`` (a publish) is done; 503 EXITING if it fails."""
+    try:
+        await pending
+    except Exception as exc:
+        _put_failed(topic, exc)
+    return answer
+
+
+def _put_failed(topic: Topic, exc: Exception) -> NoReturn:
+    log.error("HTTP: publish to %s failed: %s", topic.name, exc)
+    raise APIError(503, "EXITING") from None
 
 
 def _priority(params: dict[str, list[str]]) -> int | None:

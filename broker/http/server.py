@@ -20,23 +20,34 @@ Requests that arrive together (pipelined) are parsed in one pass and their respo
 written together, one write per batch. Responses carry ``Date`` and ``Content-Length``; a
 body without ``Content-Type`` gets Go's sniffed ``text/plain; charset=utf-8``. The bytes of
 a small response are built once per second and reused.
+
+A plain socket waits for input on the server's :class:`~broker.server.poller.ReadPoller`
+(one edge-triggered epoll set), as TCP connections do. A server given an ``inline``
+handler (``(Request, bytes) -> Response | Awaitable[Response] | None``) lets the poller's
+task answer requests whose body is all there as their bytes arrive: the handler answers at
+once, or returns what to await (the connection's task then awaits it), or None to leave
+the request to the connection's task and its ``handler``. A ``/pub`` answered at once then
+costs no task switch and no coroutine, only the poller's wake-up, shared by every
+connection that became readable.
 """
 
 from __future__ import annotations
 
 import http
 import logging
+import os
 import re
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import NamedTuple
 
 import trio
 
 from broker.http.parser import HeadError, ParsedRequest, RequestParser
-from broker.http.transport import RECEIVE_SIZE, Transport, open_transport
+from broker.http.transport import RECEIVE_SIZE, SocketTransport, Transport, open_transport
 from broker.server.net import ConnectionServer, peer_address
+from broker.server.poller import ReadPoller, open_poller
 
 __all__ = [
     "http_date",
@@ -47,6 +58,7 @@ __all__ = [
     "RequestBody",
     "BodyReadError",
     "Handler",
+    "InlineHandler",
     "HTTP1Server",
     "TEXT_PLAIN",
 ]
@@ -73,6 +85,9 @@ _CACHED_RESPONSES = 256
 _CACHED_BODY_BYTES = 1024
 #: Responses to pipelined requests are written together up to this size.
 _OUTPUT_BYTES = 256 * 1024
+#: A request body up to this size is awaited in the read poller's task when its head came
+#: first, so that the request can be answered there.
+_INLINE_BODY_BYTES = 64 * 1024
 #: Distinct request targets whose decoded path and query are kept, up to this length.
 _CACHED_TARGETS = 1024
 _CACHED_TARGET_BYTES = 512
@@ -116,6 +131,10 @@ class BodyReadError(Exception):
 
 
 Handler = Callable[[Request, "RequestBody"], Awaitable[Response]]
+#: Answers a request whose whole body is given, in the poller's task: a response, what to
+#: await for one (in the connection's task), or None to leave the request to the
+#: :data:`Handler`, which then sees it as if nothing had happened. Never raises.
+InlineHandler = Callable[[Request, bytes], "Response | Awaitable[Response] | None"]
 
 
 _REASONS = {status.value: status.phrase.encode() for status in http.HTTPStatus}
@@ -128,7 +147,7 @@ class _Connection:
     """One client connection: its transport, parser, the responses not yet written, and
     whether closing must wait for the client to stop sending."""
 
-    __slots__ = ("stream", "transport", "parser", "remote", "output", "output_bytes", "linger")
+    __slots__ = ("stream", "transport", "parser", "remote", "output", "output_bytes", "linger", "awaiting")
 
     def __init__(self, stream: trio.abc.Stream, remote: str, max_header_bytes: int):
         self.stream = stream
@@ -138,6 +157,9 @@ class _Connection:
         self.output: list[bytes] = []
         self.output_bytes = 0  # of the responses in output
         self.linger = False
+        # a request the poller's task began (see _InlineRequests): its parsed form and what to
+        # await for its response
+        self.awaiting: tuple[ParsedRequest, Awaitable[Response]] | None = None
 
     async def flush(self) -> None:
         """Write the responses waiting in :attr:`output` (one write)."""
@@ -319,6 +341,38 @@ class _ResponseWriter:
         return b"".join(lines)
 
 
+class _InlineRequests:
+    """What a plain HTTP connection waiting between requests leaves the :class:`ReadPoller`:
+    called in the poller's task on an edge, it reads the socket and answers the requests
+    that came (:meth:`HTTP1Server.answer_inline`), and wakes the connection's task only when
+    that task has work. It never raises (the poller's contract): a failure is kept in
+    ``failure`` and the connection's task ends the connection on it."""
+
+    __slots__ = ("server", "conn", "fd", "failure")
+
+    def __init__(self, server: HTTP1Server, conn: _Connection, fd: int):
+        self.server = server
+        self.conn = conn
+        self.fd = fd
+        self.failure: Exception | None = None
+
+    def __call__(self) -> bool:
+        try:
+            data = os.read(self.fd, RECEIVE_SIZE)
+        except BlockingIOError:  # an edge for bytes read already
+            return True
+        except OSError:  # reset by the peer: the connection's task reads it again and ends
+            return False
+        if not data:
+            return False  # the end of input, which the connection's task reads again
+        try:
+            self.conn.parser.feed(data)
+            return self.server.answer_inline(self.conn) and len(data) < RECEIVE_SIZE
+        except Exception as exc:
+            self.failure = exc
+            return False
+
+
 def _head_error_response(error: HeadError) -> Response:
     """Go's own answer to a request it cannot read: ``<code> <reason>[: <text>]`` in plain text."""
     reason = _REASONS.get(error.status, b"Error")
@@ -348,10 +402,12 @@ class HTTP1Server(ConnectionServer):
     connections close at once and busy ones after their response.
     """
 
-    def __init__(self, handler: Handler, *, max_header_bytes: int = MAX_HEADER_BYTES,
-                 ssl_context: ssl.SSLContext | None = None):
+    def __init__(self, handler: Handler, *, inline: InlineHandler | None = None,
+                 max_header_bytes: int = MAX_HEADER_BYTES, ssl_context: ssl.SSLContext | None = None):
         super().__init__("HTTPS" if ssl_context is not None else "HTTP", log, ssl_context)
         self.handler = handler
+        self.inline = inline
+        self.poller: ReadPoller | None = None  # while serving, on platforms with epoll
         self.max_header_bytes = max_header_bytes
         self._connections: set[_Connection] = set()
         self._closing = False
@@ -359,11 +415,29 @@ class HTTP1Server(ConnectionServer):
         self._targets: dict[bytes, tuple[str, str] | None] = {}
         self._methods: dict[bytes, str] = {}
 
+    async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Accept on every listener (see :class:`ConnectionServer`), with the read poller's task beside."""
+        poller = self.poller = open_poller()
+        try:
+            async with trio.open_nursery() as nursery:
+                if poller is not None:
+                    nursery.start_soon(poller.run)
+                await super().serve(listeners, task_status=task_status)
+                nursery.cancel_scope.cancel()  # every connection has ended
+        finally:
+            self.poller = None
+            if poller is not None:
+                poller.close()
+
     def ask_to_close(self) -> None:
         """Close idle connections now, busy ones after their response."""
         self._closing = True
+        poller = self.poller
         for conn in list(self._connections):
-            conn.transport.wake()
+            transport = conn.transport
+            if poller is not None and type(transport) is SocketTransport:
+                poller.wake(transport.fd)
+            transport.wake()
 
     async def handle_connection(self, stream: trio.abc.Stream) -> None:
         """Answer the requests of one connection until either side ends it."""
@@ -373,11 +447,25 @@ class HTTP1Server(ConnectionServer):
             remote = ""
         conn = _Connection(stream, remote, self.max_header_bytes)
         self._connections.add(conn)
+        poller = self.poller
+        transport = conn.transport
         try:
-            await self._serve(conn)
+            if poller is not None and type(transport) is SocketTransport:
+                poller.register(transport.fd)
+                try:
+                    await self._serve_polled(conn, poller, transport.fd)
+                finally:
+                    poller.unregister(transport.fd)
+            else:
+                await self._serve(conn)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             conn.linger = False
         finally:
+            if conn.awaiting is not None:  # an answer the connection did not live to await
+                pending = conn.awaiting[1]
+                conn.awaiting = None
+                if isinstance(pending, Coroutine):
+                    pending.close()
             if conn.linger:
                 await _linger(stream)
             self._connections.discard(conn)
@@ -404,31 +492,143 @@ class HTTP1Server(ConnectionServer):
                     return
                 parser.feed(data)
                 continue
-            request = ready.popleft()
-            if type(request) is HeadError:
-                self._answer_head_error(conn, request)
-                await conn.flush()
+            if not await self._answer_next(conn):
                 return
-            assert type(request) is ParsedRequest
-            started = self._start(conn, request)
-            if started is None:
+
+    async def _serve_polled(self, conn: _Connection, poller: ReadPoller, fd: int) -> None:
+        """:meth:`_serve` for a plain socket: read on its descriptor until a read comes back
+        short, then wait on ``poller``, whose task answers what it can meanwhile
+        (:class:`_InlineRequests`)."""
+        parser = conn.parser
+        ready = parser.ready
+        inline = _InlineRequests(self, conn, fd) if self.inline is not None else None
+        drained = False  # the last read emptied the socket: wait for the next edge first
+        while True:
+            if conn.awaiting is not None:
+                await self._answer_awaited(conn)
+                continue
+            if ready:
+                if not await self._answer_next(conn):
+                    return
+                continue
+            if conn.output:
                 await conn.flush()
+            if parser.failed or (parser.idle and self._closing):
                 return
-            response = await self.handler(*started)
-            close = self._closing or not request.keep_alive
-            if not request.complete and not close:
-                close = await self._drain(request, started[1])
-            if request.error is not None:
-                close = True
-            data = self._writer.render(response, http10=request.http10, close=close, head=started[0].method == "HEAD")
-            conn.output.append(data)
-            if close:
-                conn.linger = not request.complete
-                await conn.flush()
+            if drained:
+                await poller.wait_readable(fd, inline)
+                drained = False
+                if inline is not None and inline.failure is not None:
+                    failure, inline.failure = inline.failure, None
+                    log.error("HTTP: connection from %s failed: %r", conn.remote, failure)
+                    return
+                continue
+            try:
+                data = os.read(fd, RECEIVE_SIZE)
+            except BlockingIOError:
+                drained = True
+                continue
+            except OSError:  # reset by the peer
                 return
-            conn.output_bytes += len(data)
-            if conn.output_bytes >= _OUTPUT_BYTES:  # many large answers pipelined: write as they come
-                await conn.flush()
+            if not data:
+                return
+            parser.feed(data)
+            drained = len(data) < RECEIVE_SIZE
+            if not drained:
+                await trio.lowlevel.checkpoint()  # the other connections run before this one reads on
+
+    async def _answer_next(self, conn: _Connection) -> bool:
+        """Answer the next parsed request with the handler; False if the connection must end."""
+        request = conn.parser.ready.popleft()
+        if type(request) is HeadError:
+            self._answer_head_error(conn, request)
+            await conn.flush()
+            return False
+        assert type(request) is ParsedRequest
+        started = self._start(conn, request)
+        if started is None:
+            await conn.flush()
+            return False
+        response = await self.handler(*started)
+        close = self._closing or not request.keep_alive
+        if not request.complete and not close:
+            close = await self._drain(request, started[1])
+        if request.error is not None:
+            close = True
+        data = self._writer.render(response, http10=request.http10, close=close, head=started[0].method == "HEAD")
+        conn.output.append(data)
+        if close:
+            conn.linger = not request.complete
+            await conn.flush()
+            return False
+        conn.output_bytes += len(data)
+        if conn.output_bytes >= _OUTPUT_BYTES:  # many large answers pipelined: write as they come
+            await conn.flush()
+        return True
+
+    async def _answer_awaited(self, conn: _Connection) -> None:
+        """Await the response to the request the poller's task began, and queue it."""
+        assert conn.awaiting is not None
+        request, pending = conn.awaiting
+        conn.awaiting = None
+        response = await pending
+        conn.output.append(self._writer.render(response, http10=request.http10, close=False, head=False))
+
+    def answer_inline(self, conn: _Connection) -> bool:
+        """Answer the requests parsed on ``conn`` with the inline handler while it can, and
+        write the answers; False when the connection's task has work: a request the
+        handler left, a response to await, a write the socket did not take whole.
+
+        Runs in the poller's task; raises what the handler or the parser raised."""
+        ready = conn.parser.ready
+        inline = self.inline
+        assert inline is not None
+        while ready:
+            parsed = ready[0]
+            if (type(parsed) is not ParsedRequest or not parsed.keep_alive or parsed.expect_continue
+                    or parsed.expect_failed or parsed.error is not None or self._closing):
+                return False
+            if not parsed.complete:
+                # a small body whose head came first (as many clients send them): wait for the
+                # rest here; a larger one is read by the task's handler, which bounds it
+                content_length = parsed.content_length
+                if content_length is None or content_length > _INLINE_BODY_BYTES:
+                    return False
+                break
+            target = self._target(parsed.target)
+            if target is None:
+                return False
+            method = self._method(parsed.method)
+            parts = parsed.parts
+            body = parts[0] if len(parts) == 1 else b"".join(parts)
+            request = Request(method, target[0], target[1], tuple(parsed.headers), parsed.content_length, conn.remote)
+            answer = inline(request, body)
+            if answer is None:
+                return False
+            ready.popleft()
+            parts.clear()
+            parsed.buffered = 0
+            if not isinstance(answer, Response):
+                conn.awaiting = (parsed, answer)
+                return False
+            conn.output.append(self._writer.render(answer, http10=parsed.http10, close=False, head=False))
+        output = conn.output
+        if output:
+            data = output[0] if len(output) == 1 else b"".join(output)
+            output.clear()
+            conn.output_bytes = 0
+            transport = conn.transport
+            assert type(transport) is SocketTransport
+            try:
+                sent = os.write(transport.fd, data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:  # the peer is gone: the connection's task finds out on its read
+                return False
+            if sent < len(data):
+                output.append(data[sent:])
+                return False
+        return True
 
     def _answer_head_error(self, conn: _Connection, error: HeadError) -> None:
         log.debug("HTTP: bad request from %s: %s %s", conn.remote, error.status, error.text)
@@ -450,6 +650,12 @@ class HTTP1Server(ConnectionServer):
             self._targets[target] = found
         return found
 
+    def _method(self, raw: bytes) -> str:
+        method = self._methods.get(raw)
+        if method is None:
+            method = self._methods[raw] = raw.decode("ascii", "replace")
+        return method
+
     def _start(self, conn: _Connection, parsed: ParsedRequest) -> tuple[Request, RequestBody] | None:
         """The handler's arguments for a request, or None when the server answers it itself
         (a bad target, an Expect it cannot meet): then that answer is queued and the
@@ -462,10 +668,7 @@ class HTTP1Server(ConnectionServer):
         if target is None:
             self._answer_head_error(conn, _BAD_REQUEST)
             return None
-        method = self._methods.get(parsed.method)
-        if method is None:
-            method = self._methods[parsed.method] = parsed.method.decode("ascii", "replace")
-        request = Request(method, target[0], target[1], tuple(parsed.headers), parsed.content_length, conn.remote)
+        request = Request(self._method(parsed.method), target[0], target[1], tuple(parsed.headers), parsed.content_length, conn.remote)
         return request, RequestBody(conn, parsed)
 
     async def _drain(self, parsed: ParsedRequest, body: RequestBody) -> bool:

@@ -61,15 +61,15 @@ class Transport:
 class SocketTransport(Transport):
     """A socket stream read and written on its descriptor."""
 
-    __slots__ = ("_fd", "_idle")
+    __slots__ = ("fd", "_idle")
 
     def __init__(self, stream: trio.SocketStream):
         super().__init__(stream)
-        self._fd = stream.socket.fileno()
+        self.fd = stream.socket.fileno()  # the socket's descriptor, read and written directly
         self._idle = False
 
     async def receive(self) -> bytes:
-        fd = self._fd
+        fd = self.fd
         while True:
             # Waiting first is the checkpoint that lets other tasks run between batches; a
             # peer that already sent more is readable at once.
@@ -94,10 +94,10 @@ class SocketTransport(Transport):
         # A cancel scope per read would cost more than the read; instead the waiting task
         # is told that its descriptor is closing. The server closes it right after.
         if self._idle:
-            trio.lowlevel.notify_closing(self._fd)
+            trio.lowlevel.notify_closing(self.fd)
 
     async def send(self, data: bytes) -> None:
-        fd = self._fd
+        fd = self.fd
         view: memoryview | None = None
         while True:
             try:

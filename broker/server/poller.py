@@ -2,8 +2,9 @@
 
 Trio's :func:`trio.lowlevel.wait_readable` arms a one-shot epoll registration per
 wait: a connection that answers one request at a time pays an ``epoll_ctl`` for
-every request, on top of the read that found nothing. Here each plain V2
-connection's socket joins one epoll set once, edge-triggered, and one task
+every request, on top of the read that found nothing. Here each plain connection's
+socket (V2 or HTTP; each server has its own set) joins one epoll set once,
+edge-triggered, and one task
 (:meth:`ReadPoller.run`) waits on that set's descriptor through Trio and wakes the
 connections whose sockets received something. A connection reads until a read
 comes back short (the socket is drained: the next bytes to arrive bring a new
@@ -107,6 +108,12 @@ class ReadPoller:
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def wake(self, fd: int) -> None:
+        """End the wait for ``fd`` now in progress, if any (its owner is closing the connection)."""
+        waiter = self._waiting.pop(fd, None)
+        if waiter is not None:
+            trio.lowlevel.reschedule(waiter[0])
 
     async def run(self) -> None:
         """Wake the waiting connections as their sockets receive bytes; runs until cancelled."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import email.utils
 import locale
 import re
+import socket
 from contextlib import asynccontextmanager
 
 import pytest
@@ -41,8 +42,8 @@ class Recorder:
 
 
 @asynccontextmanager
-async def serving(handler):
-    server = HTTP1Server(handler)
+async def serving(handler, inline=None):
+    server = HTTP1Server(handler, inline=inline)
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     address = listeners[0].socket.getsockname()[:2]
     async with trio.open_nursery() as nursery:
@@ -352,6 +353,123 @@ async def test_large_answers_to_pipelined_requests_are_written_before_the_batch_
         await stream.aclose()
     assert received.count(b"HTTP/1.1 200 OK\r\n") == 2
     assert len(received) > 600_000
+
+
+class Inline:
+    """An inline handler: ``/now`` is answered at once with the body, ``/later`` by a
+    coroutine, ``/big`` at once with a megabyte; anything else is left to the task's handler."""
+
+    def __init__(self) -> None:
+        self.answered: list[str] = []
+
+    def __call__(self, request: Request, body: bytes):
+        if request.path == "/now":
+            self.answered.append("now")
+            return Response(200, b"now " + body)
+        if request.path == "/big":
+            self.answered.append("big")
+            return Response(200, b"b" * (1 << 20))
+        if request.path == "/later":
+            self.answered.append("later")
+
+            async def later() -> Response:
+                await trio.lowlevel.checkpoint()
+                return Response(200, b"later " + body)
+
+            return later()
+        return None
+
+
+def post(path: bytes, body: bytes, extra: bytes = b"") -> bytes:
+    return b"POST %s HTTP/1.1\r\nHost: h\r\n%sContent-Length: %d\r\n\r\n%s" % (path, extra, len(body), body)
+
+
+async def waiting_connection(address) -> trio.SocketStream:
+    """A connection whose task answered one request and waits on the poller: what it is sent
+    next reaches the inline handler."""
+    stream = await trio.open_tcp_stream(*address)
+    await stream.send_all(b"GET /warm-up HTTP/1.1\r\nHost: h\r\n\r\n")
+    received = b""
+    while not re.search(rb"Content-Length: (\d+)\r\n.*\r\n\r\nGET /warm-up  0$", received, re.S):
+        received += await stream.receive_some(65536)
+    return stream
+
+
+class Answers:
+    """Reads a connection's responses in the background, 4 KiB at a time."""
+
+    def __init__(self, stream: trio.SocketStream):
+        self.stream = stream
+        self.received = bytearray()
+        self.closed = False
+
+    async def run(self) -> None:
+        while chunk := await self.stream.receive_some(4096):
+            self.received.extend(chunk)
+        self.closed = True
+
+    async def wait(self, count: int) -> list[bytes]:
+        await wait_for(lambda: len(complete_bodies(self.received)) >= count)
+        return complete_bodies(self.received)
+
+
+def complete_bodies(data: bytes | bytearray) -> list[bytes]:
+    """The bodies of the complete responses at the start of ``data``."""
+    found = []
+    at = 0
+    while (head_end := data.find(b"\r\n\r\n", at)) != -1:
+        length = int(re.search(rb"Content-Length: (\d+)", data[at:head_end]).group(1))
+        if head_end + 4 + length > len(data):
+            break
+        found.append(bytes(data[head_end + 4:head_end + 4 + length]))
+        at = head_end + 4 + length
+    return found
+
+
+async def test_inline_answers_mixed_with_the_tasks_keep_their_order():
+    inline = Inline()
+    async with serving(Recorder(limit=100), inline) as (_, address):
+        stream = await waiting_connection(address)
+        stream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)  # the megabyte's write comes up short
+        answers = Answers(stream)
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(answers.run)
+                # arriving together: all answered inline, the megabyte's write finished by the task
+                await stream.send_all(post(b"/now", b"1") + post(b"/big", b"") + post(b"/now", b"2"))
+                assert await answers.wait(3) == [b"now 1", b"b" * (1 << 20), b"now 2"]
+                # a head first, then its body a byte at a time: still inline
+                data = post(b"/now", b"345")
+                await stream.send_all(data[:-3])
+                for i in range(3):
+                    await stream.send_all(data[-3 + i:len(data) - 2 + i])
+                assert (await answers.wait(4))[3] == b"now 345"
+                # to be awaited: by the task
+                await stream.send_all(post(b"/later", b"6"))
+                assert (await answers.wait(5))[4] == b"later 6"
+                assert inline.answered == ["now", "big", "now", "now", "later"]
+                # one for the task: it answers what came with it too
+                await stream.send_all(post(b"/now", b"7") + post(b"/task", b"8") + post(b"/now", b"9")
+                                      + post(b"/now", b"10", b"Connection: close\r\n") + post(b"/now", b"never"))
+                assert (await answers.wait(9))[5:] == [b"now 7", b"POST /task  1", b"POST /now  1", b"POST /now  2"]
+                assert inline.answered == ["now", "big", "now", "now", "later", "now"]
+                await wait_for(lambda: answers.closed)
+        await stream.aclose()
+
+
+async def test_an_idle_connection_waiting_on_the_poller_closes_at_shutdown():
+    inline = Inline()
+    async with serving(Recorder(), inline) as (server, address):
+        stream = await waiting_connection(address)
+        await stream.send_all(post(b"/now", b"x"))
+        received = b""
+        with trio.fail_after(5):
+            while not received.endswith(b"now x"):
+                received += await stream.receive_some(65536)
+            server.stop_listening()
+            await server.close_connections(5.0)
+            assert await stream.receive_some(10) == b""
+        await stream.aclose()
 
 
 @pytest.mark.parametrize("seconds", [0, 784111777, 951782400, 1700000000.9, 4102444799])
