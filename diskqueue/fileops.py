@@ -11,6 +11,7 @@ directly.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 __all__ = [
     "close",
     "exists",
+    "fallocate",
     "fdatasync",
     "fstat",
     "fsync",
@@ -61,6 +63,10 @@ def _read_file(path: str) -> bytes:
         os.close(fd)
 
 
+def _no_fallocate(fd: int, offset: int, length: int) -> None:
+    raise OSError(errno.EOPNOTSUPP, "posix_fallocate is not available on this platform")
+
+
 open = os.open
 close = os.close
 pread = os.pread
@@ -69,6 +75,8 @@ write = os.write
 fstat = os.fstat
 stat = os.stat
 ftruncate = os.ftruncate
+# Reserves blocks and extends the file (with zero bytes) from offset to offset + length.
+fallocate = getattr(os, "posix_fallocate", _no_fallocate)
 fsync = os.fsync
 # Data and size only: what a segment's records need (fsync where the platform has no fdatasync).
 fdatasync = getattr(os, "fdatasync", os.fsync)

@@ -76,7 +76,9 @@ class DiskQueue:
     (see ``recovery.py``); it finds the queue's files in ``listing`` (a
     :class:`~diskqueue.listing.DirectoryListing` of ``data_path``, shared by many queues
     opened at once, and told by ``delete()`` that the queue's files are gone) when given,
-    else by listing the directory. The queue owns its file descriptors; ``close()`` or ``delete()``
+    else by listing the directory. ``preallocate`` > 0 extends the segment being written
+    that many bytes ahead of its data, so that syncs rarely change its size (see
+    ``writer.py``). The queue owns its file descriptors; ``close()`` or ``delete()``
     releases them. Raises ``FormatVersionError`` for files of a newer format,
     ``OSError`` when the directory cannot be read and ``ValueError`` for invalid arguments
     (a listing of another directory among them).
@@ -99,6 +101,7 @@ class DiskQueue:
         logger: logging.Logger | None = None,
         inline_sync_below: float = 0.0,
         listing: DirectoryListing | None = None,
+        preallocate: int = 0,
     ) -> None:
         if not name or os.sep in name or name in (".", ".."):
             raise ValueError(f"invalid disk queue name {name!r}")
@@ -124,7 +127,7 @@ class DiskQueue:
         try:
             found = recover(self.data_path, name, min_msg_size, max_msg_size, entries=entries)
             found.report(self._log, name)
-            self._writer = SegmentWriter.resume(self.data_path, name, found.write, found.write_exists)
+            self._writer = SegmentWriter.resume(self.data_path, name, found.write, found.write_exists, preallocate)
         except OSError as exc:  # the disk refused to open, repair or set aside a file
             what = describe_os_error("open", exc.filename or self._meta_path, exc)
             raise DiskQueueIOError(what, errno=exc.errno) from exc
@@ -444,7 +447,7 @@ class DiskQueue:
         for number in set(self._segments) | {self._writer.number}:
             self._unlink(self._segment_path(number))
         start = Cursor(self._writer.number + 1, HEADER_SIZE, self._writer.seq)
-        self._writer = SegmentWriter.resume(self.data_path, self.name, start, False)
+        self._writer = SegmentWriter.resume(self.data_path, self.name, start, False, self._writer.preallocate)
         self._segments = []
         self._reader = self._new_reader(start, 0, self._reader.lost, {}, set())
         self._note = b""
@@ -479,10 +482,20 @@ class DiskQueue:
         try:
             async with self._sync_lock:
                 if not already_closed:
+                    self._trim()
                     await self._sync_locked()
         finally:
             self._release()
             self._close_done.set()
+
+    def _trim(self) -> None:
+        """Cut the current segment's preallocated rest off before the final sync; where that
+        fails, the next open cuts it off (as the end of an interrupted write)."""
+        try:
+            self._writer.trim()
+        except OSError as exc:
+            self._log.warning("diskqueue(%s): could not cut off the preallocated end of %s - %s",
+                              self.name, self._segment_path(self._writer.number), exc)
 
     def _forget_checkpoint(self) -> None:
         with self._guard.lock:  # no sync running now installs a checkpoint after this

@@ -13,9 +13,13 @@
    * records that are complete and checksum-valid are kept, checkpointed or not, and a
      segment holding such records past the checkpoint is fsynced;
    * in the newest segment, an interrupted write (a record cut short by the end of the
-     file, or a zero-filled rest) or anything invalid past the last checkpointed position is
-     cut off with ``ftruncate``: it is never read as data, and the file ends on a record
-     boundary (writing then continues in a new segment, see ``queue.py``);
+     file, or a zero-filled rest: a preallocated one too, see ``writer.py``) or anything
+     invalid past the last checkpointed position is cut off with ``ftruncate``: it is never
+     read as data, and the file ends on a record boundary (writing then continues in a new
+     segment, see ``queue.py``);
+   * in an older segment, a rest of nothing but zero bytes is cut off the same way when the
+     next segment's first sequence number follows its last record: a preallocated rest
+     whose cutting off at the roll did not reach the disk before a power cut;
    * anything else invalid is damage: reading resynchronises on the next valid record after
      it (see ``scan.resync``), or, when none follows, stops at that offset and skips to the
      next segment; the segment is renamed ``.bad`` once consumed. How many records were
@@ -312,6 +316,13 @@ def _walk(data_path: str, name: str, segments: list[int], headers: _Headers, sta
             state.write, state.write_exists = Cursor(n, scan.end, seq), True
             continue
         where = f"segment {n:06d} offset {scan.end}: {scan.problem}"
+        if not last and scan.torn and _first_seq(headers, todo[i + 1]) == seq:
+            # A preallocated rest whose cutting off at the roll did not reach the disk: only
+            # zero bytes follow the records, and the next segment starts right after them.
+            state.notes.append(f"{where}; cut off {scan.size - scan.end} zero byte(s) after the last record")
+            if repair:
+                _truncate(path, scan.end)
+            continue
         if last and (scan.torn or synced is None or (n, scan.end) >= (synced.file, synced.pos)):
             cut = scan.size - scan.end
             state.notes.append(f"{where}; cut off {cut} byte(s) of interrupted write")
@@ -333,6 +344,11 @@ def _walk(data_path: str, name: str, segments: list[int], headers: _Headers, sta
         _lose(state, synced.seq - state.write.seq, "from the end of the queue (files shorter than checkpointed)")
     state.segments = kept
     return changed
+
+
+def _first_seq(headers: _Headers, number: int) -> int | None:
+    header = headers[number][0]
+    return None if header is None else header.first_seq
 
 
 def _truncate(path: str, size: int) -> None:

@@ -185,10 +185,13 @@ def scan_segment(
                     chunk = max(SCAN_CHUNK, need)
                     continue
             if problem is not None:
-                resume = resync(fd, pos, size, min_size, max_size) if pos < resync_until else None
+                # nothing but zero bytes to the end (a preallocated rest, or data that never
+                # landed) holds no record to resynchronise on
+                zeros = _only_zeros(fd, pos, size)
+                resume = resync(fd, pos, size, min_size, max_size) if pos < resync_until and not zeros else None
                 if resume is None:
                     result.problem = problem
-                    result.torn = _only_zeros(fd, pos, size)
+                    result.torn = zeros
                     break
                 result.skipped.append((pos, resume, problem))
                 pos = resume

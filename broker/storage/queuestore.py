@@ -25,6 +25,10 @@ queue_log = logging.getLogger("pynsqd.diskqueue")
 #: (seconds): a worker thread's round trip costs about as much on such a disk, and the loop
 #: is held no longer than by one batch of other work. Slower disks keep the worker thread.
 INLINE_SYNC_BELOW = 0.001
+#: Under ``--durable``, every publish waits for a sync: a segment is extended this far ahead
+#: of its data (blocks reserved, cut off when it is finished), so that most syncs write
+#: data only, with no size or block allocation to journal.
+DURABLE_PREALLOCATE = 1 << 20
 #: Records read per call when reading a stash back.
 _READ_BATCH = 4096
 
@@ -65,6 +69,7 @@ class QueueStore:
             logger=queue_log,
             inline_sync_below=INLINE_SYNC_BELOW,
             listing=self._listing,
+            preallocate=DURABLE_PREALLOCATE if opts.durable else 0,
         )
 
     def _files(self, name: str) -> list[Path]:

@@ -14,11 +14,17 @@ the disk's fsync latency. The last column compares the durable publishes a
 second with the fsyncs this disk completes a second (the median of 500 writes
 and fdatasyncs of a small record, measured at the start of the same run).
 
+With ``--baseline DIR`` (another checkout, e.g. ``git worktree add --detach /tmp/old
+main``) every durable run is also made with that checkout's broker, alternating with
+this one's, and the table compares the two side by side; ``--rounds N`` repeats every
+run and reports medians (the fsync probe too).
+
 Usage (from the repository root)::
 
     python -m tests.bench.bench_durable                 # 5 s per run
     python -m tests.bench.bench_durable --runfor 10s --publishers 1 8 32 64
     python -m tests.bench.bench_durable --batch-size 20 --json
+    python -m tests.bench.bench_durable --publishers 1 8 --rounds 3 --baseline /tmp/old
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,18 +48,23 @@ START_TIMEOUT = 30.0
 TOPIC = "bench_durable"
 
 
-def _env() -> dict[str, str]:
+def _env(root: Path = ROOT) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 
-def _fsync_latency_ms(directory: Path, rounds: int = 500) -> float:
-    """Median latency of write + fdatasync of a small record in ``directory``."""
+def _fsync_latency_ms(directory: Path, rounds: int = 500, preallocated: bool = False) -> float:
+    """Median latency of write + fdatasync of a small record appended to a file in
+    ``directory``; ``preallocated``: into a file whose blocks were reserved beforehand (as
+    the broker's durable segments are), so that no sync changes its size."""
     path = directory / "fsync-probe"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     samples = []
     try:
+        if preallocated:
+            os.posix_fallocate(fd, 0, 256 * rounds)
+            os.fsync(fd)
         for _ in range(rounds):
             start = time.perf_counter()
             os.write(fd, b"x" * 256)
@@ -68,9 +80,10 @@ def _fsync_latency_ms(directory: Path, rounds: int = 500) -> float:
 class Broker:
     """A broker process for one run; owns the process."""
 
-    def __init__(self, data_path: Path, flags: list[str]):
+    def __init__(self, data_path: Path, flags: list[str], root: Path = ROOT):
         self.data_path = data_path
         self.flags = flags
+        self.root = root  # the checkout whose broker runs
         self.proc: subprocess.Popen | None = None
         self.log = data_path.parent / f"{data_path.name}.log"
 
@@ -80,7 +93,7 @@ class Broker:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "broker", f"--data-path={self.data_path}",
                  "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *self.flags],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT, env=_env())
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.root, env=_env(self.root))
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             found = {m.group(1): (m.group(2).decode(), int(m.group(3))) for m in LISTENING.finditer(self.log.read_bytes())}
@@ -124,34 +137,61 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=1, help="messages per publish; 1 = PUB (default)")
     parser.add_argument("--size", type=int, default=200, help="message body bytes (default 200)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each kind; medians are reported (default 1)")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="another checkout whose broker also runs every durable run, alternately with this one's")
     args = parser.parse_args(argv)
 
+    modes: list[tuple[str, list[str], Path]] = [("memory", [], ROOT), ("durable", ["--durable"], ROOT)]
+    if args.baseline is not None:
+        modes.append(("baseline durable", ["--durable"], args.baseline.resolve()))
     rows = []
+    probes = []
+    preallocated_probes = []
     with tempfile.TemporaryDirectory(prefix="pynsqd-bench-durable-") as tmp:
-        fsync_ms = _fsync_latency_ms(Path(tmp))
-        for publishers in args.publishers:
-            for mode, flags in (("memory", []), ("durable", ["--durable"])):
-                data = Path(tmp) / f"{mode}-{publishers}"
-                with Broker(data, flags) as broker:
-                    broker.create_channel()
-                    result = run_writer(broker.tcp, publishers, args.runfor, args.batch_size, args.size)
-                rows.append({"mode": mode, "publishers": publishers, "msgs_per_s": result["msgs_per_s"],
-                             "latency_ms": result.get("latency_ms"), "messages": result["messages"]})
+        for round_ in range(args.rounds):
+            probes.append(_fsync_latency_ms(Path(tmp)))
+            preallocated_probes.append(_fsync_latency_ms(Path(tmp), preallocated=True))
+            for publishers in args.publishers:
+                order = modes if round_ % 2 == 0 else modes[::-1]
+                for mode, flags, root in order:
+                    data = Path(tmp) / f"{mode.replace(' ', '-')}-{publishers}-{round_}"
+                    with Broker(data, flags, root) as broker:
+                        broker.create_channel()
+                        result = run_writer(broker.tcp, publishers, args.runfor, args.batch_size, args.size)
+                    rows.append({"mode": mode, "publishers": publishers, "round": round_,
+                                 "msgs_per_s": result["msgs_per_s"], "latency_ms": result.get("latency_ms"),
+                                 "messages": result["messages"]})
+    fsync_ms = statistics.median(probes)
+    preallocated_ms = statistics.median(preallocated_probes)
     if args.json:
-        print(json.dumps({"fsync_ms": fsync_ms, "batch_size": args.batch_size, "runs": rows}, indent=2))
+        print(json.dumps({"fsync_ms": fsync_ms, "fsync_probes_ms": probes, "preallocated_fsync_ms": preallocated_ms,
+                          "batch_size": args.batch_size, "runs": rows}, indent=2))
         return 0
     verb = "PUB" if args.batch_size == 1 else f"MPUB x{args.batch_size}"
     fsyncs = 1000 / fsync_ms
-    print(f"# {verb}, {args.size} B bodies, {args.runfor} per run; median write+fdatasync here: {fsync_ms:.3f} ms "
-          f"({fsyncs:,.0f} a second)")
-    print("| publishers | without --durable msgs/s | --durable msgs/s | durable / memory | durable publishes / fsyncs |")
-    print("|-----------:|-------------------------:|-----------------:|-----------------:|---------------------------:|")
-    by_key = {(r["mode"], r["publishers"]): r for r in rows}
+    print(f"# {verb}, {args.size} B bodies, {args.runfor} per run, {args.rounds} round(s), medians; "
+          f"median write+fdatasync here: {fsync_ms:.3f} ms ({fsyncs:,.0f} a second), into a preallocated file "
+          f"{preallocated_ms:.3f} ms ({1000 / preallocated_ms:,.0f} a second)")
+    baseline = args.baseline is not None
+    extra = " baseline --durable msgs/s | durable / baseline |" if baseline else ""
+    print("| publishers | without --durable msgs/s | --durable msgs/s | durable / memory | durable publishes / fsyncs |"
+          + extra)
+    print("|-----------:|-------------------------:|-----------------:|-----------------:|---------------------------:|"
+          + ("--------------------------:|-------------------:|" if baseline else ""))
+
+    def median(mode: str, publishers: int) -> float:
+        return statistics.median(r["msgs_per_s"] for r in rows if r["mode"] == mode and r["publishers"] == publishers)
+
     for publishers in args.publishers:
-        memory = by_key[("memory", publishers)]["msgs_per_s"]
-        durable = by_key[("durable", publishers)]["msgs_per_s"]
+        memory = median("memory", publishers)
+        durable = median("durable", publishers)
         ratio = durable / args.batch_size / fsyncs
-        print(f"| {publishers:>10} | {memory:>24,.0f} | {durable:>16,.0f} | {durable / memory:>16.2f} | {ratio:>26.2f} |")
+        line = f"| {publishers:>10} | {memory:>24,.0f} | {durable:>16,.0f} | {durable / memory:>16.2f} | {ratio:>26.2f} |"
+        if baseline:
+            old = median("baseline durable", publishers)
+            line += f" {old:>26,.0f} | {durable / old:>18.2f} |"
+        print(line)
     return 0
 
 

@@ -23,7 +23,7 @@ from tests.support.file_layer import FileLayer
 __all__ = ["FULL_DISK_CALLS", "FaultyDisk"]
 
 #: The calls a full disk refuses (a read-only file system refuses every change).
-FULL_DISK_CALLS = frozenset({"pwrite", "write", "create"})
+FULL_DISK_CALLS = frozenset({"pwrite", "write", "fallocate", "create"})
 _EVERY_CHANGE = FULL_DISK_CALLS | {"open", "ftruncate", "fsync", "rename", "unlink"}
 _WRITING = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
@@ -55,8 +55,8 @@ class FaultyDisk(FileLayer):
     def calls(self) -> dict[str, Callable[..., Any]]:
         """The replacements: each refuses when it must, then makes the real call."""
         real = {name: getattr(fileops, name) for name in
-                ("open", "close", "pwrite", "write", "ftruncate", "fsync", "fdatasync", "rename", "replace",
-                 "unlink")}
+                ("open", "close", "pwrite", "write", "fallocate", "ftruncate", "fsync", "fdatasync", "rename",
+                 "replace", "unlink")}
 
         def refuse(call: str, name: str | None) -> None:
             error = self.error
@@ -97,6 +97,7 @@ class FaultyDisk(FileLayer):
             "close": close,
             "pwrite": by_fd("pwrite", real["pwrite"]),
             "write": by_fd("write", real["write"]),
+            "fallocate": by_fd("fallocate", real["fallocate"]),
             "ftruncate": by_fd("ftruncate", real["ftruncate"]),
             "fsync": by_fd("fsync", real["fsync"]),
             "fdatasync": by_fd("fsync", real["fdatasync"]),

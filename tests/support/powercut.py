@@ -5,7 +5,8 @@ directory, and the directories a power cut at any point of that record could lea
 the file system; the broker's ``nsqd.dat`` goes through it too). It performs every call on
 the real directory, so the code under test runs as usual, and appends every change to one
 list in the order the changes happened, whichever thread made them: ``open`` (with
-creation or truncation), ``pwrite``/``write`` with their offsets and bytes, ``ftruncate``,
+creation or truncation), ``pwrite``/``write`` with their offsets and bytes (``fallocate``
+past the end of a file as a write of zero bytes), ``ftruncate``,
 ``fsync``/``fdatasync`` of a file or of the directory, ``rename``/``replace`` and
 ``unlink``. A test adds its own events (``mark``: "these messages were acknowledged") to the
 same list, so a point in the list says both what had reached the files and what had been
@@ -110,7 +111,7 @@ class Recorder(FileLayer):
     def calls(self) -> dict[str, Callable[..., Any]]:
         """The replacements for ``diskqueue.fileops`` (reads go to the real calls)."""
         return {"open": self.open, "close": self.close, "pwrite": self.pwrite, "write": self.write,
-                "ftruncate": self.ftruncate, "fsync": self.fsync, "fdatasync": self.fsync,
+                "fallocate": self.fallocate, "ftruncate": self.ftruncate, "fsync": self.fsync, "fdatasync": self.fsync,
                 "rename": self.rename, "replace": self.rename, "unlink": self.unlink, "makedirs": self.makedirs}
 
     def mark(self, event: Any) -> None:
@@ -171,6 +172,14 @@ class Recorder(FileLayer):
     def _written(self, fd: int, offset: int, data: Any, written: int) -> None:
         if written:
             self.ops.append(Op("write", fd=fd, name=self._names[fd], offset=offset, data=bytes(data[:written])))
+
+    def fallocate(self, fd: int, offset: int, length: int) -> None:
+        # recorded as what it does past the end of the file: a write of zero bytes
+        with self._lock:
+            size = os.fstat(fd).st_size
+            os.posix_fallocate(fd, offset, length)
+            if offset + length > size:
+                self._written(fd, size, bytes(offset + length - size), offset + length - size)
 
     def ftruncate(self, fd: int, size: int) -> None:
         with self._lock:

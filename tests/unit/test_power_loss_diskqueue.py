@@ -21,6 +21,9 @@ Power-cut model (implemented by ``powercut.Disk``):
 * besides such random cuts, a crash point may get either extreme: every write kept (what
   a killed process leaves) or nothing kept that was not fsynced.
 
+Half the runs preallocate segments (``preallocate=``, as the broker's ``--durable``
+queues do); the model records each extension as a write of zero bytes.
+
 Acknowledged: a record put before a ``sync()`` (either kind) that then returned. After
 reconstruction, every acknowledged record not committed before the cut is read back, in
 the order written; records read are exactly records written (nothing invented), in order,
@@ -79,10 +82,12 @@ class Shape:
     max_bytes: int
     sync_every: int
     auto_commit: bool
+    preallocate: int  # bytes a segment is extended ahead of its data (0: not at all)
 
     def open(self, path: Path) -> DiskQueue:
         return DiskQueue(NAME, path, max_bytes_per_file=self.max_bytes, sync_every=self.sync_every,
-                         sync_timeout=3600.0, auto_commit=self.auto_commit, logger=LOG)
+                         sync_timeout=3600.0, auto_commit=self.auto_commit, logger=LOG,
+                         preallocate=self.preallocate)
 
 
 @dataclass
@@ -114,7 +119,7 @@ async def record_run(path: Path, rng: random.Random, make: type[Recorder]) -> tu
     """Run random operations on a queue in ``path`` under a recorder of type ``make``;
     returns it, the shape and every payload put, by index."""
     shape = Shape(max_bytes=rng.choice([200, 400, 1500]), sync_every=rng.choice([3, 10, 50]),
-                  auto_commit=rng.random() < 0.3)
+                  auto_commit=rng.random() < 0.3, preallocate=rng.choice([0, 0, 64, 1000]))
     path.mkdir()
     recorder = make(path)
     written: list[bytes] = []
