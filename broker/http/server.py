@@ -47,7 +47,7 @@ import trio
 from broker.http.parser import HeadError, ParsedRequest, RequestParser
 from broker.http.transport import RECEIVE_SIZE, SocketTransport, Transport, open_transport
 from broker.server.net import ConnectionServer, peer_address
-from broker.server.poller import ReadPoller, open_poller
+from broker.server.poller import ReadPoller
 
 __all__ = [
     "http_date",
@@ -407,27 +407,12 @@ class HTTP1Server(ConnectionServer):
         super().__init__("HTTPS" if ssl_context is not None else "HTTP", log, ssl_context)
         self.handler = handler
         self.inline = inline
-        self.poller: ReadPoller | None = None  # while serving, on platforms with epoll
         self.max_header_bytes = max_header_bytes
         self._connections: set[_Connection] = set()
         self._closing = False
         self._writer = _ResponseWriter()
         self._targets: dict[bytes, tuple[str, str] | None] = {}
         self._methods: dict[bytes, str] = {}
-
-    async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Accept on every listener (see :class:`ConnectionServer`), with the read poller's task beside."""
-        poller = self.poller = open_poller()
-        try:
-            async with trio.open_nursery() as nursery:
-                if poller is not None:
-                    nursery.start_soon(poller.run)
-                await super().serve(listeners, task_status=task_status)
-                nursery.cancel_scope.cancel()  # every connection has ended
-        finally:
-            self.poller = None
-            if poller is not None:
-                poller.close()
 
     def ask_to_close(self) -> None:
         """Close idle connections now, busy ones after their response."""

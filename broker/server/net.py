@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import trio
 
+from broker.server.poller import ReadPoller, open_poller
 from diskqueue import os_error_reason
 
 __all__ = [
@@ -158,9 +159,12 @@ def peer_address(stream: trio.abc.Stream) -> str:
 class ConnectionServer:
     """Accepts connections on listeners and serves each in its own task.
 
-    Subclasses implement :meth:`handle_connection` and :meth:`ask_to_close`. With an
+    Subclasses implement :meth:`handle_connection` and :meth:`ask_to_close`, and may start
+    tasks of their own beside the connections (:meth:`start_beside`). With an
     ``ssl_context`` every connection is TLS from its first byte (HTTPS): the handler gets a
-    :class:`trio.SSLStream` whose handshake runs on its first read.
+    :class:`trio.SSLStream` whose handshake runs on its first read. While serving, ``poller``
+    is the server's :class:`~broker.server.poller.ReadPoller` (None where the platform has no
+    epoll), whose task runs beside the connections, for them to wait on.
     The owner runs :meth:`serve` in its nursery, then at shutdown calls
     :meth:`stop_listening` and :meth:`close_connections`; :meth:`serve`
     returns once both are done.
@@ -174,18 +178,34 @@ class ConnectionServer:
         self._nursery: trio.Nursery | None = None
         self._active = 0
         self._all_closed: trio.Event | None = None
+        self.poller: ReadPoller | None = None
 
     async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Accept on every listener; reports started once all of them accept."""
-        async with trio.open_nursery() as connections:
-            self._nursery = connections
-            with self._listener_scope:
-                async with trio.open_nursery() as accept:
+        """Accept on every listener; reports started once all of them accept. Returns once
+        every connection has ended, after stopping the tasks beside them."""
+        poller = self.poller = open_poller()
+        try:
+            async with trio.open_nursery() as beside:
+                if poller is not None:
+                    beside.start_soon(poller.run)
+                self.start_beside(beside)
+                async with trio.open_nursery() as connections:
+                    self._nursery = connections
+                    with self._listener_scope:
+                        async with trio.open_nursery() as accept:
+                            for listener in listeners:
+                                accept.start_soon(self._accept_loop, listener, connections)
+                            task_status.started()
                     for listener in listeners:
-                        accept.start_soon(self._accept_loop, listener, connections)
-                    task_status.started()
-            for listener in listeners:
-                await listener.aclose()
+                        await listener.aclose()
+                beside.cancel_scope.cancel()  # every connection has ended
+        finally:
+            self.poller = None
+            if poller is not None:
+                poller.close()
+
+    def start_beside(self, nursery: trio.Nursery) -> None:
+        """Start the server's own tasks that run while it serves (none by default)."""
 
     def stop_listening(self) -> None:
         """Stop accepting connections (the first step of shutdown)."""

@@ -44,7 +44,7 @@ from broker.server.compression import MAX_PIECE, CompressionError
 from broker.server.connection import Client
 from broker.server.flush import Flusher
 from broker.server.net import ConnectionServer, peer_address
-from broker.server.poller import ReadPoller, open_poller
+from broker.server.poller import ReadPoller
 from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
@@ -77,24 +77,12 @@ class TCPServer(ConnectionServer):
         self._client_numbers = 0
         self.ssl_context = ssl_context  # None: IDENTIFY answers tls_v1 false
         self.authd = authd  # None: AUTH is disabled
-        self.poller: ReadPoller | None = None  # while serving, on platforms with epoll
         self.flusher = Flusher()  # sends what other tasks queue for the connections
 
-    async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Accept on every listener (see :class:`ConnectionServer`), with the flusher's task and
-        the read poller's beside."""
-        poller = self.poller = open_poller()
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self.flusher.run)
-                if poller is not None:
-                    nursery.start_soon(poller.run)
-                await super().serve(listeners, task_status=task_status)
-                nursery.cancel_scope.cancel()  # every connection has ended
-        finally:
-            self.poller = None
-            if poller is not None:
-                poller.close()
+    def start_beside(self, nursery: trio.Nursery) -> None:
+        """The flusher's task runs beside the connections (the read poller's runs too: see
+        :class:`ConnectionServer`)."""
+        nursery.start_soon(self.flusher.run)
 
     def ask_to_close(self) -> None:
         """Ask every client to flush what is queued and close."""

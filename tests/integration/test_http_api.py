@@ -15,10 +15,9 @@ import trio
 
 from broker.config import parse_args
 from broker.daemon import Daemon
-from broker.protocol import encode_fin, encode_rdy, encode_sub
 from tests.support.http_client import HTTPClient, raw_exchange, request
 from tests.support.processes import broker_args
-from tests.support.v2client import connect
+from tests.support.v2client import consume as consume_at
 from tests.support.waiting import wait_for
 
 NSQ_HEADER = "nsq; version=1.0"
@@ -54,17 +53,7 @@ def mpub_body(bodies):
 
 async def consume(daemon, topic, channel, count):
     """Subscribe over TCP and return the bodies of ``count`` messages (finished)."""
-    client = await connect(daemon.addresses.tcp)
-    await client.send(encode_sub(topic, channel))
-    await client.expect_response(b"OK")
-    await client.send(encode_rdy(count))
-    bodies = []
-    for _ in range(count):
-        msg = await client.read_message()
-        bodies.append(msg.body)
-        await client.send(encode_fin(msg.id))
-    await client.aclose()
-    return bodies
+    return await consume_at(daemon.addresses.tcp, topic, channel, count)
 
 
 # --------------------------------------------------------------------------- /ping and /info

@@ -12,8 +12,7 @@ import socket
 
 import trio
 
-from broker.protocol import encode_fin, encode_rdy, encode_sub
-from tests.support.v2client import connect
+from tests.support.v2client import consume
 
 TIMEOUT = 30
 
@@ -42,23 +41,7 @@ def answers(data: bytes) -> list[tuple[int, bytes]]:
 
 async def drain(daemon, topic: str, count: int) -> list[bytes]:
     """The bodies of ``count`` messages of ``topic``, read and finished over TCP."""
-    return await drain_at(daemon.addresses.tcp, topic, count)
-
-
-async def drain_at(address: tuple[str, int], topic: str, count: int) -> list[bytes]:
-    """:func:`drain` from the broker at ``address``."""
-    client = await connect(address)
-    await client.send(encode_sub(topic, "c"))
-    await client.expect_response(b"OK")
-    await client.send(encode_rdy(min(count, 2500)))
-    bodies = []
-    with trio.fail_after(TIMEOUT):
-        for _ in range(count):
-            msg = await client.read_message()
-            bodies.append(msg.body)
-            await client.send(encode_fin(msg.id))
-    await client.aclose()
-    return bodies
+    return await consume(daemon.addresses.tcp, topic, "c", count)
 
 
 async def exchange(address: tuple[str, int], data: bytes, *, read_size: int = 65536) -> bytes:

@@ -23,7 +23,7 @@ from broker.protocol import (
     encode_sub,
 )
 
-__all__ = ["BARRIER_ID", "V2Client", "connect", "subscriber", "publish", "publish_batch"]
+__all__ = ["BARRIER_ID", "V2Client", "connect", "consume", "subscriber", "publish", "publish_batch"]
 
 #: The message ID a barrier FINs: a well-formed ID that no message ever has.
 BARRIER_ID = b"0000000000000000"
@@ -150,6 +150,22 @@ async def subscriber(daemon, topic="t", channel="c", rdy=None, **identify) -> V2
     if rdy is not None:
         await client.send(encode_rdy(rdy))
     return client
+
+
+async def consume(address: tuple[str, int], topic: str, channel: str, count: int) -> list[bytes]:
+    """Subscribe to ``topic``/``channel`` at ``address`` and return the bodies of the next
+    ``count`` messages, each finished as it comes (RDY at most 2,500, nsqd's maximum)."""
+    client = await connect(address)
+    await client.send(encode_sub(topic, channel))
+    await client.expect_response(b"OK")
+    await client.send(encode_rdy(min(count, 2500)))
+    bodies = []
+    for _ in range(count):
+        msg = await client.read_message()
+        bodies.append(msg.body)
+        await client.send(encode_fin(msg.id))
+    await client.aclose()
+    return bodies
 
 
 async def publish(daemon, topic, *bodies) -> None:

@@ -4,7 +4,8 @@ answers delivers every answered message after its restart."""
 
 from __future__ import annotations
 
-from tests.integration.test_http_inline import CLOSE, answers, drain_at, exchange, pub
+from tests.integration.test_http_inline import CLOSE, answers, exchange, pub
+from tests.support.v2client import consume
 
 
 async def test_answered_durable_publishes_survive_kill_9(broker_process, tmp_path):
@@ -15,4 +16,4 @@ async def test_answered_durable_publishes_survive_kill_9(broker_process, tmp_pat
     assert got == [(200, b"OK")] * (count + 1)
     proc.kill()
     proc = broker_process("--durable", data_path=proc.data_path)
-    assert await drain_at(proc.tcp, "t", count) == [b"d%d" % i for i in range(count)]
+    assert await consume(proc.tcp, "t", "c", count) == [b"d%d" % i for i in range(count)]
