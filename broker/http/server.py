@@ -490,7 +490,8 @@ class HTTP1Server(ConnectionServer):
         drained = False  # the last read emptied the socket: wait for the next edge first
         while True:
             if conn.awaiting is not None:
-                await self._answer_awaited(conn)
+                if not await self._answer_awaited(conn):
+                    return
                 continue
             if ready:
                 if not await self._answer_next(conn):
@@ -551,13 +552,18 @@ class HTTP1Server(ConnectionServer):
             await conn.flush()
         return True
 
-    async def _answer_awaited(self, conn: _Connection) -> None:
-        """Await the response to the request the poller's task began, and queue it."""
+    async def _answer_awaited(self, conn: _Connection) -> bool:
+        """Await the response to the request the poller's task began, and queue it; False if
+        the connection must end (the server began closing meanwhile)."""
         assert conn.awaiting is not None
         request, pending = conn.awaiting
         conn.awaiting = None
         response = await pending
-        conn.output.append(self._writer.render(response, http10=request.http10, close=False, head=False))
+        close = self._closing
+        conn.output.append(self._writer.render(response, http10=request.http10, close=close, head=False))
+        if close:
+            await conn.flush()
+        return not close
 
     def answer_inline(self, conn: _Connection) -> bool:
         """Answer the requests parsed on ``conn`` with the inline handler while it can, and
