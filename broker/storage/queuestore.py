@@ -27,8 +27,9 @@ queue_log = logging.getLogger("pynsqd.diskqueue")
 INLINE_SYNC_BELOW = 0.001
 #: Under ``--durable``, every publish waits for a sync: a segment is extended this far ahead
 #: of its data (blocks reserved, cut off when it is finished), so that most syncs write
-#: data only, with no size or block allocation to journal.
-DURABLE_PREALLOCATE = 1 << 20
+#: data only, with no size or block allocation to journal. Each durable queue being written
+#: holds up to this much more disk than its data.
+DURABLE_PREALLOCATE = 256 * 1024
 #: Records read per call when reading a stash back.
 _READ_BATCH = 4096
 

@@ -15,8 +15,9 @@ the disk does. What a user must see, as with nsqd 1.3.0:
 * once the filler is deleted every kind of publish works again, without a restart, and
   ``/ping`` answers ``OK`` after the first write that succeeds;
 * every message that got ``OK`` is delivered, and none that was refused; with ``--durable``
-  also after a SIGKILL while the disk is full and a restart once space is free (a start while
-  the disk is still full is refused with nsqd's FATAL line: ``nsqd.dat`` cannot be written).
+  also after a SIGKILL while the disk is full and a restart once space is free (that start cuts
+  off what the killed broker's segments held ahead of their data; after a graceful stop, a
+  start on a full disk is refused with nsqd's FATAL line: ``nsqd.dat`` cannot be written).
 
 Where a tmpfs cannot be mounted, ``tests/integration/test_disk_faults_injected.py`` runs the
 same publishers against an in-process broker whose disk refuses through ``diskqueue.fileops``.
@@ -103,14 +104,18 @@ async def test_a_full_disk_refuses_publishes_keeps_delivering_and_recovers(tmp_p
                 await publish_until(proc.tcp, proc.http, ledger, refusals=2)
                 await consumer.aclose()
                 proc.kill()
+                (disk / "filler").unlink()
+                # the first start recovers: it cuts off the zero bytes the killed broker's durable
+                # segments held ahead of their data, freeing their space; then a graceful stop
+                proc = BrokerProcess(disk / "data", *flags, log_path=tmp_path / "recovered.log").start()
+                assert proc.terminate() == 0
                 # a start on the full disk is refused, as nsqd refuses it: nsqd.dat cannot be written
-                fill(disk / "filler2", 0)
+                fill(disk / "filler", 0)
                 refused_start = run_to_exit(disk / "data", *flags)
                 assert (refused_start.status, refused_start.fatal_lines) == (1, [
                     f"failed to persist metadata - write {disk}/data/nsqd.dat.tmp: no space left on device"
                 ]), refused_start.output
                 (disk / "filler").unlink()
-                (disk / "filler2").unlink()
                 proc = BrokerProcess(disk / "data", *flags, log_path=tmp_path / "restarted.log").start()
                 consumer = await Consumer.subscribe(proc.tcp, "t", "c", delivered=consumer.delivered)
 
