@@ -119,7 +119,12 @@ class SegmentWriter:
         try:
             fileops.fallocate(fd, start, size - start)
         except OSError:
-            self._allocated = 0  # nothing is known past the data; a full disk refuses the write itself
+            # A refusal may have extended the file part of the way all the same: whatever is
+            # past the data is cut off with the rest (a full disk refuses the write itself).
+            try:
+                self._allocated = fileops.fstat(fd).st_size
+            except OSError:
+                self._allocated = size
             return
         self._allocated = size
 

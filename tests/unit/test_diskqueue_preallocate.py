@@ -197,3 +197,25 @@ async def test_a_full_disk_refuses_the_extension_and_the_write_alike(tmp_path):
     got = drain(q)
     await q.close()
     assert got[:2] == records(2) and got[-1] == records(1, 100)[0]
+
+
+async def test_an_extension_refused_half_way_is_cut_off_with_the_rest(tmp_path, warnings):
+    """A file system may extend the file part of the way before it refuses (a disk that fills
+    during the extension): the part is cut off at the roll like a whole one."""
+    def half_then_refuse(fd: int, offset: int, length: int) -> None:
+        os.posix_fallocate(fd, offset, length // 2)
+        raise OSError(28, "No space left on device")
+
+    previous = fileops.substitute({"fallocate": half_then_refuse})
+    try:
+        q = open_queue(tmp_path)
+        q.put_many(records(per_segment() + 2))  # rolls into segment 1
+        assert segment(tmp_path, 0).stat().st_size == data_end(per_segment())
+        await q.close()
+        assert segment(tmp_path, 1).stat().st_size == data_end(2)
+    finally:
+        fileops.substitute(previous)
+    q = open_queue(tmp_path)
+    assert drain(q) == records(per_segment() + 2)
+    await q.close()
+    assert warnings() == []
