@@ -102,13 +102,8 @@ class SpillQueue:
 
     def wrote(self, msgs: Sequence[Message]) -> None:
         """Ranked: ``msgs`` were appended to the disk queue (the floor and the levels follow)."""
-        if not msgs:
-            return
-        keys = list(map(self.memory.key, msgs))  # type: ignore[attr-defined]
-        low = min(keys)
-        if low < self.floor:
-            self.floor = low
-        self.disk_levels.update([k[0] for k in keys])
+        if msgs:
+            self.wrote_keys(list(map(self.memory.key, msgs)))  # type: ignore[attr-defined]
 
     def wrote_keys(self, keys: Sequence[Key]) -> None:
         """Ranked: records of these keys were appended to the disk queue."""

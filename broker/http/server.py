@@ -586,14 +586,11 @@ class HTTP1Server(ConnectionServer):
                 if content_length is None or content_length > _INLINE_BODY_BYTES:
                     return False
                 break
-            target = self._target(parsed.target)
-            if target is None:
+            request = self._request(conn, parsed)
+            if request is None:
                 return False
-            method = self._method(parsed.method)
             parts = parsed.parts
-            body = parts[0] if len(parts) == 1 else b"".join(parts)
-            request = Request(method, target[0], target[1], tuple(parsed.headers), parsed.content_length, conn.remote)
-            answer = inline(request, body)
+            answer = inline(request, parts[0] if len(parts) == 1 else b"".join(parts))
             if answer is None:
                 return False
             ready.popleft()
@@ -641,11 +638,15 @@ class HTTP1Server(ConnectionServer):
             self._targets[target] = found
         return found
 
-    def _method(self, raw: bytes) -> str:
-        method = self._methods.get(raw)
+    def _request(self, conn: _Connection, parsed: ParsedRequest) -> Request | None:
+        """The handler's view of a parsed request's head; None for a target with a bad escape."""
+        target = self._target(parsed.target)
+        if target is None:
+            return None
+        method = self._methods.get(parsed.method)
         if method is None:
-            method = self._methods[raw] = raw.decode("ascii", "replace")
-        return method
+            method = self._methods[parsed.method] = parsed.method.decode("ascii", "replace")
+        return Request(method, target[0], target[1], tuple(parsed.headers), parsed.content_length, conn.remote)
 
     def _start(self, conn: _Connection, parsed: ParsedRequest) -> tuple[Request, RequestBody] | None:
         """The handler's arguments for a request, or None when the server answers it itself
@@ -655,11 +656,10 @@ class HTTP1Server(ConnectionServer):
             conn.output.append(self._writer.render(_EXPECTATION_FAILED, http10=parsed.http10, close=True, head=False))
             conn.linger = not parsed.complete
             return None
-        target = self._target(parsed.target)
-        if target is None:
+        request = self._request(conn, parsed)
+        if request is None:
             self._answer_head_error(conn, _BAD_REQUEST)
             return None
-        request = Request(self._method(parsed.method), target[0], target[1], tuple(parsed.headers), parsed.content_length, conn.remote)
         return request, RequestBody(conn, parsed)
 
     async def _drain(self, parsed: ParsedRequest, body: RequestBody) -> bool:
