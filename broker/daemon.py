@@ -16,6 +16,7 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -35,6 +36,7 @@ from broker.storage import DataDirectory, DataPathError, MetadataLoadError, Meta
 if TYPE_CHECKING:
     from broker.http.api import HTTPServer
     from broker.observe.statsd_pusher import StatsdPusher
+    from broker.replication import Replicator
 
 __all__ = ["Daemon", "Addresses", "run"]
 
@@ -66,6 +68,12 @@ class Daemon:
         self.lookup: LookupClient | None = None
         self.https: HTTPServer | None = None
         self.statsd: StatsdPusher | None = None
+        self.replicator: Replicator | None = None
+        if options.replicas > 1:
+            from broker.replication import Replicator  # only when copies are kept on peers
+
+            self.replicator = Replicator(self.broker, Path(options.data_dir()))
+            self.tcp.replicas = self.replicator
         self._stop = trio.Event()
 
     def request_shutdown(self) -> None:
@@ -89,8 +97,9 @@ class Daemon:
                 await nursery.start(self.broker.run)
             tcp_listeners = await open_listeners(opts.tcp_address, "TCP")
             tcp_address = bound_address(tcp_listeners[0])
-            await nursery.start(self.tcp.serve, tcp_listeners)
-            log.info("TCP: listening on %s", describe_address(tcp_address))
+            if self.replicator is None:
+                await nursery.start(self.tcp.serve, tcp_listeners)
+                log.info("TCP: listening on %s", describe_address(tcp_address))
             http_address = https_address = None
             http_listeners = https_listeners = None
             if opts.http_address:
@@ -128,6 +137,12 @@ class Daemon:
             self.lookup = LookupClient(self.broker, Identity.of(opts, _port(tcp_address), _port(http_address)))
             self.broker.listen(self.lookup)
             await nursery.start(self.lookup.run)
+            if self.replicator is not None:
+                # consumers are served once the peers said what they took over from this node
+                await nursery.start(self.replicator.run, self.lookup.nodes, (opts.broadcast_address, tcp_port))
+                await self.replicator.catch_up()
+                await nursery.start(self.tcp.serve, tcp_listeners)
+                log.info("TCP: listening on %s", describe_address(tcp_address))
             statsd_scope = trio.CancelScope()
             if opts.statsd_address:
                 from broker.observe.statsd_pusher import StatsdPusher  # only with a statsd to push to

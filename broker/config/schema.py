@@ -338,6 +338,19 @@ class Options:
         bound=">=0",
     )
 
+    replicas: int = option(
+        1, INT, "replicas",
+        "nodes that hold each message before a publish is acknowledged: this one and replicas-1 "
+        "peers registered with the same nsqlookupd (1 = no copies)",
+        bound=">0",
+    )
+    replica_timeout: float = option(
+        5.0, DURATION, "replica-timeout",
+        "how long a node may be unreachable before a holder of its copies takes them over, "
+        "and how long a publish waits for its copies",
+        bound=">0",
+    )
+
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # the dataclass is frozen; normalise in place once
         for name in ("nsqlookupd_tcp_addresses", "auth_http_addresses"):

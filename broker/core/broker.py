@@ -28,7 +28,7 @@ from broker.config.options import Options
 from broker.core.channel import Channel
 from broker.core.dedup import KeyStore, TopicKeys, decode_record, encode_record, record_expiry
 from broker.core.guid import GuidFactory
-from broker.core.host import BrokerStorage, CoreHost, RegistryChange, RegistryListener, Subscriber
+from broker.core.host import BrokerStorage, Copies, CoreHost, RegistryChange, RegistryListener, Subscriber
 from broker.core.message import Message, decode_each, now_ns
 from broker.core.topic import Topic
 from broker.gocompat import go_quote_str
@@ -369,6 +369,9 @@ class Broker:
         ``--default-priority`` makes the topic rank its channels from then on.
         """
         ranks = self._ranks(topic, priorities) if priorities is not None else None
+        copies = self.host.replication.copies
+        if copies is not None and copies.replicas(topic.name) > 1:
+            return self._publish_copied(copies, topic, self._new_messages(bodies, defer_ns, ranks))
         if topic.wait_stored is not None or topic.name in self._starting or len(bodies) > PUBLISH_PIECE:
             return self._publish_in_pieces(topic, bodies, defer_ns, ranks=ranks)
         written = self._write_seq(topic)
@@ -414,14 +417,21 @@ class Broker:
             kept_keys = [key for key, new in zip(keys, stored) if new]
             if priorities is not None:
                 kept_priorities = [p for p, new in zip(priorities, stored) if new]
-        if topic_keys.commit is None:
+        copies = self.host.replication.copies
+        if kept and copies is not None and copies.replicas(topic.name) > 1:
+            ranks = self._ranks(topic, kept_priorities) if kept_priorities is not None else None
+            messages = self._new_messages(kept, defer_ns, ranks)
+            journaled = kept_keys if topic_keys.commit is not None else None
+            pending: Awaitable[None] = self._publish_copied(copies, topic, messages, journaled, expires)
+        elif topic_keys.commit is None:
             try:
-                pending = self.publish(topic, kept, defer_ns, kept_priorities) if kept else None
+                published = self.publish(topic, kept, defer_ns, kept_priorities) if kept else None
             except BaseException:
                 store.forget(topic_keys, keys, stored)
                 raise
-            if pending is None:
+            if published is None:
                 return duplicates, None
+            pending = published
         elif kept:
             ranks = self._ranks(topic, kept_priorities) if kept_priorities is not None else None
             pending = self._publish_in_pieces(topic, kept, defer_ns, kept_keys, expires, ranks)
@@ -460,31 +470,69 @@ class Broker:
         except DiskQueueError as exc:
             log.error("TOPIC(%s): could not cancel the keys of a failed publish: %s", topic.name, exc)
 
+    async def _publish_copied(self, copies: Copies, topic: Topic, messages: list[Message],
+                              keys: list[bytes] | None = None, expires: int = 0) -> None:
+        """A publish to a topic with replicas: ``messages`` are queued here once the other
+        nodes hold their copies (raises :class:`CopiesRefused` when too few do); the copies
+        are taken back if queueing them fails."""
+        await copies.store(topic.name, messages)
+        try:
+            await self._publish_in_pieces(topic, [], 0, keys, expires, messages=messages)
+        except BaseException:
+            copies.abandon(topic.name, messages)
+            raise
+
+    async def put_taken(self, topic_name: str, channels: list[str],
+                        messages: list[tuple[Message, list[str] | None]]) -> None:
+        """Queue messages taken over from a node that is gone (``--replicas``): the topic and
+        ``channels`` are created if missing (and so announced to nsqlookupd); a message
+        given None goes through the topic to every channel, one given channel names only to
+        those channels (the others had finished it). Returns once they are stored as any
+        publish is (on stable storage with ``--durable``)."""
+        topic = self.get_topic(topic_name)
+        for name in channels:
+            topic.get_channel(name)
+        whole = [msg for msg, only in messages if only is None]
+        if whole:
+            await self._publish_in_pieces(topic, [], 0, messages=whole)
+        touched = set()
+        for msg, only in messages:
+            for name in only or ():
+                channel = topic.get_channel(name)
+                if msg.due_ns:
+                    channel.put_deferred(msg.copy())
+                else:
+                    channel.put_many([msg.copy()])
+                touched.add(channel)
+        for channel in touched:
+            await channel.wait_durable()
+
     async def _publish_in_pieces(self, topic: Topic, bodies: list[bytes], defer_ns: int,
                                  keys: list[bytes] | None = None, expires: int = 0,
-                                 ranks: list[int | None] | None = None) -> None:
+                                 ranks: list[int | None] | None = None,
+                                 messages: list[Message] | None = None) -> None:
         starting = self._starting.get(topic.name)
         if starting is not None:
             await starting.wait()
         written = self._write_seq(topic)
         any_journaled = False
         try:
-            for start in range(0, len(bodies), PUBLISH_PIECE):
+            for start in range(0, len(messages) if messages is not None else len(bodies), PUBLISH_PIECE):
                 if start:
                     await trio.lowlevel.checkpoint()
                     if self.exiting or topic.exiting:
                         raise PublishStopped("exiting")  # nsqd's word for a put to a topic gone
                 end = start + PUBLISH_PIECE
-                messages = self._new_messages(bodies[start:end], defer_ns,
-                                              ranks[start:end] if ranks is not None else None)
+                piece = (messages[start:end] if messages is not None else
+                         self._new_messages(bodies[start:end], defer_ns, ranks[start:end] if ranks is not None else None))
                 if keys is None:
-                    topic.put_many(messages)
+                    topic.put_many(piece)
                     continue
                 piece_keys = keys[start:end]
-                journaled = self._journal_keys(topic, piece_keys, messages, expires)
+                journaled = self._journal_keys(topic, piece_keys, piece, expires)
                 any_journaled = any_journaled or journaled
                 try:
-                    topic.put_many(messages)
+                    topic.put_many(piece)
                 except BaseException:
                     if journaled:
                         self._cancel_keys(topic, piece_keys)

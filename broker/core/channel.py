@@ -131,6 +131,8 @@ class Channel(LeaseSettlement, DeadLetterCommands):
         self.memory = self.ready.memory
         self.buried: BuriedSet = self.retention.buried
         self.ranked = False
+        #: ids of messages another node took over (--replicas): skipped, not delivered
+        self.taken: set[bytes] | None = None
         self.retention.restore()
         self.retention.start(self.tasks)
 
@@ -322,6 +324,7 @@ class Channel(LeaseSettlement, DeadLetterCommands):
         deadline = now + client.msg_timeout
         sample_rate = client.sample_rate
         bury_after = self.bury_after
+        taken = self.taken
         room = client.output_room()
         dead = None
         skipped = None
@@ -330,9 +333,11 @@ class Channel(LeaseSettlement, DeadLetterCommands):
             msg = memory.popleft()
             if msg.shared:  # the topic's object, which other channels hold too: deliver our own
                 msg = msg.copy()
-            if (sample_rate and random.randrange(100) >= sample_rate) or msg.id in in_flight:
+            if ((sample_rate and random.randrange(100) >= sample_rate) or msg.id in in_flight
+                    or (taken is not None and msg.id in taken)):
                 # sampled out, or a second copy of a message in flight (a crash left both
-                # records in durable mode; the one in flight keeps or replaces its own)
+                # records in durable mode; the one in flight keeps or replaces its own), or
+                # one another node took over while this one was gone (--replicas)
                 if skipped is None:
                     skipped = []
                 skipped.append(msg)
@@ -409,6 +414,9 @@ class Channel(LeaseSettlement, DeadLetterCommands):
         return errors
 
     def _retire_finished(self, finished: list[Message]) -> None:
+        copies = self._host.replication.copies
+        if copies is not None:
+            copies.finished(self.topic_name, self.name, [m.id for m in finished])
         now = now_ns()
         latencies = [now - m.timestamp for m in finished]
         self.retention.retire(finished)

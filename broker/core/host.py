@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from broker.core.message import Message
     from diskqueue import DiskQueue
 
-__all__ = ["BrokerStorage", "CoreHost", "MetadataStore", "PeerState", "QueueStore", "RegistryChange",
-           "RegistryListener", "Subscriber"]
+__all__ = ["BrokerStorage", "Copies", "CopiesRefused", "CoreHost", "MetadataStore", "PeerState", "QueueStore",
+           "RegistryChange", "RegistryListener", "ReplicationHook", "Subscriber"]
 
 
 class Subscriber(Protocol):
@@ -169,6 +169,48 @@ class RegistryListener(Protocol):
     def peer_states(self) -> list[PeerState]: ...
 
 
+class CopiesRefused(Exception):
+    """A publish could not be stored on as many nodes as its topic's replicas; the message says how many took it."""
+
+
+class Copies(Protocol):
+    """Replication as the core sees it (``--replicas``, :mod:`broker.replication`).
+
+    A publish to a topic with more than one replica waits for :meth:`store` (its messages,
+    ids given, held by that many nodes) before it is queued here; :meth:`abandon` takes
+    back the copies of messages that were then not queued. Channels report what they
+    finished, so that the other holders can drop their copies.
+    """
+
+    def replicas(self, topic: str) -> int: ...
+
+    async def store(self, topic: str, messages: list[Message]) -> None:
+        """Returns once every copy is held; raises :class:`CopiesRefused`."""
+        ...
+
+    def abandon(self, topic: str, messages: list[Message]) -> None: ...
+
+    def finished(self, topic: str, channel: str, ids: list[bytes]) -> None: ...
+
+    def counters(self, topic: str) -> tuple[int, int, int, int, int]:
+        """For ``/stats``: replicas, copies held for other nodes, copies waiting for
+        confirmation, messages taken over, publishes refused."""
+        ...
+
+    def node_stats(self) -> dict:
+        """For ``/stats``: the node's id, its peers and the copies it holds, as JSON values."""
+        ...
+
+
+class ReplicationHook:
+    """Where the broker's :class:`Copies` is found once replication starts (None: no replication)."""
+
+    __slots__ = ("copies",)
+
+    def __init__(self) -> None:
+        self.copies: Copies | None = None
+
+
 def _nobody_listens(change: RegistryChange) -> None:
     pass
 
@@ -190,6 +232,8 @@ class CoreHost:
     #: the channels that may have in-flight or deferred messages (each adds itself when one
     #: of its timer heaps gets an entry; the owner's scanner removes those that have none)
     timed: set[Any] = field(default_factory=set)
+    #: replication, once started: channels report their finished messages to it
+    replication: ReplicationHook = field(default_factory=ReplicationHook)
 
     def latency_stream(self) -> LatencyStream:
         """A new end-to-end latency stream as the options configure it."""

@@ -83,6 +83,8 @@ class Topic:
         #: a message with a priority of its own was published: every channel ranks (see
         #: :mod:`broker.core.ranking`); kept in the metadata file
         self.ranked = False
+        #: ids of messages another node took over (--replicas), shared with every channel
+        self.taken: set[bytes] | None = None
         self._pump_waiting = False  # the pump waits for a disk that refused a write
         #: the keys of keyed publishes (see :mod:`broker.core.dedup`), made by the first
         self.keys: TopicKeys | None = None
@@ -186,6 +188,14 @@ class Topic:
             if keys.journal is not None:
                 keys.journal.delete()
 
+    def skip_taken(self, ids: list[bytes]) -> None:
+        """Never deliver the messages ``ids`` from here: another node took them over (``--replicas``)."""
+        if self.taken is None:
+            self.taken = set()
+            for channel in self.channels.values():
+                channel.taken = self.taken
+        self.taken.update(ids)
+
     def rank(self) -> bool:
         """Have every channel deliver in (priority, arrival) order from now on; True if the topic
         did not before (the metadata file must then say so)."""
@@ -212,6 +222,7 @@ class Topic:
             channel = Channel(self.name, name, self._host, topic_e2e=self.e2e,
                               on_empty=lambda: self.delete_channel(name), upstream=self)
             self.channels[name] = channel
+            channel.taken = self.taken
             if self.ranked:
                 channel.rank(self._host.options.default_priority)
             if not restored or len(self.channels) == 1:

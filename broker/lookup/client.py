@@ -135,6 +135,32 @@ class LookupClient:
             log.warning("failed to query nsqlookupd for channels to pre-create for topic %s - %s", topic, exc)
             return []
 
+    async def nodes(self) -> set[tuple[str, int]] | None:
+        """``(broadcast address, TCP port)`` of every node the lookupds list (``/nodes``), this
+        one among them once registered; the lookupds that fail are left out (None: all did, or
+        none is connected yet)."""
+        from broker.lookup.topic_channels import LookupHTTPError, get_nodes
+
+        options = self._broker.options
+        found: set[tuple[str, int]] = set()
+        answered = False
+
+        async def ask(address: str) -> None:
+            nonlocal answered
+            try:
+                found.update(await get_nodes(address, options.http_client_connect_timeout,
+                                             options.http_client_request_timeout))
+                answered = True
+            except LookupHTTPError as exc:
+                log.debug("LOOKUP: %s", exc)
+
+        async with trio.open_nursery() as nursery:
+            for link in self._links.values():
+                address = link.peer.info.http_address() if link.peer.info is not None else None
+                if address:
+                    nursery.start_soon(ask, address)
+        return found if answered else None
+
     def peer_states(self) -> list[PeerState]:
         """Each configured lookupd and whether it is connected and identified."""
         return [PeerState(address, link.peer.connected) for address, link in self._links.items()]

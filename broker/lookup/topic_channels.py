@@ -17,7 +17,7 @@ import trio
 from broker.gocompat import go_quote_str, go_unmarshal
 from broker.lookup.peer import split_address
 
-__all__ = ["LookupHTTPError", "get_topic_channels", "query_topic_channels"]
+__all__ = ["LookupHTTPError", "get_nodes", "get_topic_channels", "query_topic_channels"]
 
 log = logging.getLogger("pynsqd.lookup")
 
@@ -34,6 +34,31 @@ class LookupHTTPError(OSError):
 async def get_topic_channels(address: str, topic: str, connect_timeout: float, request_timeout: float) -> list[str]:
     """The channels lookupd at ``address`` (``host:port``) knows for ``topic``; raises :class:`LookupHTTPError`."""
     target = f"/channels?topic={quote(topic, safe='')}"
+    body = await _get(address, target, connect_timeout, request_timeout)
+    try:
+        channels = go_unmarshal(body)["channels"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LookupHTTPError(f"bad answer from http://{address}{target}: {exc}") from exc
+    if not isinstance(channels, list):
+        return []
+    return [name for name in channels if isinstance(name, str)]
+
+
+async def get_nodes(address: str, connect_timeout: float, request_timeout: float) -> list[tuple[str, int]]:
+    """The ``(broadcast_address, tcp_port)`` of every node lookupd at ``address`` lists in ``/nodes``;
+    raises :class:`LookupHTTPError`."""
+    target = "/nodes"
+    body = await _get(address, target, connect_timeout, request_timeout)
+    try:
+        producers = go_unmarshal(body)["producers"]
+        return [(p["broadcast_address"], int(p["tcp_port"])) for p in producers or ()
+                if isinstance(p, dict) and isinstance(p.get("broadcast_address"), str)]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LookupHTTPError(f"bad answer from http://{address}{target}: {exc}") from exc
+
+
+async def _get(address: str, target: str, connect_timeout: float, request_timeout: float) -> bytes:
+    """The body of lookupd's 200 answer to ``GET target``; raises :class:`LookupHTTPError`."""
     if _CONTROL.search(address):  # Go's url.Parse refuses them; the name resolver would stop at a NUL
         raise LookupHTTPError(f"parse {go_quote_str(f'http://{address}{target}')}: "
                               "net/url: invalid control character in URL")
@@ -51,13 +76,7 @@ async def get_topic_channels(address: str, topic: str, connect_timeout: float, r
             raise LookupHTTPError(f"Get \"http://{address}{target}\": {str(exc) or 'i/o timeout'}") from exc
     if status != 200:
         raise LookupHTTPError(f"got response {status} from http://{address}{target}")
-    try:
-        channels = go_unmarshal(body)["channels"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise LookupHTTPError(f"bad answer from http://{address}{target}: {exc}") from exc
-    if not isinstance(channels, list):
-        return []
-    return [name for name in channels if isinstance(name, str)]
+    return body
 
 
 async def query_topic_channels(addresses: list[str], topic: str, connect_timeout: float,

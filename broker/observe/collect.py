@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from broker.config.options import NSQD_COMPAT_VERSION
+from broker.core.host import Copies
 from broker.core.latency import HistogramStats
 from broker.gocompat import SECOND
 from broker.observe.health import health_text
@@ -33,6 +34,7 @@ from broker.observe.stats import (
     ClientStats,
     E2eStats,
     KeyStats,
+    ReplicaStats,
     Snapshot,
     TopicStats,
 )
@@ -115,7 +117,7 @@ def _channel_stats(channel: ChannelSource, include_clients: bool, topic_filter: 
     )
 
 
-def _topic_stats(topic: TopicSource, channels: tuple[ChannelStats, ...]) -> TopicStats:
+def _topic_stats(topic: TopicSource, channels: tuple[ChannelStats, ...], copies: Copies | None = None) -> TopicStats:
     # nsqd aggregates the topic's latency from its channels' streams: none without channels.
     e2e = _e2e_from(topic.e2e) if topic.channels else NO_E2E
     return TopicStats(
@@ -129,6 +131,7 @@ def _topic_stats(topic: TopicSource, channels: tuple[ChannelStats, ...]) -> Topi
         e2e_processing_latency=e2e,
         keys=None if topic.keys is None else KeyStats(topic.keys.received, topic.keys.duplicates,
                                                       len(topic.keys.held)),
+        replication=None if copies is None else ReplicaStats(*copies.counters(topic.name)),
     )
 
 
@@ -162,13 +165,15 @@ def snapshot(
     topic = topic or ""
     channel = channel or ""
     memory = memory_stats() if include_mem else None
+    copies = broker.host.replication.copies
     uptime_ns = max(0, time.time_ns() - broker.start_time * SECOND)
     percentiles = tuple(broker.options.e2e_processing_latency_percentiles)
     header = functools.partial(Snapshot, version=NSQD_COMPAT_VERSION, health=health_text(broker),
                                start_time=int(broker.start_time), uptime_ns=uptime_ns, memory=memory,
                                percentiles=percentiles, lookupd_peers=_lookupd_peers(broker),
                                transports=_transports(broker.clients), keys_held=broker.keys.held,
-                               keys_evicted=broker.keys.evicted)
+                               keys_evicted=broker.keys.evicted,
+                               replication=None if copies is None else copies.node_stats())
     if topic:
         found = broker.topics.get(topic)
         if found is None:
@@ -186,7 +191,7 @@ def snapshot(
         else:
             channels = (t.channels[name] for name in sorted(t.channels))
         channel_stats = tuple(_channel_stats(c, include_clients, topic) for c in channels)
-        topic_stats.append(_topic_stats(t, channel_stats))
+        topic_stats.append(_topic_stats(t, channel_stats, copies))
     producers = None
     if include_clients:
         # Connection order, where nsqd walks a sync.Map (no defined order).

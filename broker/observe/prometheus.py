@@ -150,6 +150,7 @@ def families(snap: Snapshot) -> list[Metric]:
 
     out += _topic_families(topics)
     out += _key_families(snap, topics)
+    out += _replica_families(topics)
     channels = [(t, c) for t in topics for c in t.channels]
     out += _channel_families(channels)
     out += _latency_families(snap.percentiles, topics, channels)
@@ -223,6 +224,26 @@ def _key_families(snap: Snapshot, topics: Sequence[TopicStats]) -> list[Metric]:
                        "--dedup-max-keys (counter; pynsqd).", ())
     evicted.add_metric([], snap.keys_evicted)
     return [keyed, duplicates, held, all_held, evicted]
+
+
+def _replica_families(topics: Sequence[TopicStats]) -> list[Metric]:
+    """pynsqd's replication, per topic, on a node that keeps copies (``--replicas`` > 1)."""
+    replicas = _gauge("nsq_topic_replicas", "Nodes that hold each message of the topic before a publish is "
+                      "acknowledged (pynsqd).", ("topic",))
+    held = _gauge("nsq_topic_copies_held", "Copies of the topic's messages this node holds for other nodes "
+                  "(pynsqd).", ("topic",))
+    waiting = _gauge("nsq_topic_copies_waiting", "Copies sent to other nodes and not yet confirmed (pynsqd).",
+                     ("topic",))
+    takeovers = _untyped("nsq_topic_takeovers", "Messages of the topic taken over from nodes that were gone "
+                         "(counter; pynsqd).", ("topic",))
+    refused = _untyped("nsq_topic_publishes_refused", "Publishes to the topic refused because too few nodes took "
+                       "a copy (counter; pynsqd).", ("topic",))
+    families: list[GaugeMetricFamily | UnknownMetricFamily] = [replicas, held, waiting, takeovers, refused]
+    for t in topics:
+        if t.replication is not None:
+            for family, value in zip(families, t.replication):
+                family.add_metric([t.topic_name], value)
+    return list(families) if any(t.replication is not None for t in topics) else []
 
 
 def _channel_families(channels: Sequence[tuple[TopicStats, ChannelStats]]) -> list[Metric]:

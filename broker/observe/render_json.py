@@ -89,6 +89,8 @@ def _topic_document(topic: TopicStats) -> dict[str, Any]:
     if topic.keys is not None:
         # pynsqd's keyed publishes, after nsqd's keys, only for a topic that had one
         doc["keyed_count"], doc["duplicate_count"], doc["keys_held"] = topic.keys
+    if topic.replication is not None:  # pynsqd's replication, only on a node that keeps copies
+        doc["replication"] = topic.replication._asdict()
     return doc
 
 
@@ -108,6 +110,8 @@ def stats_document(snap: Snapshot) -> dict[str, Any]:
     if snap.memory is not None:
         doc["memory"] = memory_document(snap.memory)
     doc["producers"] = None if snap.producers is None else [_client_document(c) for c in snap.producers]
+    if snap.replication is not None:  # pynsqd's, after nsqd's keys, only on a node that keeps copies
+        doc["replication"] = snap.replication
     return doc
 
 

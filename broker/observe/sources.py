@@ -11,7 +11,7 @@ from collections.abc import Collection, Mapping, Sequence, Sized
 from typing import Any, Protocol, SupportsInt
 
 from broker.config.options import Options
-from broker.core.host import RegistryListener
+from broker.core.host import CoreHost, RegistryListener
 
 __all__ = ["LatencySource", "ClientSource", "QueueSource", "ChannelSource", "TopicSource", "BrokerSource"]
 
@@ -152,3 +152,5 @@ class BrokerSource(Protocol):
     def listeners(self) -> Sequence[RegistryListener]: ...
     @property
     def keys(self) -> KeyStoreSource: ...
+    @property
+    def host(self) -> CoreHost: ...

@@ -114,6 +114,18 @@ class TopicStats:
     #: pynsqd's keyed publishes (None: the topic never had one): keyed messages published,
     #: how many of them were duplicates (not stored), keys remembered now
     keys: KeyStats | None = None
+    #: pynsqd's replication (None: the node keeps no copies, ``--replicas`` 1)
+    replication: ReplicaStats | None = None
+
+
+class ReplicaStats(NamedTuple):
+    """A topic's replication (see :mod:`broker.replication`)."""
+
+    replicas: int
+    copies_held: int
+    copies_waiting: int
+    takeovers: int
+    publishes_refused: int
 
 
 class KeyStats(NamedTuple):
@@ -177,6 +189,8 @@ class Snapshot:
     #: publish keys remembered over all topics, and those forgotten early (--dedup-max-keys)
     keys_held: int = 0
     keys_evicted: int = 0
+    #: the node's replication (None: ``--replicas`` 1): its id, its peers, the copies it holds
+    replication: dict | None = None
 
 
 def percentile_suffix(quantile: float) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from functools import lru_cache, partial
 
 from .base10 import ms_to_duration_ns, parse_base10, to_int64
-from .bodies import AUTH_BODY, DPUB_BODY, IDENTIFY_BODY, PUB_BODY, KeyedMpubBody, MpubBody, SizedBody
+from .bodies import AUTH_BODY, DPUB_BODY, IDENTIFY_BODY, PUB_BODY, BodySpec, KeyedMpubBody, MpubBody, SizedBody
 from .commands import Auth, Cls, Dpub, Fin, FinRun, Identify, Nop, Pub, Rdy, Req, Sub, Touch
 from .errors import ProtocolError
 from .finrun import FIN_LINE, fin_ids, fin_run_end, new_fins
@@ -36,6 +36,7 @@ from .lease import LEASE_OPS, Lease, is_valid_lease_token
 from .limits import Limits
 from .names import go_quote, is_valid_name
 from .priorities import PRIORITY_SIZE
+from .replica import Repl
 from .state import IGNORED_MOVES, LEGAL_STATES, State
 
 __all__ = ["ServerConnection", "LINE_TOO_LONG", "finish_identify"]
@@ -91,7 +92,7 @@ class ServerConnection:
     """
 
     __slots__ = (
-        "limits", "state", "heartbeats_enabled", "tls_required", "fin_runs", "keyed", "prioritised",
+        "limits", "state", "heartbeats_enabled", "tls_required", "fin_runs", "keyed", "prioritised", "replica",
         "_buf", "_whole", "_searched", "_magic_seen", "_body", "_error", "_eof", "_paused", "_limited",
     )
 
@@ -108,6 +109,8 @@ class ServerConnection:
         #: priorities were negotiated (:mod:`broker.protocol.priorities`): every message may be
         #: a priority longer than ``limits.max_msg_size`` (the owner checks the body)
         self.prioritised = False
+        #: the node-to-node role was negotiated (:mod:`broker.protocol.replica`): REPL is a command
+        self.replica = False
         # Received bytes not parsed yet. A chunk that arrives when nothing is
         # pending is kept as is (_whole) and parsed in place without a copy;
         # anything else accumulates in _buf, where appending is amortised O(1)
@@ -482,6 +485,11 @@ class ServerConnection:
             raise _invalid(f"DPUB timeout {defer_ms} out of range 0-{max_req_timeout_ms}")
         self._body = SizedBody(DPUB_BODY, self._max_message(), partial(Dpub, topic, defer_ns // _NS_PER_MS))
 
+    def _repl(self, params: list[bytes]) -> None:
+        if not self.replica:
+            raise ProtocolError.with_raw_description("E_INVALID", b"invalid command REPL")
+        self._body = SizedBody(REPL_BODY, self.limits.max_body_size * 2 + (1 << 20), Repl)
+
     def _max_message(self) -> int:
         """The longest PUB or DPUB body: a message, and on a keyed or prioritised connection its
         key and priority too."""
@@ -503,4 +511,7 @@ _HANDLERS = {
     b"PUB": ServerConnection._pub,
     b"MPUB": ServerConnection._mpub,
     b"DPUB": ServerConnection._dpub,
+    b"REPL": ServerConnection._repl,
 }
+
+REPL_BODY = BodySpec("REPL", "E_BAD_BODY", "body", "body", too_big_first=False)

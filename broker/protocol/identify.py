@@ -57,6 +57,8 @@ IDENTIFY_FIELDS: dict[str, _FieldKind] = {
     "publish_keys": bool,
     # pynsqd's prioritised messages (broker/protocol/priorities.py)
     "priorities": bool,
+    # pynsqd's node-to-node role (broker/protocol/replica.py)
+    "replica": str,
 }
 
 

@@ -20,10 +20,12 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from broker import protocol as p
+from broker.core.host import CopiesRefused
 from broker.gocompat import MILLISECOND
 from broker.protocol import ProtocolError
 from broker.protocol.keys import DUPLICATE, cut_message
 from broker.protocol.priorities import PRIORITY_SIZE, split_priorities
+from broker.protocol.replica import Repl
 from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
@@ -314,8 +316,15 @@ def split_keys(verb: str, raw: list[bytes], max_msg_size: int) -> tuple[list[byt
     return keys, bodies
 
 
+def repl(broker: Broker, client: Client, cmd: Repl) -> Answer:
+    """REPL from a peer node (only parsed on such a connection): its replication answers."""
+    assert client.replicas is not None and client.replica is not None
+    return client.replicas.receive(client.replica, cmd.body)
+
+
 def _publish_failed(verb: str, exc: Exception) -> ProtocolError:
-    return ProtocolError(f"E_{verb}_FAILED", f"{verb} failed {exc}")
+    # too few copies (--replicas) is the cluster's state, not the connection's: it stays open
+    return ProtocolError(f"E_{verb}_FAILED", f"{verb} failed {exc}", fatal=not isinstance(exc, CopiesRefused))
 
 
 SYNC_HANDLERS: dict[type, SyncHandler] = {
@@ -338,4 +347,5 @@ ANSWER_HANDLERS: dict[type, AnswerHandler] = {
     p.Mpub: mpub,
     p.KeyedMpub: keyed_mpub,
     p.Dpub: dpub,
+    Repl: repl,
 }

@@ -21,7 +21,8 @@ import logging
 import math
 import os
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -30,6 +31,7 @@ from broker.protocol import HEARTBEAT_FRAME, OK_FRAME, ProtocolError, State, enc
 from broker.protocol.keys import DEDUP_WINDOW_FIELD, KEYS_IDENTIFY_FIELD
 from broker.protocol.lease import LEASE_IDENTIFY_FIELD, is_valid_lease_token
 from broker.protocol.priorities import DEFAULT_PRIORITY_FIELD, PRIORITIES_IDENTIFY_FIELD
+from broker.protocol.replica import REPLICA_IDENTIFY_FIELD, is_valid_node_id
 from broker.server.output import OutputBuffer
 from broker.server.tls import describe_session
 
@@ -44,7 +46,7 @@ if TYPE_CHECKING:
     from broker.server.flush import Flusher
     from broker.server.upgrade import Upgrade
 
-__all__ = ["Client"]
+__all__ = ["Client", "ReplicaReceiver"]
 
 log = logging.getLogger("pynsqd.client")
 
@@ -55,6 +57,20 @@ MIN_OUTPUT_BUFFER_SIZE = 64
 DEFAULT_DEFLATE_LEVEL = 6
 #: Seconds to try telling a client its TLS handshake failed, in plain text as nsqd does.
 UPGRADE_ERROR_GRACE = 1.0
+
+class ReplicaReceiver(Protocol):
+    """The node's replication as its TCP server sees it (:mod:`broker.replication`): the
+    connections of peer nodes (the node-to-node role, :mod:`broker.protocol.replica`) open,
+    send ``REPL`` bodies, and close."""
+
+    node_id: str
+
+    def opened(self, peer: str, link: object) -> None: ...
+
+    def receive(self, peer: str, body: bytes) -> bytes | Awaitable[bytes]: ...
+
+    def closed(self, peer: str, link: object) -> None: ...
+
 
 def _identify_seconds(data: dict, key: str, low: float, high: float, what: str, *,
                       can_disable: bool = True) -> float | None:
@@ -137,6 +153,10 @@ class Client:
         self.deflate_level = 0
         # AUTH: the secret the client sent and what the auth server answered
         self.authd: AuthClient | None = None
+        #: the node's replication (None: it does not replicate), and the peer node this
+        #: connection comes from once IDENTIFY negotiated the node-to-node role
+        self.replicas: ReplicaReceiver | None = None
+        self.replica: str | None = None
         self.auth_secret = ""
         self.auth_state: AuthState | None = None
         # the raw socket while the connection is plain: sends count the bytes handed over
@@ -195,6 +215,12 @@ class Client:
             self.publish_keys = True
         if data.get(PRIORITIES_IDENTIFY_FIELD):
             self.priorities = True
+        replica = data.get(REPLICA_IDENTIFY_FIELD)
+        if replica is not None and self.replicas is not None and self.replica is None:
+            if not is_valid_node_id(replica) or replica == self.replicas.node_id:
+                raise ProtocolError("E_BAD_BODY", f"IDENTIFY replica ({json.dumps(replica)}) is invalid")
+            self.replica = replica
+            self.replicas.opened(replica, self)
 
         self.feature_negotiation = bool(data.get("feature_negotiation"))
         self.wake_timers()
@@ -245,6 +271,8 @@ class Client:
         if self.publish_keys:  # the same for keyed publishes
             answer[KEYS_IDENTIFY_FIELD] = True
             answer[DEDUP_WINDOW_FIELD] = round(opts.dedup_window * 1000)
+        if self.replica is not None and self.replicas is not None:
+            answer[REPLICA_IDENTIFY_FIELD] = self.replicas.node_id
         if self.priorities:
             answer[PRIORITIES_IDENTIFY_FIELD] = True
             answer[DEFAULT_PRIORITY_FIELD] = opts.default_priority

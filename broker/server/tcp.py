@@ -41,7 +41,7 @@ from broker.config.tls import TLS_NOT_REQUIRED
 from broker.protocol import FinRun, Identify, ProtocolError, ServerConnection, finish_identify
 from broker.server.commands import ANSWER_HANDLERS, SYNC_HANDLERS, fin_run
 from broker.server.compression import MAX_PIECE, CompressionError
-from broker.server.connection import Client
+from broker.server.connection import Client, ReplicaReceiver
 from broker.server.flush import Flusher
 from broker.server.net import ConnectionServer, peer_address
 from broker.server.poller import ReadPoller
@@ -77,6 +77,7 @@ class TCPServer(ConnectionServer):
         self._client_numbers = 0
         self.ssl_context = ssl_context  # None: IDENTIFY answers tls_v1 false
         self.authd = authd  # None: AUTH is disabled
+        self.replicas: ReplicaReceiver | None = None  # set when the node replicates (--replicas)
         self.flusher = Flusher()  # sends what other tasks queue for the connections
 
     def start_beside(self, nursery: trio.Nursery) -> None:
@@ -100,6 +101,7 @@ class TCPServer(ConnectionServer):
         client = Client(broker, stream, remote, self._client_numbers)
         client.ssl_context = self.ssl_context
         client.authd = self.authd
+        client.replicas = self.replicas
         client.flusher = self.flusher
         conn = ServerConnection(broker.limits)
         conn.fin_runs = True
@@ -124,6 +126,8 @@ class TCPServer(ConnectionServer):
                 client.close_soon()
         finally:
             broker.clients.discard(client)
+            if client.replica is not None and client.replicas is not None:
+                client.replicas.closed(client.replica, client)
             if client.channel is not None:
                 client.channel.remove_client(client)
             if client.unapplied:  # an answer the connection did not live to await
@@ -357,6 +361,7 @@ class TCPServer(ConnectionServer):
                 conn.heartbeats_enabled = client.heartbeat_interval > 0
                 conn.keyed = client.publish_keys  # a message's key comes before its body
                 conn.prioritised = client.priorities  # and its priority
+                conn.replica = client.replica is not None  # REPL from a peer node
                 if client.upgrade is not None:
                     # what follows IDENTIFY belongs to the upgraded stream
                     client.upgrade.leftover = conn.take_trailing_data()

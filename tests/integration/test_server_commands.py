@@ -12,6 +12,7 @@ import trio
 
 from broker import protocol as p
 from broker.protocol import encode_auth, encode_dpub, encode_fin, encode_mpub, encode_nop, encode_pub, encode_rdy
+from broker.protocol.replica import Repl
 from broker.server.commands import ANSWER_HANDLERS, SYNC_HANDLERS
 from tests.support.diskfaults import FaultyDisk
 from tests.support.http_client import request
@@ -20,7 +21,7 @@ from tests.support.v2client import connect, subscriber
 
 def test_every_command_has_one_handler_and_a_publish_costs_no_coroutine_unless_it_waits():
     commands = {p.Identify, p.Auth, p.Sub, p.Pub, p.Mpub, p.KeyedMpub, p.Dpub, p.Rdy, p.Fin, p.Req, p.Touch, p.Cls, p.Nop,
-                p.Lease}
+                p.Lease, Repl}
     assert set(SYNC_HANDLERS) | set(ANSWER_HANDLERS) == commands
     assert not set(SYNC_HANDLERS) & set(ANSWER_HANDLERS)
     waiting = {kind for kind, handler in ANSWER_HANDLERS.items() if inspect.iscoroutinefunction(handler)}

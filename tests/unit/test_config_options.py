@@ -592,8 +592,9 @@ def test_get_config_value_unknown(name):
 def test_config_names_are_nsqds_plus_pynsqds():
     assert "id" in CONFIG_NAMES and "node_id" not in CONFIG_NAMES
     assert {"nsqlookupd_tcp_addresses", "auth_http_addresses", "e2e_processing_latency_percentiles"} <= set(CONFIG_NAMES)
-    assert {"durable", "max_attempts", "dedup_window", "dedup_max_keys", "default_priority"} <= set(CONFIG_NAMES)
-    assert len(CONFIG_NAMES) == 49 + 5
+    assert {"durable", "max_attempts", "dedup_window", "dedup_max_keys", "default_priority",
+            "replicas", "replica_timeout"} <= set(CONFIG_NAMES)
+    assert len(CONFIG_NAMES) == 49 + 7
 
 
 # --------------------------------------------------------------------------- --help

@@ -1,0 +1,329 @@
+"""This node's connection to one peer, in the node-to-node role (:mod:`broker.protocol.replica`).
+
+A :class:`PeerLink` dials the peer's TCP port, sends the V2 magic and an IDENTIFY naming
+this node (``"replica"``), learns the peer's node id from the answer, says HELLO (the
+answer says what the peer took over from this node while it was gone) and then sends
+``REPL`` frames, each carrying every request queued since the last one. At most
+:data:`MAX_OUTSTANDING` frames wait for their answers at once, so requests that arrive
+meanwhile share the next frame (and, with ``--durable``, the peer's next fsync).
+
+Two kinds of request: :meth:`PeerLink.request` is answered (a waiter learns the outcome;
+the link breaking fails it), :meth:`PeerLink.post` is delivered at least once (kept until
+the frame carrying it is answered, and sent again after a reconnect). The peer's
+heartbeats are answered with NOP; a peer silent for two heartbeats and a second is gone,
+and the link dials again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from broker.protocol import MAGIC_V2
+from broker.protocol.commands import encode_identify, encode_nop
+from broker.protocol.replica import REPLICA_IDENTIFY_FIELD, encode_repl, is_valid_node_id
+from broker.replication.wire import HELLO, FrameReader, WireError, pack, unpack
+
+__all__ = ["PeerLink", "Waiter", "MAX_OUTSTANDING", "HEARTBEAT"]
+
+log = logging.getLogger("pynsqd.replication")
+
+#: Frames sent and not yet answered, at most.
+MAX_OUTSTANDING = 2
+#: Seconds between the peer's heartbeats (the least IDENTIFY may ask for).
+HEARTBEAT = 1.0
+#: Estimated bytes of requests kept for a peer that is unreachable, at most.
+MAX_BACKLOG = 64 << 20
+#: Estimated bytes of requests one frame carries before the rest waits for the next.
+FRAME_BUDGET = 1 << 20
+_READ_SIZE = 65536
+_MAX_FRAME = 64 << 20
+_HEARTBEAT_DATA = b"_heartbeat_"
+
+
+class LinkBroken(Exception):
+    """The connection to the peer failed or the peer refused the role."""
+
+
+class Waiter:
+    """The outcome of one answered request: ``error`` None once applied."""
+
+    __slots__ = ("done", "error", "extra")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.error: str | None = None
+        self.extra: Any = None
+
+    def settle(self, error: str | None, extra: Any = None) -> None:
+        if not self.done.is_set():
+            self.error = error
+            self.extra = extra
+            self.done.set()
+
+
+class PeerLink:
+    """The link to the node at ``address``; :meth:`run` keeps it up until cancelled."""
+
+    def __init__(self, address: tuple[str, int], node_id: str, connect_timeout: float,
+                 on_hello: Callable[[PeerLink, Any], None], on_connected: Callable[[PeerLink], None]):
+        self.address = address
+        self.me = node_id
+        self.peer_id: str | None = None  # learned from the peer's IDENTIFY answer
+        self.connected = False
+        self.tried = trio.Event()  # the first attempt ended (connected, or failed)
+        self.cancel_scope = trio.CancelScope()
+        self._connect_timeout = connect_timeout
+        self._on_hello = on_hello
+        self._on_connected = on_connected
+        self._requests: list[tuple[list, int, Waiter | None]] = []  # queued, not yet sent
+        self._posted: list[tuple[list, int]] = []  # sent again after a reconnect until answered
+        self._sent: dict[int, tuple[list[Waiter], list[tuple[list, int]]]] = {}
+        self._seq = 0
+        self._wake = trio.Event()
+        self._nop_due = False
+        self._last_heard = 0.0
+        self._early: list[tuple[int, bytes]] = []
+        self._backlog = 0  # estimated bytes of the requests posted and not yet answered
+        self._stream: trio.SocketStream | None = None  # while connected
+        self._sending = False  # a task is sending on the stream
+
+    def __str__(self) -> str:
+        return f"{self.address[0]}:{self.address[1]}"
+
+    # ---------------------------------------------------------------- requests
+
+    def request(self, req: list, size: int = 0, *, inline: bool = False) -> Waiter:
+        """Queue ``req``; the waiter is settled by the peer's answer, or fails with the link.
+        ``inline``: the caller sends it with :meth:`flush` (the writer is not woken)."""
+        waiter = Waiter()
+        if not self.connected:
+            waiter.settle("not connected")
+            return waiter
+        self._requests.append((req, size, waiter))
+        if not inline:
+            self._wake.set()
+        return waiter
+
+    async def flush(self) -> None:
+        """Send what is queued from the calling task when the link is free to (which saves
+        waking the writer); else leave it to the writer."""
+        stream = self._stream
+        if stream is None or self._sending or len(self._sent) >= MAX_OUTSTANDING:
+            self._wake.set()
+            return
+        if not (self._requests or self._posted):
+            return
+        self._sending = True
+        try:
+            with trio.CancelScope(shield=True):  # a send cut short would leave half a frame
+                await stream.send_all(self._next_repl())
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass  # the reader sees the connection end, and the link fails what waits
+        finally:
+            self._sending = False
+            if self._requests or self._posted or self._nop_due:
+                self._wake.set()  # what came meanwhile goes with the writer
+
+    def post(self, req: list, size: int = 0) -> None:
+        """Queue ``req`` to be delivered at least once, across reconnects (while the peer is
+        unreachable, the oldest are forgotten past :data:`MAX_BACKLOG` bytes)."""
+        self._requests.append((req, size, None))
+        self._backlog += size + 64
+        if not self.connected and self._backlog > MAX_BACKLOG:
+            self._forget_oldest()
+        self._wake.set()
+
+    def _forget_oldest(self) -> None:
+        forgotten = 0
+        while self._backlog > MAX_BACKLOG // 2 and (self._posted or self._requests):
+            if self._posted:
+                _req, size = self._posted.pop(0)
+            else:
+                _req, size, _waiter = self._requests.pop(0)
+            self._backlog -= size + 64
+            forgotten += 1
+        log.warning("REPLICATION(%s): unreachable; forgot %d old requests (their copies may be delivered "
+                    "again after a takeover)", self, forgotten)
+
+    # ---------------------------------------------------------------- connection
+
+    async def run(self) -> None:
+        with self.cancel_scope:
+            delay = 0.1
+            while True:
+                try:
+                    await self._connect_and_serve()
+                    delay = 0.1
+                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
+                        LinkBroken, WireError) as exc:
+                    if self.connected or not self.tried.is_set():
+                        log.info("REPLICATION(%s): link down: %s", self, exc or type(exc).__name__)
+                finally:
+                    self._broken()
+                await trio.sleep(delay)
+                delay = min(1.0, delay * 2)
+
+    def _broken(self) -> None:
+        self.connected = False
+        self._stream = None
+        self.tried.set()
+        for waiters, posted in self._sent.values():
+            for waiter in waiters:
+                waiter.settle("connection lost")
+            self._posted[:0] = posted  # sent again first
+        self._sent.clear()
+        kept: list[tuple[list, int]] = []
+        for req, size, pending in self._requests:
+            if pending is None:
+                kept.append((req, size))
+            else:
+                pending.settle("connection lost")
+        self._posted.extend(kept)
+        self._requests = []
+
+    async def _connect_and_serve(self) -> None:
+        host, port = self.address
+        with trio.fail_after(self._connect_timeout):
+            stream = await trio.open_tcp_stream(host, port)
+        async with stream:
+            reader = FrameReader(_MAX_FRAME)
+            self._early = []
+            with trio.fail_after(self._connect_timeout):
+                await stream.send_all(MAGIC_V2 + encode_identify({
+                    "client_id": "pynsqd-replica", "user_agent": "pynsqd-replica", "feature_negotiation": True,
+                    "heartbeat_interval": int(HEARTBEAT * 1000), REPLICA_IDENTIFY_FIELD: self.me}))
+                kind, data = await self._next_frame(stream, reader)
+                if kind != 0:
+                    raise LinkBroken(f"IDENTIFY refused: {data.decode('utf-8', 'replace')}")
+                try:
+                    answer = json.loads(data)
+                except ValueError as exc:
+                    raise LinkBroken("IDENTIFY answer is not JSON") from exc
+                peer_id = answer.get(REPLICA_IDENTIFY_FIELD) if isinstance(answer, dict) else None
+                if not is_valid_node_id(peer_id):
+                    raise LinkBroken("the peer does not replicate")
+                if peer_id != self.peer_id and self.peer_id is not None:
+                    log.info("REPLICATION(%s): the peer is a new node %s (was %s)", self, peer_id, self.peer_id)
+                    self._posted.clear()  # what was meant for the old node
+                self.peer_id = peer_id
+                hello = pack([0, [[HELLO]]])
+                await stream.send_all(encode_repl(hello))
+                while True:
+                    kind, data = await self._next_frame(stream, reader)
+                    if kind != 0:
+                        raise LinkBroken(f"HELLO refused: {data.decode('utf-8', 'replace')}")
+                    if data != _HEARTBEAT_DATA:
+                        break
+                    await stream.send_all(encode_nop())
+                _seq, error, extra = unpack(data)
+                if error:
+                    raise LinkBroken(f"HELLO refused: {error}")
+            self._on_hello(self, extra)
+            self.connected = True
+            self._stream = stream
+            self.tried.set()
+            self._last_heard = trio.current_time()
+            log.info("REPLICATION(%s): connected to node %s", self, self.peer_id)
+            self._on_connected(self)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_loop, stream)
+                nursery.start_soon(self._watch, nursery.cancel_scope)
+                await self._read_loop(stream, reader)
+                nursery.cancel_scope.cancel()
+        raise LinkBroken("closed by the peer")
+
+    async def _next_frame(self, stream: trio.SocketStream, reader: FrameReader) -> tuple[int, bytes]:
+        """The next frame from the peer, before the link is up (later frames wait in ``_early``)."""
+        while not self._early:
+            data = await stream.receive_some(_READ_SIZE)
+            if not data:
+                raise LinkBroken("closed by the peer")
+            self._early.extend(reader.feed(data))
+        return self._early.pop(0)
+
+    async def _read_loop(self, stream: trio.SocketStream, reader: FrameReader) -> None:
+        frames, self._early = self._early, []
+        while True:
+            for kind, payload in frames:
+                if kind != 0:
+                    raise LinkBroken(f"error from the peer: {payload.decode('utf-8', 'replace')}")
+                if payload == _HEARTBEAT_DATA:
+                    self._nop_due = True
+                    self._wake.set()
+                    continue
+                seq, error, extra = unpack(payload)
+                sent = self._sent.pop(seq, None)
+                if sent is None:
+                    continue
+                waiters, posted = sent
+                self._backlog -= sum(size + 64 for _req, size in posted)
+                for waiter in waiters:
+                    waiter.settle(error, extra)
+                self._wake.set()  # room for another frame
+            data = await stream.receive_some(_READ_SIZE)
+            if not data:
+                return
+            self._last_heard = trio.current_time()
+            frames = reader.feed(data)
+
+    async def _watch(self, scope: trio.CancelScope) -> None:
+        while True:
+            await trio.sleep(HEARTBEAT / 2)
+            if trio.current_time() - self._last_heard > 2 * HEARTBEAT + 1.0:
+                log.info("REPLICATION(%s): node %s silent for %.1fs", self, self.peer_id,
+                         trio.current_time() - self._last_heard)
+                self.connected = False
+                scope.cancel()
+                return
+
+    async def _write_loop(self, stream: trio.SocketStream) -> None:
+        while True:
+            if self._sending:  # a task is in flush: it wakes the writer when it is done
+                pass
+            elif self._nop_due:
+                self._nop_due = False
+                await self._send(stream, encode_nop())
+                continue
+            elif (self._requests or self._posted) and len(self._sent) < MAX_OUTSTANDING:
+                await self._send(stream, self._next_repl())
+                continue
+            self._wake = trio.Event()
+            await self._wake.wait()
+
+    async def _send(self, stream: trio.SocketStream, data: bytes) -> None:
+        self._sending = True
+        try:
+            await stream.send_all(data)
+        finally:
+            self._sending = False
+
+    def _next_repl(self) -> bytes:
+        reqs: list[list] = []
+        waiters: list[Waiter] = []
+        posted: list[tuple[list, int]] = []
+        budget = FRAME_BUDGET
+        while self._posted and (budget > 0 or not reqs):
+            req, size = self._posted.pop(0)
+            reqs.append(req)
+            posted.append((req, size))
+            budget -= size + 64
+        taken = 0
+        for req, size, waiter in self._requests:
+            if budget <= 0 and reqs:
+                break
+            reqs.append(req)
+            if waiter is None:
+                posted.append((req, size))
+            else:
+                waiters.append(waiter)
+            budget -= size + 64
+            taken += 1
+        del self._requests[:taken]
+        self._seq += 1
+        self._sent[self._seq] = (waiters, posted)
+        return encode_repl(pack([self._seq, reqs]))

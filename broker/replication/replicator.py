@@ -1,0 +1,437 @@
+"""The node's replication: copies out on publish, copies held for peers, and takeovers.
+
+Publishing (:meth:`Replicator.store`, the core's :class:`~broker.core.host.Copies`): the
+messages of a publish go in one ADD to ``replicas - 1`` connected peers, chosen per topic
+by rendezvous hashing (so a topic's copies from one node sit on the same peers while they
+live); the publish is queued here and answered once every one of them answered, or refused
+(``CopiesRefused``) when too few are connected or answer within ``--replica-timeout``. The
+peers that did take a copy are then told to drop it.
+
+Finishing: every FIN of a channel of a replicated topic is batched and posted to every peer
+each :data:`FIN_INTERVAL`; a holder drops a copy once every channel it knows of the topic
+finished it. The topic's channels are posted when they change and when a link connects.
+
+Holding (:meth:`Replicator.receive`, from the TCP server): requests from a peer are applied
+to :class:`~broker.replication.held.HeldCopies`; an ADD is answered once its record is on
+stable storage with ``--durable``.
+
+Takeover: a node is gone once no connection to or from it has been up for
+``--replica-timeout``. For each copy it left, the first of the copy's other holders that is
+up (in the order the origin listed them) takes it over: it gives the message a new id
+(this node's ids never collide with another's), stores copies of it on its own peers as for a
+publish (keeping the channels that had finished it), queues it in the channels that had not
+(creating the topic and those channels, which registers them with nsqlookupd), records the
+takeover and tells the other holders to drop theirs. A node that comes back learns what was
+taken over from it in the answer to its HELLO, and its channels skip those messages
+(:meth:`~broker.core.topic.Topic.skip_taken`); the daemon waits for those answers (at most
+``--replica-timeout``) before it serves consumers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from broker.config.options import Options
+from broker.core.host import CopiesRefused, PeerState, RegistryChange
+from broker.core.message import Message
+from broker.protocol.replica import is_valid_node_id
+from broker.replication.held import HeldCopies
+from broker.replication.links import PeerLink
+from broker.replication.wire import (
+    ADD,
+    CHANNELS,
+    DROP,
+    FIN,
+    HELLO,
+    TAKEN,
+    WireError,
+    message_of,
+    pack,
+    pack_entries,
+    unpack,
+)
+from diskqueue import DiskQueueError
+
+if TYPE_CHECKING:
+    from broker.core.broker import Broker
+
+__all__ = ["Replicator", "ReplicaStats", "FIN_INTERVAL"]
+
+log = logging.getLogger("pynsqd.replication")
+
+#: Seconds between two batches of FINs posted to the peers.
+FIN_INTERVAL = 0.5
+#: Seconds between two looks at nsqlookupd's ``/nodes``.
+DISCOVERY_INTERVAL = 1.0
+#: Seconds between two checks for nodes gone.
+TAKEOVER_INTERVAL = 0.25
+#: Messages taken over in one step.
+TAKEOVER_PIECE = 1000
+_NODE_ID_FILE = "replication.id"
+
+Nodes = Callable[[], Awaitable[set[tuple[str, int]] | None]]
+
+
+class ReplicaStats:
+    """One topic's replication counters, for ``/stats`` and ``/metrics``."""
+
+    __slots__ = ("copies_waiting", "takeovers", "publishes_refused")
+
+    def __init__(self) -> None:
+        self.copies_waiting = 0
+        self.takeovers = 0
+        self.publishes_refused = 0
+
+
+class Replicator:
+    """Replication for ``broker`` (``--replicas`` > 1); its data lives in ``data_path``."""
+
+    def __init__(self, broker: Broker, data_path: Path):
+        self.broker = broker
+        self.options: Options = broker.options
+        self._data_path = data_path
+        self.node_id = ""  # read (or made) by run, once the data directory is locked
+        self.held: HeldCopies
+        self.links: dict[tuple[str, int], PeerLink] = {}
+        self.stats: dict[str, ReplicaStats] = defaultdict(ReplicaStats)
+        self._inbound: dict[str, set[object]] = defaultdict(set)
+        self._gone_since: dict[str, float] = {}
+        self._fins: dict[tuple[str, str], list[bytes]] = defaultdict(list)
+        self._own: tuple[str, int] | None = None
+        self._nodes: Nodes | None = None
+        self._nursery: trio.Nursery | None = None
+        self._started = 0.0
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def run(self, nodes: Nodes, own: tuple[str, int], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Find peers through ``nodes`` (nsqlookupd's ``/nodes``; ``own`` is this node's entry),
+        hold copies for them and take over from the gone, until cancelled."""
+        self.node_id = _node_id(self._data_path)
+        self.held = HeldCopies(self._data_path, durable=self.options.durable,
+                               max_record=self.options.max_body_size * 2 + (1 << 20))
+        self._nodes = nodes
+        self._own = own
+        self._started = trio.current_time()
+        for origin in self.held.origins:  # each must show itself within --replica-timeout
+            self._gone_since.setdefault(origin, self._started)
+        log.info("REPLICATION: node %s, %d replicas, holding %d copies for %d nodes", self.node_id,
+                 self.options.replicas, self.held.live(), len(self.held.origins))
+        self.broker.host.replication.copies = self
+        self.broker.listen(self)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._discover_loop)
+                nursery.start_soon(self._fin_loop)
+                nursery.start_soon(self._takeover_loop)
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self.broker.host.replication.copies = None
+            with trio.CancelScope(shield=True):
+                await self.held.close()
+
+    async def catch_up(self) -> None:
+        """Return once every peer the lookupds list answered HELLO (or failed once), within
+        ``--replica-timeout``: what was taken over from this node is known before it serves."""
+        with trio.move_on_after(self.options.replica_timeout):
+            while not await self._discover():
+                await trio.sleep(0.1)
+            for link in list(self.links.values()):
+                await link.tried.wait()
+
+    # ---------------------------------------------------------------- publishing (Copies)
+
+    def replicas(self, topic: str) -> int:
+        return self.options.replicas
+
+    async def store(self, topic: str, messages: list[Message], dones: list[list[str] | None] | None = None,
+                    *, best_effort: bool = False) -> None:
+        need = self.replicas(topic) - 1
+        links = self._holders_for(topic)[:need]
+        stats = self.stats[topic]
+        if len(links) < need and not best_effort:
+            stats.publishes_refused += 1
+            raise CopiesRefused(f"only {len(links) + 1} of {need + 1} copies: "
+                                f"{len(links)} of {len(self.links)} peers connected")
+        holders = [self.node_id, *(link.peer_id for link in links)]
+        entries = pack_entries(messages, dones, published=dones is None)
+        ids = [msg.id for msg in messages]
+        waiters = [link.request([ADD, topic, holders, ids, entries], len(entries), inline=True) for link in links]
+        for link in links:
+            await link.flush()
+        waiting = len(messages) * len(links)
+        stats.copies_waiting += waiting
+        try:
+            with trio.move_on_after(self.options.replica_timeout):
+                for waiter in waiters:
+                    await waiter.done.wait()
+        finally:
+            stats.copies_waiting -= waiting
+        stored = [link for link, waiter in zip(links, waiters) if waiter.done.is_set() and waiter.error is None]
+        if len(stored) < need and not best_effort:
+            for link in stored:
+                link.post([DROP, topic, ids])
+            stats.publishes_refused += 1
+            errors = sorted({waiter.error or "no answer" for waiter in waiters if waiter.error or not waiter.done.is_set()})
+            log.warning("REPLICATION: publish to %s refused: %d of %d copies (%s)", topic, len(stored) + 1, need + 1,
+                        ", ".join(errors))
+            raise CopiesRefused(f"only {len(stored) + 1} of {need + 1} copies: {', '.join(errors)}")
+
+    def abandon(self, topic: str, messages: list[Message]) -> None:
+        ids = [msg.id for msg in messages]
+        for link in self.links.values():
+            link.post([DROP, topic, ids])
+
+    def finished(self, topic: str, channel: str, ids: list[bytes]) -> None:
+        self._fins[(topic, channel)].extend(ids)
+
+    def _holders_for(self, topic: str) -> list[PeerLink]:
+        """The connected peers in the topic's rendezvous order."""
+        links = [link for link in self.links.values() if link.connected and link.peer_id is not None]
+        return sorted(links, key=lambda link: _rank(topic, link.peer_id or ""))
+
+    # ---------------------------------------------------------------- registry (RegistryListener)
+
+    def registry_changed(self, change: RegistryChange) -> None:
+        if change.channel is not None or not change.created:
+            self._post_channels(change.topic)
+
+    def options_changed(self, options: Options) -> None:
+        self.options = options
+
+    async def channels_for(self, topic: str) -> list[str]:
+        return []
+
+    def peer_states(self) -> list[PeerState]:
+        return []
+
+    def _post_channels(self, topic: str, links: list[PeerLink] | None = None) -> None:
+        found = self.broker.topics.get(topic)
+        channels = sorted(found.channels) if found is not None else []
+        for link in links if links is not None else self.links.values():
+            link.post([CHANNELS, topic, channels])
+
+    # ---------------------------------------------------------------- holding (ReplicaReceiver)
+
+    def opened(self, peer: str, link: object) -> None:
+        self._inbound[peer].add(link)
+        self._gone_since.pop(peer, None)
+
+    def closed(self, peer: str, link: object) -> None:
+        links = self._inbound[peer]
+        links.discard(link)
+        if not links and not self._reachable(peer):
+            self._gone_since.setdefault(peer, trio.current_time())
+
+    def receive(self, peer: str, body: bytes) -> bytes | Awaitable[bytes]:
+        try:
+            seq, requests = unpack(body)
+        except (WireError, ValueError, TypeError):
+            return pack([0, "bad REPL body", None])
+        extra = None
+        added = False
+        try:
+            for req in requests:
+                kind = req[0]
+                if kind == ADD:
+                    self.held.add(peer, req[1], req[2], req[3], req[4])
+                    added = True
+                elif kind == FIN:
+                    self.held.finish(peer, req[1], req[2], req[3])
+                elif kind == DROP:
+                    self.held.drop(peer, req[1], req[2])
+                elif kind == CHANNELS:
+                    self.held.set_channels(peer, req[1], req[2])
+                elif kind == TAKEN:
+                    self.held.drop(req[1], req[2], req[3])
+                elif kind == HELLO:
+                    extra = {topic: sorted(ids) for topic, ids in self.held.taken.get(peer, {}).items()}
+        except DiskQueueError as exc:
+            log.error("REPLICATION: storing what node %s sent failed: %s", peer, exc)
+            return pack([seq, f"storing failed: {exc}", None])
+        except (IndexError, TypeError, ValueError, KeyError) as exc:
+            return pack([seq, f"bad request: {exc}", None])
+        answer = pack([seq, None, extra])
+        if added and self.options.durable:
+            return self._synced(seq, answer)
+        return answer
+
+    async def _synced(self, seq: int, answer: bytes) -> bytes:
+        try:
+            await self.held.synced()
+        except DiskQueueError as exc:
+            return pack([seq, f"sync failed: {exc}", None])
+        return answer
+
+    # ---------------------------------------------------------------- peers
+
+    async def _discover(self) -> bool:
+        """Add a link for every node the lookupds list; False when no lookupd answered."""
+        assert self._nodes is not None and self._nursery is not None
+        nodes = await self._nodes()
+        if nodes is None:
+            return False
+        for address in nodes:
+            if address == self._own or address in self.links:
+                continue
+            link = PeerLink(address, self.node_id, self.options.replica_timeout, self._hello_answered,
+                            self._link_connected)
+            self.links[address] = link
+            self._nursery.start_soon(link.run)
+        for address in list(self.links):
+            if address not in nodes:
+                self.links.pop(address).cancel_scope.cancel()
+        return True
+
+    async def _discover_loop(self) -> None:
+        while True:
+            await self._discover()
+            await trio.sleep(DISCOVERY_INTERVAL)
+
+    def _hello_answered(self, link: PeerLink, taken: Any) -> None:
+        """The peer told what it took over from this node: those messages are not delivered here."""
+        if link.peer_id is not None:
+            self._gone_since.pop(link.peer_id, None)
+        for topic_name, ids in (taken or {}).items():
+            topic = self.broker.topics.get(topic_name)
+            if topic is not None and ids:
+                topic.skip_taken(ids)
+                log.info("REPLICATION: node %s took over %d messages of topic %s: not delivered here",
+                         link.peer_id, len(ids), topic_name)
+
+    def _link_connected(self, link: PeerLink) -> None:
+        for name in list(self.broker.topics):
+            self._post_channels(name, [link])
+
+    def _reachable(self, node: str) -> bool:
+        if self._inbound.get(node):
+            return True
+        return any(link.connected and link.peer_id == node for link in self.links.values())
+
+    # ---------------------------------------------------------------- FIN batches
+
+    async def _fin_loop(self) -> None:
+        while True:
+            await trio.sleep(FIN_INTERVAL)
+            fins, self._fins = self._fins, defaultdict(list)
+            for (topic, channel), ids in fins.items():
+                for link in self.links.values():
+                    link.post([FIN, topic, channel, ids], 17 * len(ids))
+
+    # ---------------------------------------------------------------- takeover
+
+    async def _takeover_loop(self) -> None:
+        while True:
+            await trio.sleep(TAKEOVER_INTERVAL)
+            now = trio.current_time()
+            for origin in list(self.held.origins):
+                if origin == self.node_id or self._reachable(origin):
+                    self._gone_since.pop(origin, None)
+                    continue
+                since = self._gone_since.setdefault(origin, now)
+                if now - since < self.options.replica_timeout:
+                    continue
+                for topic in list(self.held.origins.get(origin, {})):
+                    copies = self.held.copies(origin, topic)
+                    if not copies:
+                        continue
+                    mine = {msg_id for msg_id, holders in copies.holders.items()
+                            if self._first_up(holders, origin) == self.node_id}
+                    if mine:
+                        await self._take_over(origin, topic, mine)
+            if self.held.needs_compaction():
+                await self.held.compact()
+
+    def _first_up(self, holders: tuple[str, ...], origin: str) -> str | None:
+        for node in holders:
+            if node != origin and (node == self.node_id or self._reachable(node)):
+                return node
+        return None
+
+    async def _take_over(self, origin: str, topic: str, ids: set[bytes]) -> None:
+        """Take over the copies ``ids`` of ``origin`` in ``topic``, a piece at a time."""
+        items = list(self.held.entries(origin, topic, ids))
+        for start in range(0, len(items), TAKEOVER_PIECE):
+            await self._take_over_piece(origin, topic, items[start:start + TAKEOVER_PIECE])
+        missing = ids.difference(item[0] for item in items)
+        if missing:  # held, yet not in the log: nothing to deliver
+            log.error("REPLICATION: %d copies of topic %s from node %s were not found in the log", len(missing),
+                      topic, origin)
+            self.held.mark_taken(origin, topic, sorted(missing))
+
+    async def _take_over_piece(self, origin: str, topic: str, items: list[list]) -> None:
+        copies = self.held.copies(origin, topic)
+        channels = list(self.held.channels.get(origin, {}).get(topic, []))
+        items = [item for item in items if copies is not None and item[0] in copies.holders]
+        ids = [item[0] for item in items]
+        new_ids = self.broker.guid.next_ids(len(items))
+        messages: list[tuple[Message, list[str] | None]] = []
+        dones: list[list[str] | None] = []
+        for item, new_id in zip(items, new_ids):
+            done = copies.done.get(item[0]) if copies is not None else None
+            only = [name for name in channels if name not in done] if done and channels else None
+            if only == []:
+                continue
+            messages.append((message_of(item, new_id), only))
+            dones.append(sorted(done) if done else None)
+        if messages:
+            await self.store(topic, [msg for msg, _ in messages], dones, best_effort=True)
+            await self.broker.put_taken(topic, channels, messages)
+        self.held.mark_taken(origin, topic, ids)
+        if self.options.durable:
+            await self.held.synced()
+        for link in self.links.values():
+            link.post([TAKEN, origin, topic, ids], 17 * len(ids))
+        self.stats[topic].takeovers += len(messages)
+        log.info("REPLICATION: took over %d messages of topic %s from node %s (gone for %.1fs)", len(messages),
+                 topic, origin, trio.current_time() - self._gone_since.get(origin, trio.current_time()))
+
+    # ---------------------------------------------------------------- stats
+
+    def counters(self, topic: str) -> tuple[int, int, int, int, int]:
+        stats = self.stats.get(topic) or ReplicaStats()
+        return (self.replicas(topic), self.held.held_for_topic(topic), stats.copies_waiting, stats.takeovers,
+                stats.publishes_refused)
+
+
+    def node_stats(self) -> dict:
+        peers = [{"address": f"{host}:{port}", "node_id": link.peer_id or "", "connected": link.connected}
+                 for (host, port), link in sorted(self.links.items())]
+        held = {origin: sum(len(copies) for copies in topics.values())
+                for origin, topics in sorted(self.held.origins.items())}
+        return {"node_id": self.node_id, "replicas": self.options.replicas, "peers": peers,
+                "copies_held": sum(held.values()), "copies_held_by_origin": {k: v for k, v in held.items() if v}}
+
+
+def _rank(topic: str, node: str) -> bytes:
+    return hashlib.blake2b(f"{topic}\0{node}".encode(), digest_size=8).digest()
+
+
+def _node_id(data_path: Path) -> str:
+    """This node's id: kept in the data directory (a wiped directory makes a new node)."""
+    path = data_path / _NODE_ID_FILE
+    try:
+        value = path.read_text().strip()
+        if is_valid_node_id(value):
+            return value
+    except FileNotFoundError:
+        pass
+    value = secrets.token_hex(16)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as file:
+        file.write(value + "\n")
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
+    return value

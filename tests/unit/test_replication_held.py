@@ -1,0 +1,144 @@
+"""The copies a node holds for others (broker/replication/held.py): what a restart replays,
+when a copy is dropped, bodies read back for a takeover, and compaction with its crash points."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from broker.core.message import Message
+from broker.replication import held as held_module
+from broker.replication.held import HeldCopies
+from broker.replication.wire import pack_entries
+
+ORIGIN, OTHER = "a" * 32, "b" * 32
+
+
+def _add(held: HeldCopies, topic: str, n: int, start: int = 0) -> None:
+    """Copies of ``n`` messages (ids and bodies numbered from ``start``), as an ADD brings them."""
+    messages = [Message(b"%016d" % i, b"body %d" % i, 1_000 + i, 0, 0, None) for i in range(start, start + n)]
+    held.add(ORIGIN, topic, [ORIGIN, OTHER], [m.id for m in messages], pack_entries(messages))
+
+
+def _open(path, durable=False) -> HeldCopies:
+    return HeldCopies(path, durable=durable, max_record=1 << 20)
+
+
+async def test_a_restart_replays_adds_fins_drops_and_takeovers(tmp_path):
+    held = _open(tmp_path)
+    held.set_channels(ORIGIN, "t", ["c1", "c2"])
+    _add(held, "t", 5)
+    held.finish(ORIGIN, "t", "c1", [b"%016d" % 0, b"%016d" % 1])
+    held.finish(ORIGIN, "t", "c2", [b"%016d" % 0])  # both channels: dropped
+    held.drop(ORIGIN, "t", [b"%016d" % 2])
+    held.mark_taken(ORIGIN, "t", [b"%016d" % 3])
+    await held.close()
+
+    again = _open(tmp_path)
+    copies = again.origins[ORIGIN]["t"]
+    assert sorted(copies.holders) == [b"%016d" % 1, b"%016d" % 4]
+    assert copies.done == {b"%016d" % 1: {"c1"}}
+    assert copies.holders[b"%016d" % 4] == (ORIGIN, OTHER)
+    assert again.taken == {ORIGIN: {"t": {b"%016d" % 3}}}
+    assert again.held_for_topic("t") == 2 and again.live() == 2
+    await again.close()
+
+
+async def test_a_copy_every_channel_finished_goes_also_when_a_channel_is_deleted(tmp_path):
+    held = _open(tmp_path)
+    held.set_channels(ORIGIN, "t", ["c1", "c2"])
+    _add(held, "t", 2)
+    held.finish(ORIGIN, "t", "c1", [b"%016d" % 0])
+    assert held.held_for_topic("t") == 2
+    held.set_channels(ORIGIN, "t", ["c1"])  # c2 deleted: the copy c1 finished is done
+    assert sorted(held.origins[ORIGIN]["t"].holders) == [b"%016d" % 1]
+    await held.close()
+
+
+async def test_fins_from_another_node_do_not_touch_the_origins_copies(tmp_path):
+    held = _open(tmp_path)
+    held.set_channels(ORIGIN, "t", ["c"])
+    _add(held, "t", 1)
+    held.finish(OTHER, "t", "c", [b"%016d" % 0])
+    assert held.held_for_topic("t") == 1
+    await held.close()
+
+
+async def test_bodies_are_read_back_from_the_log(tmp_path):
+    held = _open(tmp_path)
+    _add(held, "t", 3)
+    _add(held, "u", 3)
+    found = {item[0]: item[1] for item in held.entries(ORIGIN, "t", {b"%016d" % 1, b"%016d" % 2})}
+    assert found == {b"%016d" % 1: b"body 1", b"%016d" % 2: b"body 2"}
+    await held.close()
+
+
+async def test_compaction_keeps_what_is_live_and_shrinks_the_log(tmp_path, monkeypatch):
+    monkeypatch.setattr(held_module, "COMPACT_MIN", 50)
+    held = _open(tmp_path, durable=True)
+    held.set_channels(ORIGIN, "t", ["c"])
+    for i in range(200):
+        _add(held, "t", 1, i)
+        if i % 10 != 9:  # one in ten stays
+            held.finish(ORIGIN, "t", "c", [b"%016d" % i])
+    held.mark_taken(OTHER, "t", [b"x" * 16])
+    held.finish(ORIGIN, "t", "other", [b"%016d" % 9])  # a channel the origin no longer lists
+    assert held.queue.depth == 1 + 200 + 180 + 2 and held.needs_compaction()
+    await held.compact()
+    assert held.queue.depth == 1 + 1 + 20 and not held.needs_compaction()
+    await held.close()
+
+    again = _open(tmp_path)
+    copies = again.origins[ORIGIN]["t"]
+    assert sorted(copies.holders) == [b"%016d" % i for i in range(9, 200, 10)]
+    assert copies.done == {b"%016d" % 9: {"other"}}
+    assert again.taken == {OTHER: {"t": {b"x" * 16}}}
+    bodies = {item[0]: item[1] for item in again.entries(ORIGIN, "t", set(copies.holders))}
+    assert bodies[b"%016d" % 199] == b"body 199" and len(bodies) == 20
+    await again.close()
+
+
+@pytest.mark.parametrize("step", ["new written, old still there", "old removed, new not renamed"])
+async def test_a_compaction_interrupted_at_either_step_loses_nothing(tmp_path, step):
+    held = _open(tmp_path)
+    held.set_channels(ORIGIN, "t", ["c"])
+    _add(held, "t", 4)
+    held.finish(ORIGIN, "t", "c", [b"%016d" % 0])
+    await held.close()
+    # a copy of the finished compaction's result, put where the interrupted one left it
+    work = tmp_path / "work"
+    shutil.copytree(tmp_path / "replication", work / "replication")
+    compacted = _open(work)
+    await compacted.compact()
+    await compacted.close()
+    shutil.copytree(work / "replication", tmp_path / "replication.new")
+    if step == "old removed, new not renamed":
+        shutil.rmtree(tmp_path / "replication")
+
+    again = _open(tmp_path)
+    assert sorted(again.origins[ORIGIN]["t"].holders) == [b"%016d" % i for i in (1, 2, 3)]
+    assert not (tmp_path / "replication.new").exists()
+    await again.close()
+
+
+async def test_durable_changes_are_synced_on_request(tmp_path):
+    held = _open(tmp_path, durable=True)
+    _add(held, "t", 1)
+    assert held.commit.syncs == 0
+    await held.synced()
+    assert held.commit.syncs == 1
+    await held.close()
+
+
+def test_entries_travel_by_columns_and_come_back_one_per_message():
+    from broker.replication.wire import message_of, unpack_entries
+
+    published = [Message(b"%016d" % i, b"b%d" % i, 5, 0, 9, None if i else 7) for i in range(3)]
+    items = unpack_entries(pack_entries(published, published=True))
+    assert items == [[b"%016d" % i, b"b%d" % i, 5, 0, 9, None if i else 7, None] for i in range(3)]
+    taken = [Message(b"a" * 16, b"x", 1, 3, 0, None), Message(b"b" * 16, b"y", 2, 0, 4, None)]
+    items = unpack_entries(pack_entries(taken, [["c1"], None]))
+    assert items == [[b"a" * 16, b"x", 1, 3, 0, None, ["c1"]], [b"b" * 16, b"y", 2, 0, 4, None, None]]
+    again = message_of(items[0], b"n" * 16)
+    assert (again.id, again.body, again.timestamp, again.attempts) == (b"n" * 16, b"x", 1, 3)
