@@ -49,6 +49,16 @@ class LinkBroken(Exception):
     """The connection to the peer failed or the peer refused the role."""
 
 
+#: What ends a connection to a peer (the link dials again); anything else is a fault of ours.
+LINK_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, LinkBroken, WireError,
+               ValueError, TypeError)
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    return [leaf for sub in group.exceptions
+            for leaf in (_leaves(sub) if isinstance(sub, BaseExceptionGroup) else [sub])]
+
+
 class Waiter:
     """The outcome of one answered request: ``error`` None once applied."""
 
@@ -159,8 +169,7 @@ class PeerLink:
                 try:
                     await self._connect_and_serve()
                     delay = 0.1
-                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
-                        LinkBroken, WireError) as exc:
+                except LINK_ERRORS as exc:
                     if self.connected or not self.tried.is_set():
                         log.info("REPLICATION(%s): link down: %s", self, exc or type(exc).__name__)
                 finally:
@@ -230,11 +239,17 @@ class PeerLink:
             self._last_heard = trio.current_time()
             log.info("REPLICATION(%s): connected to node %s", self, self.peer_id)
             self._on_connected(self)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._write_loop, stream)
-                nursery.start_soon(self._watch, nursery.cancel_scope)
-                await self._read_loop(stream, reader)
-                nursery.cancel_scope.cancel()
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._write_loop, stream)
+                    nursery.start_soon(self._watch, nursery.cancel_scope)
+                    await self._read_loop(stream, reader)
+                    nursery.cancel_scope.cancel()
+            except BaseExceptionGroup as group:
+                leaves = _leaves(group)
+                if all(isinstance(leaf, LINK_ERRORS) for leaf in leaves):
+                    raise LinkBroken(str(leaves[0]) or type(leaves[0]).__name__) from None
+                raise
         raise LinkBroken("closed by the peer")
 
     async def _next_frame(self, stream: trio.SocketStream, reader: FrameReader) -> tuple[int, bytes]:

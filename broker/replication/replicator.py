@@ -74,6 +74,9 @@ FIN_INTERVAL = 0.5
 DISCOVERY_INTERVAL = 1.0
 #: Seconds between two checks for nodes gone.
 TAKEOVER_INTERVAL = 0.25
+#: Seconds a link to a node the lookupds stopped listing is kept (a node that restarts comes
+#: back to the FINs and takeovers kept for it meanwhile).
+UNLISTED_GRACE = 300.0
 #: Messages taken over in one step.
 TAKEOVER_PIECE = 1000
 _NODE_ID_FILE = "replication.id"
@@ -107,6 +110,7 @@ class Replicator:
         self._gone_since: dict[str, float] = {}
         self._fins: dict[tuple[str, str], list[bytes]] = defaultdict(list)
         self._own: tuple[str, int] | None = None
+        self._unlisted: dict[tuple[str, int], float] = {}  # links whose node the lookupds no longer list
         self._nodes: Nodes | None = None
         self._nursery: trio.Nursery | None = None
         self._started = 0.0
@@ -289,14 +293,22 @@ class Replicator:
                             self._link_connected)
             self.links[address] = link
             self._nursery.start_soon(link.run)
+        now = trio.current_time()
         for address in list(self.links):
-            if address not in nodes:
+            if address in nodes:
+                self._unlisted.pop(address, None)
+            elif now - self._unlisted.setdefault(address, now) > UNLISTED_GRACE:
+                # gone for good: what was kept for it (FINs, takeovers) goes with the link
+                del self._unlisted[address]
                 self.links.pop(address).cancel_scope.cancel()
         return True
 
     async def _discover_loop(self) -> None:
         while True:
-            await self._discover()
+            try:
+                await self._discover()
+            except Exception as exc:  # a fault here must not take the node down
+                log.error("REPLICATION: looking for peers failed: %s", exc, exc_info=exc)
             await trio.sleep(DISCOVERY_INTERVAL)
 
     def _hello_answered(self, link: PeerLink, taken: Any) -> None:
@@ -334,24 +346,32 @@ class Replicator:
     async def _takeover_loop(self) -> None:
         while True:
             await trio.sleep(TAKEOVER_INTERVAL)
-            now = trio.current_time()
-            for origin in list(self.held.origins):
-                if origin == self.node_id or self._reachable(origin):
-                    self._gone_since.pop(origin, None)
+            try:
+                await self._take_over_gone()
+            except Exception as exc:  # tried again at the next tick; the copies stay
+                log.error("REPLICATION: takeover failed: %s", exc, exc_info=exc)
+                await trio.sleep(1.0)
+
+    async def _take_over_gone(self) -> None:
+        """Take over what the nodes gone for ``--replica-timeout`` left to this node; compact the log."""
+        now = trio.current_time()
+        for origin in list(self.held.origins):
+            if origin == self.node_id or self._reachable(origin):
+                self._gone_since.pop(origin, None)
+                continue
+            since = self._gone_since.setdefault(origin, now)
+            if now - since < self.options.replica_timeout:
+                continue
+            for topic in list(self.held.origins.get(origin, {})):
+                copies = self.held.copies(origin, topic)
+                if not copies:
                     continue
-                since = self._gone_since.setdefault(origin, now)
-                if now - since < self.options.replica_timeout:
-                    continue
-                for topic in list(self.held.origins.get(origin, {})):
-                    copies = self.held.copies(origin, topic)
-                    if not copies:
-                        continue
-                    mine = {msg_id for msg_id, holders in copies.holders.items()
-                            if self._first_up(holders, origin) == self.node_id}
-                    if mine:
-                        await self._take_over(origin, topic, mine)
-            if self.held.needs_compaction():
-                await self.held.compact()
+                mine = {msg_id for msg_id, holders in copies.holders.items()
+                        if self._first_up(holders, origin) == self.node_id}
+                if mine:
+                    await self._take_over(origin, topic, mine)
+        if self.held.needs_compaction():
+            await self.held.compact()
 
     def _first_up(self, holders: tuple[str, ...], origin: str) -> str | None:
         for node in holders:
