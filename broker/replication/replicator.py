@@ -69,7 +69,7 @@ __all__ = ["Replicator", "ReplicaStats", "FIN_INTERVAL"]
 log = logging.getLogger("pynsqd.replication")
 
 #: Seconds between two batches of FINs posted to the peers.
-FIN_INTERVAL = 0.5
+FIN_INTERVAL = 0.1
 #: Seconds between two looks at nsqlookupd's ``/nodes``.
 DISCOVERY_INTERVAL = 1.0
 #: Seconds between two checks for nodes gone.
