@@ -274,6 +274,10 @@ class Channel(LeaseSettlement, DeadLetterCommands):
             # nothing to hand out (or nobody to take it): whoever has room keeps it
             self._all_full = False
             return
+        fence = self._host.replication.fence
+        if fence is not None and fence.holds():
+            self._all_full = False  # the replication dispatches every channel when it opens
+            return
         ranked = self.ranked
         if ranked and self._upstream.moving():
             self._all_full = False  # the topic's hand-over dispatches again

@@ -12,6 +12,7 @@ The broker itself receives its data directory as a :class:`BrokerStorage`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from broker.core.message import Message
     from diskqueue import DiskQueue
 
-__all__ = ["BrokerStorage", "Copies", "CopiesRefused", "CoreHost", "MetadataStore", "PeerState", "QueueStore",
+__all__ = ["BrokerStorage", "Copies", "CopiesRefused", "CoreHost", "Fence", "MetadataStore", "PeerState", "QueueStore",
            "RegistryChange", "RegistryListener", "ReplicationHook", "Subscriber"]
 
 
@@ -202,13 +203,35 @@ class Copies(Protocol):
         ...
 
 
-class ReplicationHook:
-    """Where the broker's :class:`Copies` is found once replication starts (None: no replication)."""
+class Fence:
+    """Whether channels may deliver now (``--replicas``): not while this node may have been
+    taken for gone by its peers, until it has heard from them what they took over.
 
-    __slots__ = ("copies",)
+    ``armed`` is set by the owner while it asks; ``last_tick`` is when the owner's clock task
+    last ran (``time.monotonic``), and a tick older than ``limit`` seconds means the process
+    was stopped (SIGSTOP) or starved, so delivery waits until the owner has looked.
+    """
+
+    __slots__ = ("armed", "last_tick", "limit")
+
+    def __init__(self, limit: float):
+        self.armed = False
+        self.last_tick = time.monotonic()
+        self.limit = limit
+
+    def holds(self) -> bool:
+        return self.armed or time.monotonic() - self.last_tick > self.limit
+
+
+class ReplicationHook:
+    """Where the broker's :class:`Copies` and delivery :class:`Fence` are found once replication
+    starts (None: no replication)."""
+
+    __slots__ = ("copies", "fence")
 
     def __init__(self) -> None:
         self.copies: Copies | None = None
+        self.fence: Fence | None = None
 
 
 def _nobody_listens(change: RegistryChange) -> None:

@@ -86,6 +86,9 @@ class PeerLink:
         self.peer_id: str | None = None  # learned from the peer's IDENTIFY answer
         self.connected = False
         self.tried = trio.Event()  # the first attempt ended (connected, or failed)
+        self.hello_at = -1.0  # when the peer last answered HELLO (trio time)
+        self.failed_at = -1.0  # when an attempt to connect last failed
+        self._conn_scope: trio.CancelScope | None = None
         self.cancel_scope = trio.CancelScope()
         self._connect_timeout = connect_timeout
         self._on_hello = on_hello
@@ -177,9 +180,17 @@ class PeerLink:
                 await trio.sleep(delay)
                 delay = min(1.0, delay * 2)
 
+    def reconnect(self) -> None:
+        """Drop the connection (if any): the link dials again and says HELLO."""
+        if self._conn_scope is not None:
+            self._conn_scope.cancel()
+
     def _broken(self) -> None:
+        if not self.connected:
+            self.failed_at = trio.current_time()
         self.connected = False
         self._stream = None
+        self._conn_scope = None
         self.tried.set()
         for waiters, posted in self._sent.values():
             for waiter in waiters:
@@ -233,6 +244,7 @@ class PeerLink:
                 if error:
                     raise LinkBroken(f"HELLO refused: {error}")
             self._on_hello(self, extra)
+            self.hello_at = trio.current_time()
             self.connected = True
             self._stream = stream
             self.tried.set()
@@ -241,6 +253,7 @@ class PeerLink:
             self._on_connected(self)
             try:
                 async with trio.open_nursery() as nursery:
+                    self._conn_scope = nursery.cancel_scope
                     nursery.start_soon(self._write_loop, stream)
                     nursery.start_soon(self._watch, nursery.cancel_scope)
                     await self._read_loop(stream, reader)

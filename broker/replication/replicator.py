@@ -33,6 +33,7 @@ import hashlib
 import logging
 import os
 import secrets
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -41,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from broker.config.options import Options
-from broker.core.host import CopiesRefused, PeerState, RegistryChange
+from broker.core.host import CopiesRefused, Fence, PeerState, RegistryChange
 from broker.core.message import Message
 from broker.protocol.replica import is_valid_node_id
 from broker.replication.held import HeldCopies
@@ -77,6 +78,8 @@ TAKEOVER_INTERVAL = 0.25
 #: Seconds a link to a node the lookupds stopped listing is kept (a node that restarts comes
 #: back to the FINs and takeovers kept for it meanwhile).
 UNLISTED_GRACE = 300.0
+#: Seconds between two ticks of the clock that notices this process was stopped.
+CLOCK_TICK = 0.1
 #: Messages taken over in one step.
 TAKEOVER_PIECE = 1000
 _NODE_ID_FILE = "replication.id"
@@ -114,6 +117,7 @@ class Replicator:
         self._nodes: Nodes | None = None
         self._nursery: trio.Nursery | None = None
         self._started = 0.0
+        self.fence = Fence(1.0)
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -130,6 +134,8 @@ class Replicator:
             self._gone_since.setdefault(origin, self._started)
         log.info("REPLICATION: node %s, %d replicas, holding %d copies for %d nodes", self.node_id,
                  self.options.replicas, self.held.live(), len(self.held.origins))
+        self.fence = Fence(max(1.0, self.options.replica_timeout / 2))
+        self.broker.host.replication.fence = self.fence
         self.broker.host.replication.copies = self
         self.broker.listen(self)
         try:
@@ -138,10 +144,12 @@ class Replicator:
                 nursery.start_soon(self._discover_loop)
                 nursery.start_soon(self._fin_loop)
                 nursery.start_soon(self._takeover_loop)
+                nursery.start_soon(self._clock_loop)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
             self.broker.host.replication.copies = None
+            self.broker.host.replication.fence = None
             with trio.CancelScope(shield=True):
                 await self.held.close()
 
@@ -330,6 +338,42 @@ class Replicator:
         if self._inbound.get(node):
             return True
         return any(link.connected and link.peer_id == node for link in self.links.values())
+
+    # ---------------------------------------------------------------- this node stopped
+
+    async def _clock_loop(self) -> None:
+        """Notice this process was stopped (SIGSTOP) or starved for long enough that its peers
+        may have taken over its messages: channels hold back (see :class:`Fence`) until every
+        peer answered a fresh HELLO, or failed to, within ``--replica-timeout``."""
+        fence = self.fence
+        while True:
+            await trio.sleep(CLOCK_TICK)
+            now = time.monotonic()
+            stopped = now - fence.last_tick > fence.limit
+            fence.last_tick = now
+            if stopped and not fence.armed:
+                fence.armed = True
+                try:
+                    await self._ask_again()
+                finally:
+                    fence.armed = False
+                    self._dispatch_all()
+
+    async def _ask_again(self) -> None:
+        since = trio.current_time()
+        log.warning("REPLICATION: this node was stopped or starved; delivery waits for its peers' answers")
+        links = list(self.links.values())
+        for link in links:
+            link.reconnect()
+        with trio.move_on_after(self.options.replica_timeout):
+            while not all(link.hello_at > since or link.failed_at > since for link in links):
+                await trio.sleep(0.01)
+                self.fence.last_tick = time.monotonic()
+
+    def _dispatch_all(self) -> None:
+        for topic in list(self.broker.topics.values()):
+            for channel in list(topic.channels.values()):
+                channel.dispatch()
 
     # ---------------------------------------------------------------- FIN batches
 
