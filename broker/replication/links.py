@@ -87,7 +87,7 @@ class PeerLink:
         self.connected = False
         self.tried = trio.Event()  # the first attempt ended (connected, or failed)
         self.hello_at = -1.0  # when the peer last answered HELLO (trio time)
-        self.failed_at = -1.0  # when an attempt to connect last failed
+        self.failed_at = -1.0  # when an attempt to connect last ended without a HELLO
         self._conn_scope: trio.CancelScope | None = None
         self.cancel_scope = trio.CancelScope()
         self._connect_timeout = connect_timeout
@@ -169,6 +169,7 @@ class PeerLink:
         with self.cancel_scope:
             delay = 0.1
             while True:
+                started = trio.current_time()
                 try:
                     await self._connect_and_serve()
                     delay = 0.1
@@ -176,6 +177,8 @@ class PeerLink:
                     if self.connected or not self.tried.is_set():
                         log.info("REPLICATION(%s): link down: %s", self, exc or type(exc).__name__)
                 finally:
+                    if self.hello_at < started:  # this attempt never got as far as HELLO
+                        self.failed_at = trio.current_time()
                     self._broken()
                 await trio.sleep(delay)
                 delay = min(1.0, delay * 2)
@@ -186,8 +189,6 @@ class PeerLink:
             self._conn_scope.cancel()
 
     def _broken(self) -> None:
-        if not self.connected:
-            self.failed_at = trio.current_time()
         self.connected = False
         self._stream = None
         self._conn_scope = None
