@@ -1,0 +1,554 @@
+"""Chaos: a replicated ``pynsqd`` cluster loses nodes round after round while clients keep working.
+
+One nsq ``nsqlookupd`` and ``--nodes`` real ``pynsqd`` processes registered with it
+(``--replicas=R --replica-timeout=T``, ``--durable`` if asked, each on fixed ports so that a
+node started again keeps its address). Meanwhile:
+
+- publishers (``--publishers``, ``--rate`` messages a second in all) PUB unique bodies
+  (``b"%d" % seq``) to a random live node, a few dozen on one connection before they move on;
+  a body is *acknowledged* when it got ``OK``; an error frame or a broken or silent
+  connection acknowledges nothing (the publisher moves on, reconnects if it must);
+- one consumer per channel (``--channels``) follows nsqlookupd as real consumers do
+  (``/lookup?topic=T`` every second, a connection to every producer listed, connect failures
+  tolerated), FINs every message and records every body delivered.
+
+Each round the nemesis picks an action: ``kill`` (SIGKILL a node, start it again on its data),
+``wipe`` (SIGKILL, delete its data directory: it comes back as a new node), ``pause`` (SIGSTOP,
+then SIGCONT) or, with three replicas or more, ``kill2`` (two nodes at once); the node stays
+down for 1.5-3.5 replica timeouts plus a second. In half of the rounds the consumers are held
+(RDY 0) until the moment of the failure, so that every node has a backlog the failure puts at
+risk. After the node is back, publishing stops and the round waits (``--settle`` seconds at most)
+until every acknowledged body has been delivered on every channel. Per round:
+
+- ``acknowledged``: bodies that got ``OK`` in the round; ``refused``/``unconfirmed``: publishes
+  answered with an error / never answered;
+- ``lost``: acknowledged in the round and not delivered on some channel by the round's end
+  (must be 0 when at most replicas-1 nodes fail at once);
+- ``deliveries``, ``duplicated``: deliveries during the round, and how many of them delivered a
+  body that channel had been given before;
+- ``outstanding``: (channel, body) pairs acknowledged but not yet delivered when the node died;
+  ``recovery_s``: seconds from the death until the last of them arrived (None: nothing was
+  outstanding, or some never arrived); ``restored_s``: when the node was back, in seconds after
+  its death (a recovery before it is the takeover's work); ``late_by_publisher``: the outstanding
+  that arrived only after that, by the node that had acknowledged them.
+
+Usage (from the repository root)::
+
+    python -m tests.bench.chaos_replication --nodes 3 --replicas 2 --rounds 100 --replica-timeout 2s
+    python -m tests.bench.chaos_replication --nodes 3 --replicas 3 --rounds 20 --durable --json out.json
+
+A node that exits by itself (a crash) is noted (``crashed``, and in the summary with the end of its
+log) and started again with the round's victims. After the last round the harness waits once more
+for everything acknowledged, the bodies rounds gave up on included (``lost_at_end``).
+
+Exit status 1 when an acknowledged message was lost or a node crashed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import trio
+
+from tests.support.replication_cluster import DISCONNECTED, Consumer, Node, ReplicaCluster, pub
+from tests.support.v2client import V2Client, connect
+
+__all__ = ["run_chaos", "run_chaos_async"]
+
+TOPIC = "chaos"
+ACTIONS = ("kill", "wipe", "pause")
+_DURATION = re.compile(r"(\d+(?:\.\d*)?)(ms|s|m|h)")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def seconds(duration: str) -> float:
+    """A Go duration (``2s``, ``1500ms``, ``1m30s``) in seconds."""
+    parts = _DURATION.findall(duration)
+    if not parts or "".join(a + b for a, b in parts) != duration:
+        raise ValueError(f"not a duration: {duration!r}")
+    return sum(float(value) * _UNIT[unit] for value, unit in parts)
+
+
+@dataclass
+class Ledger:
+    """What the publishers were told: each acknowledged body, when, in which round, by which node."""
+
+    #: body -> (when, round, the node that acknowledged it)
+    acked: dict[bytes, tuple[float, int, str]] = field(default_factory=dict)
+    refused: Counter[str] = field(default_factory=Counter)
+    refusals: list[str] = field(default_factory=list)
+    unconfirmed: int = 0
+    round: int = 0
+    by_round: Counter[int] = field(default_factory=Counter)
+    refused_by_round: Counter[int] = field(default_factory=Counter)
+    unconfirmed_by_round: Counter[int] = field(default_factory=Counter)
+    _seq: int = 0
+
+    def body(self) -> bytes:
+        self._seq += 1
+        return b"%d" % self._seq
+
+    def ack(self, body: bytes, now: float, node: str) -> None:
+        self.acked[body] = (now, self.round, node)
+        self.by_round[self.round] += 1
+
+    def refuse(self, answer: str) -> None:
+        self.refused[answer.split(" ", 1)[0]] += 1
+        self.refused_by_round[self.round] += 1
+        if len(self.refusals) < 20:
+            self.refusals.append(answer[:200])
+
+    def lose_track(self) -> None:
+        self.unconfirmed += 1
+        self.unconfirmed_by_round[self.round] += 1
+
+
+class Publishers:
+    """``count`` publishers sharing ``rate`` messages a second; they publish while :attr:`on`."""
+
+    def __init__(self, cluster: ReplicaCluster, ledger: Ledger, rng: random.Random, count: int, rate: float,
+                 pub_timeout: float):
+        self.cluster = cluster
+        self.ledger = ledger
+        self.rngs = [random.Random(rng.random()) for _ in range(count)]
+        self.interval = count / rate
+        self.pub_timeout = pub_timeout
+        self.on = False
+        self.busy = 0
+        self._turned_on = trio.Event()
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            for rng in self.rngs:
+                nursery.start_soon(self._publisher, rng)
+            task_status.started()
+
+    def start(self) -> None:
+        self.on = True
+        self._turned_on.set()
+
+    async def stop(self) -> None:
+        """Stop publishing; returns once no publish is waiting for its answer."""
+        self.on = False
+        self._turned_on = trio.Event()
+        with trio.fail_after(self.pub_timeout + 10):
+            while self.busy:
+                await trio.sleep(0.02)
+
+    async def _publisher(self, rng: random.Random) -> None:
+        client: V2Client | None = None
+        node: Node | None = None
+        left = 0
+        next_at = trio.current_time()
+
+        async def close() -> None:
+            nonlocal client
+            if client is not None:
+                with trio.CancelScope(shield=True):
+                    await client.aclose()
+            client = None
+
+        try:
+            while True:
+                if not self.on:
+                    await close()
+                    await self._turned_on.wait()
+                    next_at = trio.current_time()
+                    continue
+                if client is None or left <= 0 or node is None or node.state != "up":
+                    await close()
+                    up = self.cluster.up()
+                    if not up:
+                        await trio.sleep(0.1)
+                        continue
+                    node, left = rng.choice(up), rng.randrange(1, 50)
+                    try:
+                        with trio.fail_after(3):
+                            client = await connect(node.tcp, timeout=self.pub_timeout)
+                    except DISCONNECTED:
+                        client = None
+                        await trio.sleep(0.05)
+                        continue
+                body = self.ledger.body()
+                left -= 1
+                self.busy += 1
+                try:
+                    answer = await pub(client, TOPIC, body, self.pub_timeout)
+                except (*DISCONNECTED, AssertionError):
+                    self.ledger.lose_track()
+                    await close()
+                    continue
+                finally:
+                    self.busy -= 1
+                if answer == "OK":
+                    self.ledger.ack(body, trio.current_time(), node.name)
+                else:
+                    self.ledger.refuse(answer)
+                    if not answer.startswith("E_PUB_FAILED"):
+                        await close()  # another error: probably fatal, the connection is closing
+                next_at = max(next_at + self.interval, trio.current_time() - 1.0)
+                await trio.sleep_until(next_at)  # the publishing rate
+        finally:
+            await close()
+
+
+@dataclass
+class RoundResult:
+    round: int
+    action: str
+    nodes: list[str]
+    consumers_held: bool
+    acknowledged: int = 0
+    refused: int = 0
+    unconfirmed: int = 0
+    delivered: int = 0
+    lost: int = 0
+    lost_by_channel: dict[str, int] = field(default_factory=dict)
+    deliveries: int = 0
+    duplicated: int = 0
+    outstanding: int = 0
+    recovery_s: float | None = None
+    restored_s: float = 0.0
+    #: outstanding pairs that arrived only after the node was back, by the node that had acknowledged them
+    #: (a takeover brings the dead node's copies before that)
+    late_by_publisher: dict[str, int] = field(default_factory=dict)
+    #: nodes whose process ended by itself during the round (restarted with the round's victims)
+    crashed: list[str] = field(default_factory=list)
+    settle_s: float = 0.0
+    seconds: float = 0.0
+    replication: dict[str, dict] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)
+
+
+class Chaos:
+    def __init__(self, root: Path, nodes: int, replicas: int, rounds: int, *, replica_timeout: str, durable: bool,
+                 channels: int, publishers: int, rate: float, seed: int, settle: float, actions: tuple[str, ...],
+                 schedule: tuple[str, ...], progress):
+        self.rounds = rounds
+        self.replicas = replicas
+        self.timeout_s = seconds(replica_timeout)
+        self.settle = settle
+        self.progress = progress
+        self.rng = random.Random(seed)
+        self.actions = [a for a in actions if a != "kill2" or (replicas >= 3 and nodes >= 3)]
+        self.schedule = schedule
+        self.cluster = ReplicaCluster(root, nodes, replicas=replicas,
+                                      replica_timeout=replica_timeout if replicas > 1 else None, durable=durable)
+        self.ledger = Ledger()
+        self.channels = [f"c{n}" for n in range(channels)]
+        self.consumers: list[Consumer] = []
+        self.publishers = Publishers(self.cluster, self.ledger, self.rng, publishers, rate,
+                                     pub_timeout=2 * self.timeout_s + 5)
+        self.given_up: set[bytes] = set()  # bodies a round's settle gave up on
+        self.results: list[RoundResult] = []
+        self.crashes: list[dict] = []
+        self.started = 0.0
+
+    def say(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress(text)
+
+    async def run(self) -> dict:
+        started = time.monotonic()
+        await trio.to_thread.run_sync(self.cluster.start)
+        try:
+            await self.cluster.create(TOPIC, self.channels)
+            await self.cluster.wait_registered(TOPIC, self.cluster.nodes)
+            await self.cluster.wait_replicating()
+            async with trio.open_nursery() as nursery:
+                for channel in self.channels:
+                    consumer = Consumer(TOPIC, channel, lookupd_http=self.cluster.lookupd.http)
+                    self.consumers.append(consumer)
+                    await nursery.start(consumer.run)
+                await nursery.start(self.publishers.run)
+                nursery.start_soon(self._watch)
+                self.started = trio.current_time()
+                for number in range(1, self.rounds + 1):
+                    self.ledger.round = number
+                    result = await self._round(number)
+                    self.results.append(result)
+                    self.say(_row(result))
+                final_settle = await self._final_settle()
+                nursery.cancel_scope.cancel()
+            return self._summary(time.monotonic() - started, final_settle)
+        finally:
+            await trio.to_thread.run_sync(self.cluster.stop)
+
+    async def _publish_for(self, count: int, limit: float) -> None:
+        """Let the publishers run until ``count`` more bodies are acknowledged or ``limit`` seconds pass."""
+        target = len(self.ledger.acked) + count
+        with trio.move_on_after(limit):
+            while len(self.ledger.acked) < target:
+                await trio.sleep(0.05)
+
+    async def _watch(self) -> None:
+        """Note every node that exits by itself (a crash: it was neither killed nor paused)."""
+        while True:
+            for node in self.cluster.nodes:
+                status = node.exited()
+                if status is None:
+                    continue
+                node.state = "down"  # restarted with the round's victims
+                self.crashes.append({"round": self.ledger.round, "node": node.name, "status": status,
+                                     "at_s": round(trio.current_time() - self.started, 2),
+                                     "log_tail": node.log_tail(12).splitlines()})
+                self.say(f"round {self.ledger.round}: {node.name} exited by itself with status {status}")
+            status = self.cluster.lookupd_exited()
+            if status is not None:  # not the nodes' doing, but everything depends on it: noted, started again
+                self.crashes.append({"round": self.ledger.round, "node": "nsqlookupd", "status": status,
+                                     "at_s": round(trio.current_time() - self.started, 2), "log_tail": []})
+                self.say(f"round {self.ledger.round}: nsqlookupd exited with status {status}; starting it again")
+                await trio.to_thread.run_sync(self.cluster.lookupd.start)
+            await trio.sleep(0.2)  # a process's exit is no event this loop can wait on
+
+    async def _final_settle(self) -> float:
+        """After the last round: wait (``settle`` seconds at most) for the bodies the rounds gave up on too."""
+        began = trio.current_time()
+        with trio.move_on_after(self.settle):
+            while any(self._missing(self.ledger.acked).values()):
+                await trio.sleep(0.1)
+        return round(trio.current_time() - began, 2)
+
+    def _missing(self, bodies) -> dict[str, list[bytes]]:
+        return {c.channel: c.deliveries.missing(bodies) for c in self.consumers}
+
+    async def _settle(self) -> float:
+        """Wait until every acknowledged body (but those given up on) is delivered on every channel."""
+        began = trio.current_time()
+        wanted = [b for b in self.ledger.acked if b not in self.given_up]
+        with trio.move_on_after(self.settle):
+            while any(self._missing(wanted).values()):
+                await trio.sleep(0.1)
+        return trio.current_time() - began
+
+    async def _round(self, number: int) -> RoundResult:
+        rng = self.rng
+        began = trio.current_time()
+        action = rng.choice(self.actions)
+        held = rng.random() < 0.5
+        if self.schedule:  # the round's action (and whether the consumers are held) given instead
+            action, _, hold = self.schedule[(number - 1) % len(self.schedule)].partition(":")
+            held = {"held": True, "live": False}.get(hold, held)
+        deliveries_before = sum(c.deliveries.total for c in self.consumers)
+        extra_before = sum(c.deliveries.extra for c in self.consumers)
+        if held:
+            for consumer in self.consumers:
+                await consumer.hold()
+        self.publishers.start()
+        await self._publish_for(rng.randrange(100, 400), limit=3.0)
+
+        up = self.cluster.up()
+        victims = rng.sample(up, min(2 if action == "kill2" else 1, len(up)))
+        result = RoundResult(round=number, action=action, nodes=[v.name for v in victims], consumers_held=held)
+        death = trio.current_time()
+        for victim in victims:
+            if action == "pause":
+                victim.pause()
+            else:
+                victim.kill()
+                if action == "wipe":
+                    victim.wipe()
+        if held:
+            for consumer in self.consumers:
+                await consumer.release()
+        self.say(f"round {number}: {action} {', '.join(result.nodes)}{' (consumers held)' if held else ''}")
+        # the outage: how long the nemesis keeps the node down is the experiment's parameter
+        await trio.sleep(self.timeout_s * rng.uniform(1.5, 3.5) + 1.0)
+        result.crashed = [c["node"] for c in self.crashes if c["round"] == number]
+        for victim in victims:
+            if victim.state == "paused":
+                victim.resume()
+        for node in self.cluster.nodes:
+            if node.state == "down":  # the victims, and any node that crashed
+                await node.astart()
+        result.restored_s = round(trio.current_time() - death, 2)
+        await self._publish_for(rng.randrange(50, 200), limit=2.0)
+        await self.publishers.stop()
+
+        result.settle_s = round(await self._settle(), 2)
+        outstanding = self._outstanding(death, {v.name for v in victims})
+        mine = [body for body, (_, r, _) in self.ledger.acked.items() if r == number]
+        missing = self._missing(mine)
+        lost = set().union(*missing.values()) if missing else set()
+        self.given_up |= lost
+        result.acknowledged = len(mine)
+        result.refused = self.ledger.refused_by_round[number]
+        result.unconfirmed = self.ledger.unconfirmed_by_round[number]
+        result.lost = len(lost)
+        result.delivered = len(mine) - len(lost)
+        result.lost_by_channel = {channel: len(bodies) for channel, bodies in missing.items()}
+        result.deliveries = sum(c.deliveries.total for c in self.consumers) - deliveries_before
+        result.duplicated = sum(c.deliveries.extra for c in self.consumers) - extra_before
+        result.outstanding = len(outstanding)
+        arrivals = [c.deliveries.first.get(body) for c, body in outstanding]
+        if outstanding and all(t is not None for t in arrivals):
+            result.recovery_s = round(max(t for t in arrivals if t is not None) - death, 2)
+        result.examples = [f"lost {body!r} on {channel}" for channel, bodies in missing.items() for body in bodies[:3]]
+        late = [(c, body, t) for (c, body), t in zip(outstanding, arrivals) if t is not None and t - death > result.restored_s]
+        result.late_by_publisher = dict(Counter(self.ledger.acked[body][2] for _, body, _ in late))
+        names = {node.address: node.name for node in self.cluster.nodes}
+        result.examples += [f"{body.decode()} acknowledged by {self.ledger.acked[body][2]} at "
+                            f"{self.ledger.acked[body][0] - death:+.2f} s, delivered on {c.channel} by "
+                            f"{names.get(c.deliveries.first_node[body], '?')} at {t - death:+.2f} s"
+                            for c, body, t in late[:5]]
+        for node in self.cluster.up():
+            stats = await node.stats(TOPIC)
+            topics = (stats or {}).get("topics") or []
+            if topics and "replication" in topics[0]:
+                result.replication[node.name] = topics[0]["replication"]
+        result.crashed = [c["node"] for c in self.crashes if c["round"] == number]
+        result.seconds = round(trio.current_time() - began, 1)
+        return result
+
+    def _outstanding(self, death: float, victims: set[str]) -> list[tuple[Consumer, bytes]]:
+        """The (consumer, body) pairs acknowledged but not delivered on its channel when the node died: acknowledged
+        before the death, or by a victim within a second after it (its OK was on its way), and first delivered
+        after it, or never."""
+        pairs = []
+        for body, (when, _, node) in self.ledger.acked.items():
+            if body in self.given_up or (when > death and (node not in victims or when > death + 1.0)):
+                continue
+            for consumer in self.consumers:
+                first = consumer.deliveries.first.get(body)
+                if first is None or first > death:
+                    pairs.append((consumer, body))
+        return pairs
+
+    def _summary(self, elapsed: float, final_settle: float) -> dict:
+        acked = list(self.ledger.acked)
+        missing = self._missing(acked)
+        lost_at_end = set().union(*missing.values()) if missing else set()
+        deliveries = sum(c.deliveries.total for c in self.consumers)
+        duplicated = sum(c.deliveries.extra for c in self.consumers)
+        recoveries = [r.recovery_s for r in self.results if r.recovery_s is not None]
+        problems = {node.name: node.log_lines("Traceback", "ERROR", "FATAL", "WARN") for node in self.cluster.nodes}
+        return {
+            "config": {"nodes": len(self.cluster.nodes), "replicas": self.replicas, "rounds": self.rounds,
+                       "replica_timeout_s": self.timeout_s, "durable": self.cluster.durable,
+                       "channels": self.channels, "root": str(self.cluster.root)},
+            "rounds": [asdict(r) for r in self.results],
+            "summary": {
+                "acknowledged": len(acked),
+                "refused": dict(self.ledger.refused),
+                "refusal_examples": self.ledger.refusals[:5],
+                "unconfirmed": self.ledger.unconfirmed,
+                "lost_in_rounds": sum(r.lost for r in self.results),
+                "lost_at_end": len(lost_at_end),
+                "lost_examples": [body.decode() for body in sorted(lost_at_end, key=int)[:10]],
+                "rounds_with_loss": [r.round for r in self.results if r.lost],
+                "final_settle_s": final_settle,
+                "late_after_restore": sum(sum(r.late_by_publisher.values()) for r in self.results),
+                "crashes": self.crashes,
+                "deliveries": deliveries,
+                "duplicated": duplicated,
+                "duplicate_ratio": round(duplicated / deliveries, 5) if deliveries else 0.0,
+                "deliveries_by_node": {c.channel: dict(c.deliveries.by_node) for c in self.consumers},
+                "consumer_errors": sum(len(c.errors) for c in self.consumers),
+                "consumer_error_examples": [e for c in self.consumers for e in c.errors][:5],
+                "recovery_s_max": max(recoveries) if recoveries else None,
+                "recovery_s_median": round(statistics.median(recoveries), 2) if recoveries else None,
+                "log_problem_lines": {name: len(lines) for name, lines in problems.items()},
+                "log_problem_examples": {name: lines[:5] for name, lines in problems.items() if lines},
+                "seconds": round(elapsed, 1),
+            },
+        }
+
+
+async def run_chaos_async(root: Path, nodes: int, replicas: int, rounds: int, *, replica_timeout: str = "2s",
+                          durable: bool = False, channels: int = 1, publishers: int = 2, rate: float = 200.0,
+                          seed: int = 20261127, settle: float = 60.0, actions: tuple[str, ...] = (*ACTIONS, "kill2"),
+                          schedule: tuple[str, ...] = (), progress=None) -> dict:
+    """Run the chaos rounds on a cluster under ``root`` and return what the clients saw (see the module).
+
+    Each round's action is chosen at random from ``actions``, or taken from ``schedule`` (cycled):
+    ``"wipe"``, or ``"wipe:held"``/``"wipe:live"`` to say whether the consumers are held too."""
+    chaos = Chaos(root, nodes, replicas, rounds, replica_timeout=replica_timeout, durable=durable, channels=channels,
+                  publishers=publishers, rate=rate, seed=seed, settle=settle, actions=actions, schedule=schedule,
+                  progress=progress)
+    return await chaos.run()
+
+
+def run_chaos(root: Path, nodes: int, replicas: int, rounds: int, **options) -> dict:
+    """:func:`run_chaos_async` in a new Trio run."""
+    return trio.run(lambda: run_chaos_async(root, nodes, replicas, rounds, **options))
+
+
+_COLUMNS = ["round", "action", "nodes", "consumers_held", "acknowledged", "refused", "unconfirmed", "lost",
+            "deliveries", "duplicated", "outstanding", "recovery_s", "restored_s", "crashed", "settle_s", "seconds"]
+
+
+def _row(result: RoundResult) -> str:
+    return "  ".join(f"{name}={getattr(result, name)}" for name in _COLUMNS)
+
+
+def table(report: dict) -> str:
+    rows = [[",".join(r[name]) if isinstance(r[name], list) else str(r[name]) for name in _COLUMNS]
+            for r in report["rounds"]]
+    head = [name.replace("consumers_", "") for name in _COLUMNS]
+    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
+    return "\n".join(" | ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in [head, *rows])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--replica-timeout", default="2s", help="Go duration (default 2s)")
+    parser.add_argument("--durable", action="store_true", help="run the nodes with --durable")
+    parser.add_argument("--channels", type=int, default=1, choices=(1, 2))
+    parser.add_argument("--publishers", type=int, default=2)
+    parser.add_argument("--rate", type=float, default=200.0, help="messages a second, all publishers (default 200)")
+    parser.add_argument("--settle", type=float, default=60.0,
+                        help="seconds a round waits at most for every acknowledged message (default 60)")
+    parser.add_argument("--actions", default=",".join((*ACTIONS, "kill2")),
+                        help="comma-separated nemesis actions to choose from (kill2 only with replicas >= 3)")
+    parser.add_argument("--schedule", default="",
+                        help="comma-separated actions for the rounds in turn instead (action or action:held/live)")
+    parser.add_argument("--seed", type=int, default=20261127)
+    parser.add_argument("--json", metavar="PATH", help="write the report as JSON to PATH ('-': stdout)")
+    parser.add_argument("--workdir", metavar="DIR", help="keep the cluster's data and logs under DIR")
+    args = parser.parse_args(argv)
+    actions = tuple(args.actions.split(","))
+    schedule = tuple(args.schedule.split(",")) if args.schedule else ()
+    for action in (*actions, *schedule):
+        name, _, hold = action.partition(":")
+        if name not in (*ACTIONS, "kill2") or hold not in ("", "held", "live"):
+            parser.error(f"unknown action {action!r}")
+    if args.replicas > args.nodes:
+        parser.error("--replicas must not exceed --nodes")
+
+    def progress(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    options = dict(replica_timeout=args.replica_timeout, durable=args.durable, channels=args.channels,
+                   publishers=args.publishers, rate=args.rate, seed=args.seed, settle=args.settle, actions=actions,
+                   schedule=schedule, progress=progress)
+    if args.workdir:
+        report = run_chaos(Path(args.workdir), args.nodes, args.replicas, args.rounds, **options)
+    else:
+        with tempfile.TemporaryDirectory(prefix="chaos-replication-") as tmp:
+            report = run_chaos(Path(tmp), args.nodes, args.replicas, args.rounds, **options)
+    if args.json == "-":
+        print(json.dumps(report, indent=1))
+    else:
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1))
+        print(table(report))
+        print(json.dumps(report["summary"], indent=1))
+    summary = report["summary"]
+    return 1 if summary["lost_at_end"] or summary["lost_in_rounds"] or summary["crashes"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,296 @@
+"""Replication's guarantees with real processes: ``pynsqd --replicas=N`` nodes registered with one
+of nsq's ``nsqlookupd``, and consumers that follow it (``/lookup?topic=T``) as real ones do.
+
+- a publish is acknowledged only once ``replicas`` nodes hold it, so losing its node (killed,
+  data wiped; or paused past ``--replica-timeout``) loses nothing: a surviving holder takes over;
+- a publish that cannot get its copies is refused (non-fatal ``E_PUB_FAILED``, HTTP 503) and
+  nothing of it is delivered later;
+- a node started again on its data after its copies were taken over does not deliver them again;
+- with one replica (the default) nothing changes.
+
+Every wait is on a condition with a deadline; duplicates (a body delivered twice) are allowed
+where the guarantee is at-least-once, and counted.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+
+from broker.protocol import FRAME_TYPE_ERROR, encode_dpub, encode_mpub, encode_rdy, encode_sub
+from tests.support.http_client import request
+from tests.support.nsq_programs import nsq_bin_missing
+from tests.support.processes import BrokerProcess
+from tests.support.replication_cluster import Consumer, Node, ReplicaCluster, pub
+from tests.support.v2client import V2Client, connect
+
+pytestmark = pytest.mark.slow
+needs_nsq = pytest.mark.skipif(nsq_bin_missing() is not None, reason=nsq_bin_missing() or "")
+
+TOPIC, CHANNEL = "orders", "work"
+TIMEOUT = "2s"  # --replica-timeout
+TIMEOUT_S = 2.0
+
+
+def bodies(prefix: str, count: int) -> list[bytes]:
+    return [f"{prefix}-{n}".encode() for n in range(count)]
+
+
+async def publish_all(node: Node, items: list[bytes]) -> None:
+    """PUB each body to ``node`` and require ``OK`` for every one."""
+    client = await connect(node.tcp, timeout=10)
+    try:
+        for body in items:
+            answer = await pub(client, TOPIC, body, timeout=TIMEOUT_S + 10)
+            assert answer == "OK", (body, answer)
+    finally:
+        await client.aclose()
+
+
+async def wait_delivered(consumer: Consumer, wanted: list[bytes], timeout: float, cluster: ReplicaCluster) -> None:
+    """Return once ``consumer`` has been given every body of ``wanted``; fail with the nodes' logs."""
+    with trio.move_on_after(timeout):
+        while consumer.deliveries.missing(wanted):
+            await trio.sleep(0.05)
+    missing = consumer.deliveries.missing(wanted)
+    assert not missing, (f"{len(missing)} of {len(wanted)} never delivered in {timeout} s (first {missing[:5]}); "
+                         f"deliveries by node {dict(consumer.deliveries.by_node)}; "
+                         f"consumer errors {consumer.errors[:5]}; crashed {cluster.crashed()}\n{cluster.logs()}")
+
+
+def assert_alive(cluster: ReplicaCluster) -> None:
+    """No node that should be running has exited by itself."""
+    crashed = cluster.crashed()
+    assert not crashed, f"nodes exited by themselves: {crashed}\n{cluster.logs(60)}"
+
+
+def duplicates(consumer: Consumer) -> int:
+    return consumer.deliveries.extra
+
+
+@pytest.fixture
+def clusters(tmp_path):
+    """Factory: a started :class:`ReplicaCluster` under the test's directory; all stopped at the end."""
+    made: list[ReplicaCluster] = []
+
+    def factory(nodes: int, **options) -> ReplicaCluster:
+        cluster = ReplicaCluster(tmp_path / f"cluster{len(made)}", nodes, **options)
+        made.append(cluster)
+        return cluster.start()
+
+    yield factory
+    for cluster in made:
+        cluster.stop()
+
+
+async def channel_counts(node: Node) -> tuple[int, int] | None:
+    """(depth, in flight) of the channel on ``node``; None before it has the channel."""
+    stats = await node.stats(TOPIC)
+    for topic in (stats or {}).get("topics") or []:
+        for channel in topic["channels"]:
+            if channel["channel_name"] == CHANNEL:
+                return channel["depth"], channel["in_flight_count"]
+    return None
+
+
+@needs_nsq
+async def test_a_killed_and_wiped_node_loses_no_acknowledged_message(clusters):
+    cluster = clusters(3, replicas=2, replica_timeout=TIMEOUT, durable=True)
+    await cluster.create(TOPIC, [CHANNEL])
+    await cluster.wait_registered(TOPIC, cluster.nodes)
+    await cluster.wait_replicating()
+    first = cluster.nodes[0]
+    sent = bodies("wiped", 500)
+    await publish_all(first, sent)
+
+    first.kill()
+    first.wipe()
+    consumer = Consumer(TOPIC, CHANNEL, lookupd_http=cluster.lookupd.http)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_delivered(consumer, sent, 30, cluster)
+        nursery.cancel_scope.cancel()
+    print(f"500 published, {consumer.deliveries.total} deliveries, {duplicates(consumer)} duplicates, "
+          f"by node {dict(consumer.deliveries.by_node)}")
+    assert set(consumer.deliveries.counts) == set(sent)
+    assert_alive(cluster)
+
+
+@needs_nsq
+async def test_a_publish_without_enough_nodes_is_refused_and_never_delivered(clusters):
+    cluster = clusters(2, replicas=2, replica_timeout=TIMEOUT)
+    first, second = cluster.nodes
+    await cluster.create(TOPIC, [CHANNEL])
+    await cluster.wait_registered(TOPIC, cluster.nodes)
+    await cluster.wait_replicating()
+    stats = await first.stats(TOPIC)
+    assert stats is not None and stats["topics"][0].get("replication", {}).get("replicas") == 2, stats
+
+    second.kill()
+    client = await connect(first.tcp, timeout=TIMEOUT_S + 10)
+    try:
+        refused = bodies("refused", 3)
+        with trio.fail_after(TIMEOUT_S + 5):
+            answer = await pub(client, TOPIC, refused[0], timeout=TIMEOUT_S + 5)
+        assert answer.startswith("E_PUB_FAILED PUB failed") and "copies" in answer, answer
+
+        # the connection stays open: MPUB and DPUB on it are refused the same way
+        await client.send(encode_mpub(TOPIC, [refused[1], b"refused-mpub"]))
+        frame = await _answer(client)
+        assert frame.frame_type == FRAME_TYPE_ERROR and frame.data.startswith(b"E_MPUB_FAILED MPUB failed"), frame
+        assert b"copies" in frame.data, frame
+        await client.send(encode_dpub(TOPIC, 10, refused[2]))
+        frame = await _answer(client)
+        assert frame.frame_type == FRAME_TYPE_ERROR and frame.data.startswith(b"E_DPUB_FAILED DPUB failed"), frame
+
+        with trio.fail_after(TIMEOUT_S + 5):
+            reply = await request(first.http, "POST", f"/pub?topic={TOPIC}", b"refused-http")
+        assert reply.status == 503, (reply.status, reply.body)
+        assert json.loads(reply.body)["message"].startswith("PUB_FAILED"), reply.body
+
+        # the peer comes back; once the node can place its copies again it acknowledges, on the same connection
+        await second.astart()
+        marker = await _publish_marker(client, deadline=30)
+    finally:
+        await client.aclose()
+
+    acknowledged = {marker}
+    consumer = await connect(first.tcp, timeout=10)
+    try:
+        await consumer.send(encode_sub(TOPIC, CHANNEL))
+        await consumer.expect_response(b"OK")
+        await consumer.send(encode_rdy(100))
+        given: list[bytes] = []
+        with trio.fail_after(15):
+            while marker not in given:
+                given += [msg.body for msg in await consumer.sync()]
+                await trio.sleep(0.05)
+        given += [msg.body for msg in await consumer.sync()]  # anything behind the marker
+    finally:
+        await consumer.aclose()
+    assert set(given) <= acknowledged, f"delivered what was refused: {sorted(set(given) - acknowledged)}"
+    assert_alive(cluster)
+
+
+async def _answer(client: V2Client):
+    with trio.fail_after(TIMEOUT_S + 5):
+        return await client.read_frame()
+
+
+async def _publish_marker(client: V2Client, deadline: float) -> bytes:
+    """PUB markers (each body new) until one is acknowledged; its body."""
+    with trio.fail_after(deadline):
+        for n in range(1000):
+            body = f"marker-{n}".encode()
+            answer = await pub(client, TOPIC, body, timeout=TIMEOUT_S + 5)
+            if answer == "OK":
+                return body
+            assert answer.startswith("E_PUB_FAILED"), answer
+            await trio.sleep(0.2)  # the node learns of its peer through nsqlookupd; no event to wait on
+    raise AssertionError("no marker was acknowledged")
+
+
+@needs_nsq
+async def test_a_paused_node_is_taken_over_and_its_messages_delivered(clusters):
+    cluster = clusters(3, replicas=2, replica_timeout=TIMEOUT)
+    await cluster.create(TOPIC, [CHANNEL])
+    await cluster.wait_registered(TOPIC, cluster.nodes)
+    await cluster.wait_replicating()
+    first = cluster.nodes[0]
+    count = 300
+    sent = bodies("paused", count)
+    await publish_all(first, sent)
+
+    first.pause()
+    consumer = Consumer(TOPIC, CHANNEL, lookupd_http=cluster.lookupd.http)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        try:
+            # while it is paused: its copies come from the node that took them over
+            await wait_delivered(consumer, sent, TIMEOUT_S + 20, cluster)
+        finally:
+            first.resume()
+        # back: once the consumer is connected to it again and it holds nothing, count what it sent again
+        with trio.fail_after(30):
+            while not (consumer.connected_to(first) and await channel_counts(first) == (0, 0)):
+                await trio.sleep(0.1)
+        nursery.cancel_scope.cancel()
+    extra = duplicates(consumer)
+    print(f"{count} published, {consumer.deliveries.total} deliveries, {extra} duplicates, "
+          f"by node {dict(consumer.deliveries.by_node)}")
+    assert set(consumer.deliveries.counts) == set(sent)
+    assert_alive(cluster)
+    # the resumed node holds delivery until its peers said what they took: nothing comes twice
+    assert extra <= count // 100, f"{extra} duplicates: the resumed node delivered its copies again\n{cluster.logs()}"
+
+
+@needs_nsq
+async def test_a_restarted_node_does_not_deliver_what_was_finished_elsewhere(clusters):
+    cluster = clusters(3, replicas=2, replica_timeout=TIMEOUT, durable=True)
+    await cluster.create(TOPIC, [CHANNEL])
+    await cluster.wait_registered(TOPIC, cluster.nodes)
+    await cluster.wait_replicating()
+    first = cluster.nodes[0]
+    count = 200
+    sent = bodies("restarted", count)
+    await publish_all(first, sent)
+
+    first.kill()  # its data stays
+    consumer = Consumer(TOPIC, CHANNEL, lookupd_http=cluster.lookupd.http)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_delivered(consumer, sent, 30, cluster)
+        # every one is FIN'd where it came from once the taker's channel holds nothing
+        with trio.fail_after(15):
+            while any([await channel_counts(node) not in ((0, 0), None) for node in cluster.up()]):
+                await trio.sleep(0.1)
+        nursery.cancel_scope.cancel()
+
+    await first.astart()
+    again = Consumer(TOPIC, CHANNEL, addresses=[first.tcp])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(again.run)
+        # it holds nothing to deliver (or delivered and had FIN'd what it still held)
+        with trio.fail_after(20):
+            while not (again.connected_to(first) and await channel_counts(first) == (0, 0)):
+                await trio.sleep(0.1)
+        nursery.cancel_scope.cancel()
+    assert_alive(cluster)
+    redelivered = sum(again.deliveries.counts[body] for body in sent)
+    print(f"restarted node delivered {redelivered} of {count} again")
+    assert redelivered <= 5, (f"the restarted node delivered {redelivered} of {count} finished elsewhere\n"
+                              f"{cluster.logs()}")
+
+
+async def test_one_replica_changes_nothing(tmp_path):
+    node = BrokerProcess(tmp_path / "data", log_path=tmp_path / "broker.log").start()
+    try:
+        await _publish_and_check_no_replication(node)
+    finally:
+        node.kill()
+
+
+async def test_an_explicit_replicas_1_changes_nothing(tmp_path):
+    node = BrokerProcess(tmp_path / "data", "--replicas=1", log_path=tmp_path / "broker.log").start()
+    try:
+        await _publish_and_check_no_replication(node)
+    finally:
+        node.kill()
+
+
+async def _publish_and_check_no_replication(node: BrokerProcess) -> None:
+    assert node.tcp is not None and node.http is not None
+    client = await connect(node.tcp)
+    try:
+        assert await pub(client, TOPIC, b"one", timeout=10) == "OK"
+    finally:
+        await client.aclose()
+    reply = await request(node.http, "POST", f"/pub?topic={TOPIC}", b"two")
+    assert (reply.status, reply.body) == (200, b"OK")
+    reply = await request(node.http, "GET", "/stats?format=json")
+    topics = reply.json()["topics"]
+    assert [t["topic_name"] for t in topics] == [TOPIC]
+    assert "replication" not in topics[0], topics[0]
+    assert topics[0]["message_count"] == 2

@@ -1,0 +1,47 @@
+"""The replication chaos harness (``tests/bench/chaos_replication.py``) at CI size.
+
+The full run (a hundred rounds) is the script's; here a few rounds each of three nodes with two
+and with three replicas: nodes killed (their data kept or wiped), paused past the replica
+timeout, two at once with three replicas, while publishers and consumers that follow
+nsqlookupd keep working. Nothing acknowledged may be lost in any round; duplicates (a body
+delivered twice on a channel) are allowed but must stay under 1 % of the deliveries once there
+are enough deliveries to tell.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.bench.chaos_replication import run_chaos_async, table
+from tests.support.nsq_programs import nsq_bin_missing
+
+pytestmark = [
+    pytest.mark.skipif(nsq_bin_missing() is not None, reason=nsq_bin_missing() or ""),
+    pytest.mark.slow,
+]
+
+
+def check(report: dict) -> None:
+    print(table(report))
+    print(json.dumps(report["summary"], indent=1))
+    summary = report["summary"]
+    lost = [(r["round"], r["action"], r["nodes"], r["lost"], r["examples"]) for r in report["rounds"] if r["lost"]]
+    assert not summary["crashes"], f"nodes exited by themselves: {summary['crashes']}"
+    assert not lost, f"acknowledged messages lost: {lost}; summary {summary}"
+    assert summary["lost_at_end"] == 0, summary
+    assert summary["acknowledged"] > 0, summary
+    if summary["deliveries"] >= 1000:
+        assert summary["duplicate_ratio"] < 0.01, summary
+
+
+@pytest.mark.parametrize(("replicas", "durable", "schedule"), [
+    (2, True, ("wipe:held", "pause:held", "kill:live")),
+    (3, False, ("kill2:held", "pause:held")),
+], ids=["replicas2-durable", "replicas3"])
+async def test_no_acknowledged_message_is_lost_while_nodes_fail(tmp_path, replicas, durable, schedule):
+    report = await run_chaos_async(tmp_path, 3, replicas, len(schedule), replica_timeout="2s", durable=durable,
+                                   channels=2 if replicas == 2 else 1, rate=150.0, seed=replicas, settle=30.0,
+                                   schedule=schedule)
+    check(report)
