@@ -10,7 +10,7 @@ meanwhile share the next frame (and, with ``--durable``, the peer's next fsync).
 Two kinds of request: :meth:`PeerLink.request` is answered (a waiter learns the outcome;
 the link breaking fails it), :meth:`PeerLink.post` is delivered at least once (kept until
 the frame carrying it is answered, and sent again after a reconnect). The peer's
-heartbeats are answered with NOP; a peer silent for two heartbeats and a second is gone,
+heartbeats are answered with NOP; a peer silent for two and a half heartbeats is gone,
 and the link dials again.
 """
 
@@ -183,6 +183,11 @@ class PeerLink:
                 await trio.sleep(delay)
                 delay = min(1.0, delay * 2)
 
+    @property
+    def last_heard(self) -> float:
+        """When the peer last sent bytes on this link (trio time; -1 before it ever did)."""
+        return self._last_heard if self.peer_id is not None else -1.0
+
     def reconnect(self) -> None:
         """Drop the connection (if any): the link dials again and says HELLO."""
         if self._conn_scope is not None:
@@ -303,7 +308,7 @@ class PeerLink:
     async def _watch(self, scope: trio.CancelScope) -> None:
         while True:
             await trio.sleep(HEARTBEAT / 2)
-            if trio.current_time() - self._last_heard > 2 * HEARTBEAT + 1.0:
+            if trio.current_time() - self._last_heard > 2 * HEARTBEAT + 0.5:
                 log.info("REPLICATION(%s): node %s silent for %.1fs", self, self.peer_id,
                          trio.current_time() - self._last_heard)
                 self.connected = False

@@ -111,6 +111,7 @@ class Replicator:
         self.stats: dict[str, ReplicaStats] = defaultdict(ReplicaStats)
         self._inbound: dict[str, set[object]] = defaultdict(set)
         self._gone_since: dict[str, float] = {}
+        self._heard: dict[str, float] = {}  # when a closed connection from a node last received bytes
         self._fins: dict[tuple[str, str], list[bytes]] = defaultdict(list)
         self._own: tuple[str, int] | None = None
         self._unlisted: dict[tuple[str, int], float] = {}  # links whose node the lookupds no longer list
@@ -240,11 +241,10 @@ class Replicator:
         self._inbound[peer].add(link)
         self._gone_since.pop(peer, None)
 
-    def closed(self, peer: str, link: object) -> None:
+    def closed(self, peer: str, link: object, last_heard: float) -> None:
         links = self._inbound[peer]
         links.discard(link)
-        if not links and not self._reachable(peer):
-            self._gone_since.setdefault(peer, trio.current_time())
+        self._heard[peer] = max(self._heard.get(peer, last_heard), last_heard)
 
     def receive(self, peer: str, body: bytes) -> bytes | Awaitable[bytes]:
         try:
@@ -403,7 +403,11 @@ class Replicator:
             if origin == self.node_id or self._reachable(origin):
                 self._gone_since.pop(origin, None)
                 continue
-            since = self._gone_since.setdefault(origin, now)
+            since = self._gone_since.get(origin)
+            if since is None:
+                # silence counts from the last bytes heard from it: a paused node is gone after
+                # --replica-timeout without an answer, not after the heartbeats gave up on it and then some
+                since = self._gone_since[origin] = min(now, self._last_heard(origin, now))
             if now - since < self.options.replica_timeout:
                 continue
             for topic in list(self.held.origins.get(origin, {})):
@@ -416,6 +420,13 @@ class Replicator:
                     await self._take_over(origin, topic, mine)
         if self.held.needs_compaction():
             await self.held.compact()
+
+    def _last_heard(self, node: str, default: float) -> float:
+        """When this node last received bytes from ``node`` on any connection (``default`` if never)."""
+        times = [link.last_heard for link in self.links.values() if link.peer_id == node]
+        if node in self._heard:
+            times.append(self._heard[node])
+        return max(times, default=default)
 
     def _first_up(self, holders: tuple[str, ...], origin: str) -> str | None:
         for node in holders:

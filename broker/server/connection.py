@@ -69,7 +69,9 @@ class ReplicaReceiver(Protocol):
 
     def receive(self, peer: str, body: bytes) -> bytes | Awaitable[bytes]: ...
 
-    def closed(self, peer: str, link: object) -> None: ...
+    def closed(self, peer: str, link: object, last_heard: float) -> None:
+        """The connection ended; ``last_heard``: when it last received bytes (trio time)."""
+        ...
 
 
 def _identify_seconds(data: dict, key: str, low: float, high: float, what: str, *,

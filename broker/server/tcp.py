@@ -127,7 +127,7 @@ class TCPServer(ConnectionServer):
         finally:
             broker.clients.discard(client)
             if client.replica is not None and client.replicas is not None:
-                client.replicas.closed(client.replica, client)
+                client.replicas.closed(client.replica, client, client.last_read)
             if client.channel is not None:
                 client.channel.remove_client(client)
             if client.unapplied:  # an answer the connection did not live to await
