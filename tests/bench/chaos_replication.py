@@ -14,7 +14,7 @@ node started again keeps its address). Meanwhile:
 
 Each round the nemesis picks an action: ``kill`` (SIGKILL a node, start it again on its data),
 ``wipe`` (SIGKILL, delete its data directory: it comes back as a new node), ``pause`` (SIGSTOP,
-then SIGCONT) or, with three replicas or more, ``kill2`` (two nodes at once); the node stays
+then SIGCONT) or, with three replicas or more, ``kill2`` or ``wipe2`` (two nodes at once); the node stays
 down for 1.5-3.5 replica timeouts plus a second. In half of the rounds the consumers are held
 (RDY 0) until the moment of the failure, so that every node has a backlog the failure puts at
 risk. After the node is back, publishing stops and the round waits (``--settle`` seconds at most)
@@ -67,6 +67,8 @@ __all__ = ["run_chaos", "run_chaos_async"]
 
 TOPIC = "chaos"
 ACTIONS = ("kill", "wipe", "pause")
+#: Actions on two nodes at once (only with three replicas or more): killed, or killed and wiped.
+PAIRS = ("kill2", "wipe2")
 _DURATION = re.compile(r"(\d+(?:\.\d*)?)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -240,7 +242,7 @@ class Chaos:
         self.settle = settle
         self.progress = progress
         self.rng = random.Random(seed)
-        self.actions = [a for a in actions if a != "kill2" or (replicas >= 3 and nodes >= 3)]
+        self.actions = [a for a in actions if a not in PAIRS or (replicas >= 3 and nodes >= 3)]
         self.schedule = schedule
         self.cluster = ReplicaCluster(root, nodes, replicas=replicas,
                                       replica_timeout=replica_timeout if replicas > 1 else None, durable=durable)
@@ -348,7 +350,7 @@ class Chaos:
         await self._publish_for(rng.randrange(100, 400), limit=3.0)
 
         up = self.cluster.up()
-        victims = rng.sample(up, min(2 if action == "kill2" else 1, len(up)))
+        victims = rng.sample(up, min(2 if action in PAIRS else 1, len(up)))
         result = RoundResult(round=number, action=action, nodes=[v.name for v in victims], consumers_held=held)
         death = trio.current_time()
         for victim in victims:
@@ -356,7 +358,7 @@ class Chaos:
                 victim.pause()
             else:
                 victim.kill()
-                if action == "wipe":
+                if action in ("wipe", "wipe2"):
                     victim.wipe()
         if held:
             for consumer in self.consumers:
@@ -466,7 +468,7 @@ class Chaos:
 
 async def run_chaos_async(root: Path, nodes: int, replicas: int, rounds: int, *, replica_timeout: str = "2s",
                           durable: bool = False, channels: int = 1, publishers: int = 2, rate: float = 200.0,
-                          seed: int = 20261127, settle: float = 60.0, actions: tuple[str, ...] = (*ACTIONS, "kill2"),
+                          seed: int = 20261127, settle: float = 60.0, actions: tuple[str, ...] = (*ACTIONS, *PAIRS),
                           schedule: tuple[str, ...] = (), progress=None) -> dict:
     """Run the chaos rounds on a cluster under ``root`` and return what the clients saw (see the module).
 
@@ -511,8 +513,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=200.0, help="messages a second, all publishers (default 200)")
     parser.add_argument("--settle", type=float, default=60.0,
                         help="seconds a round waits at most for every acknowledged message (default 60)")
-    parser.add_argument("--actions", default=",".join((*ACTIONS, "kill2")),
-                        help="comma-separated nemesis actions to choose from (kill2 only with replicas >= 3)")
+    parser.add_argument("--actions", default=",".join((*ACTIONS, *PAIRS)),
+                        help="comma-separated nemesis actions to choose from (kill2, wipe2 only with replicas >= 3)")
     parser.add_argument("--schedule", default="",
                         help="comma-separated actions for the rounds in turn instead (action or action:held/live)")
     parser.add_argument("--seed", type=int, default=20261127)
@@ -523,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     schedule = tuple(args.schedule.split(",")) if args.schedule else ()
     for action in (*actions, *schedule):
         name, _, hold = action.partition(":")
-        if name not in (*ACTIONS, "kill2") or hold not in ("", "held", "live"):
+        if name not in (*ACTIONS, *PAIRS) or hold not in ("", "held", "live"):
             parser.error(f"unknown action {action!r}")
     if args.replicas > args.nodes:
         parser.error("--replicas must not exceed --nodes")
