@@ -85,6 +85,13 @@ def clusters(tmp_path):
         cluster.stop()
 
 
+async def ready(cluster: ReplicaCluster) -> None:
+    """The topic and its channel on every node, registered with nsqlookupd, and the nodes linked."""
+    await cluster.create(TOPIC, [CHANNEL])
+    await cluster.wait_registered(TOPIC, cluster.nodes)
+    await cluster.wait_replicating()
+
+
 async def channel_counts(node: Node) -> tuple[int, int] | None:
     """(depth, in flight) of the channel on ``node``; None before it has the channel."""
     stats = await node.stats(TOPIC)
@@ -98,9 +105,7 @@ async def channel_counts(node: Node) -> tuple[int, int] | None:
 @needs_nsq
 async def test_a_killed_and_wiped_node_loses_no_acknowledged_message(clusters):
     cluster = clusters(3, replicas=2, replica_timeout=TIMEOUT, durable=True)
-    await cluster.create(TOPIC, [CHANNEL])
-    await cluster.wait_registered(TOPIC, cluster.nodes)
-    await cluster.wait_replicating()
+    await ready(cluster)
     first = cluster.nodes[0]
     sent = bodies("wiped", 500)
     await publish_all(first, sent)
@@ -122,9 +127,7 @@ async def test_a_killed_and_wiped_node_loses_no_acknowledged_message(clusters):
 async def test_a_publish_without_enough_nodes_is_refused_and_never_delivered(clusters):
     cluster = clusters(2, replicas=2, replica_timeout=TIMEOUT)
     first, second = cluster.nodes
-    await cluster.create(TOPIC, [CHANNEL])
-    await cluster.wait_registered(TOPIC, cluster.nodes)
-    await cluster.wait_replicating()
+    await ready(cluster)
     stats = await first.stats(TOPIC)
     assert stats is not None and stats["topics"][0].get("replication", {}).get("replicas") == 2, stats
 
@@ -195,9 +198,7 @@ async def _publish_marker(client: V2Client, deadline: float) -> bytes:
 @needs_nsq
 async def test_a_paused_node_is_taken_over_and_its_messages_delivered(clusters):
     cluster = clusters(3, replicas=2, replica_timeout=TIMEOUT)
-    await cluster.create(TOPIC, [CHANNEL])
-    await cluster.wait_registered(TOPIC, cluster.nodes)
-    await cluster.wait_replicating()
+    await ready(cluster)
     first = cluster.nodes[0]
     count = 300
     sent = bodies("paused", count)
@@ -229,9 +230,7 @@ async def test_a_paused_node_is_taken_over_and_its_messages_delivered(clusters):
 @needs_nsq
 async def test_a_restarted_node_does_not_deliver_what_was_finished_elsewhere(clusters):
     cluster = clusters(3, replicas=2, replica_timeout=TIMEOUT, durable=True)
-    await cluster.create(TOPIC, [CHANNEL])
-    await cluster.wait_registered(TOPIC, cluster.nodes)
-    await cluster.wait_replicating()
+    await ready(cluster)
     first = cluster.nodes[0]
     count = 200
     sent = bodies("restarted", count)
