@@ -193,7 +193,7 @@ class Replicator:
             stats.copies_waiting -= waiting
         stored = [link for link, waiter in zip(links, waiters) if waiter.done.is_set() and waiter.error is None]
         if len(stored) < need and not best_effort:
-            for link in stored:
+            for link in links:  # those that answer late drop theirs too
                 link.post([DROP, topic, ids])
             stats.publishes_refused += 1
             errors = sorted({waiter.error or "no answer" for waiter in waiters if waiter.error or not waiter.done.is_set()})
