@@ -80,7 +80,8 @@ class PeerLink:
     """The link to the node at ``address``; :meth:`run` keeps it up until cancelled."""
 
     def __init__(self, address: tuple[str, int], node_id: str, connect_timeout: float,
-                 on_hello: Callable[[PeerLink, Any], None], on_connected: Callable[[PeerLink], None]):
+                 on_hello: Callable[[PeerLink, Any], None], on_connected: Callable[[PeerLink], None],
+                 *, lost_memory: bool = False):
         self.address = address
         self.me = node_id
         self.peer_id: str | None = None  # learned from the peer's IDENTIFY answer
@@ -89,6 +90,9 @@ class PeerLink:
         self.hello_at = -1.0  # when the peer last answered HELLO (trio time)
         self.failed_at = -1.0  # when an attempt to connect last ended without a HELLO
         self._conn_scope: trio.CancelScope | None = None
+        #: this node lost what it held in memory (a crash without --durable): said in HELLO
+        #: until a HELLO of this link is answered
+        self.lost_memory = lost_memory
         self.cancel_scope = trio.CancelScope()
         self._connect_timeout = connect_timeout
         self._on_hello = on_hello
@@ -237,7 +241,7 @@ class PeerLink:
                     log.info("REPLICATION(%s): the peer is a new node %s (was %s)", self, peer_id, self.peer_id)
                     self._posted.clear()  # what was meant for the old node
                 self.peer_id = peer_id
-                hello = pack([0, [[HELLO]]])
+                hello = pack([0, [[HELLO, {"lost_memory": True}] if self.lost_memory else [HELLO]]])
                 await stream.send_all(encode_repl(hello))
                 while True:
                     kind, data = await self._next_frame(stream, reader)
@@ -250,6 +254,7 @@ class PeerLink:
                 if error:
                     raise LinkBroken(f"HELLO refused: {error}")
             self._on_hello(self, extra)
+            self.lost_memory = False
             self.hello_at = trio.current_time()
             self.connected = True
             self._stream = stream

@@ -83,6 +83,8 @@ CLOCK_TICK = 0.1
 #: Messages taken over in one step.
 TAKEOVER_PIECE = 1000
 _NODE_ID_FILE = "replication.id"
+#: There while the node runs: found at a start, the last run ended in a crash.
+_RUNNING_FILE = "replication.running"
 
 Nodes = Callable[[], Awaitable[set[tuple[str, int]] | None]]
 
@@ -118,6 +120,7 @@ class Replicator:
         self._nodes: Nodes | None = None
         self._nursery: trio.Nursery | None = None
         self._started = 0.0
+        self._lost_memory = False
         self.fence = Fence(1.0)
 
     # ---------------------------------------------------------------- lifecycle
@@ -128,6 +131,10 @@ class Replicator:
         self.node_id = _node_id(self._data_path)
         self.held = HeldCopies(self._data_path, durable=self.options.durable,
                                max_record=self.options.max_body_size * 2 + (1 << 20))
+        running = self._data_path / _RUNNING_FILE
+        # without --durable a crash loses what was in memory: the peers then take over at once
+        self._lost_memory = running.exists() and not self.options.durable
+        running.touch()
         self._nodes = nodes
         self._own = own
         self._started = trio.current_time()
@@ -153,6 +160,7 @@ class Replicator:
             self.broker.host.replication.fence = None
             with trio.CancelScope(shield=True):
                 await self.held.close()
+            (self._data_path / _RUNNING_FILE).unlink(missing_ok=True)
 
     async def catch_up(self) -> None:
         """Return once every peer the lookupds list answered HELLO (or failed once), within
@@ -268,7 +276,9 @@ class Replicator:
                 elif kind == TAKEN:
                     self.held.drop(req[1], req[2], req[3])
                 elif kind == HELLO:
-                    extra = {topic: sorted(ids) for topic, ids in self.held.taken.get(peer, {}).items()}
+                    if len(req) > 1 and isinstance(req[1], dict) and req[1].get("lost_memory"):
+                        return self._hello_after_loss(peer, seq)
+                    extra = self._taken_from(peer)
         except DiskQueueError as exc:
             log.error("REPLICATION: storing what node %s sent failed: %s", peer, exc)
             return pack([seq, f"storing failed: {exc}", None])
@@ -278,6 +288,25 @@ class Replicator:
         if added and self.options.durable:
             return self._synced(seq, answer)
         return answer
+
+    def _taken_from(self, peer: str) -> dict[str, list[bytes]]:
+        return {topic: sorted(ids) for topic, ids in self.held.taken.get(peer, {}).items()}
+
+    async def _hello_after_loss(self, peer: str, seq: int) -> bytes:
+        """HELLO from a node that restarted after a crash without ``--durable``: what it held in
+        memory is gone, so its copies held here are taken over now (those this node is the first
+        holder of), and the answer tells it which, so that what it kept on disk is not
+        delivered twice."""
+        log.warning("REPLICATION: node %s restarted after a crash without --durable: taking over its copies",
+                    peer)
+        for topic in list(self.held.origins.get(peer, {})):
+            copies = self.held.copies(peer, topic)
+            if copies:
+                mine = {msg_id for msg_id, holders in copies.holders.items()
+                        if self._first_up(holders, peer) == self.node_id}
+                if mine:
+                    await self._take_over(peer, topic, mine)
+        return pack([seq, None, self._taken_from(peer)])
 
     async def _synced(self, seq: int, answer: bytes) -> bytes:
         try:
@@ -298,7 +327,7 @@ class Replicator:
             if address == self._own or address in self.links:
                 continue
             link = PeerLink(address, self.node_id, self.options.replica_timeout, self._hello_answered,
-                            self._link_connected)
+                            self._link_connected, lost_memory=self._lost_memory)
             self.links[address] = link
             self._nursery.start_soon(link.run)
         now = trio.current_time()

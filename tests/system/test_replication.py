@@ -263,6 +263,30 @@ async def test_a_restarted_node_does_not_deliver_what_was_finished_elsewhere(clu
                               f"{cluster.logs()}")
 
 
+@needs_nsq
+async def test_a_node_restarted_at_once_after_a_crash_without_durable_loses_nothing(clusters):
+    # without --durable a kill -9 loses what the node held in memory; it comes back well within
+    # --replica-timeout, so no takeover is due: its HELLO says it lost its memory, and the peers
+    # take over its copies at once
+    cluster = clusters(3, replicas=2, replica_timeout=TIMEOUT)
+    await ready(cluster)
+    first = cluster.nodes[0]
+    count = 300
+    sent = bodies("forgotten", count)
+    await publish_all(first, sent)
+
+    first.kill()
+    await first.astart()
+    consumer = Consumer(TOPIC, CHANNEL, lookupd_http=cluster.lookupd.http)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_delivered(consumer, sent, 30, cluster)
+        nursery.cancel_scope.cancel()
+    assert any(node.log_lines("restarted after a crash without --durable") for node in cluster.nodes[1:])
+    assert_alive(cluster)
+    assert duplicates(consumer) <= count // 100, f"{duplicates(consumer)} duplicates\n{cluster.logs()}"
+
+
 async def test_one_replica_changes_nothing(tmp_path):
     node = BrokerProcess(tmp_path / "data", log_path=tmp_path / "broker.log").start()
     try:
