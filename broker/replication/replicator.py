@@ -289,8 +289,12 @@ class Replicator:
             return self._synced(seq, answer)
         return answer
 
-    def _taken_from(self, peer: str) -> dict[str, list[bytes]]:
-        return {topic: sorted(ids) for topic, ids in self.held.taken.get(peer, {}).items()}
+    def _taken_from(self, peer: str) -> list:
+        """HELLO's answer: what this node took over from ``peer``, and from every node (so that a
+        peer that was down meanwhile drops the copies it holds of those before it acts on them)."""
+        everything = {origin: {topic: sorted(ids) for topic, ids in topics.items()}
+                      for origin, topics in self.held.taken.items()}
+        return [everything.get(peer, {}), everything]
 
     async def _hello_after_loss(self, peer: str, seq: int) -> bytes:
         """HELLO from a node that restarted after a crash without ``--durable``: what it held in
@@ -348,11 +352,17 @@ class Replicator:
                 log.error("REPLICATION: looking for peers failed: %s", exc, exc_info=exc)
             await trio.sleep(DISCOVERY_INTERVAL)
 
-    def _hello_answered(self, link: PeerLink, taken: Any) -> None:
-        """The peer told what it took over from this node: those messages are not delivered here."""
+    def _hello_answered(self, link: PeerLink, answer: Any) -> None:
+        """The peer told what it took over from this node (those messages are not delivered
+        here) and from every node (copies held here of those are dropped)."""
         if link.peer_id is not None:
             self._gone_since.pop(link.peer_id, None)
-        for topic_name, ids in (taken or {}).items():
+        mine, everything = answer
+        for origin, topics in everything.items():
+            for topic_name, ids in topics.items():
+                if origin != self.node_id:
+                    self.held.drop(origin, topic_name, ids)
+        for topic_name, ids in mine.items():
             topic = self.broker.topics.get(topic_name)
             if topic is not None and ids:
                 topic.skip_taken(ids)

@@ -5,9 +5,13 @@ one response frame ``[seq, error, extra]`` (error None when every request was ap
 Requests are arrays whose first item is their kind:
 
 ======================================  ==================================================
-``[HELLO]``                             the sender (re)connected: the answer's ``extra``
-                                        is ``{topic: [id, ...]}``, the sender's messages
-                                        the peer took over while the sender was gone
+``[HELLO]``, ``[HELLO, {"lost_memory":  the sender (re)connected: the answer's ``extra``
+true}]``                                is ``[{topic: [id, ...]}, {origin: {topic: [id,
+                                        ...]}}]``: the sender's messages the peer took
+                                        over while the sender was gone, and all it took
+                                        over from any node. ``lost_memory``: the sender
+                                        crashed without ``--durable``; the peer first
+                                        takes over its copies
 ``[ADD, topic, holders, ids, entries]``  hold copies of these messages (answered once
                                         they are stored, fsync'd with ``--durable``);
                                         ``entries`` is their entries packed as one
