@@ -279,6 +279,8 @@ class Replicator:
                     if len(req) > 1 and isinstance(req[1], dict) and req[1].get("lost_memory"):
                         return self._hello_after_loss(peer, seq)
                     extra = self._taken_from(peer)
+                else:
+                    raise ValueError(f"unknown request {kind!r}")
         except DiskQueueError as exc:
             log.error("REPLICATION: storing what node %s sent failed: %s", peer, exc)
             return pack([seq, f"storing failed: {exc}", None])

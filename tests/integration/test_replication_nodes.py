@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from contextlib import AsyncExitStack
 
+import msgpack
 import pytest
 import trio
 
@@ -163,3 +164,24 @@ async def test_with_one_replica_the_role_is_not_offered_and_nothing_shows(tmp_pa
         assert "replication" not in await _topic_stats(a, "t")
         metrics = (await request(a.addresses.http, "GET", "/metrics")).text
         assert "nsq_topic_replicas" not in metrics and "nsq_topic_copies_held" not in metrics
+
+
+async def test_garbage_from_a_peer_connection_is_answered_with_an_error_and_changes_nothing(tmp_path, lookupd):
+    async with running_daemon(tmp_path / "a", *_flags(lookupd, "--replicas=2")) as a:
+        client = await connect(a.addresses.tcp)
+        answer = await client.identify(feature_negotiation=True, replica="f" * 32)
+        assert answer["replica"] != "f" * 32 and len(answer["replica"]) == 32
+        bodies = [b"\xc1", b"not msgpack at all", b"\x92\x01\x91\x93\x02\xa1t\x90",  # an ADD cut short
+                  b"\x92\x05\x91\x92\x63\x01", b"\x93\x01\x02\x03"]
+        for body in bodies:
+            await client.send(encode_repl(body))
+        answers = []
+        for _ in bodies:
+            frame = await client.read_frame()
+            answers.append(msgpack.unpackb(frame.data))
+        assert all(error for _seq, error, _extra in answers), answers
+        # the node still serves, holds nothing, and a publish still needs its copy
+        assert (await _node(a))["copies_held"] == 0
+        await client.send(encode_pub("t", b"x"))
+        frame = await client.read_frame()
+        assert frame.frame_type == FRAME_TYPE_ERROR and frame.data.startswith(b"E_PUB_FAILED")
