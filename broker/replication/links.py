@@ -23,10 +23,10 @@ from typing import Any
 
 import trio
 
-from broker.protocol import MAGIC_V2
+from broker.protocol import MAGIC_V2, FrameDecoder, ProtocolError
 from broker.protocol.commands import encode_identify, encode_nop
 from broker.protocol.replica import REPLICA_IDENTIFY_FIELD, encode_repl, is_valid_node_id
-from broker.replication.wire import HELLO, FrameReader, WireError, pack, unpack
+from broker.replication.wire import HELLO, WireError, pack, unpack
 
 __all__ = ["PeerLink", "Waiter", "MAX_OUTSTANDING", "HEARTBEAT"]
 
@@ -51,7 +51,7 @@ class LinkBroken(Exception):
 
 #: What ends a connection to a peer (the link dials again); anything else is a fault of ours.
 LINK_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, LinkBroken, WireError,
-               ValueError, TypeError)
+               ProtocolError, ValueError, TypeError)
 
 
 def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
@@ -221,7 +221,7 @@ class PeerLink:
         with trio.fail_after(self._connect_timeout):
             stream = await trio.open_tcp_stream(host, port)
         async with stream:
-            reader = FrameReader(_MAX_FRAME)
+            reader = FrameDecoder(_MAX_FRAME)
             self._early = []
             with trio.fail_after(self._connect_timeout):
                 await stream.send_all(MAGIC_V2 + encode_identify({
@@ -276,16 +276,16 @@ class PeerLink:
                 raise
         raise LinkBroken("closed by the peer")
 
-    async def _next_frame(self, stream: trio.SocketStream, reader: FrameReader) -> tuple[int, bytes]:
+    async def _next_frame(self, stream: trio.SocketStream, reader: FrameDecoder) -> tuple[int, bytes]:
         """The next frame from the peer, before the link is up (later frames wait in ``_early``)."""
         while not self._early:
             data = await stream.receive_some(_READ_SIZE)
             if not data:
                 raise LinkBroken("closed by the peer")
-            self._early.extend(reader.feed(data))
+            self._early.extend(reader.feed_pairs(data))
         return self._early.pop(0)
 
-    async def _read_loop(self, stream: trio.SocketStream, reader: FrameReader) -> None:
+    async def _read_loop(self, stream: trio.SocketStream, reader: FrameDecoder) -> None:
         frames, self._early = self._early, []
         while True:
             for kind, payload in frames:
@@ -308,7 +308,7 @@ class PeerLink:
             if not data:
                 return
             self._last_heard = trio.current_time()
-            frames = reader.feed(data)
+            frames = reader.feed_pairs(data)
 
     async def _watch(self, scope: trio.CancelScope) -> None:
         while True:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import secrets
 import time
 from collections import defaultdict
@@ -61,6 +60,7 @@ from broker.replication.wire import (
     unpack,
 )
 from diskqueue import DiskQueueError
+from diskqueue.checkpoint import replace_durably
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
@@ -119,9 +119,9 @@ class Replicator:
         self._unlisted: dict[tuple[str, int], float] = {}  # links whose node the lookupds no longer list
         self._nodes: Nodes | None = None
         self._nursery: trio.Nursery | None = None
-        self._started = 0.0
         self._lost_memory = False
-        self.fence = Fence(1.0)
+        #: channels hold delivery while this node may have been taken for gone (see _clock_loop)
+        self.fence = Fence(max(1.0, self.options.replica_timeout / 2))
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -137,12 +137,11 @@ class Replicator:
         running.touch()
         self._nodes = nodes
         self._own = own
-        self._started = trio.current_time()
+        started = trio.current_time()
         for origin in self.held.origins:  # each must show itself within --replica-timeout
-            self._gone_since.setdefault(origin, self._started)
+            self._gone_since.setdefault(origin, started)
         log.info("REPLICATION: node %s, %d replicas, holding %d copies for %d nodes", self.node_id,
                  self.options.replicas, self.held.live(), len(self.held.origins))
-        self.fence = Fence(max(1.0, self.options.replica_timeout / 2))
         self.broker.host.replication.fence = self.fence
         self.broker.host.replication.copies = self
         self.broker.listen(self)
@@ -544,10 +543,5 @@ def _node_id(data_path: Path) -> str:
     except FileNotFoundError:
         pass
     value = secrets.token_hex(16)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as file:
-        file.write(value + "\n")
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp, path)
+    replace_durably(str(path), (value + "\n").encode())
     return value

@@ -29,7 +29,6 @@ entries by columns (:func:`pack_entries`).
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 import msgpack
@@ -38,11 +37,10 @@ from broker.core.message import Message
 
 __all__ = ["HELLO", "ADD", "FIN", "DROP", "CHANNELS", "TAKEN", "pack", "unpack", "pack_entries", "unpack_entries",
            "message_of",
-           "FrameReader", "WireError"]
+           "WireError"]
 
 HELLO, ADD, FIN, DROP, CHANNELS, TAKEN = range(1, 7)
 
-_FRAME = struct.Struct(">ii")
 
 
 class WireError(ValueError):
@@ -91,27 +89,3 @@ def unpack_entries(data: bytes) -> list[list]:
 def message_of(item: list, msg_id: bytes | None = None) -> Message:
     """The message an entry describes (with ``msg_id`` instead of its own, when given)."""
     return Message(msg_id if msg_id is not None else item[0], item[1], item[2], item[3], item[4], item[5])
-
-
-class FrameReader:
-    """V2 frames (``[size][type][data]``) out of the bytes a peer's socket gives."""
-
-    def __init__(self, max_size: int):
-        self._buf = bytearray()
-        self._max = max_size
-
-    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
-        buf = self._buf
-        buf += data
-        frames = []
-        pos = 0
-        while len(buf) - pos >= 8:
-            size, kind = _FRAME.unpack_from(buf, pos)
-            if size < 4 or size > self._max:
-                raise WireError(f"frame size {size}")
-            if len(buf) - pos < 4 + size:
-                break
-            frames.append((kind, bytes(buf[pos + 8:pos + 4 + size])))
-            pos += 4 + size
-        del buf[:pos]
-        return frames
