@@ -92,6 +92,25 @@ async def ready(cluster: ReplicaCluster) -> None:
     await cluster.wait_replicating()
 
 
+async def published(cluster: ReplicaCluster, label: str, count: int) -> tuple[Node, list[bytes]]:
+    """The cluster readied, and ``count`` bodies acknowledged by its first node, which is returned."""
+    await ready(cluster)
+    first = cluster.nodes[0]
+    sent = bodies(label, count)
+    await publish_all(first, sent)
+    return first, sent
+
+
+async def delivered_through_lookupd(cluster: ReplicaCluster, sent: list[bytes]) -> Consumer:
+    """A consumer that follows nsqlookupd, once it has been given every body of ``sent``."""
+    consumer = Consumer(TOPIC, CHANNEL, lookupd_http=cluster.lookupd.http)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_delivered(consumer, sent, 30, cluster)
+        nursery.cancel_scope.cancel()
+    return consumer
+
+
 async def channel_counts(node: Node) -> tuple[int, int] | None:
     """(depth, in flight) of the channel on ``node``; None before it has the channel."""
     stats = await node.stats(TOPIC)
@@ -105,18 +124,11 @@ async def channel_counts(node: Node) -> tuple[int, int] | None:
 @needs_nsq
 async def test_a_killed_and_wiped_node_loses_no_acknowledged_message(clusters):
     cluster = clusters(3, replicas=2, replica_timeout=TIMEOUT, durable=True)
-    await ready(cluster)
-    first = cluster.nodes[0]
-    sent = bodies("wiped", 500)
-    await publish_all(first, sent)
+    first, sent = await published(cluster, "wiped", 500)
 
     first.kill()
     first.wipe()
-    consumer = Consumer(TOPIC, CHANNEL, lookupd_http=cluster.lookupd.http)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(consumer.run)
-        await wait_delivered(consumer, sent, 30, cluster)
-        nursery.cancel_scope.cancel()
+    consumer = await delivered_through_lookupd(cluster, sent)
     print(f"500 published, {consumer.deliveries.total} deliveries, {duplicates(consumer)} duplicates, "
           f"by node {dict(consumer.deliveries.by_node)}")
     assert set(consumer.deliveries.counts) == set(sent)
@@ -198,11 +210,8 @@ async def _publish_marker(client: V2Client, deadline: float) -> bytes:
 @needs_nsq
 async def test_a_paused_node_is_taken_over_and_its_messages_delivered(clusters):
     cluster = clusters(3, replicas=2, replica_timeout=TIMEOUT)
-    await ready(cluster)
-    first = cluster.nodes[0]
     count = 300
-    sent = bodies("paused", count)
-    await publish_all(first, sent)
+    first, sent = await published(cluster, "paused", count)
 
     first.pause()
     consumer = Consumer(TOPIC, CHANNEL, lookupd_http=cluster.lookupd.http)
@@ -230,11 +239,8 @@ async def test_a_paused_node_is_taken_over_and_its_messages_delivered(clusters):
 @needs_nsq
 async def test_a_restarted_node_does_not_deliver_what_was_finished_elsewhere(clusters):
     cluster = clusters(3, replicas=2, replica_timeout=TIMEOUT, durable=True)
-    await ready(cluster)
-    first = cluster.nodes[0]
     count = 200
-    sent = bodies("restarted", count)
-    await publish_all(first, sent)
+    first, sent = await published(cluster, "restarted", count)
 
     first.kill()  # its data stays
     consumer = Consumer(TOPIC, CHANNEL, lookupd_http=cluster.lookupd.http)
@@ -269,19 +275,12 @@ async def test_a_node_restarted_at_once_after_a_crash_without_durable_loses_noth
     # --replica-timeout, so no takeover is due: its HELLO says it lost its memory, and the peers
     # take over its copies at once
     cluster = clusters(3, replicas=2, replica_timeout=TIMEOUT)
-    await ready(cluster)
-    first = cluster.nodes[0]
     count = 300
-    sent = bodies("forgotten", count)
-    await publish_all(first, sent)
+    first, sent = await published(cluster, "forgotten", count)
 
     first.kill()
     await first.astart()
-    consumer = Consumer(TOPIC, CHANNEL, lookupd_http=cluster.lookupd.http)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(consumer.run)
-        await wait_delivered(consumer, sent, 30, cluster)
-        nursery.cancel_scope.cancel()
+    consumer = await delivered_through_lookupd(cluster, sent)
     assert any(node.log_lines("restarted after a crash without --durable") for node in cluster.nodes[1:])
     assert_alive(cluster)
     assert duplicates(consumer) <= count // 100, f"{duplicates(consumer)} duplicates\n{cluster.logs()}"
