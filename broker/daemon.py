@@ -30,8 +30,9 @@ from broker.observe.statsd_prefix import statsd_prefix
 from broker.server.fdlimit import raise_open_files_limit
 from broker.server.net import Addresses, ListenError, bound_address, describe_address, open_listeners
 from broker.server.tcp import TCPServer
-from broker.server.tls import TLSConfigError, client_context, server_context
+from broker.server.tls import TLSConfigError, client_context, peer_context, server_context
 from broker.storage import DataDirectory, DataPathError, MetadataLoadError, MetadataWriteError
+from diskqueue import os_error_reason
 
 if TYPE_CHECKING:
     from broker.http.api import HTTPServer
@@ -72,7 +73,9 @@ class Daemon:
         if options.replicas > 1:
             from broker.replication import Replicator  # only when copies are kept on peers
 
-            self.replicator = Replicator(self.broker, Path(options.data_dir()))
+            self.replicator = Replicator(self.broker, Path(options.data_dir()),
+                                         _replication_secret(options.replication_secret_file),
+                                         peer_context(options))
             self.tcp.replicas = self.replicator
         self._stop = trio.Event()
 
@@ -97,9 +100,8 @@ class Daemon:
                 await nursery.start(self.broker.run)
             tcp_listeners = await open_listeners(opts.tcp_address, "TCP")
             tcp_address = bound_address(tcp_listeners[0])
-            if self.replicator is None:
-                await nursery.start(self.tcp.serve, tcp_listeners)
-                log.info("TCP: listening on %s", describe_address(tcp_address))
+            await nursery.start(self.tcp.serve, tcp_listeners)
+            log.info("TCP: listening on %s", describe_address(tcp_address))
             http_address = https_address = None
             http_listeners = https_listeners = None
             if opts.http_address:
@@ -138,11 +140,8 @@ class Daemon:
             self.broker.listen(self.lookup)
             await nursery.start(self.lookup.run)
             if self.replicator is not None:
-                # consumers are served once the peers said what they took over from this node
+                # channels deliver once the peers said what they took over from this node
                 await nursery.start(self.replicator.run, self.lookup.nodes, (opts.broadcast_address, tcp_port))
-                await self.replicator.catch_up()
-                await nursery.start(self.tcp.serve, tcp_listeners)
-                log.info("TCP: listening on %s", describe_address(tcp_address))
             statsd_scope = trio.CancelScope()
             if opts.statsd_address:
                 from broker.observe.statsd_pusher import StatsdPusher  # only with a statsd to push to
@@ -197,6 +196,22 @@ async def _run_in_scope(scope: trio.CancelScope, run: Callable[..., Awaitable[No
     """Start ``run`` inside ``scope``, so the caller can stop it alone."""
     with scope:
         await run(task_status=task_status)
+
+
+def _replication_secret(path: str) -> bytes:
+    """The cluster's secret from ``--replication-secret-file`` (b"" when none is given); its
+    surrounding whitespace (a final newline) is not part of it. Raises ValueError (a start
+    failure) for a file that cannot be read or holds nothing."""
+    if not path:
+        return b""
+    try:
+        with open(path, "rb") as file:
+            secret = file.read(1 << 16).strip()
+    except OSError as exc:
+        raise ValueError(f"--replication-secret-file: open {path}: {os_error_reason(exc)}") from None
+    if not secret:
+        raise ValueError(f"--replication-secret-file {path} is empty")
+    return secret
 
 
 def _port(address: object) -> int:

@@ -350,6 +350,12 @@ class Options:
         "and how long a publish waits for its copies",
         bound=">0",
     )
+    replication_secret_file: str = option(
+        "", STRING, "replication-secret-file",
+        "path to a file holding the cluster's secret: a node proves it holds it before its peers "
+        "let it keep, drop or take over copies (every node needs the same; empty = any client "
+        "can pass for a node)",
+    )
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # the dataclass is frozen; normalise in place once

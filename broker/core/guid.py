@@ -60,6 +60,17 @@ class GuidFactory:
             count -= take
         return ids
 
+    def could_have_issued(self, msg_id: bytes) -> bool:
+        """Whether ``msg_id`` is an id of this node's layout (its node id) from a tick that has
+        begun: an id from elsewhere, or from the future, was never handed out here."""
+        try:
+            value = int(msg_id, 16)
+        except ValueError:
+            return False
+        if len(msg_id) != 16 or value & ~_SEQUENCE_MASK & ((1 << 22) - 1) != self._node_bits:
+            return False
+        return value >> 22 <= max(self._last_tick, (now_ns() >> 20) - _EPOCH_TICKS)
+
     def next_id(self) -> bytes:
         """One fresh id."""
         return self.next_ids(1)[0]

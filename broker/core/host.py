@@ -207,20 +207,23 @@ class Fence:
     """Whether channels may deliver now (``--replicas``): not while this node may have been
     taken for gone by its peers, until it has heard from them what they took over.
 
-    ``armed`` is set by the owner while it asks; ``last_tick`` is when the owner's clock task
-    last ran (``time.monotonic``), and a tick older than ``limit`` seconds means the process
-    was stopped (SIGSTOP) or starved, so delivery waits until the owner has looked.
+    ``starting`` holds delivery from the start until the owner has heard what its peers took
+    over meanwhile; ``armed`` is set by the owner while it asks again; ``last_tick`` is when
+    the owner's clock task last ran (``time.monotonic``), and a tick older than ``limit``
+    seconds means the process was stopped (SIGSTOP) or starved, so delivery waits until the
+    owner has looked.
     """
 
-    __slots__ = ("armed", "last_tick", "limit")
+    __slots__ = ("starting", "armed", "last_tick", "limit")
 
     def __init__(self, limit: float):
+        self.starting = True
         self.armed = False
         self.last_tick = time.monotonic()
         self.limit = limit
 
     def holds(self) -> bool:
-        return self.armed or time.monotonic() - self.last_tick > self.limit
+        return self.starting or self.armed or time.monotonic() - self.last_tick > self.limit
 
 
 class ReplicationHook:

@@ -151,6 +151,7 @@ def families(snap: Snapshot) -> list[Metric]:
     out += _topic_families(topics)
     out += _key_families(snap, topics)
     out += _replica_families(topics)
+    out += _node_replica_families(snap.replication)
     channels = [(t, c) for t in topics for c in t.channels]
     out += _channel_families(channels)
     out += _latency_families(snap.percentiles, topics, channels)
@@ -244,6 +245,39 @@ def _replica_families(topics: Sequence[TopicStats]) -> list[Metric]:
             for family, value in zip(families, t.replication):
                 family.add_metric([t.topic_name], value)
     return list(families) if any(t.replication is not None for t in topics) else []
+
+
+#: The node's replication counters (``/stats``'s ``replication`` block) and their metrics.
+_NODE_REPLICA_COUNTERS = (
+    ("log_records_lost", "nsq_replication_log_records_lost", "Records of the replication log that could not be "
+     "read back, found damaged since start: copies held for other nodes may be lost (counter; pynsqd)."),
+    ("log_records_skipped", "nsq_replication_log_records_skipped", "Records of the replication log that could "
+     "not be applied at start and were skipped (counter; pynsqd)."),
+    ("copies_lost", "nsq_replication_copies_lost", "Copies held for other nodes whose message could not be read "
+     "back from the replication log at a takeover (counter; pynsqd)."),
+    ("handshakes_refused", "nsq_replication_handshakes_refused", "Connections between this node and another where one "
+     "of them did not prove it holds the cluster's secret, or TLS failed (counter; pynsqd)."),
+    ("requests_refused", "nsq_replication_requests_refused", "REPL bodies from peer nodes refused because a "
+     "request was not what a node sends (counter; pynsqd)."),
+    ("takeover_failures", "nsq_replication_takeover_failures", "Topics whose takeover failed and was tried "
+     "again (counter; pynsqd)."),
+)
+
+
+def _node_replica_families(replication: dict | None) -> list[Metric]:
+    """pynsqd's replication, for the node (``--replicas`` > 1): its peers and what went wrong."""
+    if replication is None:
+        return []
+    peers = _gauge("nsq_replication_peer_connected", "1 while this node's link to the peer is up and proven, "
+                   "else 0 (pynsqd).", ("peer", "node_id"))
+    for peer in replication["peers"]:
+        peers.add_metric([peer["address"], peer["node_id"]], 1 if peer["connected"] else 0)
+    out: list[Metric] = [peers]
+    for key, name, doc in _NODE_REPLICA_COUNTERS:
+        counter = _untyped(name, doc, ())
+        counter.add_metric([], replication[key])
+        out.append(counter)
+    return out
 
 
 def _channel_families(channels: Sequence[tuple[TopicStats, ChannelStats]]) -> list[Metric]:

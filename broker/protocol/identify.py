@@ -59,6 +59,8 @@ IDENTIFY_FIELDS: dict[str, _FieldKind] = {
     "priorities": bool,
     # pynsqd's node-to-node role (broker/protocol/replica.py)
     "replica": str,
+    "replica_nonce": str,
+    "replica_proof": str,
 }
 
 

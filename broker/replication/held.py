@@ -27,7 +27,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from broker.core.durability.groupcommit import GroupCommit
-from broker.replication.wire import message_of, pack, pack_entries, unpack, unpack_entries
+from broker.replication.wire import (
+    WireError,
+    check_channel,
+    check_channels,
+    check_holders,
+    check_ids,
+    check_node,
+    check_topic,
+    message_of,
+    pack,
+    pack_entries,
+    unpack,
+    unpack_entries,
+)
 from diskqueue import DiskQueue, DiskQueueError
 
 __all__ = ["TopicCopies", "HeldCopies", "COMPACT_MIN"]
@@ -78,11 +91,34 @@ class HeldCopies:
                 os.replace(self._new_path, self.path)  # one that finished all but the rename
         self.queue = self._open(self.path)
         self.commit = GroupCommit(self.queue)
-        for record in self.queue.peek_many(self.queue.depth):
-            self._apply(unpack(record))
+        #: records of the log that could not be read back (damaged on disk), since start
+        self.records_lost = 0
+        #: records read back that could not be applied (not what this node writes), since start
+        self.records_skipped = 0
+        #: copies that were held and whose entries were not found in the log at a takeover
+        self.copies_lost = 0
+        depth = self.queue.depth
+        records = self.queue.peek_many(depth)
+        for data in records:
+            try:
+                record = _checked(unpack(data))
+            except WireError as exc:
+                self.records_skipped += 1
+                log.error("REPLICATION: skipped a record of the replication log that cannot be applied: %s", exc)
+                continue
+            self._apply(record)
+        self.damaged(depth - len(records))
 
     def _open(self, path: Path) -> DiskQueue:
         return DiskQueue(_QUEUE, path, max_msg_size=self._max_record, sync_every=1_000_000, logger=log)
+
+    def damaged(self, lost: int) -> None:
+        """``lost`` records of the log could not be read back: said loudly, and counted."""
+        if lost > 0:
+            self.records_lost += lost
+            log.error("REPLICATION: the replication log in %s is damaged: %d record(s) could not be read back; "
+                      "copies held for other nodes may be lost, and their messages now have fewer copies than "
+                      "--replicas", self.path, lost)
 
     def copies(self, origin: str, topic: str) -> TopicCopies | None:
         return self.origins.get(origin, {}).get(topic)
@@ -160,13 +196,23 @@ class HeldCopies:
                     copies.discard(msg_id)
 
     def entries(self, origin: str, topic: str, ids: set[bytes]) -> Iterator[list]:
-        """The entries of the copies ``ids`` of ``origin`` in ``topic``, read back from the log."""
+        """The entries of the copies ``ids`` of ``origin`` in ``topic``, read back from the log
+        (a record that cannot be read or unpacked is skipped: see :meth:`damaged`)."""
         wanted = set(ids)
-        for data in self.queue.peek_many(self.queue.depth):
-            record = unpack(data)
-            if record[0] != "A" or record[1] != origin or record[2] != topic or wanted.isdisjoint(record[4]):
+        depth = self.queue.depth
+        records = self.queue.peek_many(depth)
+        if len(records) < depth:
+            self.damaged(depth - len(records))
+        for data in records:
+            try:
+                record = unpack(data)
+                if record[0] != "A" or record[1] != origin or record[2] != topic or wanted.isdisjoint(record[4]):
+                    continue
+                items = unpack_entries(record[5])
+            except (WireError, LookupError, TypeError) as exc:
+                log.error("REPLICATION: skipped a record of the replication log that cannot be read: %s", exc)
                 continue
-            for item in unpack_entries(record[5]):
+            for item in items:
                 if item[0] in wanted:
                     wanted.discard(item[0])
                     yield item
@@ -224,3 +270,38 @@ class HeldCopies:
         except DiskQueueError as exc:
             log.error("REPLICATION: sync at close failed: %s", exc)
         await self.queue.close()
+
+
+#: Each kind of record: how to check the fields after the kind, origin and topic.
+_RECORD_FIELDS = {
+    "A": (check_holders, check_ids, bytes, None),
+    "F": (check_channel, check_ids),
+    "D": (check_ids,),
+    "C": (check_channels,),
+    "T": (check_ids,),
+}
+
+
+def _checked(record: object) -> list:
+    """``record`` when it is one this module writes (see the module docstring); else raises
+    :class:`WireError`. An ``A`` record's entries were checked when they arrived."""
+    if type(record) is not list or len(record) < 3 or record[0] not in _RECORD_FIELDS:
+        raise WireError(f"not a record: {record!r:.80}")
+    checks = _RECORD_FIELDS[record[0]]
+    rest = record[3:]
+    if not (len(checks) - (1 if checks[-1] is None else 0)) <= len(rest) <= len(checks):
+        raise WireError(f"a {record[0]} record with {len(record)} fields")
+    check_node(record[1])
+    check_topic(record[2])
+    for check, value in zip(checks, rest):
+        if check is bytes:
+            if type(value) is not bytes:
+                raise WireError("entries must be bytes")
+        elif check is None:  # a compacted A record's done channels, one list per copy
+            if type(value) is not list or len(value) != len(record[4]):
+                raise WireError("done channels: one list per copy")
+            for done in value:
+                check_channels(done)
+        else:
+            check(value)
+    return record

@@ -1,9 +1,12 @@
 """This node's connection to one peer, in the node-to-node role (:mod:`broker.protocol.replica`).
 
-A :class:`PeerLink` dials the peer's TCP port, sends the V2 magic and an IDENTIFY naming
-this node (``"replica"``), learns the peer's node id from the answer, says HELLO (the
-answer says what the peer took over from this node while it was gone) and then sends
-``REPL`` frames, each carrying every request queued since the last one. At most
+A :class:`PeerLink` dials the peer's TCP port, sends the V2 magic and runs the handshake of
+:mod:`broker.protocol.replica`: an IDENTIFY naming this node, whose answer names the peer
+and proves it holds the cluster's secret; the TLS upgrade when this node has TLS (the
+peer's certificate verified, its name the address the lookupds give; a peer that offers no
+TLS is refused); a second IDENTIFY proving this node. Then it says HELLO (the answer says
+what the peer took over from this node while it was gone) and sends ``REPL`` frames, each
+carrying every request queued since the last one. At most
 :data:`MAX_OUTSTANDING` frames wait for their answers at once, so requests that arrive
 meanwhile share the next frame (and, with ``--durable``, the peer's next fsync).
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -25,8 +29,20 @@ import trio
 
 from broker.protocol import MAGIC_V2, FrameDecoder, ProtocolError
 from broker.protocol.commands import encode_identify, encode_nop
-from broker.protocol.replica import REPLICA_IDENTIFY_FIELD, encode_repl, is_valid_node_id
-from broker.replication.wire import HELLO, WireError, pack, unpack
+from broker.protocol.replica import (
+    ACCEPTOR,
+    CONNECTOR,
+    REPLICA_IDENTIFY_FIELD,
+    REPLICA_NONCE_FIELD,
+    REPLICA_PROOF_FIELD,
+    encode_repl,
+    is_valid_node_id,
+    is_valid_nonce,
+    new_nonce,
+    proof,
+    proof_holds,
+)
+from broker.replication.wire import Hello, Request, WireError, encode_request, pack, unpack
 
 __all__ = ["PeerLink", "Waiter", "MAX_OUTSTANDING", "HEARTBEAT"]
 
@@ -36,6 +52,8 @@ log = logging.getLogger("pynsqd.replication")
 MAX_OUTSTANDING = 2
 #: Seconds between the peer's heartbeats (the least IDENTIFY may ask for).
 HEARTBEAT = 1.0
+#: Seconds between two warnings that a peer and this node do not accept each other.
+REFUSAL_LOG = 60.0
 #: Estimated bytes of requests kept for a peer that is unreachable, at most.
 MAX_BACKLOG = 64 << 20
 #: Estimated bytes of requests one frame carries before the rest waits for the next.
@@ -49,8 +67,12 @@ class LinkBroken(Exception):
     """The connection to the peer failed or the peer refused the role."""
 
 
+class PeerRefused(LinkBroken):
+    """The peer is not a proven node of this cluster, or does not accept this one as such."""
+
+
 #: What ends a connection to a peer (the link dials again); anything else is a fault of ours.
-LINK_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, LinkBroken, WireError,
+LINK_ERRORS = (OSError, ssl.SSLError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, LinkBroken, WireError,
                ProtocolError, ValueError, TypeError)
 
 
@@ -81,9 +103,14 @@ class PeerLink:
 
     def __init__(self, address: tuple[str, int], node_id: str, connect_timeout: float,
                  on_hello: Callable[[PeerLink, Any], None], on_connected: Callable[[PeerLink], None],
-                 *, lost_memory: bool = False):
+                 *, secret: bytes = b"", ssl_context: ssl.SSLContext | None = None, lost_memory: bool = False):
         self.address = address
         self.me = node_id
+        self._secret = secret  # the cluster's: proves each side to the other, never sent
+        self._refusal_logged = -REFUSAL_LOG
+        #: attempts that ended because this node and the peer did not accept each other
+        self.refusals = 0
+        self._ssl_context = ssl_context  # None: this node has no TLS, and the link is plain
         self.peer_id: str | None = None  # learned from the peer's IDENTIFY answer
         self.connected = False
         self.tried = trio.Event()  # the first attempt ended (connected, or failed)
@@ -97,16 +124,16 @@ class PeerLink:
         self._connect_timeout = connect_timeout
         self._on_hello = on_hello
         self._on_connected = on_connected
-        self._requests: list[tuple[list, int, Waiter | None]] = []  # queued, not yet sent
-        self._posted: list[tuple[list, int]] = []  # sent again after a reconnect until answered
-        self._sent: dict[int, tuple[list[Waiter], list[tuple[list, int]]]] = {}
+        self._requests: list[tuple[Request, int, Waiter | None]] = []  # queued, not yet sent
+        self._posted: list[tuple[Request, int]] = []  # sent again after a reconnect until answered
+        self._sent: dict[int, tuple[list[Waiter], list[tuple[Request, int]]]] = {}
         self._seq = 0
         self._wake = trio.Event()
         self._nop_due = False
         self._last_heard = 0.0
         self._early: list[tuple[int, bytes]] = []
         self._backlog = 0  # estimated bytes of the requests posted and not yet answered
-        self._stream: trio.SocketStream | None = None  # while connected
+        self._stream: trio.abc.Stream | None = None  # while connected
         self._sending = False  # a task is sending on the stream
 
     def __str__(self) -> str:
@@ -114,7 +141,7 @@ class PeerLink:
 
     # ---------------------------------------------------------------- requests
 
-    def request(self, req: list, size: int = 0, *, inline: bool = False) -> Waiter:
+    def request(self, req: Request, size: int = 0, *, inline: bool = False) -> Waiter:
         """Queue ``req``; the waiter is settled by the peer's answer, or fails with the link.
         ``inline``: the caller sends it with :meth:`flush` (the writer is not woken)."""
         waiter = Waiter()
@@ -146,7 +173,7 @@ class PeerLink:
             if self._requests or self._posted or self._nop_due:
                 self._wake.set()  # what came meanwhile goes with the writer
 
-    def post(self, req: list, size: int = 0) -> None:
+    def post(self, req: Request, size: int = 0) -> None:
         """Queue ``req`` to be delivered at least once, across reconnects (while the peer is
         unreachable, the oldest are forgotten past :data:`MAX_BACKLOG` bytes)."""
         self._requests.append((req, size, None))
@@ -177,6 +204,12 @@ class PeerLink:
                 try:
                     await self._connect_and_serve()
                     delay = 0.1
+                except (PeerRefused, ssl.SSLError) as exc:
+                    self.refusals += 1
+                    now = trio.current_time()
+                    if now - self._refusal_logged >= REFUSAL_LOG:  # a warning a minute while it lasts
+                        self._refusal_logged = now
+                        log.warning("REPLICATION(%s): not linked: %s", self, exc)
                 except LINK_ERRORS as exc:
                     if self.connected or not self.tried.is_set():
                         log.info("REPLICATION(%s): link down: %s", self, exc or type(exc).__name__)
@@ -207,7 +240,7 @@ class PeerLink:
                 waiter.settle("connection lost")
             self._posted[:0] = posted  # sent again first
         self._sent.clear()
-        kept: list[tuple[list, int]] = []
+        kept: list[tuple[Request, int]] = []
         for req, size, pending in self._requests:
             if pending is None:
                 kept.append((req, size))
@@ -217,32 +250,11 @@ class PeerLink:
         self._requests = []
 
     async def _connect_and_serve(self) -> None:
-        host, port = self.address
         with trio.fail_after(self._connect_timeout):
-            stream = await trio.open_tcp_stream(host, port)
+            stream, reader = await self._handshake()
         async with stream:
-            reader = FrameDecoder(_MAX_FRAME)
-            self._early = []
             with trio.fail_after(self._connect_timeout):
-                await stream.send_all(MAGIC_V2 + encode_identify({
-                    "client_id": "pynsqd-replica", "user_agent": "pynsqd-replica", "feature_negotiation": True,
-                    "heartbeat_interval": int(HEARTBEAT * 1000), REPLICA_IDENTIFY_FIELD: self.me}))
-                kind, data = await self._next_frame(stream, reader)
-                if kind != 0:
-                    raise LinkBroken(f"IDENTIFY refused: {data.decode('utf-8', 'replace')}")
-                try:
-                    answer = json.loads(data)
-                except ValueError as exc:
-                    raise LinkBroken("IDENTIFY answer is not JSON") from exc
-                peer_id = answer.get(REPLICA_IDENTIFY_FIELD) if isinstance(answer, dict) else None
-                if not is_valid_node_id(peer_id):
-                    raise LinkBroken("the peer does not replicate")
-                if peer_id != self.peer_id and self.peer_id is not None:
-                    log.info("REPLICATION(%s): the peer is a new node %s (was %s)", self, peer_id, self.peer_id)
-                    self._posted.clear()  # what was meant for the old node
-                self.peer_id = peer_id
-                hello = pack([0, [[HELLO, {"lost_memory": True}] if self.lost_memory else [HELLO]]])
-                await stream.send_all(encode_repl(hello))
+                await stream.send_all(encode_repl(pack([0, [encode_request(Hello(self.lost_memory))]])))
                 while True:
                     kind, data = await self._next_frame(stream, reader)
                     if kind != 0:
@@ -276,16 +288,83 @@ class PeerLink:
                 raise
         raise LinkBroken("closed by the peer")
 
-    async def _next_frame(self, stream: trio.SocketStream, reader: FrameDecoder) -> tuple[int, bytes]:
+    async def _handshake(self) -> tuple[trio.abc.Stream, FrameDecoder]:
+        """Connect, and prove each side to the other (see the module docstring); the stream is
+        the TLS stream when this node has TLS. Raises :class:`LinkBroken` (or what the
+        connection raised) when the peer is not a proven node of this cluster."""
+        host, port = self.address
+        stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+        try:
+            reader = FrameDecoder(_MAX_FRAME)
+            self._early = []
+            nonce = new_nonce()
+            await stream.send_all(MAGIC_V2 + self._identify(**{"tls_v1": self._ssl_context is not None,
+                                                               REPLICA_NONCE_FIELD: nonce}))
+            answer = await self._identify_answer(stream, reader)
+            found_id, found_nonce = answer.get(REPLICA_IDENTIFY_FIELD), answer.get(REPLICA_NONCE_FIELD)
+            if not is_valid_node_id(found_id) or not is_valid_nonce(found_nonce):
+                raise LinkBroken("the peer does not replicate")
+            peer_id, peer_nonce = str(found_id), str(found_nonce)
+            if not proof_holds(answer.get(REPLICA_PROOF_FIELD), self._secret, ACCEPTOR, peer_nonce, nonce, peer_id,
+                               self.me):
+                raise PeerRefused(f"node {peer_id} did not prove it belongs to this cluster (is "
+                                 "--replication-secret-file the same on both nodes?)")
+            if self._ssl_context is not None:
+                if answer.get("tls_v1") is not True:
+                    raise PeerRefused("the peer offers no TLS, and this node links to its peers over TLS only")
+                stream = trio.SSLStream(stream, self._ssl_context, server_hostname=host)
+                try:
+                    await stream.do_handshake()
+                except trio.BrokenResourceError as exc:
+                    if isinstance(exc.__cause__, ssl.SSLError):  # the peer's certificate, say
+                        raise PeerRefused(f"TLS with the peer failed: {exc.__cause__}") from exc
+                    raise
+                reader = FrameDecoder(_MAX_FRAME)
+                kind, data = await self._next_frame(stream, reader)
+                if kind != 0 or data != b"OK":
+                    raise LinkBroken(f"TLS upgrade refused: {data.decode('utf-8', 'replace')}")
+            await stream.send_all(self._identify(**{REPLICA_PROOF_FIELD: proof(
+                self._secret, CONNECTOR, nonce, peer_nonce, self.me, peer_id)}))
+            answer = await self._identify_answer(stream, reader)
+            if answer.get(REPLICA_IDENTIFY_FIELD) != peer_id:
+                raise PeerRefused(f"node {peer_id} did not accept this node's proof (is --replication-secret-file "
+                                 "the same on both nodes?)")
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+        if peer_id != self.peer_id and self.peer_id is not None:
+            log.info("REPLICATION(%s): the peer is a new node %s (was %s)", self, peer_id, self.peer_id)
+            self._posted.clear()  # what was meant for the old node
+        self.peer_id = peer_id
+        return stream, reader
+
+    def _identify(self, **fields: object) -> bytes:
+        return encode_identify({
+            "client_id": "pynsqd-replica", "user_agent": "pynsqd-replica", "feature_negotiation": True,
+            "heartbeat_interval": int(HEARTBEAT * 1000), REPLICA_IDENTIFY_FIELD: self.me, **fields})
+
+    async def _identify_answer(self, stream: trio.abc.Stream, reader: FrameDecoder) -> dict:
+        kind, data = await self._next_frame(stream, reader)
+        if kind != 0:
+            raise LinkBroken(f"IDENTIFY refused: {data.decode('utf-8', 'replace')}")
+        try:
+            answer = json.loads(data)
+        except ValueError as exc:
+            raise LinkBroken("IDENTIFY answer is not JSON") from exc
+        if not isinstance(answer, dict):
+            raise LinkBroken("IDENTIFY answer is not a JSON object")
+        return answer
+
+    async def _next_frame(self, stream: trio.abc.Stream, reader: FrameDecoder) -> tuple[int, bytes]:
         """The next frame from the peer, before the link is up (later frames wait in ``_early``)."""
         while not self._early:
             data = await stream.receive_some(_READ_SIZE)
             if not data:
                 raise LinkBroken("closed by the peer")
-            self._early.extend(reader.feed_pairs(data))
+            self._early.extend(reader.feed_pairs(bytes(data)))
         return self._early.pop(0)
 
-    async def _read_loop(self, stream: trio.SocketStream, reader: FrameDecoder) -> None:
+    async def _read_loop(self, stream: trio.abc.Stream, reader: FrameDecoder) -> None:
         frames, self._early = self._early, []
         while True:
             for kind, payload in frames:
@@ -308,7 +387,7 @@ class PeerLink:
             if not data:
                 return
             self._last_heard = trio.current_time()
-            frames = reader.feed_pairs(data)
+            frames = reader.feed_pairs(bytes(data))
 
     async def _watch(self, scope: trio.CancelScope) -> None:
         while True:
@@ -320,7 +399,7 @@ class PeerLink:
                 scope.cancel()
                 return
 
-    async def _write_loop(self, stream: trio.SocketStream) -> None:
+    async def _write_loop(self, stream: trio.abc.Stream) -> None:
         while True:
             if self._sending:  # a task is in flush: it wakes the writer when it is done
                 pass
@@ -334,7 +413,7 @@ class PeerLink:
             self._wake = trio.Event()
             await self._wake.wait()
 
-    async def _send(self, stream: trio.SocketStream, data: bytes) -> None:
+    async def _send(self, stream: trio.abc.Stream, data: bytes) -> None:
         self._sending = True
         try:
             await stream.send_all(data)
@@ -344,18 +423,18 @@ class PeerLink:
     def _next_repl(self) -> bytes:
         reqs: list[list] = []
         waiters: list[Waiter] = []
-        posted: list[tuple[list, int]] = []
+        posted: list[tuple[Request, int]] = []
         budget = FRAME_BUDGET
         while self._posted and (budget > 0 or not reqs):
             req, size = self._posted.pop(0)
-            reqs.append(req)
+            reqs.append(encode_request(req))
             posted.append((req, size))
             budget -= size + 64
         taken = 0
         for req, size, waiter in self._requests:
             if budget <= 0 and reqs:
                 break
-            reqs.append(req)
+            reqs.append(encode_request(req))
             if waiter is None:
                 posted.append((req, size))
             else:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+import ssl
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -43,21 +44,25 @@ import trio
 from broker.config.options import Options
 from broker.core.host import CopiesRefused, Fence, PeerState, RegistryChange
 from broker.core.message import Message
-from broker.protocol.replica import is_valid_node_id
+from broker.protocol.replica import ACCEPTOR, CONNECTOR, Challenge, is_valid_node_id, proof, proof_holds
 from broker.replication.held import HeldCopies
 from broker.replication.links import PeerLink
 from broker.replication.wire import (
-    ADD,
-    CHANNELS,
-    DROP,
-    FIN,
-    HELLO,
-    TAKEN,
+    Add,
+    Channels,
+    Drop,
+    Fin,
+    Hello,
+    Request,
+    Taken,
     WireError,
+    WireLimits,
+    check_entries,
+    decode_hello_answer,
+    decode_requests,
     message_of,
     pack,
     pack_entries,
-    unpack,
 )
 from diskqueue import DiskQueueError
 from diskqueue.checkpoint import replace_durably
@@ -82,6 +87,8 @@ UNLISTED_GRACE = 300.0
 CLOCK_TICK = 0.1
 #: Messages taken over in one step.
 TAKEOVER_PIECE = 1000
+#: Seconds between two log lines about the same topic's failing takeover.
+TAKEOVER_FAILURE_LOG = 60.0
 _NODE_ID_FILE = "replication.id"
 #: There while the node runs: found at a start, the last run ended in a crash.
 _RUNNING_FILE = "replication.running"
@@ -92,21 +99,40 @@ Nodes = Callable[[], Awaitable[set[tuple[str, int]] | None]]
 class ReplicaStats:
     """One topic's replication counters, for ``/stats`` and ``/metrics``."""
 
-    __slots__ = ("copies_waiting", "takeovers", "publishes_refused")
+    __slots__ = ("copies_waiting", "takeovers", "publishes_refused", "takeover_failures")
 
     def __init__(self) -> None:
         self.copies_waiting = 0
         self.takeovers = 0
         self.publishes_refused = 0
+        self.takeover_failures = 0
 
 
 class Replicator:
-    """Replication for ``broker`` (``--replicas`` > 1); its data lives in ``data_path``."""
+    """Replication for ``broker`` (``--replicas`` > 1); its data lives in ``data_path``.
 
-    def __init__(self, broker: Broker, data_path: Path):
+    ``secret`` is the cluster's (``--replication-secret-file``; empty: none, and any client
+    can pass for a node); ``ssl_context`` (None: this node has no TLS) is what its links to
+    its peers verify their certificates with."""
+
+    def __init__(self, broker: Broker, data_path: Path, secret: bytes = b"",
+                 ssl_context: ssl.SSLContext | None = None):
         self.broker = broker
         self.options: Options = broker.options
         self._data_path = data_path
+        self._secret = secret
+        self._ssl_context = ssl_context
+        self._limits = WireLimits(self.options.max_msg_size)
+        #: connections from others that failed to prove they come from a node of the cluster, since start
+        self.handshakes_refused = 0
+        #: REPL requests refused because a field was wrong, since start
+        self.requests_refused = 0
+        #: topics whose takeover failed, and when that was last logged (logged once a minute)
+        self._takeover_failed: dict[tuple[str, str], float] = {}
+        self._handlers: dict[type, Callable[[str, Any], None]] = {
+            Add: self._on_add, Fin: self._on_fin, Drop: self._on_drop, Channels: self._on_channels,
+            Taken: self._on_taken,
+        }
         self.node_id = ""  # read (or made) by run, once the data directory is locked
         self.held: HeldCopies
         self.links: dict[tuple[str, int], PeerLink] = {}
@@ -120,8 +146,14 @@ class Replicator:
         self._nodes: Nodes | None = None
         self._nursery: trio.Nursery | None = None
         self._lost_memory = False
-        #: channels hold delivery while this node may have been taken for gone (see _clock_loop)
+        #: channels hold delivery while this node may have been taken for gone (see _clock_loop),
+        #: and from the start until the peers said what they took over (see run)
         self.fence = Fence(max(1.0, self.options.replica_timeout / 2))
+        self._peers_changed = trio.Event()  # set (and replaced) when a link connects
+        # publishes go through this replicator from the first: one that comes before the node
+        # found its peers waits for them, as for its copies
+        broker.host.replication.fence = self.fence
+        broker.host.replication.copies = self
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -142,8 +174,9 @@ class Replicator:
             self._gone_since.setdefault(origin, started)
         log.info("REPLICATION: node %s, %d replicas, holding %d copies for %d nodes", self.node_id,
                  self.options.replicas, self.held.live(), len(self.held.origins))
-        self.broker.host.replication.fence = self.fence
-        self.broker.host.replication.copies = self
+        if not self._secret:
+            log.warning("REPLICATION: no --replication-secret-file: any client that reaches this node's TCP port "
+                        "can pass for a node of the cluster, and drop or inject the copies of acknowledged messages")
         self.broker.listen(self)
         try:
             async with trio.open_nursery() as nursery:
@@ -153,17 +186,19 @@ class Replicator:
                 nursery.start_soon(self._takeover_loop)
                 nursery.start_soon(self._clock_loop)
                 task_status.started()
+                await self._catch_up()
+                self.fence.starting = False
+                self._dispatch_all()
                 await trio.sleep_forever()
         finally:
-            self.broker.host.replication.copies = None
-            self.broker.host.replication.fence = None
             with trio.CancelScope(shield=True):
                 await self.held.close()
             (self._data_path / _RUNNING_FILE).unlink(missing_ok=True)
 
-    async def catch_up(self) -> None:
+    async def _catch_up(self) -> None:
         """Return once every peer the lookupds list answered HELLO (or failed once), within
-        ``--replica-timeout``: what was taken over from this node is known before it serves."""
+        ``--replica-timeout``: what was taken over from this node is known before its channels
+        deliver (the fence holds them meanwhile)."""
         with trio.move_on_after(self.options.replica_timeout):
             while not await self._discover():
                 await trio.sleep(0.1)
@@ -178,22 +213,29 @@ class Replicator:
     async def store(self, topic: str, messages: list[Message], dones: list[list[str] | None] | None = None,
                     *, best_effort: bool = False) -> None:
         need = self.replicas(topic) - 1
+        deadline = trio.current_time() + self.options.replica_timeout
         links = self._holders_for(topic)[:need]
+        if len(links) < need and not best_effort:  # a node just started, or a peer is reconnecting
+            with trio.move_on_at(deadline):
+                while len(links) < need:
+                    await self._peers_changed.wait()
+                    links = self._holders_for(topic)[:need]
         stats = self.stats[topic]
         if len(links) < need and not best_effort:
             stats.publishes_refused += 1
             raise CopiesRefused(f"only {len(links) + 1} of {need + 1} copies: "
                                 f"{len(links)} of {len(self.links)} peers connected")
-        holders = [self.node_id, *(link.peer_id for link in links)]
+        holders = [self.node_id, *(link.peer_id or "" for link in links)]
         entries = pack_entries(messages, dones, published=dones is None)
         ids = [msg.id for msg in messages]
-        waiters = [link.request([ADD, topic, holders, ids, entries], len(entries), inline=True) for link in links]
+        add = Add(topic, tuple(holders), ids, entries)
+        waiters = [link.request(add, len(entries), inline=True) for link in links]
         for link in links:
             await link.flush()
         waiting = len(messages) * len(links)
         stats.copies_waiting += waiting
         try:
-            with trio.move_on_after(self.options.replica_timeout):
+            with trio.move_on_at(deadline):
                 for waiter in waiters:
                     await waiter.done.wait()
         finally:
@@ -201,7 +243,7 @@ class Replicator:
         stored = [link for link, waiter in zip(links, waiters) if waiter.done.is_set() and waiter.error is None]
         if len(stored) < need and not best_effort:
             for link in links:  # those that answer late drop theirs too
-                link.post([DROP, topic, ids])
+                link.post(Drop(topic, ids))
             stats.publishes_refused += 1
             errors = sorted({waiter.error or "no answer" for waiter in waiters if waiter.error or not waiter.done.is_set()})
             log.warning("REPLICATION: publish to %s refused: %d of %d copies (%s)", topic, len(stored) + 1, need + 1,
@@ -211,7 +253,7 @@ class Replicator:
     def abandon(self, topic: str, messages: list[Message]) -> None:
         ids = [msg.id for msg in messages]
         for link in self.links.values():
-            link.post([DROP, topic, ids])
+            link.post(Drop(topic, ids))
 
     def finished(self, topic: str, channel: str, ids: list[bytes]) -> None:
         self._fins[(topic, channel)].extend(ids)
@@ -240,7 +282,7 @@ class Replicator:
         found = self.broker.topics.get(topic)
         channels = sorted(found.channels) if found is not None else []
         for link in links if links is not None else self.links.values():
-            link.post([CHANNELS, topic, channels])
+            link.post(Channels(topic, channels))
 
     # ---------------------------------------------------------------- holding (ReplicaReceiver)
 
@@ -253,42 +295,74 @@ class Replicator:
         links.discard(link)
         self._heard[peer] = max(self._heard.get(peer, last_heard), last_heard)
 
+    def accepting_proof(self, challenge: Challenge) -> str:
+        return proof(self._secret, ACCEPTOR, challenge.nonce, challenge.peer_nonce, self.node_id, challenge.peer)
+
+    def proven(self, challenge: Challenge | None, peer: str, given: object, remote: str) -> bool:
+        if challenge is not None and challenge.peer == peer and proof_holds(
+                given, self._secret, CONNECTOR, challenge.peer_nonce, challenge.nonce, peer, self.node_id):
+            return True
+        self.handshakes_refused += 1
+        log.warning("REPLICATION: client(%s) said it was node %s and did not prove it belongs to this cluster "
+                    "(is --replication-secret-file the same on both?)", remote, peer)
+        return False
+
     def receive(self, peer: str, body: bytes) -> bytes | Awaitable[bytes]:
+        """Apply the requests of a ``REPL`` from ``peer``: every one is checked before any is
+        applied, and a body with one that is wrong changes nothing and is answered with why."""
         try:
-            seq, requests = unpack(body)
-        except (WireError, ValueError, TypeError):
-            return pack([0, "bad REPL body", None])
+            seq, requests = decode_requests(body, self._limits)
+            for request in requests:
+                self._check_from(peer, request, seq)
+        except WireError as exc:
+            self.requests_refused += 1
+            log.warning("REPLICATION: refused a REPL from node %s: %s", peer, exc)
+            return pack([exc.seq, f"bad request: {exc}", None])
         extra = None
         added = False
         try:
-            for req in requests:
-                kind = req[0]
-                if kind == ADD:
-                    self.held.add(peer, req[1], req[2], req[3], req[4])
-                    added = True
-                elif kind == FIN:
-                    self.held.finish(peer, req[1], req[2], req[3])
-                elif kind == DROP:
-                    self.held.drop(peer, req[1], req[2])
-                elif kind == CHANNELS:
-                    self.held.set_channels(peer, req[1], req[2])
-                elif kind == TAKEN:
-                    self.held.drop(req[1], req[2], req[3])
-                elif kind == HELLO:
-                    if len(req) > 1 and isinstance(req[1], dict) and req[1].get("lost_memory"):
+            for request in requests:
+                if type(request) is Hello:
+                    if request.lost_memory:
                         return self._hello_after_loss(peer, seq)
                     extra = self._taken_from(peer)
-                else:
-                    raise ValueError(f"unknown request {kind!r}")
+                    continue
+                self._handlers[type(request)](peer, request)
+                added = added or type(request) is Add
         except DiskQueueError as exc:
             log.error("REPLICATION: storing what node %s sent failed: %s", peer, exc)
             return pack([seq, f"storing failed: {exc}", None])
-        except (IndexError, TypeError, ValueError, KeyError) as exc:
-            return pack([seq, f"bad request: {exc}", None])
         answer = pack([seq, None, extra])
         if added and self.options.durable:
             return self._synced(seq, answer)
         return answer
+
+    def _check_from(self, peer: str, request: Request, seq: int) -> None:
+        """What a node may say of itself and of others: it adds copies of its own messages, held by
+        this node among others, and takes over from a node other than itself."""
+        problem = None
+        if type(request) is Add and (request.holders[0] != peer or self.node_id not in request.holders[1:]):
+            problem = WireError("an ADD's holders must be its sender, then this node among others")
+        if type(request) is Taken and request.origin in (peer, self.node_id):
+            problem = WireError("a node takes over from another node")
+        if problem is not None:
+            problem.seq = seq
+            raise problem
+
+    def _on_add(self, peer: str, request: Add) -> None:
+        self.held.add(peer, request.topic, list(request.holders), request.ids, request.entries)
+
+    def _on_fin(self, peer: str, request: Fin) -> None:
+        self.held.finish(peer, request.topic, request.channel, request.ids)
+
+    def _on_drop(self, peer: str, request: Drop) -> None:
+        self.held.drop(peer, request.topic, request.ids)
+
+    def _on_channels(self, peer: str, request: Channels) -> None:
+        self.held.set_channels(peer, request.topic, request.channels)
+
+    def _on_taken(self, peer: str, request: Taken) -> None:
+        self.held.drop(request.origin, request.topic, request.ids)
 
     def _taken_from(self, peer: str) -> list:
         """HELLO's answer: what this node took over from ``peer``, and from every node (so that a
@@ -332,7 +406,8 @@ class Replicator:
             if address == self._own or address in self.links:
                 continue
             link = PeerLink(address, self.node_id, self.options.replica_timeout, self._hello_answered,
-                            self._link_connected, lost_memory=self._lost_memory)
+                            self._link_connected, secret=self._secret, ssl_context=self._ssl_context,
+                            lost_memory=self._lost_memory)
             self.links[address] = link
             self._nursery.start_soon(link.run)
         now = trio.current_time()
@@ -355,22 +430,30 @@ class Replicator:
 
     def _hello_answered(self, link: PeerLink, answer: Any) -> None:
         """The peer told what it took over from this node (those messages are not delivered
-        here) and from every node (copies held here of those are dropped)."""
+        here) and from every node (copies held here of those are dropped). Raises
+        :class:`WireError` (the link breaks) for an answer that is not what a node says."""
+        mine, everything = decode_hello_answer(answer)
         if link.peer_id is not None:
             self._gone_since.pop(link.peer_id, None)
-        mine, everything = answer
         for origin, topics in everything.items():
             for topic_name, ids in topics.items():
-                if origin != self.node_id:
+                if origin != self.node_id and ids:
                     self.held.drop(origin, topic_name, ids)
+        guid = self.broker.guid
         for topic_name, ids in mine.items():
+            issued = [msg_id for msg_id in ids if guid.could_have_issued(msg_id)]
+            if len(issued) < len(ids):
+                log.warning("REPLICATION: node %s says it took over %d messages of topic %s this node never "
+                            "published: ignored", link.peer_id, len(ids) - len(issued), topic_name)
             topic = self.broker.topics.get(topic_name)
-            if topic is not None and ids:
-                topic.skip_taken(ids)
+            if topic is not None and issued:
+                topic.skip_taken(issued)
                 log.info("REPLICATION: node %s took over %d messages of topic %s: not delivered here",
-                         link.peer_id, len(ids), topic_name)
+                         link.peer_id, len(issued), topic_name)
 
     def _link_connected(self, link: PeerLink) -> None:
+        self._peers_changed.set()
+        self._peers_changed = trio.Event()
         for name in list(self.broker.topics):
             self._post_channels(name, [link])
 
@@ -423,7 +506,7 @@ class Replicator:
             fins, self._fins = self._fins, defaultdict(list)
             for (topic, channel), ids in fins.items():
                 for link in self.links.values():
-                    link.post([FIN, topic, channel, ids], 17 * len(ids))
+                    link.post(Fin(topic, channel, ids), 17 * len(ids))
 
     # ---------------------------------------------------------------- takeover
 
@@ -457,7 +540,7 @@ class Replicator:
                 mine = {msg_id for msg_id, holders in copies.holders.items()
                         if self._first_up(holders, origin) == self.node_id}
                 if mine:
-                    await self._take_over(origin, topic, mine)
+                    await self._take_over_topic(origin, topic, mine)
         if self.held.needs_compaction():
             await self.held.compact()
 
@@ -474,15 +557,32 @@ class Replicator:
                 return node
         return None
 
+    async def _take_over_topic(self, origin: str, topic: str, ids: set[bytes]) -> None:
+        """:meth:`_take_over`, where a failure is this topic's alone: logged (once a minute while
+        it lasts), counted, and tried again at the next tick, while the other topics go on."""
+        try:
+            await self._take_over(origin, topic, ids)
+        except (DiskQueueError, OSError, ValueError, LookupError, TypeError) as exc:
+            now = trio.current_time()
+            key = (origin, topic)
+            if now - self._takeover_failed.get(key, -TAKEOVER_FAILURE_LOG) >= TAKEOVER_FAILURE_LOG:
+                self._takeover_failed[key] = now
+                self.stats[topic].takeover_failures += 1
+                log.error("REPLICATION: taking over %d messages of topic %s from node %s failed (tried again): %s",
+                          len(ids), topic, origin, exc)
+        else:
+            self._takeover_failed.pop((origin, topic), None)
+
     async def _take_over(self, origin: str, topic: str, ids: set[bytes]) -> None:
         """Take over the copies ``ids`` of ``origin`` in ``topic``, a piece at a time."""
         items = list(self.held.entries(origin, topic, ids))
         for start in range(0, len(items), TAKEOVER_PIECE):
             await self._take_over_piece(origin, topic, items[start:start + TAKEOVER_PIECE])
         missing = ids.difference(item[0] for item in items)
-        if missing:  # held, yet not in the log: nothing to deliver
-            log.error("REPLICATION: %d copies of topic %s from node %s were not found in the log", len(missing),
-                      topic, origin)
+        if missing:  # held, yet not in the log (damaged): nothing to deliver
+            self.held.copies_lost += len(missing)
+            log.error("REPLICATION: %d copies of topic %s from node %s were not found in the replication log (it is "
+                      "damaged): those messages are lost unless another node holds them", len(missing), topic, origin)
             self.held.mark_taken(origin, topic, sorted(missing))
 
     async def _take_over_piece(self, origin: str, topic: str, items: list[list]) -> None:
@@ -494,6 +594,11 @@ class Replicator:
         messages: list[tuple[Message, list[str] | None]] = []
         dones: list[list[str] | None] = []
         for item, new_id in zip(items, new_ids):
+            if not _takeable(item):
+                self.held.copies_lost += 1
+                log.error("REPLICATION: a copy of topic %s from node %s in the replication log cannot be read: lost "
+                          "unless another node holds it", topic, origin)
+                continue
             done = copies.done.get(item[0]) if copies is not None else None
             only = [name for name in channels if name not in done] if done and channels else None
             if only == []:
@@ -507,7 +612,7 @@ class Replicator:
         if self.options.durable:
             await self.held.synced()
         for link in self.links.values():
-            link.post([TAKEN, origin, topic, ids], 17 * len(ids))
+            link.post(Taken(origin, topic, ids), 17 * len(ids))
         self.stats[topic].takeovers += len(messages)
         log.info("REPLICATION: took over %d messages of topic %s from node %s (gone for %.1fs)", len(messages),
                  topic, origin, trio.current_time() - self._gone_since.get(origin, trio.current_time()))
@@ -519,14 +624,32 @@ class Replicator:
         return (self.replicas(topic), self.held.held_for_topic(topic), stats.copies_waiting, stats.takeovers,
                 stats.publishes_refused)
 
-
     def node_stats(self) -> dict:
         peers = [{"address": f"{host}:{port}", "node_id": link.peer_id or "", "connected": link.connected}
                  for (host, port), link in sorted(self.links.items())]
         held = {origin: sum(len(copies) for copies in topics.values())
                 for origin, topics in sorted(self.held.origins.items())}
         return {"node_id": self.node_id, "replicas": self.options.replicas, "peers": peers,
-                "copies_held": sum(held.values()), "copies_held_by_origin": {k: v for k, v in held.items() if v}}
+                "copies_held": sum(held.values()), "copies_held_by_origin": {k: v for k, v in held.items() if v},
+                "secret": bool(self._secret), "tls": self._ssl_context is not None,
+                "log_records_lost": self.held.records_lost, "log_records_skipped": self.held.records_skipped,
+                "copies_lost": self.held.copies_lost, "handshakes_refused": self.handshakes_refused + sum(link.refusals for link in self.links.values()),
+                "requests_refused": self.requests_refused,
+                "takeover_failures": sum(stats.takeover_failures for stats in self.stats.values())}
+
+
+#: What an entry read back from the log may hold: any size (``--max-msg-size`` was checked when it came).
+_READ_BACK = WireLimits(1 << 62)
+
+
+def _takeable(item: list) -> bool:
+    """Whether an entry read back from the log is one a message can be made of (entries were
+    checked when they arrived; this catches a log written otherwise)."""
+    try:
+        check_entries(pack_entries([message_of(item)]), [item[0]], _READ_BACK)
+    except (WireError, IndexError, TypeError, ValueError):
+        return False
+    return True
 
 
 def _rank(topic: str, node: str) -> bytes:

@@ -1,50 +1,125 @@
-"""What nodes send each other inside ``REPL`` bodies (:mod:`broker.protocol.replica`).
+"""What nodes send each other inside ``REPL`` bodies (:mod:`broker.protocol.replica`), as typed
+requests checked before anything acts on them.
 
 A ``REPL`` body is one msgpack array ``[seq, [request, ...]]``; the peer answers each with
 one response frame ``[seq, error, extra]`` (error None when every request was applied).
 Requests are arrays whose first item is their kind:
 
 ======================================  ==================================================
-``[HELLO]``, ``[HELLO, {"lost_memory":  the sender (re)connected: the answer's ``extra``
-true}]``                                is ``[{topic: [id, ...]}, {origin: {topic: [id,
-                                        ...]}}]``: the sender's messages the peer took
-                                        over while the sender was gone, and all it took
-                                        over from any node. ``lost_memory``: the sender
-                                        crashed without ``--durable``; the peer first
-                                        takes over its copies
-``[ADD, topic, holders, ids, entries]``  hold copies of these messages (answered once
-                                        they are stored, fsync'd with ``--durable``);
-                                        ``entries`` is their entries packed as one
-                                        msgpack array, which the holder keeps as it is
-``[FIN, topic, channel, [id, ...]]``    the channel finished them
-``[DROP, topic, [id, ...]]``            forget these copies (their publish failed)
-``[CHANNELS, topic, [channel, ...]]``   the topic's channels on the sender
-``[TAKEN, origin, topic, [id, ...]]``   the sender took over these copies of ``origin``
+``[HELLO]``, ``[HELLO, {"lost_memory":  :class:`Hello`: the sender (re)connected: the
+true}]``                                answer's ``extra`` is ``[{topic: [id, ...]},
+                                        {origin: {topic: [id, ...]}}]``: the sender's
+                                        messages the peer took over while the sender was
+                                        gone, and all it took over from any node.
+                                        ``lost_memory``: the sender crashed without
+                                        ``--durable``; the peer first takes over its copies
+``[ADD, topic, holders, ids, entries]``  :class:`Add`: hold copies of these messages
+                                        (answered once they are stored, fsync'd with
+                                        ``--durable``); ``holders`` starts with the sender;
+                                        ``entries`` is their entries packed as one msgpack
+                                        array, which the holder keeps as it is
+``[FIN, topic, channel, [id, ...]]``    :class:`Fin`: the channel finished them
+``[DROP, topic, [id, ...]]``            :class:`Drop`: forget these copies (their publish
+                                        failed)
+``[CHANNELS, topic, [channel, ...]]``   :class:`Channels`: the topic's channels on the sender
+``[TAKEN, origin, topic, [id, ...]]``   :class:`Taken`: the sender took over these copies
+                                        of ``origin``
 ======================================  ==================================================
 
 An entry is ``[id, body, timestamp, attempts, due_ns, priority, done]``: a message as the
 core holds it, and the channels that finished it already (None: none). An ADD carries its
 entries by columns (:func:`pack_entries`).
+
+:func:`decode_requests` checks every field of every request of a body (types, topic and
+channel names, id sizes, counts, each entry's body against ``--max-msg-size``) and raises
+:class:`WireError` for the first that is wrong, before any of them is applied or written:
+what a peer sends is held to what a client may send.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 
 from broker.core.message import Message
+from broker.protocol.frames import MAX_ATTEMPTS
+from broker.protocol.names import is_valid_name
+from broker.protocol.priorities import MAX_PRIORITY
+from broker.protocol.replica import is_valid_node_id
 
-__all__ = ["HELLO", "ADD", "FIN", "DROP", "CHANNELS", "TAKEN", "pack", "unpack", "pack_entries", "unpack_entries",
-           "message_of",
-           "WireError"]
+__all__ = ["HELLO", "ADD", "FIN", "DROP", "CHANNELS", "TAKEN", "Hello", "Add", "Fin", "Drop", "Channels", "Taken",
+           "Request", "WireLimits", "encode_request", "decode_request", "decode_requests", "decode_hello_answer", "pack", "unpack",
+           "pack_entries", "unpack_entries", "check_entries", "check_topic", "check_channel", "check_channels",
+           "check_node", "check_ids", "check_holders", "message_of", "WireError"]
 
 HELLO, ADD, FIN, DROP, CHANNELS, TAKEN = range(1, 7)
 
+#: Ids one request names at most (a FIN batch of a busy channel, an ADD of a large MPUB).
+MAX_IDS = 1 << 20
+#: Nodes that hold one message at most.
+MAX_HOLDERS = 64
+#: Channels one topic has at most, as one node reports them.
+MAX_CHANNELS = 1 << 16
+_ID_SIZE = 16
+_INT64 = (1 << 63) - 1
 
 
 class WireError(ValueError):
-    """Bytes that are not what a peer sends."""
+    """Bytes that are not what a peer sends; the message says what is wrong, ``seq`` which
+    ``REPL`` body it was in (0: not known)."""
+
+    seq = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WireLimits:
+    """What a request may carry: bodies up to ``max_msg_size`` bytes (``--max-msg-size``)."""
+
+    max_msg_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    lost_memory: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Add:
+    topic: str
+    holders: tuple[str, ...]
+    ids: list[bytes]
+    entries: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Fin:
+    topic: str
+    channel: str
+    ids: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    topic: str
+    ids: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Channels:
+    topic: str
+    channels: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    origin: str
+    topic: str
+    ids: list[bytes]
+
+
+Request = Hello | Add | Fin | Drop | Channels | Taken
 
 
 def pack(value: Any) -> bytes:
@@ -56,6 +131,184 @@ def unpack(data: bytes) -> Any:
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
     except (ValueError, msgpack.UnpackException) as exc:
         raise WireError(f"not msgpack: {exc}") from exc
+
+
+def encode_request(request: Request) -> list:
+    """The wire form of ``request``."""
+    if type(request) is Add:
+        return [ADD, request.topic, list(request.holders), request.ids, request.entries]
+    if type(request) is Fin:
+        return [FIN, request.topic, request.channel, request.ids]
+    if type(request) is Drop:
+        return [DROP, request.topic, request.ids]
+    if type(request) is Channels:
+        return [CHANNELS, request.topic, request.channels]
+    if type(request) is Taken:
+        return [TAKEN, request.origin, request.topic, request.ids]
+    if type(request) is Hello:
+        return [HELLO, {"lost_memory": True}] if request.lost_memory else [HELLO]
+    raise TypeError(f"not a request: {request!r}")
+
+
+# ---------------------------------------------------------------- checks
+
+
+def check_topic(value: object) -> str:
+    if type(value) is not str or not is_valid_name(value):
+        raise WireError(f"bad topic name {value!r:.80}")
+    return value
+
+
+def check_channel(value: object) -> str:
+    if type(value) is not str or not is_valid_name(value):
+        raise WireError(f"bad channel name {value!r:.80}")
+    return value
+
+
+def check_node(value: object) -> str:
+    if not is_valid_node_id(value):
+        raise WireError(f"bad node id {value!r:.80}")
+    assert isinstance(value, str)
+    return value
+
+
+def check_ids(value: object) -> list[bytes]:
+    if type(value) is not list or not value or len(value) > MAX_IDS:
+        raise WireError("ids must be a list of 1 to 2**20 message ids")
+    for msg_id in value:
+        if type(msg_id) is not bytes or len(msg_id) != _ID_SIZE:
+            raise WireError(f"bad message id {msg_id!r:.80}")
+    return value
+
+
+def check_channels(value: object) -> list[str]:
+    if type(value) is not list or len(value) > MAX_CHANNELS:
+        raise WireError("channels must be a list of at most 65536 names")
+    for name in value:
+        check_channel(name)
+    return value
+
+
+def check_holders(value: object) -> tuple[str, ...]:
+    if type(value) is not list or not 2 <= len(value) <= MAX_HOLDERS:
+        raise WireError(f"holders must be a list of 2 to {MAX_HOLDERS} node ids")
+    holders = tuple(check_node(node) for node in value)
+    if len(set(holders)) != len(holders):
+        raise WireError("a node is named twice among the holders")
+    return holders
+
+
+def _column(value: object, count: int, low: int, high: int, what: str, *, optional: bool = False) -> None:
+    """An entries column of integers: one for all (``count`` equal values) or one each."""
+    items = value if type(value) is list else [value]
+    if type(value) is list and len(value) != count:
+        raise WireError(f"{what}: {len(value)} values for {count} messages")
+    for item in items:
+        if item is None and optional:
+            continue
+        if type(item) is not int or not low <= item <= high:
+            raise WireError(f"bad {what} {item!r:.80}")
+
+
+def check_entries(entries: bytes, ids: list[bytes], limits: WireLimits) -> None:
+    """Raise :class:`WireError` unless ``entries`` (see :func:`pack_entries`) are the entries of
+    ``ids``, in order, with bodies within ``--max-msg-size`` and every field in range."""
+    columns = unpack(entries)
+    if type(columns) is not list or len(columns) != 7:
+        raise WireError("entries must be 7 columns")
+    own_ids, bodies, timestamps, attempts, due, priorities, dones = columns
+    if own_ids != ids:
+        raise WireError("the entries are not those of the ids")
+    count = len(ids)
+    if type(bodies) is not list or len(bodies) != count:
+        raise WireError("bodies: one per message")
+    for body in bodies:
+        if type(body) is not bytes or len(body) > limits.max_msg_size:
+            raise WireError(f"a body is not bytes of at most {limits.max_msg_size}")
+    _column(timestamps, count, 0, _INT64, "timestamp")
+    _column(attempts, count, 0, MAX_ATTEMPTS, "attempts")
+    _column(due, count, 0, _INT64, "due time")
+    if priorities is not None:
+        if type(priorities) is not list:
+            raise WireError("priorities must be a list or nil")
+        _column(priorities, count, 0, MAX_PRIORITY, "priority", optional=True)
+    if dones is not None:
+        if type(dones) is not list or len(dones) != count:
+            raise WireError("done channels: one list (or nil) per message")
+        for done in dones:
+            if done is not None:
+                check_channels(done)
+
+
+def decode_request(item: object, limits: WireLimits) -> Request:
+    """The request ``item`` (an unpacked array) describes; raises :class:`WireError`."""
+    if type(item) is not list or not item or type(item[0]) is not int:
+        raise WireError(f"not a request: {item!r:.80}")
+    kind, args = item[0], item[1:]
+    shape = _SHAPES.get(kind)
+    if shape is None:
+        raise WireError(f"unknown request {kind}")
+    if not shape[0] <= len(args) <= shape[1]:
+        raise WireError(f"request {kind} has {len(args)} fields")
+    if kind == ADD:
+        topic, holders, ids, entries = check_topic(args[0]), check_holders(args[1]), check_ids(args[2]), args[3]
+        if type(entries) is not bytes:
+            raise WireError("entries must be bytes")
+        check_entries(entries, ids, limits)
+        return Add(topic, holders, ids, entries)
+    if kind == FIN:
+        return Fin(check_topic(args[0]), check_channel(args[1]), check_ids(args[2]))
+    if kind == DROP:
+        return Drop(check_topic(args[0]), check_ids(args[1]))
+    if kind == CHANNELS:
+        return Channels(check_topic(args[0]), check_channels(args[1]))
+    if kind == TAKEN:
+        return Taken(check_node(args[0]), check_topic(args[1]), check_ids(args[2]))
+    flags = args[0] if args else {}
+    if type(flags) is not dict:
+        raise WireError("HELLO's flags must be a map")
+    return Hello(flags.get("lost_memory") is True)
+
+
+#: Each kind's fewest and most fields after the kind.
+_SHAPES = {HELLO: (0, 1), ADD: (4, 4), FIN: (3, 3), DROP: (2, 2), CHANNELS: (2, 2), TAKEN: (3, 3)}
+
+
+def decode_requests(body: bytes, limits: WireLimits) -> tuple[int, list[Request]]:
+    """A ``REPL`` body's sequence number and requests, every one checked; raises :class:`WireError`."""
+    document = unpack(body)
+    if type(document) is not list or len(document) != 2 or type(document[0]) is not int:
+        raise WireError("a REPL body is [seq, [request, ...]]")
+    seq, items = document
+    try:
+        if type(items) is not list:
+            raise WireError("a REPL body is [seq, [request, ...]]")
+        return seq, [decode_request(item, limits) for item in items]
+    except WireError as exc:
+        exc.seq = seq
+        raise
+
+
+def decode_hello_answer(extra: object) -> tuple[dict[str, list[bytes]], dict[str, dict[str, list[bytes]]]]:
+    """HELLO's answer (see the table above), checked; raises :class:`WireError`."""
+    if type(extra) is not list or len(extra) != 2:
+        raise WireError("HELLO's answer is [mine, everything]")
+    mine, everything = extra
+    return _taken_topics(mine), {check_node(origin): _taken_topics(topics)
+                                 for origin, topics in _map(everything).items()}
+
+
+def _map(value: object) -> dict:
+    if type(value) is not dict:
+        raise WireError("a map was expected")
+    return value
+
+
+def _taken_topics(value: object) -> dict[str, list[bytes]]:
+    return {check_topic(topic): check_ids(ids) if ids else [] for topic, ids in _map(value).items()}
+
+
+# ---------------------------------------------------------------- entries
 
 
 def pack_entries(messages: list[Message], dones: list[list[str] | None] | None = None, *,

@@ -31,7 +31,15 @@ from broker.protocol import HEARTBEAT_FRAME, OK_FRAME, ProtocolError, State, enc
 from broker.protocol.keys import DEDUP_WINDOW_FIELD, KEYS_IDENTIFY_FIELD
 from broker.protocol.lease import LEASE_IDENTIFY_FIELD, is_valid_lease_token
 from broker.protocol.priorities import DEFAULT_PRIORITY_FIELD, PRIORITIES_IDENTIFY_FIELD
-from broker.protocol.replica import REPLICA_IDENTIFY_FIELD, is_valid_node_id
+from broker.protocol.replica import (
+    REPLICA_IDENTIFY_FIELD,
+    REPLICA_NONCE_FIELD,
+    REPLICA_PROOF_FIELD,
+    Challenge,
+    is_valid_node_id,
+    is_valid_nonce,
+    new_nonce,
+)
 from broker.server.output import OutputBuffer
 from broker.server.tls import describe_session
 
@@ -64,6 +72,15 @@ class ReplicaReceiver(Protocol):
     send ``REPL`` bodies, and close."""
 
     node_id: str
+
+    def accepting_proof(self, challenge: Challenge) -> str:
+        """This node's proof, for the answer to the connecting node's first IDENTIFY."""
+        ...
+
+    def proven(self, challenge: Challenge | None, peer: str, given: object, remote: str) -> bool:
+        """Whether ``given`` proves that the connecting node ``peer`` holds the cluster's secret,
+        in answer to ``challenge`` (None: none was made); a failure is logged and counted."""
+        ...
 
     def opened(self, peer: str, link: object) -> None: ...
 
@@ -159,6 +176,9 @@ class Client:
         #: connection comes from once IDENTIFY negotiated the node-to-node role
         self.replicas: ReplicaReceiver | None = None
         self.replica: str | None = None
+        #: the handshake's first step was answered and waits for the proof (None: no handshake)
+        self.replica_challenge: Challenge | None = None
+        self._challenge_issued = False  # the IDENTIFY being answered began a handshake
         self.auth_secret = ""
         self.auth_state: AuthState | None = None
         # the raw socket while the connection is plain: sends count the bytes handed over
@@ -217,12 +237,7 @@ class Client:
             self.publish_keys = True
         if data.get(PRIORITIES_IDENTIFY_FIELD):
             self.priorities = True
-        replica = data.get(REPLICA_IDENTIFY_FIELD)
-        if replica is not None and self.replicas is not None and self.replica is None:
-            if not is_valid_node_id(replica) or replica == self.replicas.node_id:
-                raise ProtocolError("E_BAD_BODY", f"IDENTIFY replica ({json.dumps(replica)}) is invalid")
-            self.replica = replica
-            self.replicas.opened(replica, self)
+        self._identify_replica(data)
 
         self.feature_negotiation = bool(data.get("feature_negotiation"))
         self.wake_timers()
@@ -249,6 +264,31 @@ class Client:
             self._socket = None
         return response
 
+    def _identify_replica(self, data: dict) -> None:
+        """The node-to-node handshake (:mod:`broker.protocol.replica`): a first IDENTIFY naming a
+        node is challenged, and the connection becomes that node's only when a later one
+        proves it. Until then nothing changes: REPL stays an unknown command."""
+        self._challenge_issued = False
+        replicas = self.replicas
+        replica = data.get(REPLICA_IDENTIFY_FIELD)
+        if replica is None or replicas is None or self.replica is not None:
+            return
+        given, nonce = data.get(REPLICA_PROOF_FIELD), data.get(REPLICA_NONCE_FIELD)
+        if given is None and nonce is None:
+            return  # no handshake asked for: the key alone is ignored, as nsqd ignores it
+        if not is_valid_node_id(replica) or replica == replicas.node_id:
+            raise ProtocolError("E_BAD_BODY", f"IDENTIFY replica ({json.dumps(replica)}) is invalid")
+        challenge, self.replica_challenge = self.replica_challenge, None  # one answer per challenge
+        if given is not None:
+            if replicas.proven(challenge, replica, given, self.remote_address):
+                self.replica = replica
+                replicas.opened(replica, self)
+            return
+        if not is_valid_nonce(nonce):
+            raise ProtocolError("E_BAD_BODY", f"IDENTIFY replica_nonce ({json.dumps(nonce)}) is invalid")
+        self.replica_challenge = Challenge(replica, str(nonce), new_nonce())
+        self._challenge_issued = True
+
     def identify_response(self, tls: bool = False, deflate: bool = False, deflate_level: int = DEFAULT_DEFLATE_LEVEL,
                           snappy: bool = False) -> bytes:
         """The feature-negotiation JSON, in nsqd's key order, with what was agreed."""
@@ -273,8 +313,11 @@ class Client:
         if self.publish_keys:  # the same for keyed publishes
             answer[KEYS_IDENTIFY_FIELD] = True
             answer[DEDUP_WINDOW_FIELD] = round(opts.dedup_window * 1000)
-        if self.replica is not None and self.replicas is not None:
+        if self.replicas is not None and (self.replica is not None or self._challenge_issued):
             answer[REPLICA_IDENTIFY_FIELD] = self.replicas.node_id
+            if self._challenge_issued and self.replica_challenge is not None:
+                answer[REPLICA_NONCE_FIELD] = self.replica_challenge.nonce
+                answer[REPLICA_PROOF_FIELD] = self.replicas.accepting_proof(self.replica_challenge)
         if self.priorities:
             answer[PRIORITIES_IDENTIFY_FIELD] = True
             answer[DEFAULT_PRIORITY_FIELD] = opts.default_priority

@@ -19,7 +19,7 @@ from diskqueue import os_error_reason
 if TYPE_CHECKING:
     from broker.config.schema import Options
 
-__all__ = ["TLSConfigError", "server_context", "client_context", "describe_session"]
+__all__ = ["TLSConfigError", "server_context", "client_context", "peer_context", "describe_session"]
 
 # --tls-min-version names; OpenSSL has no SSL 3.0 any more, so ssl3.0 means "the oldest it has".
 _MIN_VERSIONS = {
@@ -98,6 +98,28 @@ def client_context(options: Options) -> ssl.SSLContext:
             context.load_verify_locations(cafile=options.tls_root_ca_file)
         except (OSError, ssl.SSLError) as exc:
             raise TLSConfigError(f"failed to build client TLS config - {exc}") from exc
+    return context
+
+
+def peer_context(options: Options) -> ssl.SSLContext | None:
+    """The context of this node's links to its peers (``--replicas``), or None without
+    ``--tls-cert``: a peer's certificate is verified against ``--tls-root-ca-file`` (or the
+    system's certificate authorities), its name against the address the lookupds give, and
+    this node presents its own certificate to peers that ask for one.
+
+    Raises :class:`TLSConfigError` for files that cannot be used.
+    """
+    if not options.tls_cert:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    _set_min_version(context, options.tls_min_version)
+    try:
+        _readable(options.tls_cert, options.tls_key, options.tls_root_ca_file)
+        if options.tls_root_ca_file:
+            context.load_verify_locations(cafile=options.tls_root_ca_file)
+        context.load_cert_chain(options.tls_cert, options.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise TLSConfigError(f"failed to build TLS config - {exc}") from exc
     return context
 
 

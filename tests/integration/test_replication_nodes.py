@@ -16,89 +16,53 @@ from broker.protocol import FRAME_TYPE_ERROR, encode_nop, encode_pub, encode_rdy
 from broker.protocol.replica import encode_repl
 from tests.conftest import running_daemon
 from tests.support.http_client import request
-from tests.support.nsq_programs import NsqProgram, nsq_bin_missing
+from tests.support.nsq_programs import nsq_bin_missing
+from tests.support.replica_nodes import (
+    copies_held,
+    linked,
+    lookupd_running,
+    node_flags,
+    node_replication,
+    topic_replication,
+    topic_stats,
+)
 from tests.support.v2client import connect, consume, publish
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(nsq_bin_missing() is not None, reason=nsq_bin_missing() or "")
 
 
 @pytest.fixture
 def lookupd(tmp_path):
-    program = NsqProgram("nsqlookupd", tmp_path / "lookupd.log", "--tcp-address=127.0.0.1:0",
-                         "--http-address=127.0.0.1:0", "--broadcast-address=127.0.0.1").start()
-    yield program
-    program.kill()
-
-
-def _flags(lookupd, *extra: str) -> list[str]:
-    return [f"--lookupd-tcp-address={lookupd.address('TCP')}", "--broadcast-address=127.0.0.1",
-            "--replica-timeout=2s", *extra]
-
-
-async def _topic_stats(node, topic: str) -> dict | None:
-    reply = await request(node.addresses.http, "GET", f"/stats?format=json&topic={topic}")
-    topics = reply.json()["topics"]
-    return topics[0] if topics else None
-
-
-async def _replication(node, topic: str) -> dict:
-    stats = await _topic_stats(node, topic)
-    return stats["replication"] if stats is not None else {}
-
-
-async def _wait_async(predicate, timeout: float = 15.0) -> None:
-    """Poll an async predicate until it holds."""
-    with trio.fail_after(timeout):
-        while not await predicate():
-            await trio.sleep(0.05)
-
-
-async def _node(node) -> dict:
-    """The node's own replication block of ``/stats``."""
-    reply = await request(node.addresses.http, "GET", "/stats?format=json")
-    return reply.json().get("replication", {})
-
-
-async def _linked(*nodes) -> bool:
-    for node in nodes:
-        if not any(peer["connected"] for peer in (await _node(node)).get("peers", ())):
-            return False
-    return True
+    with lookupd_running(tmp_path) as program:
+        yield program
 
 
 async def test_the_peer_holds_a_copy_of_each_message_until_every_channel_finished_it(tmp_path, lookupd):
     async with AsyncExitStack() as stack:
-        a = await stack.enter_async_context(running_daemon(tmp_path / "a", *_flags(lookupd, "--replicas=2")))
-        b = await stack.enter_async_context(running_daemon(tmp_path / "b", *_flags(lookupd, "--replicas=2")))
-        await _wait_async(lambda: _linked(a, b))
+        a = await stack.enter_async_context(running_daemon(tmp_path / "a", *node_flags(lookupd, "--replicas=2")))
+        b = await stack.enter_async_context(running_daemon(tmp_path / "b", *node_flags(lookupd, "--replicas=2")))
+        await wait_until(lambda: linked(a, b))
         client = await connect(a.addresses.tcp)
         await client.send(encode_sub("t", "c"))  # the channel exists before the messages
         await client.expect_response(b"OK")
         await publish(a, "t", *[b"m%d" % i for i in range(10)])
 
-        await _wait_async(lambda: _copies_held(b, "t", 10))
-        assert (await _replication(a, "t")) == {"replicas": 2, "copies_held": 0, "copies_waiting": 0,
+        await wait_until(lambda: copies_held(b, "t", 10))
+        assert (await topic_replication(a, "t")) == {"replicas": 2, "copies_held": 0, "copies_waiting": 0,
                                                 "takeovers": 0, "publishes_refused": 0}
         await client.send(encode_rdy(10))
         for _ in range(10):
             msg = await client.read_message()
             await client.send(b"FIN %s\n" % msg.id)
-        await _wait_async(lambda: _copies_held(b, "t", 0))
+        await wait_until(lambda: copies_held(b, "t", 0))
         metrics = (await request(a.addresses.http, "GET", "/metrics")).text
         assert 'nsq_topic_replicas{topic="t"} 2.0' in metrics
         assert 'nsq_topic_copies_held{topic="t"} 0.0' in metrics
 
 
-async def _copies_held(node, topic: str, count: int) -> bool:
-    """The node holds ``count`` copies for its peers (of ``topic``, when it has that topic too)."""
-    stats = await _topic_stats(node, topic)
-    if stats is not None:
-        return stats["replication"]["copies_held"] == count
-    return (await _node(node)).get("copies_held") == count
-
-
 async def test_a_publish_too_few_nodes_can_hold_is_refused_and_the_connection_stays(tmp_path, lookupd):
-    async with running_daemon(tmp_path / "a", *_flags(lookupd, "--replicas=2")) as a:
+    async with running_daemon(tmp_path / "a", *node_flags(lookupd, "--replicas=2")) as a:
         client = await connect(a.addresses.tcp)
         for _ in range(2):
             await client.send(encode_pub("t", b"never"))
@@ -110,7 +74,7 @@ async def test_a_publish_too_few_nodes_can_hold_is_refused_and_the_connection_st
         reply = await request(a.addresses.http, "POST", "/pub?topic=t", b"never")
         assert reply.status == 503
         assert json.loads(reply.body) == {"message": "PUB_FAILED only 1 of 2 copies: 0 of 0 peers connected"}
-        stats = await _topic_stats(a, "t")
+        stats = await topic_stats(a, "t")
         assert stats["replication"]["publishes_refused"] == 3
         assert stats["message_count"] == 0 and stats["channels"][0]["depth"] == 0
         await client.expect_quiet()
@@ -118,58 +82,58 @@ async def test_a_publish_too_few_nodes_can_hold_is_refused_and_the_connection_st
 
 async def test_a_stopped_node_is_taken_over_and_skips_what_was_taken_when_it_returns(tmp_path, lookupd):
     bodies = [b"m%d" % i for i in range(20)]
-    async with running_daemon(tmp_path / "b", *_flags(lookupd, "--replicas=2", "--durable")) as b:
-        async with running_daemon(tmp_path / "a", *_flags(lookupd, "--replicas=2", "--durable")) as a:
-            await _wait_async(lambda: _linked(a, b))
+    async with running_daemon(tmp_path / "b", *node_flags(lookupd, "--replicas=2", "--durable")) as b:
+        async with running_daemon(tmp_path / "a", *node_flags(lookupd, "--replicas=2", "--durable")) as a:
+            await wait_until(lambda: linked(a, b))
             client = await connect(a.addresses.tcp)
             await client.send(encode_sub("t", "c"))
             await client.expect_response(b"OK")
             await client.aclose()
             await publish(a, "t", *bodies)
-            await _wait_async(lambda: _copies_held(b, "t", 20))
+            await wait_until(lambda: copies_held(b, "t", 20))
         # a stopped; after --replica-timeout b queues a's messages in its own channel c
-        await _wait_async(lambda: _taken_over(b, "t", 20))
+        await wait_until(lambda: _taken_over(b, "t", 20))
         with trio.fail_after(15):
             assert sorted(await consume(b.addresses.tcp, "t", "c", 20)) == sorted(bodies)
 
-        async with running_daemon(tmp_path / "a", *_flags(lookupd, "--replicas=2", "--durable")) as a:
+        async with running_daemon(tmp_path / "a", *node_flags(lookupd, "--replicas=2", "--durable")) as a:
             # a kept its 20 messages on disk; b took them over, so a's consumer gets none
-            stats = await _topic_stats(a, "t")
+            stats = await topic_stats(a, "t")
             assert stats["channels"][0]["depth"] == 20
             client = await connect(a.addresses.tcp)
             await client.send(encode_sub("t", "c") + encode_rdy(100))
             await client.expect_response(b"OK")
-            await _wait_async(lambda: _channel_empty(a, "t", "c"))
+            await wait_until(lambda: _channel_empty(a, "t", "c"))
             await client.expect_quiet()
 
 
 async def _taken_over(node, topic: str, count: int) -> bool:
-    return (await _replication(node, topic)).get("takeovers") == count
+    return (await topic_replication(node, topic)).get("takeovers") == count
 
 
 async def _channel_empty(node, topic: str, channel: str) -> bool:
-    stats = await _topic_stats(node, topic)
+    stats = await topic_stats(node, topic)
     found = [c for c in stats["channels"] if c["channel_name"] == channel]
     return bool(found) and found[0]["depth"] == 0 and found[0]["in_flight_count"] == 0
 
 
 async def test_with_one_replica_the_role_is_not_offered_and_nothing_shows(tmp_path, lookupd):
-    async with running_daemon(tmp_path / "a", *_flags(lookupd)) as a:
+    async with running_daemon(tmp_path / "a", *node_flags(lookupd)) as a:
         client = await connect(a.addresses.tcp)
         answer = await client.identify(feature_negotiation=True, replica="0" * 32)
         assert "replica" not in answer
         await client.send(encode_repl(b"\x92\x01\x90"))
         await client.expect_error(b"E_INVALID invalid command REPL")
         await publish(a, "t", b"x")
-        assert "replication" not in await _topic_stats(a, "t")
+        assert "replication" not in await topic_stats(a, "t")
         metrics = (await request(a.addresses.http, "GET", "/metrics")).text
         assert "nsq_topic_replicas" not in metrics and "nsq_topic_copies_held" not in metrics
 
 
 async def test_garbage_from_a_peer_connection_is_answered_with_an_error_and_changes_nothing(tmp_path, lookupd):
-    async with running_daemon(tmp_path / "a", *_flags(lookupd, "--replicas=2")) as a:
+    async with running_daemon(tmp_path / "a", *node_flags(lookupd, "--replicas=2")) as a:
         client = await connect(a.addresses.tcp)
-        answer = await client.identify(feature_negotiation=True, replica="f" * 32)
+        answer = await client.identify_as_node("f" * 32)
         assert answer["replica"] != "f" * 32 and len(answer["replica"]) == 32
         bodies = [b"\xc1", b"not msgpack at all", b"\x92\x01\x91\x93\x02\xa1t\x90",  # an ADD cut short
                   b"\x92\x05\x91\x92\x63\x01", b"\x93\x01\x02\x03"]
@@ -181,7 +145,7 @@ async def test_garbage_from_a_peer_connection_is_answered_with_an_error_and_chan
             answers.append(msgpack.unpackb(frame.data))
         assert all(error for _seq, error, _extra in answers), answers
         # the node still serves, holds nothing, and a publish still needs its copy
-        assert (await _node(a))["copies_held"] == 0
+        assert (await node_replication(a))["copies_held"] == 0
         await client.send(encode_pub("t", b"x"))
         frame = await client.read_frame()
         assert frame.frame_type == FRAME_TYPE_ERROR and frame.data.startswith(b"E_PUB_FAILED")

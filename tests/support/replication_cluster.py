@@ -185,6 +185,9 @@ class ReplicaCluster:
         self.durable = durable
         self.extra = list(extra)
         root.mkdir(parents=True, exist_ok=True)
+        # the nodes prove to each other that they hold the cluster's secret, as the README says to run them
+        self.secret_file = root / "replication.secret"
+        self.secret_file.write_text(os.urandom(16).hex() + "\n")
         ports = free_ports(2 * nodes + 2)
         self.nodes = [Node(self, n, ports[2 * n], ports[2 * n + 1]) for n in range(nodes)]
         # fixed ports too, so that it can be started again where the nodes look for it
@@ -194,7 +197,8 @@ class ReplicaCluster:
     def node_flags(self) -> list[str]:
         return [f"--lookupd-tcp-address={self.lookupd.address('TCP')}", LOOPBACK,
                 *(["--durable"] if self.durable else []),
-                *replica_flags(self.replicas, self.replica_timeout), *self.extra]
+                *replica_flags(self.replicas, self.replica_timeout),
+                *([f"--replication-secret-file={self.secret_file}"] if self.replicas > 1 else []), *self.extra]
 
     def start(self) -> ReplicaCluster:
         self.lookupd.start()

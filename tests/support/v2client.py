@@ -22,6 +22,7 @@ from broker.protocol import (
     encode_rdy,
     encode_sub,
 )
+from broker.protocol.replica import ACCEPTOR, CONNECTOR, new_nonce, proof, proof_holds
 
 __all__ = ["BARRIER_ID", "V2Client", "connect", "consume", "subscriber", "publish", "publish_batch"]
 
@@ -99,6 +100,21 @@ class V2Client:
         frame = await self.read_frame()
         assert frame.frame_type == FRAME_TYPE_RESPONSE, frame
         return None if frame.data == b"OK" else json.loads(frame.data)
+
+    async def identify_as_node(self, node_id: str, secret: bytes = b"", **params) -> dict:
+        """The node-to-node handshake (:mod:`broker.protocol.replica`) as node ``node_id`` holding
+        ``secret``, without TLS: the first IDENTIFY's answer must prove the broker holds the
+        secret too; returns the answer to the second, proving IDENTIFY (which names the broker's
+        node under ``replica`` when it accepted the proof)."""
+        nonce = new_nonce()
+        first = await self.identify(feature_negotiation=True, replica=node_id, replica_nonce=nonce, **params)
+        assert first is not None
+        peer, peer_nonce = first["replica"], first["replica_nonce"]
+        assert proof_holds(first["replica_proof"], secret, ACCEPTOR, peer_nonce, nonce, peer, node_id), first
+        answer = await self.identify(feature_negotiation=True, replica=node_id, **params,
+                                     replica_proof=proof(secret, CONNECTOR, nonce, peer_nonce, node_id, peer))
+        assert answer is not None
+        return answer
 
     async def sync(self, on_error: Callable[[Frame], object] | None = None) -> list:
         """The messages that arrive before the server has handled everything sent so far.

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
-__all__ = ["wait_for"]
+__all__ = ["wait_for", "wait_until"]
 
 
 async def wait_for(predicate: Callable[[], object], timeout: float = 5.0, *, poll: float = 0.01) -> None:
@@ -16,4 +16,11 @@ async def wait_for(predicate: Callable[[], object], timeout: float = 5.0, *, pol
     """
     with trio.fail_after(timeout):
         while not predicate():
+            await trio.sleep(poll)
+
+
+async def wait_until(predicate: Callable[[], Awaitable[object]], timeout: float = 15.0, *, poll: float = 0.05) -> None:
+    """:func:`wait_for` with a predicate that must be awaited (an HTTP request to ``/stats``, say)."""
+    with trio.fail_after(timeout):
+        while not await predicate():
             await trio.sleep(poll)

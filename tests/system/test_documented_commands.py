@@ -140,40 +140,75 @@ def test_documented_block_runs(block: ShellBlock, broker_process, tmp_path):
         position = found + len(expected)
 
 
-def test_the_cluster_block_runs_as_pasted(tmp_path):
-    """The README's local cluster, pasted into a shell with nsq's programs on the PATH: three
-    nodes on their fixed ports, nsqlookupd and nsqadmin; its curls wait for the listeners and
-    nsq_tail prints the message through nsqlookupd. Everything the block started is stopped."""
+def _run_pasted(block: ShellBlock, ports: tuple[int, ...], workdir: Path, timeout: float = BLOCK_TIMEOUT) -> str:
+    """Run a block that starts programs of its own on fixed ``ports``, as pasted into a shell with
+    nsq's programs on the PATH, in a checkout at ``workdir``; its output. Skips when nsq's
+    programs are missing or a port is taken; stops everything the block started."""
     if reason := nsq_bin_missing():
         pytest.skip(reason)
-    [block] = [b for b in shell_blocks("README.md") if "deploy/cluster/node-$node.toml" in b.text]
-    for port in (4150, 4151, 4160, 4161, 4171, 4250, 4251, 4350, 4351):  # the block's own ports
+    for port in ports:
         with socket.socket() as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the programs bind: TIME_WAIT is no listener
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
-                pytest.skip(f"port {port} of the cluster example is taken (a broker of the README's set-up running?)")
-    _checkout(tmp_path)
+                pytest.skip(f"port {port} of the example is taken (a broker of the README's set-up running?)")
+    _checkout(workdir)
     env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(_shims(tmp_path / ".venv" / "bin")), str(nsq_bin()), env.get("PATH", "")])
+    env["PATH"] = os.pathsep.join([str(_shims(workdir / ".venv" / "bin")), str(nsq_bin()), env.get("PATH", "")])
     # files, not pipes: the background programs keep their output open after the shell exits
-    with open(tmp_path / "out", "w") as out_file, open(tmp_path / "err", "w") as err_file:
+    with open(workdir / "out", "w") as out_file, open(workdir / "err", "w") as err_file:
         shell = subprocess.Popen(
-            ["bash", "-euo", "pipefail", "-c", block.text], cwd=tmp_path, env=env, start_new_session=True,
+            ["bash", "-euo", "pipefail", "-c", block.text], cwd=workdir, env=env, start_new_session=True,
             stdout=out_file, stderr=err_file, stdin=subprocess.DEVNULL,
         )
         try:
-            shell.wait(timeout=BLOCK_TIMEOUT)
+            shell.wait(timeout=timeout)
         finally:
-            with contextlib.suppress(ProcessLookupError):  # the block's background programs share its session
-                os.killpg(shell.pid, signal.SIGTERM)
-    out, err = (tmp_path / "out").read_text(), (tmp_path / "err").read_text()
-    report = f"exit {shell.returncode}\n{out}\n{err}"
-    assert shell.returncode == 0, report
-    assert '"broadcast_address":"127.0.0.1"' in out and '"http_port":4251' in out, report
-    assert out.rstrip().endswith("hello"), report
+            _stop_group(shell.pid)
+    out, err = (workdir / "out").read_text(), (workdir / "err").read_text()
+    assert shell.returncode == 0, f"exit {shell.returncode}\n{out}\n{err}"
+    return out
+
+
+def _stop_group(group: int, grace: float = 20.0) -> None:
+    """SIGTERM the block's session (its background programs share it) once, and wait until every
+    process of it ended (SIGKILL after ``grace`` seconds), so their ports are free again."""
+    deadline = time.monotonic() + grace
+    sig: int = signal.SIGTERM
+    while True:
+        try:
+            os.killpg(group, sig)
+        except ProcessLookupError:
+            return
+        sig = signal.SIGKILL if time.monotonic() > deadline else 0  # 0: only ask whether any is left
+        time.sleep(0.05)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(-group, os.WNOHANG)  # reap the shell itself
+
+
+def test_the_cluster_block_runs_as_pasted(tmp_path):
+    """The README's local cluster, pasted into a shell with nsq's programs on the PATH: three
+    nodes on their fixed ports, nsqlookupd and nsqadmin; its curls wait for the listeners and
+    nsq_tail prints the message through nsqlookupd. Everything the block started is stopped."""
+    [block] = [b for b in shell_blocks("README.md") if "deploy/cluster/node-$node.toml" in b.text]
+    out = _run_pasted(block, (4150, 4151, 4160, 4161, 4171, 4250, 4251, 4350, 4351), tmp_path)
+    assert '"broadcast_address":"127.0.0.1"' in out and '"http_port":4251' in out, out
+    assert out.rstrip().endswith("hello"), out
     assert sorted(p.name for p in tmp_path.glob("data-*")) == ["data-a", "data-b", "data-c"]
+
+
+def test_the_replication_walkthrough_runs_as_pasted(tmp_path):
+    """The README's replication walkthrough as pasted: its own nsqlookupd and secret, three nodes
+    with --replicas=2, a publish retried until acknowledged, one node holding its copy, node 1
+    killed and the message read through nsqlookupd from the node that took it over."""
+    [block] = [b for b in shell_blocks("README.md") if "--replication-secret-file=replication.secret" in b.text]
+    out = _run_pasted(block, (4150, 4151, 4160, 4161, 4250, 4251, 4350, 4351), tmp_path, timeout=120)
+    assert out.startswith("published hello"), out
+    assert sorted(line for line in out.splitlines() if line.startswith("copies held")) == [
+        "copies held: 0", "copies held: 1"], out
+    assert out.rstrip().endswith("hello"), out
+    assert (tmp_path / "replication.secret").stat().st_mode & 0o777 == 0o600
 
 
 def test_the_tls_blocks_run_as_pasted(tmp_path):

@@ -208,3 +208,59 @@ def test_buried_messages_alert_names_the_channel_and_how_to_act(tmp_path):
     tests.write_text(_BURIED_RULES_TEST.format(rules=DEPLOY / "alerts.yml"))
     result = subprocess.run([PROMTOOL, "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+_REPLICATION_RULES_TEST = """
+rule_files:
+  - {rules}
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'nsq_replication_log_records_lost{{job="pynsqd", instance="mq1:4151"}}'
+        values: '0 0 2x10'
+      - series: 'nsq_replication_copies_lost{{job="pynsqd", instance="mq1:4151"}}'
+        values: '0x12'
+      - series: 'nsq_replication_handshakes_refused{{job="pynsqd", instance="mq2:4151"}}'
+        values: '0 0 0 1x10'
+    alert_rule_test:
+      - eval_time: 1m
+        alertname: NsqReplicationLogDamaged
+        exp_alerts: []
+      - eval_time: 3m
+        alertname: NsqReplicationLogDamaged
+        exp_alerts:
+          - exp_labels: {{severity: critical, job: pynsqd, instance: "mq1:4151"}}
+            exp_annotations:
+              summary: Replication log damaged on mq1:4151.
+              description: >-
+                mq1:4151 could not read back part of its replication log (the copies
+                it holds of other nodes' messages): those messages have fewer copies than
+                --replicas, and a message whose other holders are lost too is lost. Check the disk
+                of its data directory; its log says which records and copies.
+      - eval_time: 2m
+        alertname: NsqReplicationPeerRefused
+        exp_alerts: []
+      - eval_time: 5m
+        alertname: NsqReplicationPeerRefused
+        exp_alerts:
+          - exp_labels: {{severity: warning, job: pynsqd, instance: "mq2:4151"}}
+            exp_annotations:
+              summary: A node of the cluster and mq2:4151 do not accept each other.
+              description: >-
+                A connection to or from mq2:4151 said it was a node of the
+                replication cluster and did not prove it holds the cluster's secret, or its TLS
+                certificate did not verify. Either a node has another --replication-secret-file
+                or certificate, or something that is not a node tried to pass for one. Its log
+                names the address.
+"""
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed")
+def test_replication_alerts_fire_on_a_damaged_log_and_a_refused_peer(tmp_path):
+    """A replication log that lost records fires NsqReplicationLogDamaged at once; a refused
+    handshake fires NsqReplicationPeerRefused; neither fires before."""
+    tests = tmp_path / "replication_test.yml"
+    tests.write_text(_REPLICATION_RULES_TEST.format(rules=DEPLOY / "alerts.yml"))
+    result = subprocess.run([PROMTOOL, "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr

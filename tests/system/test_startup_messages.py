@@ -72,6 +72,20 @@ def test_tls_that_cannot_work_is_refused_at_start(tmp_path, flags, fatal):
     assert _messages(done.stderr) == [fatal]
 
 
+@pytest.mark.parametrize(("content", "fatal"), [
+    (None, "FATAL: failed to start: --replication-secret-file: open {path}: no such file or directory"),
+    (b"\n", "FATAL: failed to start: --replication-secret-file {path} is empty"),
+])
+def test_a_replication_secret_that_cannot_be_read_is_refused_at_start(tmp_path, content, fatal):
+    path = tmp_path / "secret"
+    if content is not None:
+        path.write_bytes(content)
+    done = _run_broker(tmp_path, "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", "--replicas=2",
+                       f"--replication-secret-file={path}")
+    assert done.returncode == 1
+    assert _messages(done.stderr)[-1] == fatal.format(path=path)
+
+
 @pytest.mark.parametrize("listener", ["TCP", "HTTP"])
 def test_a_busy_port_is_refused_in_nsqds_words(tmp_path, listener):
     with socket.socket() as held:

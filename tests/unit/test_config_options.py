@@ -593,8 +593,8 @@ def test_config_names_are_nsqds_plus_pynsqds():
     assert "id" in CONFIG_NAMES and "node_id" not in CONFIG_NAMES
     assert {"nsqlookupd_tcp_addresses", "auth_http_addresses", "e2e_processing_latency_percentiles"} <= set(CONFIG_NAMES)
     assert {"durable", "max_attempts", "dedup_window", "dedup_max_keys", "default_priority",
-            "replicas", "replica_timeout"} <= set(CONFIG_NAMES)
-    assert len(CONFIG_NAMES) == 49 + 7
+            "replicas", "replica_timeout", "replication_secret_file"} <= set(CONFIG_NAMES)
+    assert len(CONFIG_NAMES) == 49 + 8
 
 
 # --------------------------------------------------------------------------- --help

@@ -1,0 +1,154 @@
+"""What nodes send each other (broker/replication/wire.py): every request round-trips through its
+wire form; every field of every kind is checked, so that a body with anything wrong is refused
+whole; and no byte string whatever gets past the decoder as anything but a checked request or
+a ``WireError`` (property tests, as tests/unit/test_fuzz_protocol.py runs them)."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.core.message import Message
+from broker.replication.wire import (
+    ADD,
+    CHANNELS,
+    DROP,
+    FIN,
+    HELLO,
+    TAKEN,
+    Add,
+    Channels,
+    Drop,
+    Fin,
+    Hello,
+    Taken,
+    WireError,
+    WireLimits,
+    decode_hello_answer,
+    decode_request,
+    decode_requests,
+    encode_request,
+    pack,
+    pack_entries,
+)
+from tests.unit.test_fuzz_protocol import fuzz
+
+LIMITS = WireLimits(max_msg_size=100)
+A, B = "a" * 32, "b" * 32
+ID = b"0123456789abcdef"
+
+
+def _entries(n: int = 2, size: int = 5, **fields) -> tuple[list[bytes], bytes]:
+    messages = [Message(b"%016x" % i, b"x" * size, 1_000, 0, 0, None) for i in range(n)]
+    for name, value in fields.items():
+        for message in messages:
+            setattr(message, name, value)
+    return [m.id for m in messages], pack_entries(messages)
+
+
+@pytest.mark.parametrize("request_", [
+    Hello(), Hello(lost_memory=True), Fin("t", "c", [ID]), Drop("t", [ID, ID]), Channels("t", []),
+    Channels("t#ephemeral", ["c", "d#ephemeral"]), Taken(A, "t", [ID]), Add("t", (A, B), *_entries()),
+    Add("t", (A, B), *_entries(priority=7, attempts=3, due_ns=5)),
+])
+def test_every_request_round_trips_through_its_wire_form(request_):
+    wire = msgpack.unpackb(pack(encode_request(request_)), raw=False)
+    assert decode_request(wire, LIMITS) == request_
+
+
+def _add(**change) -> list:
+    ids, entries = _entries()
+    fields = {"topic": "t", "holders": [A, B], "ids": ids, "entries": entries, **change}
+    return [ADD, fields["topic"], fields["holders"], fields["ids"], fields["entries"]]
+
+
+def _columns(**change) -> bytes:
+    ids, _ = _entries()
+    columns = {"ids": ids, "bodies": [b"a", b"b"], "timestamps": 1, "attempts": 0, "due": 0, "priorities": None,
+               "dones": None, **change}
+    return msgpack.packb(list(columns.values()))
+
+
+@pytest.mark.parametrize("item, problem", [
+    ("ADD", "not a request"), ([], "not a request"), (["1"], "not a request"), ([99], "unknown request 99"),
+    ([FIN, "t", "c"], "request 3 has 2 fields"), ([HELLO, {}, 1], "request 1 has 2 fields"),
+    ([HELLO, [1]], "HELLO's flags must be a map"),
+    ([CHANNELS, "t", 5], "channels must be a list"), ([CHANNELS, "t", ["c", "bad/name"]], "bad channel name"),
+    ([CHANNELS, "t", [7]], "bad channel name"), ([CHANNELS, "bad/name", []], "bad topic name"),
+    ([CHANNELS, "t" * 65, []], "bad topic name"), ([CHANNELS, b"t", []], "bad topic name"),
+    ([FIN, "t", "c", 7], "ids must be a list"), ([FIN, "t", "c", []], "ids must be a list"),
+    ([FIN, "t", "c", [b"short"]], "bad message id"), ([FIN, "t", "c", ["0123456789abcdef"]], "bad message id"),
+    ([DROP, "t", [ID, 5]], "bad message id"), ([TAKEN, "nobody", "t", [ID]], "bad node id"),
+    ([TAKEN, "A" * 32, "t", [ID]], "bad node id"),
+    (_add(topic="bad/name"), "bad topic name"), (_add(topic="t" * 300), "bad topic name"),
+    (_add(holders=[A]), "holders must be a list of 2"), (_add(holders=[A, A]), "named twice"),
+    (_add(holders=[A, "x"]), "bad node id"), (_add(holders=[A] + [f"{n:032x}" for n in range(64)]), "holders"),
+    (_add(entries="text"), "entries must be bytes"), (_add(entries=b"\xc1"), "not msgpack"),
+    (_add(entries=msgpack.packb([1, 2])), "entries must be 7 columns"),
+    (_add(entries=_entries(3)[1]), "not those of the ids"),
+    (_add(entries=_columns(bodies=[b"a"])), "bodies: one per message"),
+    (_add(entries=_columns(bodies=[b"a", 7])), "a body is not bytes"),
+    (_add(entries=_columns(bodies=[b"a", b"x" * 101])), "at most 100"),
+    (_add(entries=_columns(timestamps=-1)), "bad timestamp"),
+    (_add(entries=_columns(timestamps=[1])), "timestamp: 1 values for 2"),
+    (_add(entries=_columns(attempts=[0, 65536])), "bad attempts"),
+    (_add(entries=_columns(due="soon")), "bad due time"),
+    (_add(entries=_columns(priorities=[None, 1 << 32])), "bad priority"),
+    (_add(entries=_columns(priorities=5)), "priorities must be a list"),
+    (_add(entries=_columns(dones=[["c"]])), "done channels: one list"),
+    (_add(entries=_columns(dones=[None, ["bad/name"]])), "bad channel name"),
+])
+def test_each_field_of_each_kind_is_checked(item, problem):
+    with pytest.raises(WireError, match=problem.replace("(", r"\(")):
+        decode_request(item, LIMITS)
+
+
+def test_one_bad_request_spoils_its_body_and_the_error_names_its_sequence_number():
+    good = encode_request(Channels("t", ["c"]))
+    seq, requests = decode_requests(pack([7, [good, good]]), LIMITS)
+    assert seq == 7 and requests == [Channels("t", ["c"])] * 2
+    with pytest.raises(WireError) as caught:
+        decode_requests(pack([8, [good, [CHANNELS, "t", 5]]]), LIMITS)
+    assert caught.value.seq == 8
+    for body in (b"\xc1", pack([1]), pack(["1", []]), pack([1, "x"])):
+        with pytest.raises(WireError):
+            decode_requests(body, LIMITS)
+
+
+def test_a_hello_answer_is_checked_as_a_request_is():
+    mine, everything = decode_hello_answer([{"t": [ID]}, {A: {"t": [ID], "u": []}}])
+    assert mine == {"t": [ID]} and everything == {A: {"t": [ID], "u": []}}
+    for bad in ([{"bad/name": [ID]}, {}], [{}, {"nobody": {}}], [{"t": [b"x"]}, {}], [{}, []], "x", [{}]):
+        with pytest.raises(WireError):
+            decode_hello_answer(bad)
+
+
+_LEAF = st.none() | st.booleans() | st.integers(-(1 << 63), (1 << 64) - 1) | st.text(max_size=40) | st.binary(max_size=40)
+_VALUE = st.recursive(_LEAF, lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=5), inner,
+                                                                                          max_size=3), max_leaves=8)
+_KIND = st.sampled_from([HELLO, ADD, FIN, DROP, CHANNELS, TAKEN, 0, 99])
+
+
+@fuzz(150)
+@given(st.lists(st.tuples(_KIND, st.lists(_VALUE, max_size=5)), max_size=3), st.integers(0, 1 << 40))
+def test_a_body_of_any_shape_is_a_checked_request_list_or_a_wire_error(items, seq):
+    body = pack([seq, [[kind, *args] for kind, args in items]])
+    try:
+        got_seq, requests = decode_requests(body, LIMITS)
+    except WireError as exc:
+        assert exc.seq == seq
+        return
+    assert got_seq == seq
+    for request in requests:  # what passed is what its encoding says, and encodes again to it
+        assert decode_request(msgpack.unpackb(pack(encode_request(request)), raw=False), LIMITS) == request
+
+
+@fuzz(300)
+@given(st.binary(max_size=200))
+def test_any_bytes_are_a_checked_request_list_or_a_wire_error(body):
+    try:
+        decode_requests(body, LIMITS)
+    except WireError:
+        pass
