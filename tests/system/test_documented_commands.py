@@ -111,6 +111,28 @@ def _checkout(workdir: Path) -> None:
             (workdir / entry.name).symlink_to(entry)
 
 
+def prepare_block(text: str, broker, workdir: Path, env: dict[str, str] | None = None) -> tuple[str, dict[str, str]]:
+    """A documented block's ``text`` as it runs against ``broker`` (its addresses in place of
+    ``127.0.0.1:4150``/``:4151``) in ``workdir``, made to look like a checkout after set-up, and
+    the environment to run it in: ``env`` (by default this process's) with the documents'
+    commands first on ``PATH``."""
+    _checkout(workdir)
+    tcp, http = (f"{host}:{port}" for host, port in (broker.tcp, broker.http))
+    script = _ADDRESS.sub(lambda m: tcp if m.group(1) == "4150" else http, text)
+    env = dict(os.environ if env is None else env)
+    env["PATH"] = f"{_shims(workdir / '.venv' / 'bin')}{os.pathsep}{env.get('PATH', '')}"
+    return script, env
+
+
+def assert_prints_expected(block: ShellBlock, stdout: str, report: str) -> None:
+    """Assert that ``stdout`` holds the texts of ``block``'s ``# => TEXT`` comments, in order."""
+    position = 0
+    for expected in block.expected:
+        found = stdout.find(expected, position)
+        assert found >= 0, f"expected {expected!r}\n{report}"
+        position = found + len(expected)
+
+
 def test_the_readme_has_runnable_examples():
     """The extraction finds the README's blocks; an empty parametrization would pass silently."""
     readme = [block for block in RUNNABLE if block.document == "README.md"]
@@ -122,22 +144,14 @@ def test_the_readme_has_runnable_examples():
 def test_documented_block_runs(block: ShellBlock, broker_process, tmp_path):
     broker = broker_process()
     assert broker.data_path == tmp_path / "data"
-    _checkout(tmp_path)
-    tcp, http = (f"{host}:{port}" for host, port in (broker.tcp, broker.http))
-    script = _ADDRESS.sub(lambda m: tcp if m.group(1) == "4150" else http, block.text)
-    env = dict(os.environ)
-    env["PATH"] = f"{_shims(tmp_path / '.venv' / 'bin')}{os.pathsep}{env.get('PATH', '')}"
+    script, env = prepare_block(block.text, broker, tmp_path)
     result = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
         capture_output=True, text=True, timeout=BLOCK_TIMEOUT, stdin=subprocess.DEVNULL,
     )
     report = f"{block.document}:{block.line}\n{script}\nexit {result.returncode}\n{result.stdout}\n{result.stderr}"
     assert result.returncode == 0, report
-    position = 0
-    for expected in block.expected:
-        found = result.stdout.find(expected, position)
-        assert found >= 0, f"expected {expected!r}\n{report}"
-        position = found + len(expected)
+    assert_prints_expected(block, result.stdout, report)
 
 
 def _run_pasted(block: ShellBlock, ports: tuple[int, ...], workdir: Path, timeout: float = BLOCK_TIMEOUT) -> str:

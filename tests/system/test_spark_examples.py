@@ -12,6 +12,10 @@ Spark. Ctrl-C, as a terminal sends it to the foreground process group, stops eac
 query in one line, without a traceback.
 ``publish_events.py`` alone (no Spark) is checked for its progress lines and its
 one-line failure when nsqd is down.
+
+spark/README.md's exactly-once block (``copy_topic.py --key`` twice over the same
+messages) runs as written, and again without ``--key``; the sink topic is then read
+with a plain V2 client: each message once with the key, twice without.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import UTC, datetime
 
 import pytest
@@ -33,6 +37,7 @@ import trio
 from broker.protocol import encode_fin, encode_rdy, encode_sub
 from tests.support.paths import REPO
 from tests.support.v2client import connect
+from tests.system.test_documented_commands import assert_prints_expected, prepare_block, shell_blocks
 
 EXAMPLES = REPO / "spark" / "examples"
 WINDOW_S, WATERMARK_S = 2, 1
@@ -51,11 +56,15 @@ def post(http: tuple[str, int], path: str) -> None:
         assert response.status == 200
 
 
-def topic_message_count(http: tuple[str, int], topic: str) -> int:
+def topic_stats(http: tuple[str, int], topic: str) -> list[dict]:
+    """What ``/stats`` says of ``topic``: a list of one topic, empty when there is no such topic."""
     url = f"http://{http[0]}:{http[1]}/stats?format=json&topic={topic}"
     with urllib.request.urlopen(url, timeout=10) as response:
-        topics = json.load(response)["topics"] or []
-    return sum(t["message_count"] for t in topics)
+        return json.load(response)["topics"] or []
+
+
+def topic_message_count(http: tuple[str, int], topic: str) -> int:
+    return sum(t["message_count"] for t in topic_stats(http, topic))
 
 
 def publish_events(*args: str) -> subprocess.CompletedProcess:
@@ -232,3 +241,49 @@ async def test_readme_sequence_counts_every_event_and_ctrl_c_is_quiet(broker_pro
     for key, (n, amount) in expected.items():
         assert got[key][0] == n, key
         assert got[key][1] == pytest.approx(amount, abs=0.011), key
+
+
+[COPY_TWICE] = [block for block in shell_blocks("spark/README.md")
+                if "copy_topic.py" in block.text and "available-now" in block.text]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("keyed", [True, False], ids=["with-key", "without-key"])
+async def test_documented_keyed_copy_run_twice_stores_each_message_once(broker_process, tmp_path, keyed):
+    """spark/README.md's block, as written: the same messages copied through two channels with
+    ``--key`` are stored once, the second copy's all duplicates. The block without ``--key``
+    stores them twice: what the key prevents."""
+    text = COPY_TWICE.text if keyed else COPY_TWICE.text.replace("--key ", "")
+    assert ("--key " in text) == keyed
+    count = int(re.search(r"seq -f 'order %g' (\d+)", text).group(1))
+    bodies = [f"order {n}".encode() for n in range(1, count + 1)]
+    broker = broker_process()
+    script, env = prepare_block(text, broker, tmp_path, example_env())
+    with trio.fail_after(600):
+        done = await trio.run_process(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
+                                      capture_stdout=True, capture_stderr=True, check=False)
+    out, err = done.stdout.decode(), done.stderr.decode(errors="replace")
+    report = f"{script}\nexit {done.returncode}\n{out}\n{err}"
+    assert done.returncode == 0, report
+    assert "Traceback" not in err, report
+    keyed_by = ", keyed by concat(nsqd, '/', id)" if keyed else ""
+    assert [line for line in out.splitlines() if line.startswith("copied ")] == [
+        f"copied {count} messages of topic orders (channel {channel}) to topic orders_copy{keyed_by}"
+        for channel in ("spark", "again")], report
+    if keyed:
+        assert_prints_expected(COPY_TWICE, out, report)
+
+    # both channels copied everything they held
+    [source] = topic_stats(broker.http, "orders")
+    assert {c["channel_name"]: (c["depth"], c["in_flight_count"]) for c in source["channels"]} == {
+        "spark": (0, 0), "again": (0, 0)}
+    [sink] = topic_stats(broker.http, "orders_copy")
+    stored = count if keyed else 2 * count
+    assert sink["message_count"] == stored
+    assert sink.get("duplicate_count") == (count if keyed else None)
+    # a consumer of the copy gets each order once with the key (twice without), and nothing more
+    got = await drain(broker.tcp, "orders_copy", "check", stored)
+    assert Counter(got) == {body: stored // count for body in bodies}
+    [sink] = topic_stats(broker.http, "orders_copy")
+    assert [(c["depth"], c["in_flight_count"], c["message_count"]) for c in sink["channels"]] == [(0, 0, stored)]
