@@ -87,15 +87,33 @@ class Broker:
         # topics waiting for the listeners' channels before they start (publishes wait too)
         self._starting: dict[str, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
+        self._storage_locked = False
 
     # ---------------------------------------------------------------- lifecycle
+
+    def lock_storage(self) -> None:
+        """Take the data directory before :meth:`run` (which then keeps it), as nsqd locks its
+        data path before it opens its listeners; nothing in it is read or written yet.
+
+        Raises the storage's error (``DataPathLocked``) if another broker uses the directory.
+        If the start goes no further, :meth:`unlock_storage` gives it back.
+        """
+        self._storage.lock()
+        self._storage_locked = True
+
+    def unlock_storage(self) -> None:
+        """Give the data directory back (a no-op if not held): :meth:`run` does when it ends."""
+        self._storage_locked = False
+        self._storage.unlock()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Load the data directory and run background tasks until cancelled.
 
-        Raises the storage's error (``DataPathLocked``) if another broker uses the directory.
+        Takes the data directory first unless :meth:`lock_storage` did; raises the storage's
+        error (``DataPathLocked``) if another broker uses it.
         """
-        self._storage.lock()
+        if not self._storage_locked:
+            self.lock_storage()
         try:
             await self._storage.import_nsqd_queues()
             entries = self._metadata.load()
@@ -110,7 +128,7 @@ class Broker:
                 log.info("loaded %d topics from %s", len(entries), self._storage.path)
                 task_status.started()
         finally:
-            self._storage.unlock()
+            self.unlock_storage()
 
     def _load(self, entries: list[dict]) -> None:
         """Recreate the topics and channels of the metadata file's ``entries``."""

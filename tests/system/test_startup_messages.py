@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import socket
+import struct
 import subprocess
 import sys
 
@@ -84,6 +85,33 @@ def test_a_busy_port_is_refused_in_nsqds_words(tmp_path, listener):
     fatal = [m for m in _messages(done.stderr) if m.startswith("FATAL")]
     assert fatal == [f"FATAL: failed to instantiate nsqd - listen ({busy}) failed - listen tcp {busy}: bind: "
                      "address already in use"]
+
+
+def test_a_start_refused_for_a_busy_port_leaves_the_data_path_as_it_was(tmp_path):
+    """nsqd locks its data path, then opens its listeners, and only then reads and writes the
+    data path: a start refused for a port in use leaves no directory (pynsqd makes a missing
+    data path, nsqd does not), and one that was there keeps its files as they were (nsqd's
+    queue files not imported, ``nsqd.dat`` not rewritten)."""
+    missing = tmp_path / "new" / "data"
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "nsqd.dat").write_bytes(b'{"topics":[{"channels":[],"name":"t","paused":false}],"version":"1.3.0"}')
+    record = struct.pack(">qH", 1_700_000_000_000_000_000, 1) + b"0123456789abcdef" + b"kept"  # nsqd's
+    (used / "t.diskqueue.000000.dat").write_bytes(len(record).to_bytes(4, "big") + record)
+    (used / "t.diskqueue.meta.dat").write_text(f"1\n0,0\n0,{4 + len(record)}\n")
+    before = {path.name: path.read_bytes() for path in used.iterdir()}
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        busy = f"127.0.0.1:{held.getsockname()[1]}"
+        for data in (missing, used):
+            done = _run_broker(data, f"--tcp-address={busy}", "--http-address=127.0.0.1:0")
+            assert done.returncode == 1, done.stderr
+            assert [m for m in _messages(done.stderr) if m.startswith("FATAL")] == [
+                f"FATAL: failed to instantiate nsqd - listen ({busy}) failed - listen tcp {busy}: bind: "
+                "address already in use"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["used"]
+    assert {path.name: path.read_bytes() for path in used.iterdir()} == before
 
 
 @pytest.mark.parametrize(("address", "error"), [
