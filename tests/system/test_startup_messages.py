@@ -11,7 +11,9 @@ import sys
 import pytest
 
 from broker.config.options import VERSION_TEXT
-from tests.support.paths import REPO
+from tests.support.paths import REPO, nsq_bin
+from tests.support.processes import BrokerProcess
+from tests.support.waiting import wait_for
 
 LINE = r"\[nsqd\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6}"
 
@@ -125,6 +127,30 @@ def test_an_unusable_listen_address_is_refused_in_nsqds_words(tmp_path, address,
     assert done.returncode == 1
     assert [m for m in _messages(done.stderr) if m.startswith("FATAL")] == [
         f"FATAL: failed to instantiate nsqd - listen ({address}) failed - {error}"]
+
+
+@pytest.mark.parametrize(("address", "error"), [
+    ("127.0.0.1:99999", "address 99999: invalid port"),
+    ("127.0.0.1", "address 127.0.0.1: missing port in address"),
+    ("127.0.0.1:no-such-service", "address udp/no-such-service: unknown port"),
+])
+async def test_a_statsd_address_no_push_can_use_is_refused_at_start(tmp_path, address, error):
+    """nsqd 1.3.0 starts with such an address and fails every push (``ERROR: failed to create
+    UDP socket to statsd(...)``, the reason unsaid); pynsqd refuses it, in Go's dial's words
+    (before: it started, and pushed to port 99999 - 65536 = 34463)."""
+    done = _run_broker(tmp_path / "pynsqd", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
+                       f"--statsd-address={address}")
+    assert done.returncode == 1
+    assert [m for m in _messages(done.stderr) if m.startswith("FATAL")] == [
+        f"FATAL: --statsd-address {address}: dial udp: {error}"]
+    if nsq_bin() is not None:
+        nsqd = BrokerProcess(tmp_path / "nsqd", f"--statsd-address={address}", "--statsd-interval=1s",
+                             program=[str(nsq_bin() / "nsqd")]).start()
+        try:
+            await wait_for(lambda: f"ERROR: failed to create UDP socket to statsd({address})" in nsqd.log_text(),
+                           timeout=20)
+        finally:
+            nsqd.kill()
 
 
 def test_an_address_go_cannot_split_is_a_unix_socket_as_in_nsqd(tmp_path):
