@@ -15,7 +15,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker.config import InfoRequest, InstantiateError, NsqdFormatter, OptionsError, configure_logging, parse_args
+from broker.config import (
+    HelpRequest,
+    InfoRequest,
+    InstantiateError,
+    NsqdFormatter,
+    OptionsError,
+    configure_logging,
+    export_help_text,
+    parse_args,
+)
 
 if TYPE_CHECKING:
     from broker.config import Options
@@ -24,6 +33,8 @@ __all__ = ["main"]
 
 EXIT_OK = 0
 EXIT_BAD_OPTIONS = 1
+#: export-nsqd's own flag, in Go's two spellings
+_TO_FLAGS = ("--to=", "-to=")
 
 
 def _fatal(message: str) -> None:
@@ -32,12 +43,16 @@ def _fatal(message: str) -> None:
     print(NsqdFormatter().format(record), file=sys.stderr, flush=True)
 
 
-def _options(args: list[str]) -> Options | int:
+def _options(args: list[str], usage: str | None = None) -> Options | int:
     """The options ``args`` give, or the exit status when there are none to run with (``--help``
-    or ``--version`` printed, or a FATAL line for bad options)."""
+    or ``--version`` printed, or a FATAL line for bad options). ``usage`` is what ``--help``
+    prints instead of the broker's (a subcommand's own)."""
     configure_logging()  # warnings while reading the config file (unknown keys) use nsqd's format too
     try:
         return parse_args(args)
+    except HelpRequest as info:
+        print(info.text if usage is None else usage, flush=True)
+        return EXIT_OK
     except InfoRequest as info:
         print(info.text, flush=True)
         return EXIT_OK
@@ -76,13 +91,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _export_nsqd(args: list[str]) -> int:
-    """``pynsqd export-nsqd --data-path=D --to=N [nsqd's flags]``: exit status 0, or 1 with a FATAL line."""
+    """``pynsqd export-nsqd --data-path=D --to=N [nsqd's flags]``: exit status 0, or 1 with a FATAL
+    line; ``--help`` prints the export's own usage."""
     import trio
 
     from broker.storage.nsqdexport import export_nsqd
 
-    targets = [a.partition("=")[2] for a in args if a.startswith("--to=")]
-    options = _options([a for a in args if not a.startswith("--to=")])
+    targets = [a.partition("=")[2] for a in args if a.startswith(_TO_FLAGS)]
+    options = _options([a for a in args if not a.startswith(_TO_FLAGS)], usage=export_help_text())
     if isinstance(options, int):
         return options
     if len(targets) != 1 or not targets[0] or not options.data_path:

@@ -95,21 +95,41 @@ class Daemon:
         raise_open_files_limit(log)  # as Go's runtime does for nsqd
         for warning in unbuilt_warnings(opts):
             log.warning("%s", warning)
-        async with trio.open_nursery() as nursery:
-            with _no_cyclic_collection():
-                await nursery.start(self.broker.run)
+        # As nsqd: the data path is locked, then the listeners open, and only then is anything in
+        # the data path read or written; a start that fails before leaves it as it was.
+        self.broker.lock_storage()
+        opened: list[trio.SocketListener] = []
+        try:
             tcp_listeners = await open_listeners(opts.tcp_address, "TCP")
-            tcp_address = bound_address(tcp_listeners[0])
-            await nursery.start(self.tcp.serve, tcp_listeners)
-            log.info("TCP: listening on %s", describe_address(tcp_address))
-            http_address = https_address = None
+            opened += tcp_listeners
             http_listeners = https_listeners = None
             if opts.http_address:
                 http_listeners = await open_listeners(opts.http_address, "HTTP")
-                http_address = bound_address(http_listeners[0])
+                opened += http_listeners
             if self.ssl_context is not None and opts.https_address:
                 https_listeners = await open_listeners(opts.https_address, "HTTPS")
-                https_address = bound_address(https_listeners[0])
+                opened += https_listeners
+            await self._serve(opts, tcp_listeners, http_listeners, https_listeners, task_status)
+        finally:
+            self.broker.unlock_storage()  # run() gave it back already, unless it never started
+            with trio.CancelScope(shield=True):
+                for listener in opened:  # closing twice is harmless: the servers close those they served
+                    await listener.aclose()
+        log.info("bye")
+
+    async def _serve(self, opts: Options, tcp_listeners: list[trio.SocketListener],
+                     http_listeners: list[trio.SocketListener] | None,
+                     https_listeners: list[trio.SocketListener] | None,
+                     task_status: trio.TaskStatus[Addresses]) -> None:
+        """Load the broker, serve on the listeners until shutdown is requested, shut down."""
+        async with trio.open_nursery() as nursery:
+            with _no_cyclic_collection():
+                await nursery.start(self.broker.run)
+            tcp_address = bound_address(tcp_listeners[0])
+            await nursery.start(self.tcp.serve, tcp_listeners)
+            log.info("TCP: listening on %s", describe_address(tcp_address))
+            http_address = bound_address(http_listeners[0]) if http_listeners is not None else None
+            https_address = bound_address(https_listeners[0]) if https_listeners is not None else None
             addresses = Addresses(tcp_address, http_address, https_address)
             # as nsqd, a broadcast port left at 0 becomes the port bound (GET /config shows it;
             # 0 stays for a unix socket or no listener), and the statsd prefix is expanded once,
@@ -165,7 +185,6 @@ class Daemon:
             with _no_cyclic_collection():
                 await self.broker.shutdown()
             nursery.cancel_scope.cancel()
-        log.info("bye")
 
 
 @contextmanager

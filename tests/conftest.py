@@ -59,3 +59,25 @@ def broker_process(tmp_path):
     yield factory
     for proc in started:
         proc.kill()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """Keep the reason of a ``pytest.skip(reason)`` called in an async test.
+
+    pytest-trio runs the test in a nursery; catching the exception group that carries the
+    skip, it raises a new skip without the reason (the report reads ``Skipped``, in pytest's
+    own file). The test's own skip is in that group: raise it instead."""
+    try:
+        return (yield)
+    except pytest.skip.Exception as skipped:
+        leaves, groups = [], [skipped.__context__]
+        while groups:
+            group = groups.pop()
+            if isinstance(group, BaseExceptionGroup):
+                groups.extend(group.exceptions)
+            elif group is not None:
+                leaves.append(group)
+        if len(leaves) == 1 and isinstance(leaves[0], pytest.skip.Exception) and not skipped.msg:
+            raise leaves[0] from None
+        raise

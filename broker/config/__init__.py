@@ -13,9 +13,9 @@
 """
 
 from broker.config.config_file import load_config
-from broker.config.errors import InfoRequest, InstantiateError, OptionsError
+from broker.config.errors import HelpRequest, InfoRequest, InstantiateError, OptionsError
 from broker.config.flag_table import CONFIG_NAMES, get_config_value
-from broker.config.help import help_text
+from broker.config.help import export_help_text, help_text
 from broker.config.log import (
     LOG_LEVELS,
     LOGGER_NAME,
@@ -32,7 +32,7 @@ from broker.config.version import NSQD_COMPAT_VERSION, VERSION_TEXT, __version__
 __all__ = [
     "__version__", "NSQD_COMPAT_VERSION", "VERSION_TEXT",
     "TLS_NOT_REQUIRED", "TLS_REQUIRED_EXCEPT_HTTP", "TLS_REQUIRED", "TLS_VERSIONS",
-    "CONFIG_NAMES", "Options", "OptionsError", "InstantiateError", "InfoRequest", "parse_args", "load_config",
-    "get_config_value", "help_text", "default_node_id",
+    "CONFIG_NAMES", "Options", "OptionsError", "InstantiateError", "InfoRequest", "HelpRequest", "parse_args",
+    "load_config", "get_config_value", "help_text", "export_help_text", "default_node_id",
     "LOGGER_NAME", "LOG_LEVELS", "NsqdFormatter", "configure_logging", "set_log_level", "log_level_number",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["OptionsError", "InstantiateError", "InfoRequest"]
+__all__ = ["OptionsError", "InstantiateError", "InfoRequest", "HelpRequest"]
 
 
 class OptionsError(ValueError):
@@ -26,3 +26,8 @@ class InfoRequest(Exception):
     def __init__(self, text: str) -> None:
         super().__init__(text)
         self.text = text
+
+
+class HelpRequest(InfoRequest):
+    """``--help`` (``-h``, ``-help``) was given: :attr:`text` is the broker's usage; a
+    subcommand that reads the broker's flags prints its own instead."""

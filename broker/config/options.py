@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from broker.config.config_file import load_config, resolve_config
-from broker.config.errors import InfoRequest, OptionsError
+from broker.config.errors import HelpRequest, InfoRequest, OptionsError
 from broker.config.flag_table import CONFIG_NAMES, FLAGS_BY_NAME, get_config_value
 from broker.config.help import help_text
 from broker.config.kinds import FLOATS
@@ -69,7 +69,7 @@ def _read_command_line(argv: Sequence[str]) -> dict[str, Any]:
         flag = FLAGS_BY_NAME.get(name)
         if flag is None:
             if name in ("h", "help"):
-                raise InfoRequest(help_text())
+                raise HelpRequest(help_text())
             raise OptionsError(f"flag provided but not defined: -{name}")
         if not equals:
             if flag.kind.bool_flag:
@@ -96,7 +96,7 @@ def parse_args(argv: Sequence[str]) -> Options:
     """Parse nsqd's command line (and the ``--config`` file it names) into :class:`Options`.
 
     A flag on the command line beats the config file, which beats the default. Raises
-    :class:`InfoRequest` for ``--help``/``-h`` and ``--version``, and :class:`OptionsError`
+    :class:`InfoRequest` for ``--help``/``-h`` (a :class:`HelpRequest`) and ``--version``, and :class:`OptionsError`
     for an unknown flag, a bad value, an unreadable config file or options that do not go
     together.
     """

@@ -33,7 +33,7 @@ from broker.core.message import Message, decode_each, now_ns
 from broker.core.topic import Topic
 from broker.gocompat import go_quote_str
 from broker.protocol import MAX_ATTEMPTS, Limits, is_ephemeral, is_valid_name
-from diskqueue import DiskQueueError
+from diskqueue import DiskQueueClosed, DiskQueueError
 
 __all__ = ["Broker", "ShutdownIncomplete", "PublishStopped", "PUBLISH_PIECE"]
 
@@ -56,7 +56,8 @@ class ShutdownIncomplete(Exception):
 
 
 class PublishStopped(Exception):
-    """A publish queued in pieces stopped part way: its topic was deleted, or the broker is exiting."""
+    """A publish was not queued, or stopped part way: its topic was deleted (or is being), or the
+    broker is exiting. nsqd's word for it is ``exiting``."""
 
 
 class Broker:
@@ -86,15 +87,33 @@ class Broker:
         # topics waiting for the listeners' channels before they start (publishes wait too)
         self._starting: dict[str, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
+        self._storage_locked = False
 
     # ---------------------------------------------------------------- lifecycle
+
+    def lock_storage(self) -> None:
+        """Take the data directory before :meth:`run` (which then keeps it), as nsqd locks its
+        data path before it opens its listeners; nothing in it is read or written yet.
+
+        Raises the storage's error (``DataPathLocked``) if another broker uses the directory.
+        If the start goes no further, :meth:`unlock_storage` gives it back.
+        """
+        self._storage.lock()
+        self._storage_locked = True
+
+    def unlock_storage(self) -> None:
+        """Give the data directory back (a no-op if not held): :meth:`run` does when it ends."""
+        self._storage_locked = False
+        self._storage.unlock()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Load the data directory and run background tasks until cancelled.
 
-        Raises the storage's error (``DataPathLocked``) if another broker uses the directory.
+        Takes the data directory first unless :meth:`lock_storage` did; raises the storage's
+        error (``DataPathLocked``) if another broker uses it.
         """
-        self._storage.lock()
+        if not self._storage_locked:
+            self.lock_storage()
         try:
             await self._storage.import_nsqd_queues()
             entries = self._metadata.load()
@@ -109,7 +128,7 @@ class Broker:
                 log.info("loaded %d topics from %s", len(entries), self._storage.path)
                 task_status.started()
         finally:
-            self._storage.unlock()
+            self.unlock_storage()
 
     def _load(self, entries: list[dict]) -> None:
         """Recreate the topics and channels of the metadata file's ``entries``."""
@@ -362,12 +381,16 @@ class Broker:
         broker unhealthy, if a disk write fails (nothing of that piece is queued; the
         pieces before it stay, as nsqd keeps the messages of an MPUB put before the one
         refused) or, in durable mode, if the sync fails (the batch may still be
-        delivered); :class:`PublishStopped` if the topic is deleted or the broker exits
-        between pieces.
+        delivered); :class:`PublishStopped` if the topic was deleted before the publish (an
+        HTTP body read meanwhile), or it is deleted or the broker exits before a piece is
+        queued. A topic deleted while the publish waits for its sync ends the wait: the
+        messages were queued before the delete, which removed them.
 
         ``priorities`` (one per body, see :mod:`broker.core.ranking`): the first that is not
         ``--default-priority`` makes the topic rank its channels from then on.
         """
+        if topic.exiting:
+            raise PublishStopped("exiting")  # a topic deleted while its publisher read the body
         ranks = self._ranks(topic, priorities) if priorities is not None else None
         copies = self.host.replication.copies
         if copies is not None and copies.replicas(topic.name) > 1:
@@ -406,6 +429,8 @@ class Broker:
         (published a moment ago, perhaps). Without ``--durable`` the keys are journaled
         when the broker stops (see :mod:`broker.core.dedup`).
         """
+        if topic.exiting:
+            raise PublishStopped("exiting")  # before its keys are remembered or a journal is made
         store = self.keys
         topic_keys = topic.key_store()
         stored, expires = store.admit(topic_keys, keys, now_ns())
@@ -520,8 +545,9 @@ class Broker:
             for start in range(0, len(messages) if messages is not None else len(bodies), PUBLISH_PIECE):
                 if start:
                     await trio.lowlevel.checkpoint()
-                    if self.exiting or topic.exiting:
-                        raise PublishStopped("exiting")  # nsqd's word for a put to a topic gone
+                # the first piece too: the topic may have been deleted while the publish waited
+                if self.exiting or topic.exiting:
+                    raise PublishStopped("exiting")  # nsqd's word for a put to a topic gone
                 end = start + PUBLISH_PIECE
                 piece = (messages[start:end] if messages is not None else
                          self._new_messages(bodies[start:end], defer_ns, ranks[start:end] if ranks is not None else None))
@@ -544,6 +570,10 @@ class Broker:
                 assert topic.keys is not None and topic.keys.commit is not None
                 await topic.keys.commit.wait()
         except DiskQueueError as exc:
+            if isinstance(exc, DiskQueueClosed) and self.topics.get(topic.name) is not topic:
+                # the topic was deleted while the publish waited for its sync: the messages were
+                # queued before the delete, which removed them with the topic's files
+                return
             self.disk_failed(exc)
             raise
         self._disk_written(topic, written)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import trio
 
+from broker.core.broker import PublishStopped
 from broker.core.host import CopiesRefused
 from broker.gocompat import MILLISECOND, parse_int64, to_ns, wrap_int64
 from broker.http.query import first, parse_bool, query_params, request_params
@@ -196,6 +197,8 @@ async def _stored(topic: Topic, pending: Awaitable[None], answer: Response) -> R
 
 
 def _put_failed(topic: Topic, exc: Exception) -> NoReturn:
+    if isinstance(exc, PublishStopped):  # a topic deleted meanwhile: nsqd answers it without a log line
+        raise APIError(503, "EXITING") from None
     log.error("HTTP: publish to %s failed: %s", topic.name, exc)
     if isinstance(exc, CopiesRefused):  # --replicas: too few nodes took a copy
         raise APIError(503, f"PUB_FAILED {exc}") from None

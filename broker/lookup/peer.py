@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 import trio
 
+from broker.gocompat.netaddr import AddrError, lookup_port, split_host_port
 from broker.gocompat.unmarshal import GO_INT, GO_STRING, GoStruct, unmarshal
 from broker.lookup.commands import MAGIC_V1, ResponseBuffer, ResponseTooLarge
 
-__all__ = ["LookupPeer", "LookupPeerError", "PeerInfo", "split_address"]
+__all__ = ["LookupPeer", "LookupPeerError", "PeerInfo", "dial_error", "split_address"]
 
 log = logging.getLogger("pynsqd.lookup")
 
@@ -26,7 +27,6 @@ log = logging.getLogger("pynsqd.lookup")
 IO_TIMEOUT = 1.0
 
 _READ_SIZE = 65536
-_MAX_PORT = 65535
 #: nsqd's ``peerInfo``, as lookupd's IDENTIFY answer is decoded into it
 _PEER_INFO = GoStruct("nsqd.peerInfo", {"tcp_port": GO_INT, "http_port": GO_INT, "version": GO_STRING,
                                         "broadcast_address": GO_STRING})
@@ -65,13 +65,17 @@ class PeerInfo:
 
 
 def split_address(address: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port`` as ``(host, port)``; raises ValueError without a port in 0-65535."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not (port.isascii() and port.isdigit()):
-        raise ValueError(f"address {address} has no port")
-    if len(port) > 5 or int(port) > _MAX_PORT:
-        raise ValueError(f"address {address:.300}: invalid port")
-    return host.strip("[]"), int(port)
+    """``host:port`` or ``[v6]:port`` as ``(host, port)``, as Go's dial reads it; raises
+    :class:`~broker.gocompat.netaddr.AddrError` (a ``ValueError``) in Go's words where the dial
+    would refuse it (``address 99999: invalid port``; :func:`dial_error` words the failure)."""
+    host, port = split_host_port(address)
+    return host, lookup_port("tcp", port)
+
+
+def dial_error(exc: BaseException) -> str:
+    """Why dialling failed, as nsqd words it where Go refuses the address itself
+    (``dial tcp: address 99999: invalid port``)."""
+    return f"dial tcp: {exc}" if isinstance(exc, AddrError) else _reason(exc)
 
 
 class LookupPeer:
@@ -147,7 +151,7 @@ class LookupPeer:
             with trio.fail_after(IO_TIMEOUT):
                 stream = await trio.open_tcp_stream(host, port)
         except (OSError, ValueError, trio.TooSlowError) as exc:
-            raise LookupPeerError(_reason(exc)) from exc
+            raise LookupPeerError(dial_error(exc)) from exc
         self._stream = stream
         try:
             with trio.fail_after(IO_TIMEOUT):

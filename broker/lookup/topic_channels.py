@@ -15,7 +15,7 @@ import httptools
 import trio
 
 from broker.gocompat import go_quote_str, go_unmarshal
-from broker.lookup.peer import split_address
+from broker.lookup.peer import dial_error, split_address
 
 __all__ = ["LookupHTTPError", "get_nodes", "get_topic_channels", "query_topic_channels"]
 
@@ -67,7 +67,7 @@ async def _get(address: str, target: str, connect_timeout: float, request_timeou
         with trio.fail_after(connect_timeout):
             stream = await trio.open_tcp_stream(host, port)
     except (OSError, ValueError, trio.TooSlowError) as exc:
-        raise LookupHTTPError(f"Get \"http://{address}{target}\": {str(exc) or 'i/o timeout'}") from exc
+        raise LookupHTTPError(f"Get \"http://{address}{target}\": {dial_error(exc)}") from exc
     async with stream:
         try:
             with trio.fail_after(request_timeout):

@@ -20,6 +20,7 @@ import socket
 
 import trio
 
+from broker.gocompat.netaddr import lookup_port, split_host_port
 from broker.observe.collect import snapshot
 from broker.observe.runtime import GC_PAUSES, memory_stats
 from broker.observe.sources import BrokerSource
@@ -38,13 +39,11 @@ SPREAD_MARGIN = 1.0
 
 
 def split_address(address: str) -> tuple[str, int]:
-    """``host:port`` (``[v6]:port``) into its parts; ``ValueError`` when it is not one."""
-    host, colon, port = address.rpartition(":")
-    if not colon or not port.isdigit():
-        raise ValueError(f"missing port in address {address!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
+    """``host:port`` (``[v6]:port``) into its parts as Go's dial reads it (an empty port is 0, a
+    name is looked up as a UDP service); raises :class:`~broker.gocompat.netaddr.AddrError` (a
+    ``ValueError``) where the dial would refuse it (``address 99999: invalid port``)."""
+    host, port = split_host_port(address)
+    return host, lookup_port("udp", port)
 
 
 class StatsdPusher:

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import trio
 
+from broker.gocompat.netaddr import AddrError, lookup_port, split_host_port
 from broker.server.poller import ReadPoller, open_poller
 from diskqueue import os_error_reason
 
@@ -91,32 +92,19 @@ class _GoError(Exception):
 def _split_host_port(address: str) -> tuple[str, str] | None:
     """(host, port) as Go's ``net.SplitHostPort`` splits ``address``; None where it refuses it
     (no port, too many colons), which makes nsqd listen on a unix socket of that path."""
-    if address.startswith("["):
-        end = address.find("]")
-        if end < 0 or address[end + 1:end + 2] != ":" or "[" in address[1:] or "]" in address[end + 1:]:
-            return None
-        return address[1:end], address[end + 2:]
-    host, sep, port = address.rpartition(":")
-    if not sep or ":" in host or "[" in host or "]" in host:
+    try:
+        return split_host_port(address)
+    except AddrError:
         return None
-    return host, port
 
 
 def _port_number(port: str) -> int:
     """A listen port as Go reads it: empty is 0, digits (with a sign) are a number that must be
     in range, anything else is a service name (``http``)."""
-    if not port:
-        return 0
-    digits = port[1:] if port[0] in "+-" else port
-    if digits.isdigit():
-        number = int(port)
-        if not 0 <= number <= 0xFFFF:
-            raise _GoError(f"listen tcp: address {port}: invalid port")
-        return number
     try:
-        return socket.getservbyname(port, "tcp")
-    except OSError:
-        raise _GoError(f"listen tcp: address tcp/{port}: unknown port") from None
+        return lookup_port("tcp", port)
+    except AddrError as exc:
+        raise _GoError(f"listen tcp: {exc}") from None
 
 
 async def _open_unix_listener(path: str) -> trio.SocketListener:

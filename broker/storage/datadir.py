@@ -28,7 +28,9 @@ class DataDirectory:
     """``--data-path`` (the current directory if empty); implements :class:`broker.core.host.BrokerStorage`.
 
     :meth:`lock` creates the directory and takes an exclusive ``flock`` on it
-    for the life of the broker, so two brokers never share one.
+    for the life of the broker, so two brokers never share one. A directory it
+    created is removed again by :meth:`unlock` if nothing was written in it (a
+    start that failed, e.g. on a port in use, leaves no empty directory behind).
     """
 
     def __init__(self, options: Options):
@@ -37,6 +39,8 @@ class DataDirectory:
         self.queues = QueueStore(self.path, options)
         self.metadata = MetadataFile(self.path)
         self._lock_fd: int | None = None
+        #: the directories :meth:`lock` created (the data path and missing parents), deepest first
+        self._created: list[Path] = []
 
     def lock(self) -> None:
         """Create and lock the directory, and check that the metadata file can be written there.
@@ -46,8 +50,14 @@ class DataDirectory:
         :class:`~broker.storage.metadata.MetadataWriteError` when it is read-only (nothing
         has been read or changed then).
         """
+        missing = []
+        for directory in (self.path, *self.path.parents):
+            if directory.exists():
+                break
+            missing.append(directory)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
+            self._created = missing
         except OSError as exc:
             raise DataPathError(f"failed to lock data-path: {describe_os_error('mkdir', str(self.path), exc)}") \
                 from None
@@ -84,7 +94,14 @@ class DataDirectory:
             raise NsqdImportError(f"importing nsqd's queues failed - {exc}") from exc
 
     def unlock(self) -> None:
-        """Release the lock (a no-op if not held)."""
+        """Release the lock (a no-op if not held), and remove the directories :meth:`lock`
+        created that are still empty."""
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        created, self._created = self._created, []
+        for directory in created:
+            try:
+                directory.rmdir()  # only an empty one: whatever was written there stays
+            except OSError:
+                break

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import logging
+import re
 
 import pytest
 import trio
@@ -10,7 +12,7 @@ import trio
 from broker.protocol import encode_dpub, encode_identify, encode_mpub, encode_pub
 from broker.protocol.keys import duplicates_in_answer, prefix_key
 from tests.support.diskfaults import FaultyDisk
-from tests.support.http_client import request
+from tests.support.http_client import HTTPClient, request
 from tests.support.v2client import connect, subscriber
 from tests.support.waiting import wait_for
 
@@ -166,6 +168,96 @@ async def test_a_deleted_topic_forgets_its_keys(daemon):
     assert (await request(daemon.addresses.http, "POST", "/topic/delete?topic=t")).status == 200
     assert await answer_of(client, encode_pub("t", prefix_key(b"k", b"b"))) == b"OK"
     assert topic_count(daemon) == 1
+
+
+@pytest.mark.parametrize("mode", [[], ["--durable"], ["--durable", "--mem-queue-size=0"]],
+                         ids=["default", "durable", "durable-no-memory"])
+async def test_keyed_publishes_racing_a_topic_delete_land_before_it_or_get_nsqds_exiting(start_daemon, caplog, mode):
+    """nsqd answers a put to a topic being deleted with ``exiting`` (``E_PUB_FAILED PUB failed
+    exiting``, ``503 EXITING``) and logs no error; a keyed publish must do the same, whichever of
+    its steps (keys, journal, messages, sync) the delete comes between."""
+    caplog.set_level(logging.INFO, logger="pynsqd")
+    tcp_answers: list[bytes] = []
+    http_answers: list[tuple[int, bytes]] = []
+    tcp_allowed = {b"OK", b"E_PUB_FAILED PUB failed exiting", b"E_MPUB_FAILED MPUB failed exiting"}
+    async with start_daemon(*mode) as daemon:
+        async def tcp_publisher(n: int) -> None:
+            client = await keyed_client(daemon)
+            for i in range(120):
+                if i % 3:
+                    payload = encode_pub("kd", prefix_key(b"t%d-%d" % (n, i), b"x"))
+                else:  # now and then more than one piece (2048 messages)
+                    size = 2500 if i % 30 == 0 else 4
+                    payload = encode_mpub("kd", [prefix_key(b"t%d-%d-%d" % (n, i, j), b"y") for j in range(size)])
+                await client.send(payload)
+                answer = (await client.read_frame()).data
+                tcp_answers.append(answer)
+                if answer != b"OK":  # nsqd's failed put is fatal: the connection is closed
+                    await client.expect_closed()
+                    client = await keyed_client(daemon)
+            await client.aclose()
+
+        async def http_publisher(n: int) -> None:
+            async with HTTPClient(daemon.addresses.http) as http:
+                for i in range(80):
+                    if i % 2:
+                        reply = await http.post(f"/pub?topic=kd&key=h{n}-{i}", b"x")
+                    else:
+                        reply = await http.post("/mpub?topic=kd&keyed=true", b"".join(
+                            b"h%d-%d-%d x\n" % (n, i, j) for j in range(4)))
+                    http_answers.append((reply.status, reply.body))
+
+        async def deleter() -> None:
+            async with HTTPClient(daemon.addresses.http) as http:
+                for _ in range(150):
+                    assert (await http.post("/topic/delete?topic=kd")).status in (200, 404)
+                    await trio.sleep(0)
+
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                for n in range(3):
+                    nursery.start_soon(tcp_publisher, n)
+                for n in range(2):
+                    nursery.start_soon(http_publisher, n)
+                nursery.start_soon(deleter)
+        assert (await request(daemon.addresses.http, "GET", "/ping")).body == b"OK"
+        # the last delete leaves no file of the topic behind, its keys' journal included
+        if "kd" in daemon.broker.topics:
+            assert (await request(daemon.addresses.http, "POST", "/topic/delete?topic=kd")).status == 200
+        assert sorted(p.name for p in daemon.broker._storage.path.iterdir() if p.name.startswith("kd")) == []
+    assert len(tcp_answers) == 3 * 120 and set(tcp_answers) <= tcp_allowed, set(tcp_answers) - tcp_allowed
+    assert len(http_answers) == 2 * 80 and set(http_answers) <= {(200, b"OK"), (503, b'{"message":"EXITING"}')}, \
+        set(http_answers)
+    assert b"OK" in tcp_answers and (200, b"OK") in http_answers
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []
+
+
+async def test_an_http_mpub_whose_topic_is_deleted_while_its_body_comes_gets_503_exiting(daemon, caplog):
+    """nsqd takes the topic before reading an ``/mpub`` body and answers ``503 EXITING`` when the
+    topic was deleted meanwhile; nothing is stored, no file of the deleted topic is made again."""
+    caplog.set_level(logging.INFO, logger="pynsqd")
+    # 100 KB: more than is read before the endpoint runs; 1,000 messages: queued in one piece
+    body = b"".join(b"k%d %s\n" % (i, b"m" * 95) for i in range(1000))
+    stream = await trio.open_tcp_stream(*daemon.addresses.http)
+    async with stream:
+        await stream.send_all(b"POST /mpub?topic=kd&keyed=true HTTP/1.1\r\nHost: x\r\n"
+                              b"Content-Length: %d\r\n\r\n" % len(body) + body[:5])
+        await wait_for(lambda: "kd" in daemon.broker.topics)  # the endpoint took the topic
+        assert (await request(daemon.addresses.http, "POST", "/topic/delete?topic=kd")).status == 200
+        await stream.send_all(body[5:])
+        with trio.fail_after(10):
+            answer = b""
+            while not re.search(rb"(?is)content-length: (\d+)\r\n.*\r\n\r\n", answer) or \
+                    len(answer.partition(b"\r\n\r\n")[2]) < int(re.search(rb"(?i)content-length: (\d+)", answer)[1]):
+                data = await stream.receive_some(4096)
+                assert data, answer
+                answer += data
+    assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer
+    assert answer.endswith(b'\r\n\r\n{"message":"EXITING"}'), answer
+    assert "kd" not in daemon.broker.topics
+    assert sorted(p.name for p in daemon.broker._storage.path.iterdir() if p.name.startswith("kd")) == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 async def test_identify_publish_keys_must_be_a_boolean(daemon):

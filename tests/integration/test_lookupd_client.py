@@ -6,6 +6,8 @@ the reconnection a ping triggers after the lookupd went away.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import trio
 
@@ -69,3 +71,27 @@ async def test_a_lookupd_added_by_put_config_is_told_everything(start_daemon, nu
         assert (identity["tcp_port"], identity["http_port"]) == (daemon.addresses.tcp[1], http[1])
         assert identity["broadcast_address"] == daemon.broker.options.broadcast_address
         assert identity["version"] == "1.3.0"
+
+
+#: nsqd 1.3.0's log line at its first PING for each unusable --lookupd-tcp-address (measured:
+#: nsqd takes them at start, as pynsqd does, and says why at every PING)
+UNUSABLE_LOOKUPD = {
+    "127.0.0.1:99999": "dial tcp: address 99999: invalid port",
+    "127.0.0.1:-1": "dial tcp: address -1: invalid port",
+    "127.0.0.1": "dial tcp: address 127.0.0.1: missing port in address",
+    "127.0.0.1:abc": "dial tcp: address tcp/abc: unknown port",
+}
+
+
+async def test_an_unusable_lookupd_address_is_logged_at_each_ping_in_nsqds_words(start_daemon, short_pings, caplog):
+    caplog.set_level(logging.INFO, logger="pynsqd")
+    flags = [f"--lookupd-tcp-address={address}" for address in UNUSABLE_LOOKUPD]
+    expected = {f"LOOKUPD({address}): PING - {why}" for address, why in UNUSABLE_LOOKUPD.items()}
+
+    def errors() -> set[str]:
+        return {r.getMessage() for r in caplog.records if r.levelno == logging.ERROR}
+
+    async with start_daemon(*flags) as daemon:
+        await wait_for(lambda: expected <= errors(), timeout=10)
+        assert (await request(daemon.addresses.http, "GET", "/ping")).body == b"OK"
+    assert errors() == expected

@@ -58,7 +58,7 @@ def _mounted(path: Path, what: str, *mount_args: str) -> Iterator[Path]:
     path.mkdir(parents=True, exist_ok=True)
     mounted = _run("mount", *mount_args, str(path))
     if mounted.returncode != 0:
-        pytest.skip(f"cannot {what} here: {mounted.stderr.strip()}")
+        pytest.skip(f"cannot {what} here: {mounted.stderr.strip() or f'mount exited {mounted.returncode}'}")
     try:
         yield path
     finally:
@@ -119,7 +119,7 @@ def ext4_image(path: Path, size_mb: int = 32) -> Iterator[Path]:
         f.truncate(size_mb << 20)
     made = _run("mkfs.ext4", "-q", "-F", str(image))
     if made.returncode != 0:
-        pytest.skip(f"cannot make an ext4 image here: {made.stderr.strip()}")
+        pytest.skip(f"cannot make an ext4 image here: {made.stderr.strip() or f'mkfs.ext4 exited {made.returncode}'}")
     with _mounted(path, "loop-mount an ext4 image", "-o", "loop,errors=remount-ro", str(image)):
         yield path
 

@@ -158,7 +158,8 @@ async def test_a_flood_does_not_hold_the_other_connections(broker, transport):
     if (broker.name, transport) == ("nsqd", "plain"):
         # measured: nsqd's own worst round trip beside 64 plain flooders is 0.2-0.6 s on a busy
         # 2-core machine (Go gives each busy goroutine 10 ms slices), so it cannot be held to the bound
-        pytest.skip("nsqd is not held to the bound under 64 plain flooders")
+        pytest.skip("nsqd 1.3.0 itself misses the bound beside 64 plain flooders (worst round trip 0.2-0.6 s): "
+                    "the plain flood holds pynsqd to it")
     proc = broker.proc
     pynsqd = broker.name == "pynsqd"
     with trio.fail_after(120):

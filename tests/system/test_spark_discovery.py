@@ -14,13 +14,12 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
 import textwrap
-import venv
 from pathlib import Path
 
 import pytest
 
+from tests.support.installs import fresh_venv
 from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.spark]
@@ -43,16 +42,7 @@ _LOOKUP = textwrap.dedent("""
 
 
 def _install(tmp_path: Path, *pip_args: str) -> dict:
-    env_dir = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
-    python = env_dir / "bin" / "python"
-    # system_site_packages shares the base interpreter's packages; when the tests run in a
-    # virtual environment, pyspark is in that one's site-packages instead, so add it too.
-    inner = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                           check=True, capture_output=True, text=True).stdout.strip()
-    outer = sysconfig.get_paths()["purelib"]
-    if outer != inner:
-        Path(inner, "outer-environment.pth").write_text(outer + "\n")
+    python = fresh_venv(tmp_path / "venv")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", *pip_args],
                    cwd=tmp_path, env=env, check=True, timeout=300)

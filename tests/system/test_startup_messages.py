@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import re
 import socket
+import struct
 import subprocess
 import sys
 
 import pytest
 
 from broker.config.options import VERSION_TEXT
-from tests.support.paths import REPO
+from tests.support.paths import REPO, nsq_bin
+from tests.support.processes import BrokerProcess
+from tests.support.waiting import wait_for
 
 LINE = r"\[nsqd\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6}"
 
@@ -100,6 +103,33 @@ def test_a_busy_port_is_refused_in_nsqds_words(tmp_path, listener):
                      "address already in use"]
 
 
+def test_a_start_refused_for_a_busy_port_leaves_the_data_path_as_it_was(tmp_path):
+    """nsqd locks its data path, then opens its listeners, and only then reads and writes the
+    data path: a start refused for a port in use leaves no directory (pynsqd makes a missing
+    data path, nsqd does not), and one that was there keeps its files as they were (nsqd's
+    queue files not imported, ``nsqd.dat`` not rewritten)."""
+    missing = tmp_path / "new" / "data"
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "nsqd.dat").write_bytes(b'{"topics":[{"channels":[],"name":"t","paused":false}],"version":"1.3.0"}')
+    record = struct.pack(">qH", 1_700_000_000_000_000_000, 1) + b"0123456789abcdef" + b"kept"  # nsqd's
+    (used / "t.diskqueue.000000.dat").write_bytes(len(record).to_bytes(4, "big") + record)
+    (used / "t.diskqueue.meta.dat").write_text(f"1\n0,0\n0,{4 + len(record)}\n")
+    before = {path.name: path.read_bytes() for path in used.iterdir()}
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        busy = f"127.0.0.1:{held.getsockname()[1]}"
+        for data in (missing, used):
+            done = _run_broker(data, f"--tcp-address={busy}", "--http-address=127.0.0.1:0")
+            assert done.returncode == 1, done.stderr
+            assert [m for m in _messages(done.stderr) if m.startswith("FATAL")] == [
+                f"FATAL: failed to instantiate nsqd - listen ({busy}) failed - listen tcp {busy}: bind: "
+                "address already in use"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["used"]
+    assert {path.name: path.read_bytes() for path in used.iterdir()} == before
+
+
 @pytest.mark.parametrize(("address", "error"), [
     ("127.0.0.1:99999", "listen tcp: address 99999: invalid port"),
     ("127.0.0.1:-1", "listen tcp: address -1: invalid port"),
@@ -111,6 +141,30 @@ def test_an_unusable_listen_address_is_refused_in_nsqds_words(tmp_path, address,
     assert done.returncode == 1
     assert [m for m in _messages(done.stderr) if m.startswith("FATAL")] == [
         f"FATAL: failed to instantiate nsqd - listen ({address}) failed - {error}"]
+
+
+@pytest.mark.parametrize(("address", "error"), [
+    ("127.0.0.1:99999", "address 99999: invalid port"),
+    ("127.0.0.1", "address 127.0.0.1: missing port in address"),
+    ("127.0.0.1:no-such-service", "address udp/no-such-service: unknown port"),
+])
+async def test_a_statsd_address_no_push_can_use_is_refused_at_start(tmp_path, address, error):
+    """nsqd 1.3.0 starts with such an address and fails every push (``ERROR: failed to create
+    UDP socket to statsd(...)``, the reason unsaid); pynsqd refuses it, in Go's dial's words
+    (before: it started, and pushed to port 99999 - 65536 = 34463)."""
+    done = _run_broker(tmp_path / "pynsqd", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
+                       f"--statsd-address={address}")
+    assert done.returncode == 1
+    assert [m for m in _messages(done.stderr) if m.startswith("FATAL")] == [
+        f"FATAL: --statsd-address {address}: dial udp: {error}"]
+    if nsq_bin() is not None:
+        nsqd = BrokerProcess(tmp_path / "nsqd", f"--statsd-address={address}", "--statsd-interval=1s",
+                             program=[str(nsq_bin() / "nsqd")]).start()
+        try:
+            await wait_for(lambda: f"ERROR: failed to create UDP socket to statsd({address})" in nsqd.log_text(),
+                           timeout=20)
+        finally:
+            nsqd.kill()
 
 
 def test_an_address_go_cannot_split_is_a_unix_socket_as_in_nsqd(tmp_path):

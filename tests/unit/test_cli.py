@@ -55,6 +55,37 @@ def test_help(capsys, flag):
     assert out.startswith("Usage of pynsqd:\n  -auth-http-address value\n")
 
 
+def test_help_names_the_commands_that_run_instead_of_the_broker(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    commands = out[out.index("\nInstead of the broker:\n"):]
+    assert "\n  pynsqd bench writer|reader|channels [flags]\n" in commands
+    assert "\n  pynsqd export-nsqd -data-path=<dir> -to=<dir> [flags]\n" in commands
+    assert "see pynsqd export-nsqd -help" in commands and "see pynsqd bench -help" in commands
+    assert "\n  python -m diskqueue <data-path> [queue ...]\n" in commands
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help", "-help"])
+def test_export_nsqd_help_is_the_exports_own(capsys, flag):
+    assert cli.main(["export-nsqd", flag]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.startswith("Usage of pynsqd export-nsqd:\n  pynsqd export-nsqd -data-path=<dir> -to=<dir> [flags]\n")
+    flags = [line.split()[0] for line in out.splitlines() if line.startswith("  -")]
+    assert flags == ["-data-path", "-to", "-config", "-max-bytes-per-file", "-max-msg-size", "-default-priority"]
+    assert "  -max-bytes-per-file int\n    \tnumber of bytes per diskqueue file before rolling (default 104857600)\n" in out
+    assert "Usage of pynsqd:" not in out  # the broker's help
+
+
+def test_export_nsqd_takes_the_target_in_either_spelling(tmp_path):
+    for spelling in ("--to", "-to"):
+        data, target = tmp_path / f"data{spelling}", tmp_path / f"nsqd{spelling}"
+        data.mkdir()
+        (data / "nsqd.dat").write_text('{"topics":[{"channels":[],"name":"t","paused":false}],"version":"1.3.0"}')
+        assert cli.main(["export-nsqd", f"-data-path={data}", f"{spelling}={target}"]) == 0
+        assert (target / "nsqd.dat").is_file()
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -32,15 +32,24 @@ def test_host_key():
 
 @pytest.mark.parametrize(("address", "parts"), [
     ("127.0.0.1:8125", ("127.0.0.1", 8125)), ("[::1]:8125", ("::1", 8125)), ("statsd:1", ("statsd", 1)),
+    ("host:", ("host", 0)), ("host:+65535", ("host", 65535)),  # as Go's dial reads them
 ])
 def test_split_address(address, parts):
     assert split_address(address) == parts
 
 
-@pytest.mark.parametrize("address", ["127.0.0.1", "host:", "host:port"])
-def test_split_address_without_port(address):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(("address", "error"), [
+    ("127.0.0.1", "address 127.0.0.1: missing port in address"),
+    ("127.0.0.1:99999", "address 99999: invalid port"),
+    ("[::1]:65536", "address 65536: invalid port"),
+    ("127.0.0.1:-1", "address -1: invalid port"),
+    ("host:no-such-service", "address udp/no-such-service: unknown port"),
+    ("a:b:8125", "address a:b:8125: too many colons in address"),
+])
+def test_split_address_refuses_what_gos_dial_refuses(address, error):
+    with pytest.raises(ValueError) as refused:
         split_address(address)
+    assert str(refused.value) == error
 
 
 def _parsed(lines: list[bytes]) -> list[tuple[str, str, str]]:
