@@ -39,7 +39,6 @@ from broker.config.tls import (
     TLS_VERSIONS,
 )
 from broker.gocompat import format_float_v, go_quote_str
-from broker.gocompat.netaddr import AddrError, lookup_port, split_host_port
 from broker.protocol import MAX_ATTEMPTS
 
 __all__ = ["Options", "default_node_id", "validate"]
@@ -405,13 +404,6 @@ def validate(options: Options) -> None:
     for name in ("broadcast_tcp_port", "broadcast_http_port"):
         if getattr(options, name) > _MAX_PORT:
             raise OptionsError(f"--{name.replace('_', '-')} must be [0,{_MAX_PORT}]")
-    if options.statsd_address:
-        # nsqd starts and fails every push (``failed to create UDP socket to statsd(...)``): an
-        # address no push can use is refused now, in the words of Go's dial
-        try:
-            lookup_port("udp", split_host_port(options.statsd_address)[1])
-        except AddrError as exc:
-            raise OptionsError(f"--statsd-address {options.statsd_address}: dial udp: {exc}") from None
     if options.log_level not in LOG_LEVELS:
         raise OptionsError(f"invalid log level '{options.log_level}' (debug, info, warn, error, fatal)")
     if options.max_deflate_level < 1 or options.max_deflate_level > 9:

@@ -130,41 +130,22 @@ def test_a_start_refused_for_a_busy_port_leaves_the_data_path_as_it_was(tmp_path
     assert {path.name: path.read_bytes() for path in used.iterdir()} == before
 
 
-@pytest.mark.parametrize(("address", "error"), [
-    ("127.0.0.1:99999", "listen tcp: address 99999: invalid port"),
-    ("127.0.0.1:-1", "listen tcp: address -1: invalid port"),
-    ("127.0.0.1:nosuchservice", "listen tcp: address tcp/nosuchservice: unknown port"),
-    ("/nonexistent/dir/x.sock", "listen unix /nonexistent/dir/x.sock: bind: no such file or directory"),
-])
-def test_an_unusable_listen_address_is_refused_in_nsqds_words(tmp_path, address, error):
-    done = _run_broker(tmp_path, f"--tcp-address={address}", "--http-address=127.0.0.1:0")
-    assert done.returncode == 1
-    assert [m for m in _messages(done.stderr) if m.startswith("FATAL")] == [
-        f"FATAL: failed to instantiate nsqd - listen ({address}) failed - {error}"]
-
-
-@pytest.mark.parametrize(("address", "error"), [
-    ("127.0.0.1:99999", "address 99999: invalid port"),
-    ("127.0.0.1", "address 127.0.0.1: missing port in address"),
-    ("127.0.0.1:no-such-service", "address udp/no-such-service: unknown port"),
-])
-async def test_a_statsd_address_no_push_can_use_is_refused_at_start(tmp_path, address, error):
-    """nsqd 1.3.0 starts with such an address and fails every push (``ERROR: failed to create
-    UDP socket to statsd(...)``, the reason unsaid); pynsqd refuses it, in Go's dial's words
-    (before: it started, and pushed to port 99999 - 65536 = 34463)."""
-    done = _run_broker(tmp_path / "pynsqd", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
-                       f"--statsd-address={address}")
-    assert done.returncode == 1
-    assert [m for m in _messages(done.stderr) if m.startswith("FATAL")] == [
-        f"FATAL: --statsd-address {address}: dial udp: {error}"]
+@pytest.mark.parametrize("address", ["127.0.0.1:99999", "127.0.0.1", "127.0.0.1:no-such-service"])
+async def test_a_statsd_address_no_push_can_use_fails_every_push_as_in_nsqd(tmp_path, address):
+    """nsqd 1.3.0 starts with such an address and logs ``ERROR: failed to create UDP socket to
+    statsd(...)`` at every push; so does pynsqd (before: it pushed to port 99999 - 65536 = 34463)."""
+    programs = {"pynsqd": None}
     if nsq_bin() is not None:
-        nsqd = BrokerProcess(tmp_path / "nsqd", f"--statsd-address={address}", "--statsd-interval=1s",
-                             program=[str(nsq_bin() / "nsqd")]).start()
+        programs["nsqd"] = [str(nsq_bin() / "nsqd")]
+    line = f"ERROR: failed to create UDP socket to statsd({address})"
+    for name, program in programs.items():
+        broker = BrokerProcess(tmp_path / name, f"--statsd-address={address}", "--statsd-interval=1s",
+                               program=program).start()
         try:
-            await wait_for(lambda: f"ERROR: failed to create UDP socket to statsd({address})" in nsqd.log_text(),
-                           timeout=20)
+            await wait_for(lambda b=broker: b.log_text().count(line) >= 2, timeout=20)  # a push, then the next
+            assert "pushing stats" not in broker.log_text(), name
         finally:
-            nsqd.kill()
+            broker.kill()
 
 
 def test_an_address_go_cannot_split_is_a_unix_socket_as_in_nsqd(tmp_path):
