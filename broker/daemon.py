@@ -13,6 +13,7 @@ import atexit
 import dataclasses
 import gc
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -226,10 +227,14 @@ def _replication_secret(path: str) -> bytes:
     try:
         with open(path, "rb") as file:
             secret = file.read(1 << 16).strip()
+            mode = os.fstat(file.fileno()).st_mode
     except OSError as exc:
         raise ValueError(f"--replication-secret-file: open {path}: {os_error_reason(exc)}") from None
     if not secret:
         raise ValueError(f"--replication-secret-file {path} is empty")
+    if mode & 0o077:
+        log.warning("REPLICATION: --replication-secret-file %s can be read by other users (mode %o): "
+                    "chmod 600 it", path, mode & 0o777)
     return secret
 
 

@@ -307,6 +307,20 @@ class DiskQueue:
         self._check_open()
         return self._reader.peek(max_records)
 
+    def scan(self, batch: int = 1024) -> Iterator[list[bytes]]:
+        """The records ``peek_many(depth)`` would return, in lists of at most ``batch``: however
+        long the queue, only a batch and one segment's read-ahead are held at a time.
+
+        Nothing moves; damaged data is read past as ``peek_many`` does (comparing the count
+        read with ``depth`` tells how many records it cost). Records written while the scan
+        is under way may or may not be seen. Raises ``DiskQueueClosed`` at the first step
+        after the queue was closed.
+        """
+        self._check_open()
+        for records in self._reader.scan(batch):
+            yield records
+            self._check_open()
+
     def newest_records(self, since_ns: int = 0) -> Iterator[list[bytes]]:
         """The records each segment file holds, newest segment first, oldest record first within one.
 

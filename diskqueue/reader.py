@@ -241,6 +241,41 @@ class QueueReader:
             out.extend(self.records(number, at.pos if number == at.file else HEADER_SIZE, want))
         return out
 
+    def scan(self, batch: int) -> Iterator[list[bytes]]:
+        """What ``peek`` of every record would return, ``batch`` records at most at a time (see
+        ``DiskQueue.scan``); each segment is read through a reader of its own."""
+        w = self._writer
+        at = self.at
+        later = [n for n in self._segments if n > at.file]
+        if w.number > at.file and w.number not in later:
+            later.append(w.number)
+        for number in [at.file, *later]:
+            if number == w.number and w.fd is None:
+                return  # the write segment is not created yet
+            limit = w.pos if number == w.number else self.end if number == self.file else self.bad.get(number)
+            try:
+                reader = SegmentReader(w.path(number), number)
+            except OSError:
+                continue
+            try:
+                start = at.pos if number == at.file else HEADER_SIZE
+                end = reader.size if limit is None else limit
+                while start < end:
+                    got, start, problem = reader.read(start, batch, end, self._min, self._max)
+                    if got:
+                        yield got
+                    if problem is not None:
+                        resume = resync(reader.fd, start, end, self._min, self._max)
+                        if resume is None:
+                            break
+                        start = resume
+                    elif not got:
+                        break
+            except OSError:
+                pass
+            finally:
+                reader.close()
+
     def records(self, number: int, start: int, want: int) -> list[bytes]:
         """Up to ``want`` valid records of segment ``number`` from offset ``start`` on, moving nothing."""
         w = self._writer

@@ -61,6 +61,7 @@ IDENTIFY_FIELDS: dict[str, _FieldKind] = {
     "replica": str,
     "replica_nonce": str,
     "replica_proof": str,
+    "replica_address": str,
 }
 
 

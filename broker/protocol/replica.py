@@ -8,8 +8,9 @@ does not send them sees nothing new):
 =====  ===============================================  =====================================
 step   connecting node A                                accepting node B answers
 =====  ===============================================  =====================================
-1      IDENTIFY ``replica`` A, ``replica_nonce`` Na      ``replica`` B, ``replica_nonce`` Nb,
-                                                        ``replica_proof`` :func:`proof` (B,
+1      IDENTIFY ``replica`` A, ``replica_nonce`` Na,     when Ad is B's own address:
+       ``replica_address`` Ad (the address A dialled,   ``replica`` B, ``replica_nonce`` Nb,
+       as nsqlookupd lists B)                           ``replica_proof`` :func:`proof` (B,
                                                         ``ACCEPTOR``); nothing else changes
 (TLS)  the TLS upgrade IDENTIFY agreed, the peer's       (the ordinary upgrade)
        certificate verified
@@ -17,9 +18,11 @@ step   connecting node A                                accepting node B answers
        :func:`proof` (A, ``CONNECTOR``)                  from now on the connection is node A's
 =====  ===============================================  =====================================
 
-A proof is an HMAC-SHA256 under the secret of both nonces, both node ids and the prover's
-role, so it is good for one connection only (a fresh nonce each side), cannot be reflected
-(the roles differ) and says nothing of the secret. A node without a secret uses the empty
+A proof is an HMAC-SHA256 under the secret of both nonces, both node ids, the address dialled
+and the prover's role, so it is good for one connection only (a fresh nonce each side), cannot
+be reflected (the roles differ), cannot be relayed by a third party that the connecting node
+dialled (its address is not the accepting node's, which checks it) and says nothing of the
+secret. A node without a secret uses the empty
 one: the handshake runs, and proves nothing (the node warns at start).
 
 On a proven connection, and only there, the connecting node may send::
@@ -39,13 +42,15 @@ import secrets
 import struct
 from typing import NamedTuple
 
-__all__ = ["REPLICA_IDENTIFY_FIELD", "REPLICA_NONCE_FIELD", "REPLICA_PROOF_FIELD", "ACCEPTOR", "CONNECTOR",
+__all__ = ["REPLICA_IDENTIFY_FIELD", "REPLICA_NONCE_FIELD", "REPLICA_PROOF_FIELD", "REPLICA_ADDRESS_FIELD",
+           "ACCEPTOR", "CONNECTOR",
            "Repl", "Challenge", "encode_repl", "is_valid_node_id", "is_valid_nonce", "new_nonce", "proof",
            "proof_holds"]
 
 REPLICA_IDENTIFY_FIELD = "replica"
 REPLICA_NONCE_FIELD = "replica_nonce"
 REPLICA_PROOF_FIELD = "replica_proof"
+REPLICA_ADDRESS_FIELD = "replica_address"
 #: The roles a proof is made for: the node that accepted the connection, the one that opened it.
 ACCEPTOR, CONNECTOR = b"accepting", b"connecting"
 _SIZE = struct.Struct(">I")
@@ -62,11 +67,12 @@ class Repl(NamedTuple):
 
 class Challenge(NamedTuple):
     """What the accepting side of a connection remembers between the two IDENTIFYs: who the
-    connecting node says it is, its nonce and the nonce sent back."""
+    connecting node says it is, its nonce, the nonce sent back and the address it dialled."""
 
     peer: str
     peer_nonce: str
     nonce: str
+    address: str
 
 
 def encode_repl(body: bytes) -> bytes:
@@ -89,18 +95,20 @@ def new_nonce() -> str:
     return secrets.token_hex(_NONCE_BYTES)
 
 
-def proof(secret: bytes, role: bytes, own_nonce: str, their_nonce: str, prover: str, verifier: str) -> str:
+def proof(secret: bytes, role: bytes, own_nonce: str, their_nonce: str, prover: str, verifier: str,
+          address: str) -> str:
     """The proof that ``prover``, in ``role``, holds ``secret``, for the handshake whose nonces
-    are ``own_nonce`` (the prover's) and ``their_nonce`` (the verifier's)."""
+    are ``own_nonce`` (the prover's) and ``their_nonce`` (the verifier's), on a connection to
+    ``address`` (``host:port`` of the accepting node, as dialled)."""
     text = b"\0".join((b"pynsqd replica", role, own_nonce.encode(), their_nonce.encode(), prover.encode(),
-                       verifier.encode()))
+                       verifier.encode(), address.encode("utf-8", "surrogateescape")))
     return hmac.new(secret, text, hashlib.sha256).hexdigest()
 
 
 def proof_holds(given: object, secret: bytes, role: bytes, own_nonce: str, their_nonce: str, prover: str,
-                verifier: str) -> bool:
+                verifier: str, address: str) -> bool:
     """Whether ``given`` is :func:`proof` of the same (compared in constant time)."""
     if not isinstance(given, str):
         return False
-    expected = proof(secret, role, own_nonce, their_nonce, prover, verifier)
+    expected = proof(secret, role, own_nonce, their_nonce, prover, verifier, address)
     return hmac.compare_digest(given.encode("ascii", "replace"), expected.encode())

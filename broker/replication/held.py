@@ -4,18 +4,27 @@ Everything is a record appended to one disk queue (``replication/`` in the data 
 msgpack arrays replayed in order at start:
 
 - ``["A", origin, topic, holders, [id, ...], entries]`` copies added; ``entries`` is the
-  msgpack array of their entries (see :mod:`.wire`), kept as the origin packed it
+  msgpack array of their entries (see :mod:`.wire`), kept as the origin packed it; a
+  seventh item, when there, is the channels that had finished each copy already
 - ``["F", origin, topic, channel, [id, ...]]``     a channel of ``origin`` finished them
 - ``["D", origin, topic, [id, ...]]``              copies dropped
 - ``["C", origin, topic, [channel, ...]]``         ``origin``'s channels of the topic
 - ``["T", origin, topic, [id, ...]]``              this node took these over from ``origin``
 
 Memory holds, per copy, its holders and the channels that finished it, never its body: a
-takeover reads the bodies back from the log. (A compacted ``A`` record has a seventh item:
-the channels that had finished each copy.) When the log holds four times more records
-than live copies (and more than :data:`COMPACT_MIN`), it is rewritten with only what is
-still needed: the new log is written and synced in ``replication.new`` beside it, then
-replaces it (a start finds at most one whole log and finishes an interrupted swap).
+takeover reads the bodies back from the log, a batch of records at a time
+(:meth:`HeldCopies.entries`), so neither a start nor a takeover holds the whole log.
+
+When the log holds four times more records than a compaction would write (live copies,
+and the channel lists and takeovers kept), and more than :data:`COMPACT_MIN`, it is
+rewritten in one pass with only what is still needed: the new log is written and synced in
+``replication.new`` beside it, then replaces it (a start finds at most one whole log and
+finishes an interrupted swap). Records written while a compaction runs go to the new log
+too, after what it copied. Channel lists of topics with no copies left are not kept: an
+origin posts them again whenever its link connects.
+
+A record that cannot be applied (not one this module writes) is logged, counted and
+skipped; records the disk queue cannot read back (damage) are counted and said loudly.
 """
 
 from __future__ import annotations
@@ -23,8 +32,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+
+import trio
 
 from broker.core.durability.groupcommit import GroupCommit
 from broker.replication.wire import (
@@ -43,12 +54,14 @@ from broker.replication.wire import (
 )
 from diskqueue import DiskQueue, DiskQueueError
 
-__all__ = ["TopicCopies", "HeldCopies", "COMPACT_MIN"]
+__all__ = ["TopicCopies", "HeldCopies", "COMPACT_MIN", "SCAN_BATCH"]
 
 log = logging.getLogger("pynsqd.replication")
 
 #: Fewest records a log holds before it may be compacted.
 COMPACT_MIN = 20_000
+#: Records read back from the log in one step (other tasks run between steps).
+SCAN_BATCH = 512
 _QUEUE = "replicas"
 
 
@@ -71,7 +84,8 @@ class TopicCopies:
 
 
 class HeldCopies:
-    """The copies held for every origin node, replayed from ``<data>/replication`` (see the module docstring)."""
+    """The copies held for every origin node, replayed from ``<data>/replication`` (see the
+    module docstring). Made by :meth:`open`; the owner closes it with :meth:`close`."""
 
     def __init__(self, data_path: Path, *, durable: bool, max_record: int):
         self.path = data_path / "replication"
@@ -84,6 +98,14 @@ class HeldCopies:
         self.channels: dict[str, dict[str, list[str]]] = {}
         #: origin -> topic -> ids this node took over from it
         self.taken: dict[str, dict[str, set[bytes]]] = {}
+        #: records of the log that could not be read back (damaged on disk), since start
+        self.records_lost = 0
+        #: records read back that could not be applied (not what this node writes), since start
+        self.records_skipped = 0
+        #: copies that were held and whose entries were not found in the log at a takeover
+        self.copies_lost = 0
+        #: while a compaction runs: the records written meanwhile, for the new log
+        self._tail: list[bytes] | None = None
         if self._new_path.exists():
             if self.path.exists():
                 shutil.rmtree(self._new_path)  # a compaction that did not finish
@@ -91,31 +113,43 @@ class HeldCopies:
                 os.replace(self._new_path, self.path)  # one that finished all but the rename
         self.queue = self._open(self.path)
         self.commit = GroupCommit(self.queue)
-        #: records of the log that could not be read back (damaged on disk), since start
-        self.records_lost = 0
-        #: records read back that could not be applied (not what this node writes), since start
-        self.records_skipped = 0
-        #: copies that were held and whose entries were not found in the log at a takeover
-        self.copies_lost = 0
-        depth = self.queue.depth
-        records = self.queue.peek_many(depth)
-        for data in records:
-            try:
-                record = _checked(unpack(data))
-            except WireError as exc:
-                self.records_skipped += 1
-                log.error("REPLICATION: skipped a record of the replication log that cannot be applied: %s", exc)
-                continue
-            self._apply(record)
-        self.damaged(depth - len(records))
+
+    @classmethod
+    async def open(cls, data_path: Path, *, durable: bool, max_record: int) -> HeldCopies:
+        """The copies held under ``data_path``, the log replayed a batch at a time."""
+        held = cls(data_path, durable=durable, max_record=max_record)
+        try:
+            depth = held.queue.depth
+            read = 0
+            for records in held.queue.scan(SCAN_BATCH):
+                read += len(records)
+                for data in records:
+                    held._replay(data)
+                await trio.lowlevel.checkpoint()
+            held.damaged(depth - read)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await held.queue.close()
+            raise
+        return held
+
+    def _replay(self, data: bytes) -> None:
+        try:
+            record = _checked(unpack(data))
+        except WireError as exc:
+            self.records_skipped += 1
+            log.error("REPLICATION: skipped a record of the replication log that cannot be applied: %s", exc)
+            return
+        self._apply(record)
 
     def _open(self, path: Path) -> DiskQueue:
         return DiskQueue(_QUEUE, path, max_msg_size=self._max_record, sync_every=1_000_000, logger=log)
 
     def damaged(self, lost: int) -> None:
-        """``lost`` records of the log could not be read back: said loudly, and counted."""
-        if lost > 0:
-            self.records_lost += lost
+        """The log came up ``lost`` records short of its depth when read back: said loudly and
+        counted, once (the same damage found again counts no more)."""
+        if lost > self.records_lost:
+            self.records_lost = lost
             log.error("REPLICATION: the replication log in %s is damaged: %d record(s) could not be read back; "
                       "copies held for other nodes may be lost, and their messages now have fewer copies than "
                       "--replicas", self.path, lost)
@@ -125,18 +159,28 @@ class HeldCopies:
 
     # ---------------------------------------------------------------- changes
 
-    def add(self, origin: str, topic: str, holders: list[str], ids: list[bytes], entries: bytes) -> None:
-        """Hold copies: ``entries`` is the msgpack array of their entries (see :mod:`.wire`)."""
-        self._write(["A", origin, topic, holders, ids, entries])
+    def add(self, origin: str, topic: str, holders: list[str], ids: list[bytes], entries: bytes,
+            dones: list[list[str] | None] | None = None) -> None:
+        """Hold copies: ``entries`` is the msgpack array of their entries (see :mod:`.wire`);
+        ``dones``: the channels that finished each already (a copy made at a takeover)."""
+        record = ["A", origin, topic, holders, ids, entries]
+        if dones is not None and any(dones):
+            record.append([done or [] for done in dones])
+        self._write(record)
 
     def finish(self, origin: str, topic: str, channel: str, ids: list[bytes]) -> None:
         copies = self.copies(origin, topic)
         if copies and any(msg_id in copies.holders for msg_id in ids):
             self._write(["F", origin, topic, channel, ids])
 
-    def drop(self, origin: str, topic: str, ids: list[bytes]) -> None:
+    def drop(self, origin: str, topic: str, ids: list[bytes], *, by: str | None = None) -> None:
+        """Drop copies; with ``by``, only those ``by`` holds too (what it may say it took over)."""
         copies = self.copies(origin, topic)
-        if copies and any(msg_id in copies.holders for msg_id in ids):
+        if not copies:
+            return
+        if by is not None:
+            ids = [msg_id for msg_id in ids if by in copies.holders.get(msg_id, ())]
+        if any(msg_id in copies.holders for msg_id in ids):
             self._write(["D", origin, topic, ids])
 
     def set_channels(self, origin: str, topic: str, channels: list[str]) -> None:
@@ -151,7 +195,10 @@ class HeldCopies:
         await self.commit.wait()
 
     def _write(self, record: list) -> None:
-        self.queue.put(pack(record))
+        data = pack(record)
+        self.queue.put(data)
+        if self._tail is not None:
+            self._tail.append(data)
         self._apply(record)
 
     # ---------------------------------------------------------------- replay
@@ -163,7 +210,7 @@ class HeldCopies:
             if copies is None:
                 copies = self.origins[origin][topic] = TopicCopies()
             copies.holders.update(dict.fromkeys(record[4], tuple(record[3])))
-            if len(record) > 6:  # a compacted record: the channels that had finished each
+            if len(record) > 6:  # the channels that had finished each
                 for msg_id, done in zip(record[4], record[6]):
                     if done:
                         copies.done[msg_id] = set(done)
@@ -195,29 +242,35 @@ class HeldCopies:
                 for msg_id in [i for i, done in copies.done.items() if done.issuperset(channels)]:
                     copies.discard(msg_id)
 
-    def entries(self, origin: str, topic: str, ids: set[bytes]) -> Iterator[list]:
-        """The entries of the copies ``ids`` of ``origin`` in ``topic``, read back from the log
-        (a record that cannot be read or unpacked is skipped: see :meth:`damaged`)."""
-        wanted = set(ids)
+    async def entries(self, wanted: Mapping[tuple[str, str], set[bytes]]) -> AsyncIterator[tuple[str, str, list]]:
+        """``(origin, topic, entry)`` for each copy ``wanted`` names by ``(origin, topic)``, read back
+        from the log in one pass, a batch of records at a time (other tasks run between
+        batches). A record that cannot be read back or unpacked is skipped (see :meth:`damaged`)."""
+        left = {key: set(ids) for key, ids in wanted.items() if ids}
         depth = self.queue.depth
-        records = self.queue.peek_many(depth)
-        if len(records) < depth:
-            self.damaged(depth - len(records))
-        for data in records:
-            try:
-                record = unpack(data)
-                if record[0] != "A" or record[1] != origin or record[2] != topic or wanted.isdisjoint(record[4]):
+        read = 0
+        for records in self.queue.scan(SCAN_BATCH):
+            read += len(records)
+            for data in records:
+                try:
+                    record = unpack(data)
+                    ids = left.get((record[1], record[2])) if record[0] == "A" else None
+                    if ids is None or ids.isdisjoint(record[4]):
+                        continue
+                    items = unpack_entries(record[5])
+                except (WireError, LookupError, TypeError, ValueError) as exc:
+                    log.error("REPLICATION: skipped a record of the replication log that cannot be read: %s", exc)
                     continue
-                items = unpack_entries(record[5])
-            except (WireError, LookupError, TypeError) as exc:
-                log.error("REPLICATION: skipped a record of the replication log that cannot be read: %s", exc)
-                continue
-            for item in items:
-                if item[0] in wanted:
-                    wanted.discard(item[0])
-                    yield item
-            if not wanted:
+                for item in items:
+                    if item[0] in ids:
+                        ids.discard(item[0])
+                        yield record[1], record[2], item
+                if not ids:
+                    del left[(record[1], record[2])]
+            if not left:
                 return
+            await trio.lowlevel.checkpoint()
+        self.damaged(depth - read)
 
     # ---------------------------------------------------------------- size
 
@@ -227,42 +280,83 @@ class HeldCopies:
     def held_for_topic(self, topic: str) -> int:
         return sum(len(topics.get(topic, ())) for topics in self.origins.values())
 
+    def _kept(self) -> int:
+        """Records a compaction would write besides the copies: channel lists of topics with
+        copies, and takeovers."""
+        channels = sum(1 for origin, topics in self.channels.items() for topic in topics
+                       if self.copies(origin, topic))
+        return channels + sum(len(topics) for topics in self.taken.values())
+
     def needs_compaction(self) -> bool:
         depth = self.queue.depth
-        return depth > COMPACT_MIN and depth > 4 * (self.live() + 1)
+        return depth > COMPACT_MIN and depth > 4 * (self.live() + self._kept() + 1)
 
     async def compact(self) -> None:
-        """Rewrite the log with only what is still needed (see the module docstring)."""
+        """Rewrite the log in one pass with only what is still needed (see the module docstring)."""
         if self._new_path.exists():
             shutil.rmtree(self._new_path)
         fresh = self._open(self._new_path)
+        self._tail = []
+        written = 0
         try:
-            records = [pack(["C", origin, topic, channels])
-                       for origin, topics in self.channels.items() for topic, channels in topics.items()]
-            records += [pack(["T", origin, topic, sorted(ids)])
-                        for origin, topics in self.taken.items() for topic, ids in topics.items()]
-            for origin, topics in self.origins.items():
-                for topic, copies in topics.items():
-                    for item in self.entries(origin, topic, set(copies.holders)):
-                        msg_id = item[0]
-                        done = sorted(copies.done.get(msg_id, ()))
-                        entries = pack_entries([message_of(item)])
-                        records.append(pack(["A", origin, topic, list(copies.holders[msg_id]), [msg_id],
-                                             entries, [done]]))
-            if records:
-                fresh.put_many(records)
+            for origin, lists in self.channels.items():
+                for topic, channels in lists.items():
+                    if self.copies(origin, topic):
+                        fresh.put(pack(["C", origin, topic, channels]))
+                        written += 1
+            for origin, taken in self.taken.items():
+                for topic, ids in taken.items():
+                    fresh.put(pack(["T", origin, topic, sorted(ids)]))
+                    written += 1
+            for records in self.queue.scan(SCAN_BATCH):
+                for data in records:
+                    written += self._copy_live(data, fresh)
+                await trio.lowlevel.checkpoint()
+            fresh.put_many(self._tail)  # what was written meanwhile, in its order
+            written += len(self._tail)
+            self._tail = None
             await fresh.sync()
         except BaseException:
-            await fresh.close()
+            self._tail = None
+            with trio.CancelScope(shield=True):
+                await fresh.close()
             raise
-        await fresh.close()
-        await self.queue.close()
-        shutil.rmtree(self.path)
-        os.replace(self._new_path, self.path)
+        with trio.CancelScope(shield=True):
+            await fresh.close()
+            await self.queue.close()
+            shutil.rmtree(self.path)
+            os.replace(self._new_path, self.path)
         before = self.queue.write_seq
         self.queue = self._open(self.path)
         self.commit = GroupCommit(self.queue)
-        log.info("REPLICATION: log compacted from %d records to %d", before, len(records))
+        log.info("REPLICATION: log compacted from %d records to %d", before, written)
+
+    def _copy_live(self, data: bytes, fresh: DiskQueue) -> int:
+        """Copy the live copies of an ``A`` record to ``fresh``, with the channels that finished
+        each; 1 if a record was written."""
+        try:
+            record = unpack(data)
+            copies = self.copies(record[1], record[2]) if record[0] == "A" else None
+            if not copies:
+                return 0
+            ids = [msg_id for msg_id in record[4] if msg_id in copies.holders]
+            if not ids:
+                return 0
+            items = {item[0]: item for item in unpack_entries(record[5]) if item[0] in copies.holders}
+        except (WireError, LookupError, TypeError, ValueError):
+            return 0  # what cannot be read back now could not be taken over either
+        kept = [msg_id for msg_id in ids if msg_id in items]
+        if not kept:
+            return 0
+        holders = {copies.holders[msg_id] for msg_id in kept}
+        written = 0
+        for group in holders:  # one record per holder list (a record carries one)
+            group_ids = [msg_id for msg_id in kept if copies.holders[msg_id] == group]
+            entries = pack_entries([message_of(items[msg_id]) for msg_id in group_ids])
+            dones = [sorted(copies.done.get(msg_id, ())) for msg_id in group_ids]
+            fresh.put(pack(["A", record[1], record[2], list(group), group_ids, entries, dones]))
+            written += 1
+        return written
 
     async def close(self) -> None:
         try:
@@ -297,7 +391,7 @@ def _checked(record: object) -> list:
         if check is bytes:
             if type(value) is not bytes:
                 raise WireError("entries must be bytes")
-        elif check is None:  # a compacted A record's done channels, one list per copy
+        elif check is None:  # an A record's done channels, one list per copy
             if type(value) is not list or len(value) != len(record[4]):
                 raise WireError("done channels: one list per copy")
             for done in value:

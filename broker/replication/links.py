@@ -32,6 +32,7 @@ from broker.protocol.commands import encode_identify, encode_nop
 from broker.protocol.replica import (
     ACCEPTOR,
     CONNECTOR,
+    REPLICA_ADDRESS_FIELD,
     REPLICA_IDENTIFY_FIELD,
     REPLICA_NONCE_FIELD,
     REPLICA_PROOF_FIELD,
@@ -42,6 +43,7 @@ from broker.protocol.replica import (
     proof,
     proof_holds,
 )
+from broker.replication.notice import Notices, printable
 from broker.replication.wire import Hello, Request, WireError, encode_request, pack, unpack
 
 __all__ = ["PeerLink", "Waiter", "MAX_OUTSTANDING", "HEARTBEAT"]
@@ -60,6 +62,8 @@ MAX_BACKLOG = 64 << 20
 FRAME_BUDGET = 1 << 20
 _READ_SIZE = 65536
 _MAX_FRAME = 64 << 20
+#: The largest frame a peer may send before it has proven itself (an IDENTIFY answer is ~400 bytes).
+_MAX_UNPROVEN_FRAME = 16 << 10
 _HEARTBEAT_DATA = b"_heartbeat_"
 
 
@@ -79,6 +83,15 @@ LINK_ERRORS = (OSError, ssl.SSLError, trio.BrokenResourceError, trio.ClosedResou
 def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
     return [leaf for sub in group.exceptions
             for leaf in (_leaves(sub) if isinstance(sub, BaseExceptionGroup) else [sub])]
+
+
+def _answer(data: bytes) -> tuple[int, str | None, Any]:
+    """A peer's answer to a REPL, ``[seq, error, extra]``, checked; raises :class:`WireError`."""
+    answer = unpack(data)
+    if type(answer) is not list or len(answer) != 3 or type(answer[0]) is not int or not (
+            answer[1] is None or type(answer[1]) is str):
+        raise WireError("an answer is [seq, error or nil, extra]")
+    return answer[0], answer[1], answer[2]
 
 
 class Waiter:
@@ -107,7 +120,7 @@ class PeerLink:
         self.address = address
         self.me = node_id
         self._secret = secret  # the cluster's: proves each side to the other, never sent
-        self._refusal_logged = -REFUSAL_LOG
+        self._notices = Notices(log, REFUSAL_LOG)
         #: attempts that ended because this node and the peer did not accept each other
         self.refusals = 0
         self._ssl_context = ssl_context  # None: this node has no TLS, and the link is plain
@@ -206,13 +219,12 @@ class PeerLink:
                     delay = 0.1
                 except (PeerRefused, ssl.SSLError) as exc:
                     self.refusals += 1
-                    now = trio.current_time()
-                    if now - self._refusal_logged >= REFUSAL_LOG:  # a warning a minute while it lasts
-                        self._refusal_logged = now
-                        log.warning("REPLICATION(%s): not linked: %s", self, exc)
+                    self._notices.warn("refused", "REPLICATION(%s): not linked: %s", self, printable(exc))
                 except LINK_ERRORS as exc:
                     if self.connected or not self.tried.is_set():
-                        log.info("REPLICATION(%s): link down: %s", self, exc or type(exc).__name__)
+                        log.info("REPLICATION(%s): link down: %s", self, printable(exc or type(exc).__name__))
+                except Exception as exc:  # whatever a peer makes happen ends its link, never the node
+                    self._notices.warn("fault", "REPLICATION(%s): link failed: %s", self, printable(repr(exc)))
                 finally:
                     if self.hello_at < started:  # this attempt never got as far as HELLO
                         self.failed_at = trio.current_time()
@@ -262,9 +274,9 @@ class PeerLink:
                     if data != _HEARTBEAT_DATA:
                         break
                     await stream.send_all(encode_nop())
-                _seq, error, extra = unpack(data)
+                _seq, error, extra = _answer(data)
                 if error:
-                    raise LinkBroken(f"HELLO refused: {error}")
+                    raise LinkBroken(f"HELLO refused: {printable(error)}")
             self._on_hello(self, extra)
             self.lost_memory = False
             self.hello_at = trio.current_time()
@@ -294,19 +306,21 @@ class PeerLink:
         connection raised) when the peer is not a proven node of this cluster."""
         host, port = self.address
         stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+        address = f"{host}:{port}"  # as the lookupds list the peer: bound into both proofs
         try:
-            reader = FrameDecoder(_MAX_FRAME)
+            reader = FrameDecoder(_MAX_UNPROVEN_FRAME)
             self._early = []
             nonce = new_nonce()
             await stream.send_all(MAGIC_V2 + self._identify(**{"tls_v1": self._ssl_context is not None,
-                                                               REPLICA_NONCE_FIELD: nonce}))
+                                                               REPLICA_NONCE_FIELD: nonce,
+                                                               REPLICA_ADDRESS_FIELD: address}))
             answer = await self._identify_answer(stream, reader)
             found_id, found_nonce = answer.get(REPLICA_IDENTIFY_FIELD), answer.get(REPLICA_NONCE_FIELD)
             if not is_valid_node_id(found_id) or not is_valid_nonce(found_nonce):
                 raise LinkBroken("the peer does not replicate")
             peer_id, peer_nonce = str(found_id), str(found_nonce)
             if not proof_holds(answer.get(REPLICA_PROOF_FIELD), self._secret, ACCEPTOR, peer_nonce, nonce, peer_id,
-                               self.me):
+                               self.me, address):
                 raise PeerRefused(f"node {peer_id} did not prove it belongs to this cluster (is "
                                  "--replication-secret-file the same on both nodes?)")
             if self._ssl_context is not None:
@@ -319,16 +333,20 @@ class PeerLink:
                     if isinstance(exc.__cause__, ssl.SSLError):  # the peer's certificate, say
                         raise PeerRefused(f"TLS with the peer failed: {exc.__cause__}") from exc
                     raise
-                reader = FrameDecoder(_MAX_FRAME)
+                reader = FrameDecoder(_MAX_UNPROVEN_FRAME)
                 kind, data = await self._next_frame(stream, reader)
                 if kind != 0 or data != b"OK":
                     raise LinkBroken(f"TLS upgrade refused: {data.decode('utf-8', 'replace')}")
             await stream.send_all(self._identify(**{REPLICA_PROOF_FIELD: proof(
-                self._secret, CONNECTOR, nonce, peer_nonce, self.me, peer_id)}))
+                self._secret, CONNECTOR, nonce, peer_nonce, self.me, peer_id, address)}))
             answer = await self._identify_answer(stream, reader)
             if answer.get(REPLICA_IDENTIFY_FIELD) != peer_id:
                 raise PeerRefused(f"node {peer_id} did not accept this node's proof (is --replication-secret-file "
                                  "the same on both nodes?)")
+            reader.max_frame_size = _MAX_FRAME  # a proven peer's frames may be large
+        except (ProtocolError, WireError, ValueError, TypeError) as exc:  # bytes no node sends
+            await trio.aclose_forcefully(stream)
+            raise PeerRefused(f"the peer's answer is not a node's: {exc}") from exc
         except BaseException:
             await trio.aclose_forcefully(stream)
             raise
@@ -346,11 +364,11 @@ class PeerLink:
     async def _identify_answer(self, stream: trio.abc.Stream, reader: FrameDecoder) -> dict:
         kind, data = await self._next_frame(stream, reader)
         if kind != 0:
-            raise LinkBroken(f"IDENTIFY refused: {data.decode('utf-8', 'replace')}")
+            raise PeerRefused(f"IDENTIFY refused: {printable(data.decode('utf-8', 'replace'))}")
         try:
             answer = json.loads(data)
-        except ValueError as exc:
-            raise LinkBroken("IDENTIFY answer is not JSON") from exc
+        except (ValueError, RecursionError) as exc:
+            raise PeerRefused("IDENTIFY answer is not JSON an nsqd sends") from exc
         if not isinstance(answer, dict):
             raise LinkBroken("IDENTIFY answer is not a JSON object")
         return answer
@@ -374,7 +392,7 @@ class PeerLink:
                     self._nop_due = True
                     self._wake.set()
                     continue
-                seq, error, extra = unpack(payload)
+                seq, error, extra = _answer(payload)
                 sent = self._sent.pop(seq, None)
                 if sent is None:
                     continue

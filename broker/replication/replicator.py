@@ -44,9 +44,18 @@ import trio
 from broker.config.options import Options
 from broker.core.host import CopiesRefused, Fence, PeerState, RegistryChange
 from broker.core.message import Message
-from broker.protocol.replica import ACCEPTOR, CONNECTOR, Challenge, is_valid_node_id, proof, proof_holds
+from broker.protocol.replica import (
+    ACCEPTOR,
+    CONNECTOR,
+    Challenge,
+    is_valid_node_id,
+    new_nonce,
+    proof,
+    proof_holds,
+)
 from broker.replication.held import HeldCopies
 from broker.replication.links import PeerLink
+from broker.replication.notice import Notices, printable
 from broker.replication.wire import (
     Add,
     Channels,
@@ -87,6 +96,8 @@ UNLISTED_GRACE = 300.0
 CLOCK_TICK = 0.1
 #: Messages taken over in one step.
 TAKEOVER_PIECE = 1000
+#: Requests of one REPL body applied in one step (other tasks run between steps).
+APPLY_PIECE = 1000
 #: Seconds between two log lines about the same topic's failing takeover.
 TAKEOVER_FAILURE_LOG = 60.0
 _NODE_ID_FILE = "replication.id"
@@ -127,6 +138,9 @@ class Replicator:
         self.handshakes_refused = 0
         #: REPL requests refused because a field was wrong, since start
         self.requests_refused = 0
+        self._notices = Notices(log)
+        #: takeovers and compactions read the log through and change it: one at a time
+        self._log_lock = trio.Lock()
         #: topics whose takeover failed, and when that was last logged (logged once a minute)
         self._takeover_failed: dict[tuple[str, str], float] = {}
         self._handlers: dict[type, Callable[[str, Any], None]] = {
@@ -134,7 +148,7 @@ class Replicator:
             Taken: self._on_taken,
         }
         self.node_id = ""  # read (or made) by run, once the data directory is locked
-        self.held: HeldCopies
+        self._held: HeldCopies | None = None  # opened by run
         self.links: dict[tuple[str, int], PeerLink] = {}
         self.stats: dict[str, ReplicaStats] = defaultdict(ReplicaStats)
         self._inbound: dict[str, set[object]] = defaultdict(set)
@@ -161,14 +175,14 @@ class Replicator:
         """Find peers through ``nodes`` (nsqlookupd's ``/nodes``; ``own`` is this node's entry),
         hold copies for them and take over from the gone, until cancelled."""
         self.node_id = _node_id(self._data_path)
-        self.held = HeldCopies(self._data_path, durable=self.options.durable,
-                               max_record=self.options.max_body_size * 2 + (1 << 20))
+        self._held = await HeldCopies.open(self._data_path, durable=self.options.durable,
+                                          max_record=self.options.max_body_size * 2 + (1 << 20))
         running = self._data_path / _RUNNING_FILE
         # without --durable a crash loses what was in memory: the peers then take over at once
         self._lost_memory = running.exists() and not self.options.durable
         running.touch()
         self._nodes = nodes
-        self._own = own
+        self._own = own  # from now on, peers' handshakes are answered
         started = trio.current_time()
         for origin in self.held.origins:  # each must show itself within --replica-timeout
             self._gone_since.setdefault(origin, started)
@@ -194,6 +208,12 @@ class Replicator:
             with trio.CancelScope(shield=True):
                 await self.held.close()
             (self._data_path / _RUNNING_FILE).unlink(missing_ok=True)
+
+    @property
+    def held(self) -> HeldCopies:
+        """The copies this node holds for others (open from the start of :meth:`run`)."""
+        assert self._held is not None, "run opens the log before anything uses it"
+        return self._held
 
     async def _catch_up(self) -> None:
         """Return once every peer the lookupds list answered HELLO (or failed once), within
@@ -295,17 +315,34 @@ class Replicator:
         links.discard(link)
         self._heard[peer] = max(self._heard.get(peer, last_heard), last_heard)
 
+    def challenge(self, peer: str, peer_nonce: str, address: str, remote: str) -> Challenge | None:
+        own = self._own_address()
+        if own is None or address != own:
+            self.handshakes_refused += 1
+            self._notices.warn(("dialled", remote), "REPLICATION: client(%s) said it was node %s dialling %s, and "
+                               "this node is %s: refused (a relay between nodes, or a stale nsqlookupd entry)",
+                               remote, peer, printable(address), own)
+            return None
+        return Challenge(peer, peer_nonce, new_nonce(), address)
+
     def accepting_proof(self, challenge: Challenge) -> str:
-        return proof(self._secret, ACCEPTOR, challenge.nonce, challenge.peer_nonce, self.node_id, challenge.peer)
+        return proof(self._secret, ACCEPTOR, challenge.nonce, challenge.peer_nonce, self.node_id, challenge.peer,
+                     challenge.address)
 
     def proven(self, challenge: Challenge | None, peer: str, given: object, remote: str) -> bool:
         if challenge is not None and challenge.peer == peer and proof_holds(
-                given, self._secret, CONNECTOR, challenge.peer_nonce, challenge.nonce, peer, self.node_id):
+                given, self._secret, CONNECTOR, challenge.peer_nonce, challenge.nonce, peer, self.node_id,
+                challenge.address):
             return True
         self.handshakes_refused += 1
-        log.warning("REPLICATION: client(%s) said it was node %s and did not prove it belongs to this cluster "
-                    "(is --replication-secret-file the same on both?)", remote, peer)
+        self._notices.warn(("proof", remote.rsplit(":", 1)[0]), "REPLICATION: client(%s) said it was node %s and "
+                           "did not prove it belongs to this cluster (is --replication-secret-file the same on "
+                           "both?)", remote, peer)
         return False
+
+    def _own_address(self) -> str | None:
+        """This node's address as the lookupds list it (``host:port``), once it runs."""
+        return None if self._own is None else f"{self._own[0]}:{self._own[1]}"
 
     def receive(self, peer: str, body: bytes) -> bytes | Awaitable[bytes]:
         """Apply the requests of a ``REPL`` from ``peer``: every one is checked before any is
@@ -316,25 +353,43 @@ class Replicator:
                 self._check_from(peer, request, seq)
         except WireError as exc:
             self.requests_refused += 1
-            log.warning("REPLICATION: refused a REPL from node %s: %s", peer, exc)
+            self._notices.warn(("request", peer), "REPLICATION: refused a REPL from node %s: %s", peer, exc)
             return pack([exc.seq, f"bad request: {exc}", None])
-        extra = None
-        added = False
+        if requests and type(requests[0]) is Hello:  # alone in its body (decode_requests checks)
+            if requests[0].lost_memory:
+                return self._hello_after_loss(peer, seq)
+            return pack([seq, None, self._taken_from(peer)])
+        if len(requests) > APPLY_PIECE:
+            return self._apply_in_pieces(peer, seq, requests)
         try:
-            for request in requests:
-                if type(request) is Hello:
-                    if request.lost_memory:
-                        return self._hello_after_loss(peer, seq)
-                    extra = self._taken_from(peer)
-                    continue
-                self._handlers[type(request)](peer, request)
-                added = added or type(request) is Add
+            self._apply(peer, requests)
         except DiskQueueError as exc:
             log.error("REPLICATION: storing what node %s sent failed: %s", peer, exc)
             return pack([seq, f"storing failed: {exc}", None])
-        answer = pack([seq, None, extra])
-        if added and self.options.durable:
+        answer = pack([seq, None, None])
+        if self.options.durable and any(type(request) is Add for request in requests):
             return self._synced(seq, answer)
+        return answer
+
+    def _apply(self, peer: str, requests: list[Request]) -> None:
+        handlers = self._handlers
+        for request in requests:
+            handlers[type(request)](peer, request)
+
+    async def _apply_in_pieces(self, peer: str, seq: int, requests: list[Request]) -> bytes:
+        """A large body's requests, :data:`APPLY_PIECE` at a time with the other tasks running
+        between pieces (its connection's next command waits for the answer, so order holds)."""
+        try:
+            for start in range(0, len(requests), APPLY_PIECE):
+                if start:
+                    await trio.lowlevel.checkpoint()
+                self._apply(peer, requests[start:start + APPLY_PIECE])
+        except DiskQueueError as exc:
+            log.error("REPLICATION: storing what node %s sent failed: %s", peer, exc)
+            return pack([seq, f"storing failed: {exc}", None])
+        answer = pack([seq, None, None])
+        if self.options.durable and any(type(request) is Add for request in requests):
+            return await self._synced(seq, answer)
         return answer
 
     def _check_from(self, peer: str, request: Request, seq: int) -> None:
@@ -350,7 +405,7 @@ class Replicator:
             raise problem
 
     def _on_add(self, peer: str, request: Add) -> None:
-        self.held.add(peer, request.topic, list(request.holders), request.ids, request.entries)
+        self.held.add(peer, request.topic, list(request.holders), request.ids, request.entries, request.dones)
 
     def _on_fin(self, peer: str, request: Fin) -> None:
         self.held.finish(peer, request.topic, request.channel, request.ids)
@@ -362,7 +417,7 @@ class Replicator:
         self.held.set_channels(peer, request.topic, request.channels)
 
     def _on_taken(self, peer: str, request: Taken) -> None:
-        self.held.drop(request.origin, request.topic, request.ids)
+        self.held.drop(request.origin, request.topic, request.ids, by=peer)  # only what the sender held too
 
     def _taken_from(self, peer: str) -> list:
         """HELLO's answer: what this node took over from ``peer``, and from every node (so that a
@@ -378,13 +433,8 @@ class Replicator:
         delivered twice."""
         log.warning("REPLICATION: node %s restarted after a crash without --durable: taking over its copies",
                     peer)
-        for topic in list(self.held.origins.get(peer, {})):
-            copies = self.held.copies(peer, topic)
-            if copies:
-                mine = {msg_id for msg_id, holders in copies.holders.items()
-                        if self._first_up(holders, peer) == self.node_id}
-                if mine:
-                    await self._take_over(peer, topic, mine)
+        async with self._log_lock:
+            await self._take_over(peer, self._mine(peer))
         return pack([seq, None, self._taken_from(peer)])
 
     async def _synced(self, seq: int, answer: bytes) -> bytes:
@@ -446,7 +496,14 @@ class Replicator:
                 log.warning("REPLICATION: node %s says it took over %d messages of topic %s this node never "
                             "published: ignored", link.peer_id, len(ids) - len(issued), topic_name)
             topic = self.broker.topics.get(topic_name)
-            if topic is not None and issued:
+            if topic is None or not issued:
+                continue
+            held = topic.depth + sum(c.depth + len(c.in_flight) + len(c.deferred) for c in topic.channels.values())
+            if len(issued) > held:  # more than the topic has: no node took over what is not here
+                log.warning("REPLICATION: node %s says it took over %d messages of topic %s, which holds %d: "
+                            "ignored", link.peer_id, len(issued), topic_name, held)
+                continue
+            if issued:
                 topic.skip_taken(issued)
                 log.info("REPLICATION: node %s took over %d messages of topic %s: not delivered here",
                          link.peer_id, len(issued), topic_name)
@@ -533,16 +590,21 @@ class Replicator:
                 since = self._gone_since[origin] = min(now, self._last_heard(origin, now))
             if now - since < self.options.replica_timeout:
                 continue
-            for topic in list(self.held.origins.get(origin, {})):
-                copies = self.held.copies(origin, topic)
-                if not copies:
-                    continue
-                mine = {msg_id for msg_id, holders in copies.holders.items()
-                        if self._first_up(holders, origin) == self.node_id}
-                if mine:
-                    await self._take_over_topic(origin, topic, mine)
+            async with self._log_lock:
+                await self._take_over(origin, self._mine(origin))
         if self.held.needs_compaction():
-            await self.held.compact()
+            async with self._log_lock:
+                await self.held.compact()
+
+    def _mine(self, origin: str) -> dict[str, set[bytes]]:
+        """The copies of ``origin`` this node takes over (it is their first holder up), by topic."""
+        mine: dict[str, set[bytes]] = {}
+        for topic, copies in self.held.origins.get(origin, {}).items():
+            ids = {msg_id for msg_id, holders in copies.holders.items()
+                   if self._first_up(holders, origin) == self.node_id}
+            if ids:
+                mine[topic] = ids
+        return mine
 
     def _last_heard(self, node: str, default: float) -> float:
         """When this node last received bytes from ``node`` on any connection (``default`` if never)."""
@@ -557,33 +619,48 @@ class Replicator:
                 return node
         return None
 
-    async def _take_over_topic(self, origin: str, topic: str, ids: set[bytes]) -> None:
-        """:meth:`_take_over`, where a failure is this topic's alone: logged (once a minute while
-        it lasts), counted, and tried again at the next tick, while the other topics go on."""
+    async def _take_over(self, origin: str, mine: dict[str, set[bytes]]) -> None:
+        """Take over the copies ``mine`` of ``origin``, by topic: their entries are read back in one
+        pass over the log, and each topic's are queued :data:`TAKEOVER_PIECE` at a time. A
+        failure is its topic's alone: logged (once a minute while it lasts), counted, and tried
+        again at the next tick, while the other topics go on."""
+        if not mine:
+            return
+        pieces: dict[str, list[list]] = defaultdict(list)
+        found: dict[str, set[bytes]] = defaultdict(set)
+        failed: set[str] = set()
+        async for _origin, topic, item in self.held.entries({(origin, topic): ids for topic, ids in mine.items()}):
+            found[topic].add(item[0])
+            if topic in failed:
+                continue
+            pieces[topic].append(item)
+            if len(pieces[topic]) >= TAKEOVER_PIECE:
+                await self._take_over_guarded(origin, topic, pieces.pop(topic), failed)
+        for topic, items in pieces.items():
+            await self._take_over_guarded(origin, topic, items, failed)
+        for topic, ids in mine.items():
+            missing = ids - found[topic]
+            if missing and topic not in failed:  # held, yet not in the log (damaged): nothing to deliver
+                self.held.copies_lost += len(missing)
+                log.error("REPLICATION: %d copies of topic %s from node %s were not found in the replication log "
+                          "(it is damaged): those messages are lost unless another node holds them", len(missing),
+                          topic, origin)
+                self.held.mark_taken(origin, topic, sorted(missing))
+            if topic not in failed:
+                self._takeover_failed.pop((origin, topic), None)
+
+    async def _take_over_guarded(self, origin: str, topic: str, items: list[list], failed: set[str]) -> None:
         try:
-            await self._take_over(origin, topic, ids)
+            await self._take_over_piece(origin, topic, items)
         except (DiskQueueError, OSError, ValueError, LookupError, TypeError) as exc:
+            failed.add(topic)
             now = trio.current_time()
             key = (origin, topic)
             if now - self._takeover_failed.get(key, -TAKEOVER_FAILURE_LOG) >= TAKEOVER_FAILURE_LOG:
                 self._takeover_failed[key] = now
                 self.stats[topic].takeover_failures += 1
-                log.error("REPLICATION: taking over %d messages of topic %s from node %s failed (tried again): %s",
-                          len(ids), topic, origin, exc)
-        else:
-            self._takeover_failed.pop((origin, topic), None)
-
-    async def _take_over(self, origin: str, topic: str, ids: set[bytes]) -> None:
-        """Take over the copies ``ids`` of ``origin`` in ``topic``, a piece at a time."""
-        items = list(self.held.entries(origin, topic, ids))
-        for start in range(0, len(items), TAKEOVER_PIECE):
-            await self._take_over_piece(origin, topic, items[start:start + TAKEOVER_PIECE])
-        missing = ids.difference(item[0] for item in items)
-        if missing:  # held, yet not in the log (damaged): nothing to deliver
-            self.held.copies_lost += len(missing)
-            log.error("REPLICATION: %d copies of topic %s from node %s were not found in the replication log (it is "
-                      "damaged): those messages are lost unless another node holds them", len(missing), topic, origin)
-            self.held.mark_taken(origin, topic, sorted(missing))
+                log.error("REPLICATION: taking over messages of topic %s from node %s failed (tried again): %s",
+                          topic, origin, exc)
 
     async def _take_over_piece(self, origin: str, topic: str, items: list[list]) -> None:
         copies = self.held.copies(origin, topic)
@@ -621,19 +698,22 @@ class Replicator:
 
     def counters(self, topic: str) -> tuple[int, int, int, int, int]:
         stats = self.stats.get(topic) or ReplicaStats()
-        return (self.replicas(topic), self.held.held_for_topic(topic), stats.copies_waiting, stats.takeovers,
-                stats.publishes_refused)
+        held = self._held.held_for_topic(topic) if self._held is not None else 0
+        return (self.replicas(topic), held, stats.copies_waiting, stats.takeovers, stats.publishes_refused)
 
     def node_stats(self) -> dict:
         peers = [{"address": f"{host}:{port}", "node_id": link.peer_id or "", "connected": link.connected}
                  for (host, port), link in sorted(self.links.items())]
+        log_ = self._held
         held = {origin: sum(len(copies) for copies in topics.values())
-                for origin, topics in sorted(self.held.origins.items())}
+                for origin, topics in sorted(log_.origins.items())} if log_ is not None else {}
         return {"node_id": self.node_id, "replicas": self.options.replicas, "peers": peers,
                 "copies_held": sum(held.values()), "copies_held_by_origin": {k: v for k, v in held.items() if v},
                 "secret": bool(self._secret), "tls": self._ssl_context is not None,
-                "log_records_lost": self.held.records_lost, "log_records_skipped": self.held.records_skipped,
-                "copies_lost": self.held.copies_lost, "handshakes_refused": self.handshakes_refused + sum(link.refusals for link in self.links.values()),
+                "log_records_lost": log_.records_lost if log_ is not None else 0,
+                "log_records_skipped": log_.records_skipped if log_ is not None else 0,
+                "copies_lost": log_.copies_lost if log_ is not None else 0,
+                "handshakes_refused": self.handshakes_refused + sum(link.refusals for link in self.links.values()),
                 "requests_refused": self.requests_refused,
                 "takeover_failures": sum(stats.takeover_failures for stats in self.stats.values())}
 

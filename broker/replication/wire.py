@@ -58,6 +58,8 @@ HELLO, ADD, FIN, DROP, CHANNELS, TAKEN = range(1, 7)
 
 #: Ids one request names at most (a FIN batch of a busy channel, an ADD of a large MPUB).
 MAX_IDS = 1 << 20
+#: Requests one REPL body carries at most.
+MAX_REQUESTS = 1 << 16
 #: Nodes that hold one message at most.
 MAX_HOLDERS = 64
 #: Channels one topic has at most, as one node reports them.
@@ -91,6 +93,8 @@ class Add:
     holders: tuple[str, ...]
     ids: list[bytes]
     entries: bytes
+    #: the channels that finished each already (from the entries; None: none did)
+    dones: list[list[str] | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +133,7 @@ def pack(value: Any) -> bytes:
 def unpack(data: bytes) -> Any:
     try:
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
-    except (ValueError, msgpack.UnpackException) as exc:
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:  # TypeError: a list or map as a key
         raise WireError(f"not msgpack: {exc}") from exc
 
 
@@ -210,9 +214,10 @@ def _column(value: object, count: int, low: int, high: int, what: str, *, option
             raise WireError(f"bad {what} {item!r:.80}")
 
 
-def check_entries(entries: bytes, ids: list[bytes], limits: WireLimits) -> None:
+def check_entries(entries: bytes, ids: list[bytes], limits: WireLimits) -> list[list[str] | None] | None:
     """Raise :class:`WireError` unless ``entries`` (see :func:`pack_entries`) are the entries of
-    ``ids``, in order, with bodies within ``--max-msg-size`` and every field in range."""
+    ``ids``, in order, with bodies within ``--max-msg-size`` and every field in range; their
+    column of the channels that finished each (None: none did)."""
     columns = unpack(entries)
     if type(columns) is not list or len(columns) != 7:
         raise WireError("entries must be 7 columns")
@@ -238,6 +243,7 @@ def check_entries(entries: bytes, ids: list[bytes], limits: WireLimits) -> None:
         for done in dones:
             if done is not None:
                 check_channels(done)
+    return dones
 
 
 def decode_request(item: object, limits: WireLimits) -> Request:
@@ -254,8 +260,7 @@ def decode_request(item: object, limits: WireLimits) -> Request:
         topic, holders, ids, entries = check_topic(args[0]), check_holders(args[1]), check_ids(args[2]), args[3]
         if type(entries) is not bytes:
             raise WireError("entries must be bytes")
-        check_entries(entries, ids, limits)
-        return Add(topic, holders, ids, entries)
+        return Add(topic, holders, ids, entries, check_entries(entries, ids, limits))
     if kind == FIN:
         return Fin(check_topic(args[0]), check_channel(args[1]), check_ids(args[2]))
     if kind == DROP:
@@ -281,9 +286,12 @@ def decode_requests(body: bytes, limits: WireLimits) -> tuple[int, list[Request]
         raise WireError("a REPL body is [seq, [request, ...]]")
     seq, items = document
     try:
-        if type(items) is not list:
-            raise WireError("a REPL body is [seq, [request, ...]]")
-        return seq, [decode_request(item, limits) for item in items]
+        if type(items) is not list or len(items) > MAX_REQUESTS:
+            raise WireError(f"a REPL body is [seq, [request, ...]] with at most {MAX_REQUESTS} requests")
+        requests = [decode_request(item, limits) for item in items]
+        if sum(type(request) is Hello for request in requests) > (1 if len(requests) == 1 else 0):
+            raise WireError("a HELLO comes alone in its body")
+        return seq, requests
     except WireError as exc:
         exc.seq = seq
         raise

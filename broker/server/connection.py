@@ -32,13 +32,13 @@ from broker.protocol.keys import DEDUP_WINDOW_FIELD, KEYS_IDENTIFY_FIELD
 from broker.protocol.lease import LEASE_IDENTIFY_FIELD, is_valid_lease_token
 from broker.protocol.priorities import DEFAULT_PRIORITY_FIELD, PRIORITIES_IDENTIFY_FIELD
 from broker.protocol.replica import (
+    REPLICA_ADDRESS_FIELD,
     REPLICA_IDENTIFY_FIELD,
     REPLICA_NONCE_FIELD,
     REPLICA_PROOF_FIELD,
     Challenge,
     is_valid_node_id,
     is_valid_nonce,
-    new_nonce,
 )
 from broker.server.output import OutputBuffer
 from broker.server.tls import describe_session
@@ -72,6 +72,11 @@ class ReplicaReceiver(Protocol):
     send ``REPL`` bodies, and close."""
 
     node_id: str
+
+    def challenge(self, peer: str, peer_nonce: str, address: str, remote: str) -> Challenge | None:
+        """The challenge for a connecting node that dialled ``address``; None (logged and
+        counted) when that is not this node's address, or the node is not ready."""
+        ...
 
     def accepting_proof(self, challenge: Challenge) -> str:
         """This node's proof, for the answer to the connecting node's first IDENTIFY."""
@@ -286,8 +291,11 @@ class Client:
             return
         if not is_valid_nonce(nonce):
             raise ProtocolError("E_BAD_BODY", f"IDENTIFY replica_nonce ({json.dumps(nonce)}) is invalid")
-        self.replica_challenge = Challenge(replica, str(nonce), new_nonce())
-        self._challenge_issued = True
+        address = data.get(REPLICA_ADDRESS_FIELD)
+        if not isinstance(address, str):
+            raise ProtocolError("E_BAD_BODY", f"IDENTIFY replica_address ({json.dumps(address)}) is invalid")
+        self.replica_challenge = replicas.challenge(replica, str(nonce), address, self.remote_address)
+        self._challenge_issued = self.replica_challenge is not None
 
     def identify_response(self, tls: bool = False, deflate: bool = False, deflate_level: int = DEFAULT_DEFLATE_LEVEL,
                           snappy: bool = False) -> bytes:

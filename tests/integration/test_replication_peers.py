@@ -13,6 +13,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
+import trio
 
 from broker.core.message import Message
 from broker.protocol import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, encode_pub
@@ -30,6 +31,7 @@ from tests.support.replica_nodes import (
     node_replication,
     topic_replication,
 )
+from tests.support.rogue_node import RogueNode
 from tests.support.transports import make_certificates
 from tests.support.v2client import V2Client, connect, consume, publish
 from tests.support.waiting import wait_for, wait_until
@@ -73,7 +75,7 @@ async def _repl_refused_as_unknown(client: V2Client) -> None:
 
 async def _log_depth(data_path: Path) -> int:
     """Records in the node's replication log, read from its files (the node is stopped)."""
-    held = HeldCopies(data_path, durable=False, max_record=1 << 20)
+    held = await HeldCopies.open(data_path, durable=False, max_record=1 << 20)
     try:
         return held.queue.depth
     finally:
@@ -111,11 +113,14 @@ async def test_a_wrong_secret_a_replayed_proof_and_a_stolen_node_id_are_refused(
         # a proof that held on one connection, replayed on another with the same nonce
         first = await connect(a.addresses.tcp)
         nonce = new_nonce()
-        challenge = await first.identify(feature_negotiation=True, replica=STRANGER, replica_nonce=nonce)
-        good = proof(SECRET, CONNECTOR, nonce, challenge["replica_nonce"], STRANGER, challenge["replica"])
+        challenge = await first.identify(feature_negotiation=True, replica=STRANGER, replica_nonce=nonce,
+                                         replica_address=_dialled(first))
+        good = proof(SECRET, CONNECTOR, nonce, challenge["replica_nonce"], STRANGER, challenge["replica"],
+                     _dialled(first))
         assert (await first.identify(feature_negotiation=True, replica=STRANGER, replica_proof=good))["replica"]
         again = await connect(a.addresses.tcp)
-        await again.identify(feature_negotiation=True, replica=STRANGER, replica_nonce=nonce)
+        await again.identify(feature_negotiation=True, replica=STRANGER, replica_nonce=nonce,
+                             replica_address=_dialled(again))
         answer = await again.identify(feature_negotiation=True, replica=STRANGER, replica_proof=good)
         assert "replica" not in answer
         await _repl_refused_as_unknown(again)
@@ -130,11 +135,17 @@ async def test_a_wrong_secret_a_replayed_proof_and_a_stolen_node_id_are_refused(
         await wait_until(lambda: copies_held(b, "t", 1))
 
 
+def _dialled(client: V2Client) -> str:
+    assert client.address is not None
+    return "%s:%d" % client.address
+
+
 async def _prove_with(client: V2Client, node: str, secret: bytes) -> dict:
     """The handshake as ``node`` with ``secret``, whatever the broker's proof said."""
     nonce = new_nonce()
-    challenge = await client.identify(feature_negotiation=True, replica=node, replica_nonce=nonce)
-    made = proof(secret, CONNECTOR, nonce, challenge["replica_nonce"], node, challenge["replica"])
+    challenge = await client.identify(feature_negotiation=True, replica=node, replica_nonce=nonce,
+                                      replica_address=_dialled(client))
+    made = proof(secret, CONNECTOR, nonce, challenge["replica_nonce"], node, challenge["replica"], _dialled(client))
     return await client.identify(feature_negotiation=True, replica=node, replica_proof=made)
 
 
@@ -190,7 +201,7 @@ async def test_every_kind_of_forged_request_is_refused_before_it_is_written(tmp_
 async def test_a_record_that_cannot_be_applied_is_skipped_at_start_and_counted(tmp_path, lookupd):
     data = tmp_path / "a"
     data.mkdir()
-    held = HeldCopies(data, durable=False, max_record=1 << 20)
+    held = await HeldCopies.open(data, durable=False, max_record=1 << 20)
     ids, entries = _entries(3)
     # what unchecked requests once wrote: a CHANNELS with a number, an ADD to a bad topic name
     held.queue.put(msgpack.packb(["C", STRANGER, "t", 5]))
@@ -207,7 +218,7 @@ async def test_a_record_that_cannot_be_applied_is_skipped_at_start_and_counted(t
 async def test_a_damaged_replication_log_is_said_loudly(tmp_path, lookupd, caplog):
     data = tmp_path / "a"
     data.mkdir()
-    held = HeldCopies(data, durable=False, max_record=1 << 20)
+    held = await HeldCopies.open(data, durable=False, max_record=1 << 20)
     for n in range(300):
         ids, entries = _entries(1, start=n)
         held.add(STRANGER, "t", [STRANGER, "6" * 32], ids, entries)
@@ -229,7 +240,7 @@ async def test_a_damaged_replication_log_is_said_loudly(tmp_path, lookupd, caplo
 async def test_copies_that_cannot_be_read_back_do_not_hold_up_another_topics_takeover(tmp_path, lookupd):
     data = tmp_path / "b"
     data.mkdir()
-    held = HeldCopies(data, durable=False, max_record=1 << 20)
+    held = await HeldCopies.open(data, durable=False, max_record=1 << 20)
     bad_ids, _ = _entries(2)
     held.add(STRANGER, "x", [STRANGER, "6" * 32], bad_ids, b"\xc1 not msgpack")  # never sent so
     good = [Message(b"%016x" % (100 + i), b"y%d" % i, 1_000, 0, 0, None) for i in range(5)]
@@ -311,3 +322,44 @@ async def test_a_node_without_a_secret_says_what_that_risks(tmp_path, lookupd, c
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any("no --replication-secret-file: any client that reaches this node's TCP port can pass for a node"
                in line for line in warnings), warnings
+
+
+async def test_a_stranger_registered_with_nsqlookupd_cannot_take_a_node_down(tmp_path, lookupd, caplog):
+    """Answers no node sends, from an address nsqlookupd lists: JSON nested 5,000 deep, a frame
+    said to be 64 MiB. Each ends that link alone (before: the nested answer made every node exit,
+    and again at each restart; each listed address could make a node buffer 64 MiB)."""
+    async with trio.open_nursery() as nursery:
+        rogues = [RogueNode(lookupd.address("TCP"), mode) for mode in ("nested", "huge")]
+        for rogue in rogues:
+            await nursery.start(rogue.run)
+        async with running_daemon(tmp_path / "a", *_replicating(lookupd, tmp_path)) as a:
+            await wait_for(lambda: all(rogue.dials >= 2 for rogue in rogues), timeout=15)  # dialled again and again
+            node = await node_replication(a)
+            assert node["handshakes_refused"] >= 2 and not any(peer["connected"] for peer in node["peers"])
+            assert (await request(a.addresses.http, "GET", "/ping")).body == b"OK"
+        nursery.cancel_scope.cancel()
+    refusals = [r.getMessage() for r in caplog.records if "not linked" in r.getMessage()]
+    assert any("not JSON" in line for line in refusals) and any("frame" in line.lower() for line in refusals), refusals
+
+
+async def test_a_stranger_cannot_relay_one_nodes_handshake_to_another(tmp_path, lookupd):
+    """A stranger listed by nsqlookupd passes the bytes of a node that dialled it to another node
+    and back. The proofs name the address dialled, which is the stranger's: the other node
+    refuses, and no link through the stranger comes up (before: each node took the stranger for
+    the other, and the stranger could drop copies, inject messages and forge takeovers)."""
+    async with AsyncExitStack() as stack:
+        a = await stack.enter_async_context(running_daemon(tmp_path / "a", *_replicating(lookupd, tmp_path)))
+        b = await stack.enter_async_context(running_daemon(tmp_path / "b", *_replicating(lookupd, tmp_path)))
+        nursery = await stack.enter_async_context(trio.open_nursery())
+        rogue = RogueNode(lookupd.address("TCP"), "relay", target=b.addresses.tcp)
+        await nursery.start(rogue.run)
+        await wait_until(lambda: linked(a, b))
+        await wait_for(lambda: rogue.dials >= 4, timeout=15)
+        await wait_until(lambda: _refused_both(b))
+        rogue_address = f"127.0.0.1:{rogue.port}"
+        for node in (a, b):
+            peers = {peer["address"]: peer for peer in (await node_replication(node))["peers"]}
+            assert rogue_address in peers and not peers[rogue_address]["connected"], peers
+        await publish(a, "t", b"kept")  # the real link still carries copies
+        await wait_until(lambda: copies_held(b, "t", 1))
+        nursery.cancel_scope.cancel()

@@ -34,8 +34,9 @@ _BARRIER_ANSWER = b"E_FIN_FAILED FIN " + BARRIER_ID + b" failed ID not in flight
 class V2Client:
     """One connection to a broker; every read is bounded by ``timeout`` seconds."""
 
-    def __init__(self, stream: trio.SocketStream, timeout: float = 5.0):
+    def __init__(self, stream: trio.SocketStream, timeout: float = 5.0, address: tuple[str, int] | None = None):
         self.stream = stream
+        self.address = address  # the broker's, as dialled
         self.timeout = timeout
         self.decoder = FrameDecoder()
         self._frames: list[Frame] = []
@@ -103,16 +104,18 @@ class V2Client:
 
     async def identify_as_node(self, node_id: str, secret: bytes = b"", **params) -> dict:
         """The node-to-node handshake (:mod:`broker.protocol.replica`) as node ``node_id`` holding
-        ``secret``, without TLS: the first IDENTIFY's answer must prove the broker holds the
-        secret too; returns the answer to the second, proving IDENTIFY (which names the broker's
-        node under ``replica`` when it accepted the proof)."""
-        nonce = new_nonce()
-        first = await self.identify(feature_negotiation=True, replica=node_id, replica_nonce=nonce, **params)
+        ``secret``, without TLS, to the address this client dialled: the first IDENTIFY's answer
+        must prove the broker holds the secret too; returns the answer to the second, proving
+        IDENTIFY (which names the broker's node under ``replica`` when it accepted the proof)."""
+        assert self.address is not None, "the handshake binds the address dialled"
+        nonce, dialled = new_nonce(), "%s:%d" % self.address
+        first = await self.identify(feature_negotiation=True, replica=node_id, replica_nonce=nonce,
+                                    replica_address=dialled, **params)
         assert first is not None
         peer, peer_nonce = first["replica"], first["replica_nonce"]
-        assert proof_holds(first["replica_proof"], secret, ACCEPTOR, peer_nonce, nonce, peer, node_id), first
-        answer = await self.identify(feature_negotiation=True, replica=node_id, **params,
-                                     replica_proof=proof(secret, CONNECTOR, nonce, peer_nonce, node_id, peer))
+        assert proof_holds(first["replica_proof"], secret, ACCEPTOR, peer_nonce, nonce, peer, node_id, dialled), first
+        answer = await self.identify(feature_negotiation=True, replica=node_id, **params, replica_proof=proof(
+            secret, CONNECTOR, nonce, peer_nonce, node_id, peer, dialled))
         assert answer is not None
         return answer
 
@@ -150,7 +153,7 @@ class V2Client:
 
 async def connect(address: tuple[str, int], *, magic: bool = True, timeout: float = 5.0) -> V2Client:
     stream = await trio.open_tcp_stream(*address)
-    client = V2Client(stream, timeout)
+    client = V2Client(stream, timeout, address)
     if magic:
         await client.send(MAGIC_V2)
     return client

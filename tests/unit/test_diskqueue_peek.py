@@ -104,3 +104,38 @@ async def test_peek_on_a_closed_queue_raises(tmp_path):
     await q.close()
     with pytest.raises(DiskQueueClosed):
         q.peek_many(1)
+
+
+@pytest.mark.parametrize("batch", [1, 7, 1000])
+def test_scan_yields_what_peek_returns_in_batches_and_moves_nothing(tmp_path, batch):
+    q = DiskQueue(NAME, tmp_path, auto_commit=False, max_bytes_per_file=300)
+    q.put_many(records(50))
+    q.read_many(5)
+    before = state(q)
+    batches = list(q.scan(batch))
+    assert [r for b in batches for r in b] == q.peek_many(1000) == records(45, start=5)
+    assert all(0 < len(b) <= batch for b in batches)
+    assert state(q) == before
+    q.delete()
+
+
+def test_scan_reads_past_damage_as_peek_does(tmp_path):
+    q = DiskQueue(NAME, tmp_path, max_bytes_per_file=300)
+    q.put_many(records(30))
+    path = tmp_path / segment_filename(NAME, 0)
+    data = bytearray(path.read_bytes())
+    data[100:103] = b"\xff\xff\xff"
+    path.write_bytes(bytes(data))
+    scanned = [r for b in q.scan(4) for r in b]
+    assert scanned == q.peek_many(1000) and len(scanned) < 30
+    q.delete()
+
+
+async def test_scan_of_a_queue_closed_meanwhile_raises(tmp_path):
+    q = DiskQueue(NAME, tmp_path, max_bytes_per_file=300)
+    q.put_many(records(30))
+    steps = q.scan(2)
+    next(steps)
+    await q.close()
+    with pytest.raises(DiskQueueClosed):
+        next(steps)

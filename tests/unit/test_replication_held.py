@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+import trio
 
 from broker.core.message import Message
 from broker.replication import held as held_module
@@ -21,12 +22,17 @@ def _add(held: HeldCopies, topic: str, n: int, start: int = 0) -> None:
     held.add(ORIGIN, topic, [ORIGIN, OTHER], [m.id for m in messages], pack_entries(messages))
 
 
-def _open(path, durable=False) -> HeldCopies:
-    return HeldCopies(path, durable=durable, max_record=1 << 20)
+async def _open(path, durable=False) -> HeldCopies:
+    return await HeldCopies.open(path, durable=durable, max_record=1 << 20)
+
+
+async def _entries(held: HeldCopies, topic: str, ids: set[bytes]) -> dict[bytes, bytes]:
+    """The bodies of the copies ``ids`` of ORIGIN in ``topic``, as a takeover reads them back."""
+    return {item[0]: item[1] async for _origin, _topic, item in held.entries({(ORIGIN, topic): ids})}
 
 
 async def test_a_restart_replays_adds_fins_drops_and_takeovers(tmp_path):
-    held = _open(tmp_path)
+    held = await _open(tmp_path)
     held.set_channels(ORIGIN, "t", ["c1", "c2"])
     _add(held, "t", 5)
     held.finish(ORIGIN, "t", "c1", [b"%016d" % 0, b"%016d" % 1])
@@ -35,7 +41,7 @@ async def test_a_restart_replays_adds_fins_drops_and_takeovers(tmp_path):
     held.mark_taken(ORIGIN, "t", [b"%016d" % 3])
     await held.close()
 
-    again = _open(tmp_path)
+    again = await _open(tmp_path)
     copies = again.origins[ORIGIN]["t"]
     assert sorted(copies.holders) == [b"%016d" % 1, b"%016d" % 4]
     assert copies.done == {b"%016d" % 1: {"c1"}}
@@ -46,7 +52,7 @@ async def test_a_restart_replays_adds_fins_drops_and_takeovers(tmp_path):
 
 
 async def test_a_copy_every_channel_finished_goes_also_when_a_channel_is_deleted(tmp_path):
-    held = _open(tmp_path)
+    held = await _open(tmp_path)
     held.set_channels(ORIGIN, "t", ["c1", "c2"])
     _add(held, "t", 2)
     held.finish(ORIGIN, "t", "c1", [b"%016d" % 0])
@@ -57,7 +63,7 @@ async def test_a_copy_every_channel_finished_goes_also_when_a_channel_is_deleted
 
 
 async def test_fins_from_another_node_do_not_touch_the_origins_copies(tmp_path):
-    held = _open(tmp_path)
+    held = await _open(tmp_path)
     held.set_channels(ORIGIN, "t", ["c"])
     _add(held, "t", 1)
     held.finish(OTHER, "t", "c", [b"%016d" % 0])
@@ -66,17 +72,17 @@ async def test_fins_from_another_node_do_not_touch_the_origins_copies(tmp_path):
 
 
 async def test_bodies_are_read_back_from_the_log(tmp_path):
-    held = _open(tmp_path)
+    held = await _open(tmp_path)
     _add(held, "t", 3)
     _add(held, "u", 3)
-    found = {item[0]: item[1] for item in held.entries(ORIGIN, "t", {b"%016d" % 1, b"%016d" % 2})}
+    found = await _entries(held, "t", {b"%016d" % 1, b"%016d" % 2})
     assert found == {b"%016d" % 1: b"body 1", b"%016d" % 2: b"body 2"}
     await held.close()
 
 
 async def test_compaction_keeps_what_is_live_and_shrinks_the_log(tmp_path, monkeypatch):
     monkeypatch.setattr(held_module, "COMPACT_MIN", 50)
-    held = _open(tmp_path, durable=True)
+    held = await _open(tmp_path, durable=True)
     held.set_channels(ORIGIN, "t", ["c"])
     for i in range(200):
         _add(held, "t", 1, i)
@@ -89,19 +95,19 @@ async def test_compaction_keeps_what_is_live_and_shrinks_the_log(tmp_path, monke
     assert held.queue.depth == 1 + 1 + 20 and not held.needs_compaction()
     await held.close()
 
-    again = _open(tmp_path)
+    again = await _open(tmp_path)
     copies = again.origins[ORIGIN]["t"]
     assert sorted(copies.holders) == [b"%016d" % i for i in range(9, 200, 10)]
     assert copies.done == {b"%016d" % 9: {"other"}}
     assert again.taken == {OTHER: {"t": {b"x" * 16}}}
-    bodies = {item[0]: item[1] for item in again.entries(ORIGIN, "t", set(copies.holders))}
+    bodies = await _entries(again, "t", set(copies.holders))
     assert bodies[b"%016d" % 199] == b"body 199" and len(bodies) == 20
     await again.close()
 
 
 @pytest.mark.parametrize("step", ["new written, old still there", "old removed, new not renamed"])
 async def test_a_compaction_interrupted_at_either_step_loses_nothing(tmp_path, step):
-    held = _open(tmp_path)
+    held = await _open(tmp_path)
     held.set_channels(ORIGIN, "t", ["c"])
     _add(held, "t", 4)
     held.finish(ORIGIN, "t", "c", [b"%016d" % 0])
@@ -109,21 +115,21 @@ async def test_a_compaction_interrupted_at_either_step_loses_nothing(tmp_path, s
     # a copy of the finished compaction's result, put where the interrupted one left it
     work = tmp_path / "work"
     shutil.copytree(tmp_path / "replication", work / "replication")
-    compacted = _open(work)
+    compacted = await _open(work)
     await compacted.compact()
     await compacted.close()
     shutil.copytree(work / "replication", tmp_path / "replication.new")
     if step == "old removed, new not renamed":
         shutil.rmtree(tmp_path / "replication")
 
-    again = _open(tmp_path)
+    again = await _open(tmp_path)
     assert sorted(again.origins[ORIGIN]["t"].holders) == [b"%016d" % i for i in (1, 2, 3)]
     assert not (tmp_path / "replication.new").exists()
     await again.close()
 
 
 async def test_durable_changes_are_synced_on_request(tmp_path):
-    held = _open(tmp_path, durable=True)
+    held = await _open(tmp_path, durable=True)
     _add(held, "t", 1)
     assert held.commit.syncs == 0
     await held.synced()
@@ -142,3 +148,58 @@ def test_entries_travel_by_columns_and_come_back_one_per_message():
     assert items == [[b"a" * 16, b"x", 1, 3, 0, None, ["c1"]], [b"b" * 16, b"y", 2, 0, 4, None, None]]
     again = message_of(items[0], b"n" * 16)
     assert (again.id, again.body, again.timestamp, again.attempts) == (b"n" * 16, b"x", 1, 3)
+
+
+async def test_one_pass_reads_back_the_copies_of_several_topics_and_origins(tmp_path):
+    held = await _open(tmp_path)
+    _add(held, "t", 3)
+    _add(held, "u", 3, start=10)
+    held.add(OTHER, "t", [OTHER, ORIGIN], [b"%016d" % 20], pack_entries([Message(b"%016d" % 20, b"o", 1)]))
+    got = [(origin, topic, item[1]) async for origin, topic, item in held.entries({
+        (ORIGIN, "t"): {b"%016d" % 2}, (ORIGIN, "u"): {b"%016d" % 10, b"%016d" % 12}, (OTHER, "t"): {b"%016d" % 20}})]
+    assert sorted(got) == [(ORIGIN, "t", b"body 2"), (ORIGIN, "u", b"body 10"), (ORIGIN, "u", b"body 12"),
+                           (OTHER, "t", b"o")]
+    await held.close()
+
+
+async def test_what_is_written_while_a_compaction_runs_is_in_the_new_log(tmp_path, monkeypatch):
+    monkeypatch.setattr(held_module, "COMPACT_MIN", 10)
+    monkeypatch.setattr(held_module, "SCAN_BATCH", 5)
+    held = await _open(tmp_path)
+    held.set_channels(ORIGIN, "t", ["c"])
+    for i in range(60):
+        _add(held, "t", 1, i)
+        held.finish(ORIGIN, "t", "c", [b"%016d" % i])
+    _add(held, "t", 1, 100)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(held.compact)
+        await trio.sleep(0)  # the compaction has begun and yields between batches
+        _add(held, "t", 1, 200)
+        held.finish(ORIGIN, "t", "c", [b"%016d" % 100])
+    await held.close()
+    again = await _open(tmp_path)
+    assert sorted(again.origins[ORIGIN]["t"].holders) == [b"%016d" % 200]
+    assert (await _entries(again, "t", {b"%016d" % 200})) == {b"%016d" % 200: b"body 200"}
+    await again.close()
+
+
+async def test_channel_lists_and_takeovers_beyond_the_copies_do_not_make_compaction_run_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(held_module, "COMPACT_MIN", 50)
+    held = await _open(tmp_path)
+    for n in range(300):  # topics whose copies are all gone: their channel lists are not kept
+        held.set_channels(ORIGIN, f"t{n}", ["c"])
+    for n in range(60):  # takeovers are kept
+        held.mark_taken(OTHER, f"t{n}", [b"x" * 16])
+    assert held.needs_compaction()
+    await held.compact()
+    assert held.queue.depth == 60 and not held.needs_compaction()
+    await held.close()
+
+
+async def test_a_node_drops_for_a_taker_only_the_copies_the_taker_held_too(tmp_path):
+    held = await _open(tmp_path)
+    _add(held, "t", 2)  # holders: ORIGIN, OTHER
+    held.add(ORIGIN, "t", [ORIGIN, "c" * 32], [b"%016d" % 9], pack_entries([Message(b"%016d" % 9, b"z", 1)]))
+    held.drop(ORIGIN, "t", [b"%016d" % 0, b"%016d" % 9], by=OTHER)
+    assert sorted(held.origins[ORIGIN]["t"].holders) == [b"%016d" % 1, b"%016d" % 9]
+    await held.close()
