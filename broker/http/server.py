@@ -353,11 +353,12 @@ class _InlineRequests:
     that task has work. It never raises (the poller's contract): a failure is kept in
     ``failure`` and the connection's task ends the connection on it."""
 
-    __slots__ = ("server", "conn", "fd", "failure")
+    __slots__ = ("server", "conn", "poller", "fd", "failure")
 
-    def __init__(self, server: HTTP1Server, conn: _Connection, fd: int):
+    def __init__(self, server: HTTP1Server, conn: _Connection, poller: ReadPoller, fd: int):
         self.server = server
         self.conn = conn
+        self.poller = poller
         self.fd = fd
         self.failure: Exception | None = None
 
@@ -372,7 +373,8 @@ class _InlineRequests:
             return False  # the end of input, which the connection's task reads again
         try:
             self.conn.parser.feed(data)
-            return self.server.answer_inline(self.conn) and len(data) < RECEIVE_SIZE
+            return (self.server.answer_inline(self.conn) and len(data) < RECEIVE_SIZE
+                    and not self.poller.hung_up(self.fd))
         except Exception as exc:
             self.failure = exc
             return False
@@ -494,7 +496,7 @@ class HTTP1Server(ConnectionServer):
         (:class:`_InlineRequests`)."""
         parser = conn.parser
         ready = parser.ready
-        inline = _InlineRequests(self, conn, fd) if self.inline is not None else None
+        inline = _InlineRequests(self, conn, poller, fd) if self.inline is not None else None
         drained = False  # the last read emptied the socket: wait for the next edge first
         while True:
             if conn.awaiting is not None:
@@ -528,7 +530,7 @@ class HTTP1Server(ConnectionServer):
                 parser.eof()  # a head cut short is still answered
                 continue
             parser.feed(data)
-            drained = len(data) < RECEIVE_SIZE
+            drained = len(data) < RECEIVE_SIZE and not poller.hung_up(fd)
             if not drained:
                 await trio.lowlevel.checkpoint()  # the other connections run before this one reads on
 

@@ -340,6 +340,30 @@ async def test_a_head_cut_short_by_the_end_of_input_is_400(data):
     assert received == GO_BAD_REQUEST
 
 
+async def test_the_last_bytes_of_a_head_and_the_end_of_input_in_one_edge_are_answered():
+    """The end of input that arrives with the last bytes brings no edge of its own: the
+    connection must not wait for one (it answered nothing and stayed open)."""
+    async with serving(Recorder(), inline=lambda request, body: None) as (_, address):
+        client = socket.create_connection(address)
+        client.setblocking(False)
+        try:
+            client.send(b"GET /x HTTP/1.1\r\n")
+            await wait_all_tasks_blocked()  # the connection read it and waits on the poller
+            client.send(b"Host: h\r\n")
+            client.shutdown(socket.SHUT_WR)  # both before the poller looks again
+            received = b""
+            with trio.fail_after(5):
+                while True:
+                    await trio.lowlevel.wait_readable(client)
+                    chunk = client.recv(65536)
+                    if not chunk:
+                        break
+                    received += chunk
+        finally:
+            client.close()
+    assert received == GO_BAD_REQUEST
+
+
 async def test_a_body_cut_short_that_the_handler_read_is_answered_without_announcing_a_close():
     """Go's reader takes the end of input in a Content-Length body as the body's end (with
     an error for the handler); the connection ends after the answer all the same."""
