@@ -59,6 +59,9 @@ _LINE_KEPT_BYTES = 256
 #: The headers that frame a request or decide its answer.
 _FRAMING = frozenset((b"host", b"content-length", b"transfer-encoding", b"connection", b"expect", b"trailer"))
 _BAD_TRAILER_KEYS = (b"transfer-encoding", b"trailer", b"content-length")
+#: The headers ``readTransfer`` takes out before the server checks names and values.
+_DROPPED = (b"transfer-encoding",)
+_DROPPED_CHUNKED = (b"transfer-encoding", b"content-length", b"trailer")
 
 
 class HeadError(Exception):
@@ -177,12 +180,14 @@ def _has_token(value: bytes, token: bytes) -> bool:
     return False
 
 
-def _content_length(values: list[bytes]) -> int:
+def _content_length(values: list[bytes] | tuple[()]) -> int:
     """``fixLength`` for a request without chunking: the one length its ``Content-Length``
     headers agree on (0 when none or empty); raises :class:`HeadError` ``400``."""
     if not values:
         return 0
     first = values[0].strip(_TRIM)
+    if len(values) == 1 and first.isdigit() and len(first) < 19:  # the usual length, within int64
+        return int(first)
     for value in values[1:]:
         if value.strip(_TRIM) != first:
             raise HeadError(400)  # "http: message cannot contain multiple Content-Length headers"
@@ -253,62 +258,55 @@ def _read_head(head: bytes) -> dict[str, object]:
         headers.append(entry)
         joined = True
 
-    hosts: list[bytes] = []
-    lengths: list[bytes] = []
-    encodings: list[bytes] = []
-    connection: list[bytes] = []
-    trailers: list[bytes] = []
-    expect: bytes | None = None
+    # the headers that frame the request, each name's values in order
+    framing: dict[bytes, list[bytes]] = {}
     for key, value in headers:
         if key in _FRAMING:
-            if key == b"host":
-                hosts.append(value)
-            elif key == b"content-length":
-                lengths.append(value)
-            elif key == b"transfer-encoding":
-                encodings.append(value)
-            elif key == b"connection":
-                connection.append(value)
-            elif key == b"trailer":
-                trailers.append(value)
-            elif expect is None:
-                expect = value
-    if len(hosts) > 1:
+            values = framing.get(key)
+            if values is None:
+                framing[key] = [value]
+            else:
+                values.append(value)
+    hosts = framing.get(b"host")
+    if hosts is not None and len(hosts) > 1:
         raise HeadError(400)  # "too many Host headers"
-    major, minor = version
-    if major == 1 and minor == 0:
+    connection = framing.get(b"connection")
+    if version == (1, 0):
         # the response keeps the connection only if the first Connection header asks for it
         fields["http10"] = True
-        if not connection or not _has_token(connection[0], b"keep-alive"):
+        if connection is None or not _has_token(connection[0], b"keep-alive"):
             fields["keep_alive"] = False
-    elif connection and (_listed(connection, b"close") or _has_token(connection[0], b"close")):
+    elif connection is not None and (_listed(connection, b"close") or _has_token(connection[0], b"close")):
         fields["keep_alive"] = False
-    chunked = False
-    if encodings and (major, minor) >= (1, 1):
+    length: int | None
+    encodings = framing.get(b"transfer-encoding")
+    chunked = encodings is not None and version >= (1, 1)
+    if chunked:
+        assert encodings is not None
         if len(encodings) != 1 or encodings[0].strip(_TRIM).lower() != b"chunked":
             raise HeadError(501, body=b"Unsupported transfer encoding")
-        chunked = True
-        length: int | None = None
-    else:
-        length = _content_length(lengths)
-    if length != 0:
-        fields["content_length"] = length
-    if chunked and trailers:
-        for value in trailers:
+        length = None
+        fields["content_length"] = None
+        for value in framing.get(b"trailer", ()):
             for element in value.split(b","):
                 if element.strip(_TRIM).lower() in _BAD_TRAILER_KEYS:
                     raise HeadError(400)  # "bad trailer key"
+    else:
+        length = _content_length(framing.get(b"content-length", ()))
+        if length:
+            fields["content_length"] = length
     # readTransfer takes these out of the headers the server looks at afterwards
-    dropped = (b"transfer-encoding", b"content-length", b"trailer") if chunked else (b"transfer-encoding",)
-    pri = method == b"PRI" and target == b"*"
-    # HTTP/2's connection preface (``PRI * HTTP/2.0`` and no header) is served, then the connection closes
-    preface = pri and proto == b"HTTP/2.0" and all(key in dropped for key, _ in headers)
-    if preface:
-        fields["keep_alive"] = False
-    if major != 1 and not (pri and version == (2, 0)):
+    dropped = _DROPPED_CHUNKED if chunked else _DROPPED
+    preface = False
+    if method == b"PRI" and target == b"*" and version == (2, 0):
+        # HTTP/2's connection preface (and no header) is served, then the connection closes
+        preface = proto == b"HTTP/2.0" and all(key in dropped for key, _ in headers)
+        if preface:
+            fields["keep_alive"] = False
+    elif version[0] != 1:
         raise HeadError(505, "unsupported protocol version")
-    if not hosts:
-        if (major, minor) >= (1, 1) and not preface and method != b"CONNECT":
+    if hosts is None:
+        if version >= (1, 1) and not preface and method != b"CONNECT":
             raise HeadError(400, "missing required Host header")
     elif hosts[0].translate(None, _HOST):
         raise HeadError(400, "malformed Host header")
@@ -320,11 +318,12 @@ def _read_head(head: bytes) -> dict[str, object]:
                 raise HeadError(400, "invalid header name")
             if value.translate(None, _VALUE):
                 raise HeadError(400, "invalid header value")
+    expect = framing.get(b"expect")
     if expect is not None:
-        if _has_token(expect, b"100-continue"):
-            if (major, minor) >= (1, 1) and length != 0:
+        if _has_token(expect[0], b"100-continue"):
+            if version >= (1, 1) and length != 0:
                 fields["expect_continue"] = True
-        elif expect:
+        elif expect[0]:
             fields["expect_failed"] = True
     fields["headers"] = tuple(headers)
     return fields

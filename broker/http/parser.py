@@ -96,14 +96,10 @@ class RequestParser:
                 if self._request is not None:
                     break
                 continue
-            if self._skip:
-                while self._skip and pos < end and buf[pos] in b"\r\n":
-                    pos += 1
-                    self._skip -= 1
-                if pos == end:
-                    break
-                self._skip = 0
-            self.idle = False
+            if self._skip and buf[pos] in b"\r\n":
+                pos += 1
+                self._skip -= 1
+                continue
             # the head ends at its first blank line, LF or CR LF
             crlf = buf.find(b"\n\r\n", pos)
             last = buf.find(b"\n\n", pos, crlf + 1 if crlf >= 0 else end)
@@ -113,6 +109,7 @@ class RequestParser:
                 last = crlf
                 after = last + 3
             else:
+                self.idle = False
                 held += buf[pos:]
                 self._scanned = max(len(held) - 2, 0)
                 self._checked = self._lines = 0
@@ -129,12 +126,12 @@ class RequestParser:
                 return
             ready.append(request)
             pos = after
-            if request.method == b"POST":
-                self._skip = _SKIPPED_AFTER_POST
+            self._skip = _SKIPPED_AFTER_POST if request.method == b"POST" else 0
             length = request.content_length
             if length is None:
                 self._chunked = ChunkedBody()
                 self._request = request
+                self.idle = False
             elif length:
                 if end - pos >= length:  # the whole body is here
                     request.parts.append(buf[pos:pos + length])
@@ -145,6 +142,7 @@ class RequestParser:
                 else:
                     self._left = length
                     self._request = request
+                    self.idle = False
             else:
                 request.complete = True
                 self.idle = True
