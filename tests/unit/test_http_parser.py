@@ -19,7 +19,7 @@ def _events(parser: RequestParser) -> list[tuple]:
             events.append(("refused", item.status, item.text))
         else:
             assert isinstance(item, ParsedRequest)
-            events.append((item.method.decode(), item.target.decode(), b"".join(item.parts), item.complete,
+            events.append((item.method.decode("latin-1"), item.target.decode("latin-1"), b"".join(item.parts), item.complete,
                            item.error is not None))
     return events
 
