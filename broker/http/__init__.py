@@ -1,4 +1,4 @@
-"""nsqd's HTTP API: an HTTP/1.1 server on llhttp (httptools), nsqd's router and its endpoints.
+"""nsqd's HTTP API: an HTTP/1.1 server that reads requests as Go's does, nsqd's router and its endpoints.
 
 :mod:`broker.http.server` knows HTTP and nothing of NSQ; :mod:`broker.http.api`
 puts the endpoint groups (:mod:`~broker.http.publish`, :mod:`~broker.http.status`,

@@ -4,7 +4,8 @@ nsqd routes with ``julienschmidt/httprouter``: an unknown path is
 ``404 {"message":"NOT_FOUND"}``, a known path with another method is
 ``405 {"message":"METHOD_NOT_ALLOWED"}`` with an ``Allow`` header, ``OPTIONS`` on a
 known path answers ``200`` with ``Allow``, and a path that differs only by a trailing
-slash or letter case is redirected (301 for GET, 307 otherwise).
+slash or letter case is redirected (301 for GET, 307 otherwise). The target ``*`` with any
+method but OPTIONS is ``405``, allowing every method routed anywhere.
 """
 
 from __future__ import annotations
@@ -115,8 +116,12 @@ class Router:
         return None
 
     def allowed(self, path: str, method: str) -> str:
-        """The ``Allow`` header value for ``path``: other methods that match, plus OPTIONS."""
-        methods = {other for other in _ROUTED_METHODS if other != method and self._match(other, path) is not None}
+        """The ``Allow`` header value for ``path``: other methods that match, plus OPTIONS;
+        for ``*`` (the server as a whole) every method routed anywhere."""
+        if path == "*":
+            methods = {other for other in _ROUTED_METHODS if self._has_method(other)}
+        else:
+            methods = {other for other in _ROUTED_METHODS if other != method and self._match(other, path) is not None}
         if not methods:
             return ""
         methods.add("OPTIONS")

@@ -1,7 +1,7 @@
 """HTTP/1.1 over Trio: one task per connection, keep-alive, pipelining, bounded input.
 
-This module knows HTTP, not NSQ: requests are parsed by :mod:`broker.http.parser` (llhttp),
-each one is handed to a handler (``async (Request, RequestBody) -> Response``) and the
+This module knows HTTP, not NSQ: requests are parsed by :mod:`broker.http.parser` where Go's
+server parses them, each one is handed to a handler (``async (Request, RequestBody) -> Response``) and the
 responses are written in order. The behaviour at the edges follows Go's ``net/http``
 server, which nsqd uses:
 
@@ -12,9 +12,10 @@ server, which nsqd uses:
   it and the handler starts reading; any other ``Expect`` is ``417``;
 * a body the handler left unread is discarded (up to :data:`MAX_DRAIN_BYTES`) so the
   connection can be reused; a longer one closes the connection (``Connection: close``);
-* malformed requests get Go's plain-text answer (``400 Bad Request``, ``505``, ``501``)
-  and a close; an HTTP/1.0 request is answered in HTTP/1.0 and keeps its connection only
-  with ``Connection: keep-alive``.
+* malformed requests get Go's plain-text answer, byte for byte (``400 Bad Request``,
+  ``505``, ``501``, ``431``: no ``Date``, no length) and a close, and so does a head cut
+  short by the end of input; an HTTP/1.0 request is answered in HTTP/1.0 and keeps its
+  connection only when its first ``Connection`` header says ``keep-alive``.
 
 Requests that arrive together (pipelined) are parsed in one pass and their responses
 written together, one write per batch. Responses carry ``Date`` and ``Content-Length``; a
@@ -188,13 +189,16 @@ class _Connection:
 class RequestBody:
     """The body of the request being handled; read it at most once, with a limit."""
 
-    __slots__ = ("_conn", "_request", "complete", "received")
+    __slots__ = ("_conn", "_request", "complete", "received", "cut_short")
 
     def __init__(self, conn: _Connection, request: ParsedRequest):
         self._conn = conn
         self._request = request
         self.complete = False
         self.received = 0
+        # a read met the end of input within a Content-Length body: Go's reader takes that as
+        # the body's end (an error for the handler), so its answer does not announce a close
+        self.cut_short = False
 
     async def read(self, limit: int) -> bytes:
         """Up to ``limit`` bytes of the body (fewer only if the body is shorter).
@@ -211,6 +215,7 @@ class RequestBody:
             self._conn.output.append(_CONTINUE)
         while request.buffered < limit and not request.complete:
             if request.error is not None:
+                self.cut_short = request.truncated
                 raise BodyReadError(request.error)
             await self._conn.fill(request)
         parts = request.parts
@@ -348,11 +353,12 @@ class _InlineRequests:
     that task has work. It never raises (the poller's contract): a failure is kept in
     ``failure`` and the connection's task ends the connection on it."""
 
-    __slots__ = ("server", "conn", "fd", "failure")
+    __slots__ = ("server", "conn", "poller", "fd", "failure")
 
-    def __init__(self, server: HTTP1Server, conn: _Connection, fd: int):
+    def __init__(self, server: HTTP1Server, conn: _Connection, poller: ReadPoller, fd: int):
         self.server = server
         self.conn = conn
+        self.poller = poller
         self.fd = fd
         self.failure: Exception | None = None
 
@@ -367,19 +373,22 @@ class _InlineRequests:
             return False  # the end of input, which the connection's task reads again
         try:
             self.conn.parser.feed(data)
-            return self.server.answer_inline(self.conn) and len(data) < RECEIVE_SIZE
+            return (self.server.answer_inline(self.conn) and len(data) < RECEIVE_SIZE
+                    and not self.poller.hung_up(self.fd))
         except Exception as exc:
             self.failure = exc
             return False
 
 
-def _head_error_response(error: HeadError) -> Response:
-    """Go's own answer to a request it cannot read: ``<code> <reason>[: <text>]`` in plain text."""
+def _head_error_answer(error: HeadError) -> bytes:
+    """Go's own answer to a request it cannot read, byte for byte: ``<code> <reason>[: <text>]``
+    in plain text, without ``Date`` or a length (the connection closes after it)."""
     reason = _REASONS.get(error.status, b"Error")
     if error.text:
         reason += b": " + error.text.encode()
     body = error.body if error.body is not None else b"%d %s" % (error.status, reason)
-    return Response(error.status, body, ((b"Content-Type", TEXT_PLAIN),), reason if error.text else None)
+    return b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nConnection: close\r\n\r\n%s" % (error.status, reason, TEXT_PLAIN,
+                                                                                    body)
 
 
 async def _linger(stream: trio.abc.Stream) -> None:
@@ -473,9 +482,10 @@ class HTTP1Server(ConnectionServer):
                         return
                 else:
                     data = await transport.receive()
-                if not data:
-                    return
-                parser.feed(data)
+                if data:
+                    parser.feed(data)
+                else:
+                    parser.eof()  # a head cut short is still answered
                 continue
             if not await self._answer_next(conn):
                 return
@@ -486,7 +496,7 @@ class HTTP1Server(ConnectionServer):
         (:class:`_InlineRequests`)."""
         parser = conn.parser
         ready = parser.ready
-        inline = _InlineRequests(self, conn, fd) if self.inline is not None else None
+        inline = _InlineRequests(self, conn, poller, fd) if self.inline is not None else None
         drained = False  # the last read emptied the socket: wait for the next edge first
         while True:
             if conn.awaiting is not None:
@@ -517,9 +527,10 @@ class HTTP1Server(ConnectionServer):
             except OSError:  # reset by the peer
                 return
             if not data:
-                return
+                parser.eof()  # a head cut short is still answered
+                continue
             parser.feed(data)
-            drained = len(data) < RECEIVE_SIZE
+            drained = len(data) < RECEIVE_SIZE and not poller.hung_up(fd)
             if not drained:
                 await trio.lowlevel.checkpoint()  # the other connections run before this one reads on
 
@@ -536,10 +547,11 @@ class HTTP1Server(ConnectionServer):
             await conn.flush()
             return False
         response = await self.handler(*started)
+        body = started[1]
         close = self._closing or not request.keep_alive
-        if not request.complete and not close:
-            close = await self._drain(request, started[1])
-        if request.error is not None:
+        if not request.complete and not close and not body.cut_short:
+            close = await self._drain(request, body)
+        if request.error is not None and not body.cut_short:
             close = True
         data = self._writer.render(response, http10=request.http10, close=close, head=started[0].method == "HEAD")
         conn.output.append(data)
@@ -620,7 +632,7 @@ class HTTP1Server(ConnectionServer):
 
     def _answer_head_error(self, conn: _Connection, error: HeadError) -> None:
         log.debug("HTTP: bad request from %s: %s %s", conn.remote, error.status, error.text)
-        conn.output.append(self._writer.render(_head_error_response(error), http10=False, close=True, head=False))
+        conn.output.append(_head_error_answer(error))
         conn.linger = True
 
     def _target(self, target: bytes) -> tuple[str, str] | None:

@@ -50,6 +50,9 @@ __all__ = ["InputHandler", "ReadPoller", "open_poller"]
 
 #: Most events taken from the epoll set per wake-up; more stay there for the next one.
 MAX_EVENTS = 1024
+#: The events that say a socket's peer closed its side or the socket failed: they may come
+#: with the last bytes, in one edge, and then no other edge follows.
+_HANG_UP = select.EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR
 
 #: Called by the poller's task on an edge of a socket whose connection waits: True if it
 #: took care of the input itself, False to wake the connection's task; never raises (see
@@ -69,10 +72,16 @@ class ReadPoller:
         self._epoll = select.epoll()
         self._waiting: dict[int, tuple[trio.lowlevel.Task, InputHandler | None]] = {}
         self._ready: set[int] = set()  # edges that came while nobody waited
+        self._hung_up: set[int] = set()  # sockets whose peer closed (or failed)
 
     def register(self, fd: int) -> None:
         """Watch ``fd`` (a socket) for input, hang-ups and errors."""
         self._epoll.register(fd, select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET)
+
+    def hung_up(self, fd: int) -> bool:
+        """The peer of ``fd`` closed its side (or the socket failed): a short read did not
+        drain it, a read will find the end of input, and no edge will come to say so."""
+        return fd in self._hung_up
 
     def unregister(self, fd: int) -> None:
         """Stop watching ``fd`` (before it is closed: the number may be reused).
@@ -80,6 +89,7 @@ class ReadPoller:
         Called by the task that reads ``fd``, when it stops reading it.
         """
         self._ready.discard(fd)
+        self._hung_up.discard(fd)
         try:
             self._epoll.unregister(fd)
         except (OSError, ValueError):  # closed already, or the poller was closed
@@ -121,13 +131,16 @@ class ReadPoller:
         poll = self._epoll.poll
         waiting = self._waiting
         ready = self._ready
+        hung_up = self._hung_up
         reschedule = trio.lowlevel.reschedule
         while True:
             events = poll(0, MAX_EVENTS)
             if not events:
                 await trio.lowlevel.wait_readable(epoll_fd)
                 continue
-            for fd, _ in events:
+            for fd, mask in events:
+                if mask & _HANG_UP:
+                    hung_up.add(fd)
                 waiter = waiting.get(fd)
                 if waiter is None:
                     ready.add(fd)

@@ -4,7 +4,7 @@ Two servers are measured with the same load, alternately, ``--rounds`` times eac
 (the best of each is compared, which discounts load from elsewhere on the machine):
 
 1. pynsqd (``python -m broker``) on a fresh data directory, publishing every request;
-2. the ceiling: the same HTTP stack (Trio + llhttp, :class:`broker.http.server.HTTP1Server`)
+2. the ceiling: the same HTTP stack (Trio and :class:`broker.http.server.HTTP1Server`)
    with a handler that answers nsqd's ``200 OK`` without doing anything.
 
 The load comes from a separate process: ``--connections`` threads, each sending

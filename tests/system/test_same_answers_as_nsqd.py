@@ -19,7 +19,9 @@ left out here; so is ``PUT /config/nsqlookupd_tcp_addresses`` with ``null`` (nsq
 
 from __future__ import annotations
 
+import concurrent.futures
 import http.client
+import json
 import os
 import re
 import socket
@@ -101,6 +103,201 @@ HTTP_CASES: list[tuple[str, str, bytes | None]] = [
     ("GET", "V1:/stats?format=json&topic=zz", None), ("GET", "V1:/info", None),
     ("POST", "V1:/topic/create?topic=t4", None), ("POST", "V1:/topic/create?topic=bad!", None), ("GET", "V1:/nope", None),
 ]
+
+
+#: A request every framing case ends with: answered only where the framing before it ended
+#: where nsqd's did.
+_PING = b"GET /ping HTTP/1.1\r\nHost: h\r\n\r\n"
+_CHUNKED = b"Transfer-Encoding: chunked\r\n"
+
+
+def _pub(extra: bytes, version: bytes = b"1.1") -> bytes:
+    """A ``/pub`` to the case's own topic (``{t}``) with the headers ``extra`` and what follows them."""
+    return b"POST /pub?topic={t} HTTP/" + version + b"\r\nHost: h\r\n" + extra
+
+
+def _smuggled(framing: bytes) -> bytes:
+    """``framing`` (headers and a body), then a second ``/pub`` to ``{t}_2`` that a server
+    reading the first body differently would (or would not) take for a request."""
+    return _pub(framing) + b"POST /pub?topic={t}_2 HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nxyz" + _PING
+
+
+#: Raw requests where a server decides where a request ends (the shapes request smuggling
+#: feeds on) and what it refuses: each goes to nsqd and to pynsqd on a connection of its own
+#: (``{t}`` is the case's own topic; ending ``<EOF>``: the client then closes its side).
+FRAMING_CASES: dict[str, bytes] = {
+    # Transfer-Encoding
+    "HTTP/1.0 chunked": _pub(_CHUNKED + b"\r\n3\r\nabc\r\n0\r\n\r\n", b"1.0"),
+    "HTTP/1.0 chunked, keep-alive": _pub(_CHUNKED + b"Connection: keep-alive\r\n\r\n3\r\nabc\r\n0\r\n\r\n", b"1.0")
+    + _PING,
+    "HTTP/1.0 chunked with a length": _pub(_CHUNKED + b"Connection: keep-alive\r\nContent-Length: 15\r\n\r\n"
+                                           b"3\r\nabc\r\n0\r\n\r\n", b"1.0") + _PING,
+    "HTTP/1.0 gzip": _pub(b"Transfer-Encoding: gzip\r\nConnection: keep-alive\r\nContent-Length: 3\r\n\r\nabc",
+                          b"1.0") + _PING,
+    "chunked": _pub(_CHUNKED + b"\r\n3\r\nabc\r\n0\r\n\r\n") + _PING,
+    "ChUnKeD": _pub(b"Transfer-Encoding: ChUnKeD\r\n\r\n3\r\nabc\r\n0\r\n\r\n") + _PING,
+    "chunked, tabs around": _pub(b"Transfer-Encoding:\tchunked\t\r\n\r\n3\r\nabc\r\n0\r\n\r\n") + _PING,
+    "gzip, chunked": _pub(b"Transfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n") + _PING,
+    "chunked, identity": _pub(b"Transfer-Encoding: chunked, identity\r\n\r\n3\r\nabc\r\n0\r\n\r\n") + _PING,
+    "identity": _pub(b"Transfer-Encoding: identity\r\nContent-Length: 3\r\n\r\nabc") + _PING,
+    "empty Transfer-Encoding": _pub(b"Transfer-Encoding: \r\nContent-Length: 3\r\n\r\nabc") + _PING,
+    "chunked twice": _pub(_CHUNKED + _CHUNKED + b"\r\n3\r\nabc\r\n0\r\n\r\n") + _PING,
+    "chunked then identity": _pub(_CHUNKED + b"Transfer-Encoding: identity\r\n\r\n3\r\nabc\r\n0\r\n\r\n") + _PING,
+    # Content-Length and Transfer-Encoding together, duplicates, odd numbers
+    "Content-Length then chunked": _smuggled(b"Content-Length: 4\r\n" + _CHUNKED + b"\r\n0\r\n\r\n"),
+    "chunked then Content-Length": _smuggled(_CHUNKED + b"Content-Length: 48\r\n\r\n0\r\n\r\n"),
+    "Content-Length twice, equal": _pub(b"Content-Length: 3\r\nContent-Length:  3 \r\n\r\nabc") + _PING,
+    "Content-Length twice, different": _pub(b"Content-Length: 3\r\nContent-Length: 4\r\n\r\nabcd") + _PING,
+    "Content-Length list": _pub(b"Content-Length: 3, 3\r\n\r\nabc") + _PING,
+    "Content-Length +3": _pub(b"Content-Length: +3\r\n\r\nabc") + _PING,
+    "Content-Length -3": _pub(b"Content-Length: -3\r\n\r\nabc") + _PING,
+    "Content-Length in spaces": _pub(b"Content-Length:   3   \r\n\r\nabc") + _PING,
+    "Content-Length 003": _pub(b"Content-Length: 003\r\n\r\nabc") + _PING,
+    "Content-Length 3 3": _pub(b"Content-Length: 3 3\r\n\r\nabc") + _PING,
+    "Content-Length 0x3": _pub(b"Content-Length: 0x3\r\n\r\nabc") + _PING,
+    "Content-Length empty": _pub(b"Content-Length: \r\n\r\nabc") + _PING,
+    "Content-Length past int64": _pub(b"Content-Length: 99999999999999999999\r\n\r\nabc") + _PING,
+    "Content-Length 3_0": _pub(b"Content-Length: 3_0\r\n\r\nabc") + _PING,
+    "Content-Length in Arabic digits": _pub(b"Content-Length: \xd9\xa3\r\n\r\nabc") + _PING,
+    "Content-Length 0, then a request": _smuggled(b"Content-Length: 0\r\n\r\n"),
+    "a body holding a request": _pub(b"Content-Length: %d\r\n\r\n" % len(_PING) + _PING) + _PING,
+    "a chunk holding a request": _pub(_CHUNKED + b"\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(_PING), _PING)) + _PING,
+    "GET with a body": b"GET /ping HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc" + _PING,
+    "GET chunked": b"GET /ping HTTP/1.1\r\nHost: h\r\n" + _CHUNKED + b"\r\n3\r\nabc\r\n0\r\n\r\n" + _PING,
+    "Trailer: Content-Length, chunked": _pub(b"Trailer: Content-Length\r\n" + _CHUNKED + b"\r\n3\r\nabc\r\n0\r\n\r\n")
+    + _PING,
+    "Trailer: Content-Length, not chunked": _pub(b"Trailer: Content-Length\r\nContent-Length: 3\r\n\r\nabc") + _PING,
+    # header lines
+    "a folded header": _pub(b"X-A: a\r\n b\r\nContent-Length: 3\r\n\r\nabc") + _PING,
+    "a folded Content-Length": _pub(b"Content-Length:\r\n 3\r\n\r\nabc") + _PING,
+    "a folded Transfer-Encoding": _pub(b"Transfer-Encoding:\r\n\tchunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n") + _PING,
+    "a fold as the first header": b"POST /pub?topic={t} HTTP/1.1\r\n X: y\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc"
+    + _PING,
+    "a fold of spaces only": _pub(b"Content-Length: 3\r\n   \r\n\r\nabc") + _PING,
+    "space before the colon": _pub(b"Content-Length : 3\r\n\r\nabc") + _PING,
+    "tab before the colon": _pub(b"X-A\t: b\r\nContent-Length: 3\r\n\r\nabc") + _PING,
+    "no colon": _pub(b"X-A b\r\nContent-Length: 3\r\n\r\nabc") + _PING,
+    "an empty name": _pub(b": b\r\nContent-Length: 3\r\n\r\nabc") + _PING,
+    "a name with (": _pub(b"X(A: b\r\nContent-Length: 3\r\n\r\nabc") + _PING,
+    "a bad name and a bad length": _pub(b"X A: b\r\nContent-Length: x\r\n\r\nabc") + _PING,
+    "NUL in a value": b"GET /ping HTTP/1.1\r\nHost: h\r\nX-A: a\x00b\r\n\r\n" + _PING,
+    "DEL in a value": b"GET /ping HTTP/1.1\r\nHost: h\r\nX-A: a\x7fb\r\n\r\n" + _PING,
+    "UTF-8 in a value": b"GET /ping HTTP/1.1\r\nHost: h\r\nX-A: \xc3\xa9\r\n\r\n" + _PING,
+    "a control byte and no Host": b"GET /ping HTTP/1.1\r\nX-A: a\x01\r\n\r\n" + _PING,
+    # line endings
+    "bare LF everywhere": (_pub(b"Content-Length: 3\r\n\r\nabc") + _PING).replace(b"\r\n", b"\n"),
+    "bare LF after the request line": b"POST /pub?topic={t} HTTP/1.1\nHost: h\r\nContent-Length: 3\r\n\r\nabc" + _PING,
+    "bare LF after one header": _pub(b"Content-Length: 3\n\r\nabc") + _PING,
+    "bare LF blank line": _pub(b"Content-Length: 3\r\n\nabc") + _PING,
+    "bare LF in chunking": (_pub(_CHUNKED + b"\r\n3\r\nabc\r\n0\r\n\r\n")).replace(b"\r\n", b"\n") + _PING,
+    "bare LF after a chunk size": _pub(_CHUNKED + b"\r\n3\nabc\r\n0\n\r\n") + _PING,
+    "bare LF after chunk data": _pub(_CHUNKED + b"\r\n3\r\nabc\n0\r\n\r\n") + _PING,
+    "bare LF after the last chunk": _pub(_CHUNKED + b"\r\n3\r\nabc\r\n0\r\n\n") + _PING,
+    "bare CR in the request line": b"POST /pub?topic={t} HTTP/1.1\rHost: h\r\nContent-Length: 3\r\n\r\nabc" + _PING,
+    "bare CR in a value": _pub(b"X-A: a\rb\r\nContent-Length: 3\r\n\r\nabc") + _PING,
+    "bare CR ending a header": _pub(b"X-A: a\rContent-Length: 3\r\n\r\nabc") + _PING,
+    "CR CR LF": _pub(b"Content-Length: 3\r\r\n\r\nabc") + _PING,
+    "a blank line first": b"\r\n" + _PING + _PING,
+    "CR LF after a POST": _pub(b"Content-Length: 3\r\n\r\nabc\r\n") + _PING,
+    "four CR LF bytes after a POST": _pub(b"Content-Length: 3\r\n\r\nabc\r\n\r\n") + _PING,
+    "five CR LF bytes after a POST": _pub(b"Content-Length: 3\r\n\r\nabc\r\n\r\n\n") + _PING,
+    "LF after a POST": _pub(b"Content-Length: 3\r\n\r\nabc\n") + _PING,
+    "CR LF after a GET": _PING + b"\r\n" + _PING,
+    # chunking
+    "a chunk extension": _pub(_CHUNKED + b"\r\n3;a=b\r\nabc\r\n0;x\r\n\r\n") + _PING,
+    "a quoted chunk extension": _pub(_CHUNKED + b'\r\n3;a="b\r\n"\r\nabc\r\n0\r\n\r\n') + _PING,
+    "space before a chunk extension": _pub(_CHUNKED + b"\r\n3 ;a=b\r\nabc\r\n0\r\n\r\n") + _PING,
+    "space before a chunk size": _pub(_CHUNKED + b"\r\n 3\r\nabc\r\n0\r\n\r\n") + _PING,
+    "space after a chunk size": _pub(_CHUNKED + b"\r\n3 \r\nabc\r\n0\r\n\r\n") + _PING,
+    "tab after a chunk size": _pub(_CHUNKED + b"\r\n3\t\r\nabc\r\n0\r\n\r\n") + _PING,
+    "chunk size 0x3": _pub(_CHUNKED + b"\r\n0x3\r\nabc\r\n0\r\n\r\n") + _PING,
+    "chunk size +3": _pub(_CHUNKED + b"\r\n+3\r\nabc\r\n0\r\n\r\n") + _PING,
+    "chunk size of 16 digits": _pub(_CHUNKED + b"\r\n0000000000000003\r\nabc\r\n0\r\n\r\n") + _PING,
+    "chunk size of 17 digits": _pub(_CHUNKED + b"\r\n00000000000000003\r\nabc\r\n0\r\n\r\n") + _PING,
+    "chunk size past uint64": _pub(_CHUNKED + b"\r\n10000000000000003\r\nabc\r\n0\r\n\r\n") + _PING,
+    "chunk size 2^64-1": _pub(_CHUNKED + b"\r\nffffffffffffffff\r\nabc\r\n0\r\n\r\n") + _PING,
+    "no chunk size": _pub(_CHUNKED + b"\r\n\r\nabc\r\n0\r\n\r\n") + _PING,
+    "chunk size in capitals": _pub(_CHUNKED + b"\r\nA\r\n0123456789\r\n0\r\n\r\n") + _PING,
+    "last chunk 00": _pub(_CHUNKED + b"\r\n3\r\nabc\r\n00\r\n\r\n") + _PING,
+    "chunk data too long": _pub(_CHUNKED + b"\r\n3\r\nabcX\r\n0\r\n\r\n") + _PING,
+    "a trailer": _pub(_CHUNKED + b"\r\n3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n") + _PING,
+    "a bad trailer": _pub(_CHUNKED + b"\r\n3\r\nabc\r\n0\r\nnot a header\r\n\r\n") + _PING,
+    "no CR LF after the last chunk": _pub(_CHUNKED + b"\r\n3\r\nabc\r\n0\r\n") + _PING,
+    "no CR LF after the last chunk, then EOF": _pub(_CHUNKED + b"\r\n3\r\nabc\r\n0\r\n") + b"<EOF>",
+    "a chunk size line of 4095 bytes": _pub(_CHUNKED + b"\r\n3;" + b"x" * 4091 + b"\r\nabc\r\n0\r\n\r\n") + _PING,
+    "a chunk size line of 4096 bytes": _pub(_CHUNKED + b"\r\n3;" + b"x" * 4092 + b"\r\nabc\r\n0\r\n\r\n") + _PING,
+    "a trailer ending at 4096 bytes": _pub(_CHUNKED + b"\r\n3\r\nabc\r\n0\r\nX-T: " + b"x" * 4087 + b"\r\n\r\n")
+    + _PING,
+    "a trailer ending at 4097 bytes": _pub(_CHUNKED + b"\r\n3\r\nabc\r\n0\r\nX-T: " + b"x" * 4088 + b"\r\n\r\n")
+    + _PING,
+    "last chunk, then a request": _smuggled(_CHUNKED + b"Content-Length: 42\r\n\r\n0\r\n\r\n"),
+    # heads: size, Host, version, target
+    "a header line of 1 MiB + 3000": b"GET /ping HTTP/1.1\r\nHost: h\r\nX-Big: " + b"a" * ((1 << 20) + 3000)
+    + b"\r\n\r\n" + _PING,
+    "a header line of 1 MiB + 5000": b"GET /ping HTTP/1.1\r\nHost: h\r\nX-Big: " + b"a" * ((1 << 20) + 5000)
+    + b"\r\n\r\n" + _PING,
+    "a request line of 1 MiB + 5000": b"GET /ping?" + b"a" * ((1 << 20) + 5000) + b" HTTP/1.1\r\nHost: h\r\n\r\n",
+    "HTTP/1.1 without Host": b"GET /ping HTTP/1.1\r\n\r\n" + _PING,
+    "HTTP/1.0 without Host": b"GET /ping HTTP/1.0\r\nConnection: keep-alive\r\n\r\n" + _PING,
+    "an empty Host": b"GET /ping HTTP/1.1\r\nHost:\r\n\r\n" + _PING,
+    "two Hosts": b"GET /ping HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n" + _PING,
+    "Host a/b": b"GET /ping HTTP/1.1\r\nHost: a/b\r\n\r\n" + _PING,
+    "Host a@b": b"GET /ping HTTP/1.1\r\nHost: a@b\r\n\r\n" + _PING,
+    "Host in UTF-8": b"GET /ping HTTP/1.1\r\nHost: \xc3\xa9\r\n\r\n" + _PING,
+    "absolute form": b"GET http://other/ping HTTP/1.1\r\nHost: h\r\n\r\n" + _PING,
+    "absolute form without Host": b"GET http://other/ping HTTP/1.1\r\n\r\n" + _PING,
+    "absolute form, port and query": b"GET https://other:1/ping?x=1 HTTP/1.1\r\nHost: h\r\n\r\n" + _PING,
+    "absolute form /pub": b"POST http://x/pub?topic={t} HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc" + _PING,
+    "absolute form, bad port": b"GET http://h:x/ping HTTP/1.1\r\nHost: h\r\n\r\n" + _PING,
+    "a target without /": b"GET ping HTTP/1.1\r\nHost: h\r\n\r\n" + _PING,
+    "a target starting with :": b"GET :/ping HTTP/1.1\r\nHost: h\r\n\r\n" + _PING,
+    "a bad escape": b"GET /pi%zzng HTTP/1.1\r\nHost: h\r\n\r\n" + _PING,
+    "a bad escape in the query": b"GET /ping?%zz HTTP/1.1\r\nHost: h\r\n\r\n" + _PING,
+    "UTF-8 in the target": b"GET /ping\xff HTTP/1.1\r\nHost: h\r\n\r\n" + _PING,
+    "a control byte in the target": b"GET /pi\x01ng HTTP/1.1\r\nHost: h\r\n\r\n" + _PING,
+    "OPTIONS *": b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n" + _PING,
+    "GET *": b"GET * HTTP/1.1\r\nHost: h\r\n\r\n" + _PING,
+    "CONNECT": b"CONNECT h:80 HTTP/1.1\r\nHost: h:80\r\n\r\n" + _PING,
+    "HTTP/2 preface": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _PING,
+    "PRI * with a Host": b"PRI * HTTP/2.0\r\nHost: h\r\n\r\nSM\r\n\r\n" + _PING,
+    "HTTP/0.9": b"GET /ping HTTP/0.9\r\nHost: h\r\n\r\n" + _PING,
+    "HTTP/1.2": b"GET /ping HTTP/1.2\r\nHost: h\r\n\r\n" + _PING,
+    "HTTP/1.10": b"GET /ping HTTP/1.10\r\nHost: h\r\n\r\n" + _PING,
+    "HTTP/3.0": b"GET /ping HTTP/3.0\r\nHost: h\r\n\r\n" + _PING,
+    "http/1.1": b"GET /ping http/1.1\r\nHost: h\r\n\r\n" + _PING,
+    "two spaces": b"GET  /ping HTTP/1.1\r\nHost: h\r\n\r\n" + _PING,
+    "a space in the target": b"GET /ping x HTTP/1.1\r\nHost: h\r\n\r\n" + _PING,
+    "tabs for spaces": b"GET\t/ping\tHTTP/1.1\r\nHost: h\r\n\r\n" + _PING,
+    "a lower-case method": b"get /ping HTTP/1.1\r\nHost: h\r\n\r\n" + _PING,
+    "an unknown method": b"FOO /ping HTTP/1.1\r\nHost: h\r\n\r\n" + _PING,
+    "a method with (": b"G(T /ping HTTP/1.1\r\nHost: h\r\n\r\n" + _PING,
+    "HEAD with a body": b"HEAD /ping HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc" + _PING,
+    "HEAD chunked": b"HEAD /ping HTTP/1.1\r\nHost: h\r\n" + _CHUNKED + b"\r\n0\r\n\r\n" + _PING,
+    # Connection, Expect, Upgrade
+    "Connection: close": b"GET /ping HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n" + _PING,
+    "Connection: keep-alive, close": b"GET /ping HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, close\r\n\r\n" + _PING,
+    "a second Connection: CLOSE": b"GET /ping HTTP/1.1\r\nHost: h\r\nConnection: a\r\nConnection: x, CLOSE\r\n\r\n"
+    + _PING,
+    "HTTP/1.0 close, keep-alive": b"GET /ping HTTP/1.0\r\nConnection: close, keep-alive\r\n\r\n" + _PING,
+    "HTTP/1.0 keep-alive second": b"GET /ping HTTP/1.0\r\nConnection: a\r\nConnection: Keep-Alive\r\n\r\n" + _PING,
+    "Expect: 100-continue": _pub(b"Expect: 100-continue\r\nContent-Length: 3\r\n\r\nabc") + _PING,
+    "Expect: a, 100-Continue": _pub(b"Expect: a, 100-Continue\r\nContent-Length: 3\r\n\r\nabc") + _PING,
+    "Expect: (empty)": _pub(b"Expect:\r\nContent-Length: 3\r\n\r\nabc") + _PING,
+    "Expect: 100-continue, HTTP/1.0": _pub(b"Expect: 100-continue\r\nConnection: keep-alive\r\nContent-Length: 3"
+                                           b"\r\n\r\nabc", b"1.0") + _PING,
+    "Upgrade: websocket": b"GET /ping HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n" + _PING,
+    "Upgrade: h2c": b"GET /ping HTTP/1.1\r\nHost: h\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+    b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n" + _PING,
+    # the end of input
+    "EOF in the request line": b"GET /pi<EOF>",
+    "EOF after the request line": b"GET /ping HTTP/1.1\r\n<EOF>",
+    "EOF in the headers": b"GET /ping HTTP/1.1\r\nHost: h\r\n<EOF>",
+    "EOF after a request": _PING + b"<EOF>",
+    "EOF after CR LF after a GET": _PING + b"\r\n<EOF>",
+    "EOF after CR LF after a POST": _pub(b"Content-Length: 3\r\n\r\nabc\r\n<EOF>"),
+    "EOF in a body": _pub(b"Content-Length: 5\r\n\r\nab<EOF>"),
+    "EOF in a chunk": _pub(_CHUNKED + b"\r\n3\r\nab<EOF>"),
+}
 
 
 def _body(data: bytes) -> bytes:
@@ -186,17 +383,24 @@ def _http(address: tuple[str, int], method: str, target: str, body: bytes | None
         conn.close()
 
 
-def _converse(address: tuple[str, int], chunks: list[bytes], expect: bytes | None = None) -> bytes:
-    """What the broker sends back to ``chunks``, ending ``<EOF>`` if it closes.
+def _converse(address: tuple[str, int], chunks: list[bytes], expect: bytes | None = None, *,
+              half_close: bool = False) -> bytes:
+    """What the broker sends back to ``chunks`` (then the end of input, with
+    ``half_close``), ending ``<EOF>`` if it closes.
 
     Without ``expect`` (nsqd's side), until it is quiet for half a second; with it, until as
     many bytes as ``expect`` came (or the end), then quiet for a moment: a busy machine
     makes the second broker slower, never shorter.
     """
     with socket.create_connection(address, timeout=10) as sock:
-        for chunk in chunks:
-            sock.sendall(chunk)
-            time.sleep(0.02)  # separate writes, as a client sends them
+        try:
+            for chunk in chunks:
+                sock.sendall(chunk)
+                time.sleep(0.02)  # separate writes, as a client sends them
+            if half_close:
+                sock.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused before it had all (a head over the limit): its answer is read below
         received = b""
         deadline = time.monotonic() + 10
         while True:
@@ -251,6 +455,60 @@ def test_http_answers_are_nsqds(pair):
         ours = (ours[0], ours[1], _normalize(ours[2], _ports(pynsqd)))
         if theirs != ours:
             differ.append(f"{method} {target[:80]}: nsqd {theirs!r:.300} pynsqd {ours!r:.300}")
+    assert not differ, "\n".join(differ)
+
+
+_RESPONSE_START = re.compile(rb"HTTP/1\.[01] \d{3} ")
+_COMPARED_HEADERS = (b"content-type", b"connection", b"transfer-encoding")
+
+
+def _answers(raw: bytes) -> list[tuple[bytes, tuple[bytes, ...], bytes]]:
+    """The responses in ``raw``, each as (status line, the headers that matter, body); the
+    order of headers, ``Date`` and ``Content-Length`` (present or not) are left out."""
+    answers = []
+    starts = [match.start() for match in _RESPONSE_START.finditer(raw)] + [len(raw)]
+    for start, end in zip(starts, starts[1:]):
+        head, _, body = raw[start:end].partition(b"\r\n\r\n")
+        status, *lines = head.split(b"\r\n")
+        headers = tuple(sorted(line.lower() for line in lines if line.partition(b":")[0].lower() in _COMPARED_HEADERS))
+        answers.append((status, headers, body))
+    return answers
+
+
+def _topics(address: tuple[str, int], prefix: str) -> dict[str, tuple[int, int]]:
+    """(messages, bytes) published to each topic whose name starts with ``prefix``."""
+    status, _, body = _http(address, "GET", "/stats?format=json&include_clients=false", None)
+    assert status == 200
+    return {topic["topic_name"]: (topic["message_count"], topic["message_bytes"])
+            for topic in json.loads(body)["topics"] or [] if topic["topic_name"].startswith(prefix)}
+
+
+def _framing_answers(proc: BrokerProcess, data: bytes, expect: bytes | None) -> bytes:
+    return _converse(proc.http, [data.removesuffix(b"<EOF>")], expect, half_close=data.endswith(b"<EOF>"))
+
+
+def test_requests_end_where_nsqd_ends_them(pair):
+    """Each framing case gets the same answers (status line, Content-Type, Connection, body),
+    in the same number, with the connection left open or closed alike, and publishes the
+    same messages: a request hidden in another's body (or a body taken for a request) for
+    one server is so for the other."""
+    nsqd, pynsqd = pair
+
+    def one(index: int, name: str) -> str | None:
+        data = FRAMING_CASES[name].replace(b"{t}", b"framing%d" % index)
+        theirs = _framing_answers(nsqd, data, None)
+        ours = _framing_answers(pynsqd, data, theirs.removesuffix(b"<EOF>"))
+        compared = [(_answers(raw.removesuffix(b"<EOF>")), raw.endswith(b"<EOF>")) for raw in (theirs, ours)]
+        if compared[0] != compared[1]:
+            return f"{name}: nsqd {theirs[:400]!r} pynsqd {ours[:400]!r}"
+        return None
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:  # each case waits for quiet on its own connection
+        differ = [found for found in pool.map(one, range(len(FRAMING_CASES)), FRAMING_CASES) if found]
+    published = [_topics(proc.http, "framing") for proc in pair]
+    assert published[0], "the cases published nothing: the comparison of what they published would be empty"
+    if published[0] != published[1]:
+        differ.append(f"published: nsqd {published[0]} pynsqd {published[1]}")
     assert not differ, "\n".join(differ)
 
 

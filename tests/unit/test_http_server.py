@@ -222,6 +222,10 @@ _PIPELINE = (
 )
 
 
+#: Go's answer to a request it cannot read, byte for byte.
+GO_BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request"
+
+
 def _without_dates(answer: bytes) -> bytes:
     return re.sub(rb"Date: [^\r]*\r\n", b"", answer)
 
@@ -290,6 +294,91 @@ async def test_unservable_heads_get_gos_answer_and_a_close(head, status_line, bo
     assert b"Connection: close\r\n" in answer
     assert answer.partition(b"\r\n\r\n")[2] == body
     assert handler.requests == []
+
+
+async def test_http_1_0_ignores_transfer_encoding():
+    """As Go's server does: the request has no body (no Content-Length), and the chunks
+    that follow are read as the next request (nsqd: ``400 MSG_EMPTY``, then ``400``)."""
+    handler = Recorder(limit=100)
+    async with serving(handler) as (_, address):
+        answer = await raw_exchange(address, b"POST /x HTTP/1.0\r\nTransfer-Encoding: chunked\r\n"
+                                              b"Connection: keep-alive\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+    assert [(request.path, data) for request, data in handler.requests] == [("/x", b"")]
+    first, _, rest = answer.partition(b"POST /x  0")
+    assert first.startswith(b"HTTP/1.0 200 OK\r\n") and b"Connection: keep-alive\r\n" in first
+    assert rest == GO_BAD_REQUEST
+
+
+async def test_bare_lf_ends_lines_as_in_gos_server():
+    handler = Recorder(limit=100)
+    async with serving(handler) as (_, address):
+        answer = await raw_exchange(address, b"POST /a HTTP/1.1\nHost: h\nContent-Length: 3\n\nabc"
+                                              b"GET /b HTTP/1.1\r\nHost: h\n\r\n"
+                                              b"GET /c HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\n")
+    assert [(request.path, data) for request, data in handler.requests] == [("/a", b"abc"), ("/b", b""), ("/c", b"")]
+    assert answer.count(b"HTTP/1.1 200 OK\r\n") == 3
+
+
+async def test_a_refused_head_gets_gos_exact_bytes():
+    async with serving(Recorder()) as (_, address):
+        answer = await raw_exchange(address, b"GET /x HTTP/1.1\r\n\r\n")
+    assert answer == (b"HTTP/1.1 400 Bad Request: missing required Host header\r\nContent-Type: text/plain; "
+                      b"charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request: missing required Host header")
+
+
+@pytest.mark.parametrize("data", [b"GET /x", b"GET /x HTTP/1.1\r\nHost: h\r\n"])
+async def test_a_head_cut_short_by_the_end_of_input_is_400(data):
+    async with serving(Recorder()) as (_, address):
+        stream = await trio.open_tcp_stream(*address)
+        with trio.fail_after(5):
+            await stream.send_all(data)
+            await stream.send_eof()
+            received = b""
+            while chunk := await stream.receive_some(65536):
+                received += chunk
+        await stream.aclose()
+    assert received == GO_BAD_REQUEST
+
+
+async def test_the_last_bytes_of_a_head_and_the_end_of_input_in_one_edge_are_answered():
+    """The end of input that arrives with the last bytes brings no edge of its own: the
+    connection must not wait for one (it answered nothing and stayed open)."""
+    async with serving(Recorder(), inline=lambda request, body: None) as (_, address):
+        client = socket.create_connection(address)
+        client.setblocking(False)
+        try:
+            client.send(b"GET /x HTTP/1.1\r\n")
+            await wait_all_tasks_blocked()  # the connection read it and waits on the poller
+            client.send(b"Host: h\r\n")
+            client.shutdown(socket.SHUT_WR)  # both before the poller looks again
+            received = b""
+            with trio.fail_after(5):
+                while True:
+                    await trio.lowlevel.wait_readable(client)
+                    chunk = client.recv(65536)
+                    if not chunk:
+                        break
+                    received += chunk
+        finally:
+            client.close()
+    assert received == GO_BAD_REQUEST
+
+
+async def test_a_body_cut_short_that_the_handler_read_is_answered_without_announcing_a_close():
+    """Go's reader takes the end of input in a Content-Length body as the body's end (with
+    an error for the handler); the connection ends after the answer all the same."""
+    handler = Recorder(limit=100)
+    async with serving(handler) as (_, address):
+        stream = await trio.open_tcp_stream(*address)
+        with trio.fail_after(5):
+            await stream.send_all(b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nab")
+            await stream.send_eof()
+            received = b""
+            while chunk := await stream.receive_some(65536):
+                received += chunk
+        await stream.aclose()
+    assert handler.requests[0][1].startswith("error: ")
+    assert received.startswith(b"HTTP/1.1 200 OK\r\n") and b"Connection" not in received
 
 
 @pytest.mark.parametrize("extra, answered", [((1 << 20) + 3000, True), ((1 << 20) + 5000, False)])

@@ -87,6 +87,21 @@ async def test_a_closed_peer_wakes_the_reader(pair):
         assert b.recv(10) == b""
 
 
+async def test_the_last_bytes_and_a_close_in_one_edge_are_a_hang_up(pair):
+    a, b = pair
+    fd = b.fileno()
+    async with _running(b) as (poller, nursery):
+        assert not poller.hung_up(fd)
+        a.send(b"last")
+        a.shutdown(socket.SHUT_WR)  # before the poller looks: one edge for both
+        await poller.wait_readable(fd)
+        assert b.recv(100) == b"last"  # a short read that did not drain the socket,
+        assert poller.hung_up(fd)  # as the poller says: no other edge will come
+        assert b.recv(100) == b""
+        poller.unregister(fd)
+        assert not poller.hung_up(fd)
+
+
 async def test_a_wait_can_be_cancelled_and_the_socket_waited_for_again(pair, autojump_clock):
     a, b = pair
     async with _running(b) as (poller, nursery):
