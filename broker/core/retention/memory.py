@@ -192,9 +192,12 @@ class MemoryRetention:
         """
         ready = self.ready
         left = ready.sweep_left
-        if not left:
+        backend = ready.backend
+        if not left or backend is None:
             return False
-        if not self.sweep_batch(min(left, SWEEP_STEP), ready.limit or REFILL_BATCH):
+        with backend.moving():  # the queue's sync policy need not sync records moved
+            read = self.sweep_batch(min(left, SWEEP_STEP), ready.limit or REFILL_BATCH)
+        if not read:
             ready.sweep_read(left)  # nothing could be read: the sweep is over
             return False
         return bool(ready.sweep_left)
