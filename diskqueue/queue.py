@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 import trio
 
@@ -296,6 +297,25 @@ class DiskQueue:
         if (out or changed) and (self._policy.changed(len(out), changed or self._auto) or changed):
             self._wake()
         return out
+
+    @contextmanager
+    def moving(self) -> Iterator[None]:
+        """A block of plain calls that *move* records: read them and append them (or some of
+        them, in another order) again. What it reads and writes does not count towards
+        ``sync_every``; ``sync_timeout`` still bounds when it is synced.
+
+        A move needs no prompt sync: a sync writes the data before the checkpoint, so until
+        one covers the new copies, the checkpoint on disk still has the originals unread (a
+        crash reads them again: duplicates, never a loss). Without this, moving a million
+        records a batch at a time, with other tasks running between batches, would sync
+        every ``sync_every / 2`` of them.
+        """
+        policy = self._policy
+        policy.counting = False
+        try:
+            yield
+        finally:
+            policy.counting = True
 
     def peek_many(self, max_records: int) -> list[bytes]:
         """Up to ``max_records`` of the records ``read_many`` would hand out next, unchanged.

@@ -1,8 +1,8 @@
 """When a disk queue syncs, and what one sync does in a worker thread.
 
 Sync policy (nsqd's): :class:`SyncPolicy`'s loop syncs once ``sync_every`` records have
-been written or read since the last sync, within ``sync_timeout`` seconds of the first
-change not yet synced, promptly after a segment roll and after a segment has been read to
+been written or read since the last sync (records *moved*, ``DiskQueue.moving()``, do not
+count), within ``sync_timeout`` seconds of the first change not yet synced, promptly after a segment roll and after a segment has been read to
 its end; and ``DiskQueue.close()`` syncs. These syncs always write the checkpoint. While
 nothing needs a sync the loop waits without a timeout (an idle queue costs no wake-ups),
 and with ``run_on_demand()`` it is not even started until the first change.
@@ -82,10 +82,11 @@ class SyncPolicy:
 
     ``dirty``: something changed since the last sync; ``meta_dirty``: the checkpoint's
     content other than the write cursor changed; ``ops``: records written and read since
-    the last sync. The queue sets them as it changes; capturing a sync clears them.
+    the last sync, while ``counting`` (the queue turns it off while records are moved).
+    The queue sets them as it changes; capturing a sync clears them.
     """
 
-    __slots__ = ("every", "timeout", "ops", "dirty", "meta_dirty", "idle", "syncs", "last_error",
+    __slots__ = ("every", "timeout", "ops", "counting", "dirty", "meta_dirty", "idle", "syncs", "last_error",
                  "_inline_below", "_records_s", "_wakeup", "_changed_at", "_spawn", "_stopped", "_active",
                  "_deferred", "_name", "_log")
 
@@ -95,6 +96,7 @@ class SyncPolicy:
         self.every = every
         self.timeout = timeout
         self.ops = 0
+        self.counting = True
         self.dirty = False
         self.meta_dirty = False
         self.syncs = 0
@@ -115,7 +117,8 @@ class SyncPolicy:
         """Note a change a sync must cover: ``ops`` records written or read, and whether the
         checkpoint's content changed. Returns whether the loop must be woken: it is idle
         (the change starts the ``sync_timeout`` clock) or ``sync_every`` is reached."""
-        self.ops += ops
+        if self.counting:
+            self.ops += ops
         self.dirty = True
         if checkpoint:
             self.meta_dirty = True

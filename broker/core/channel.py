@@ -3,8 +3,9 @@
 Ready messages wait in a :class:`~broker.core.spill.SpillQueue` (memory, then
 disk) and go out in the order they arrived (requeues and timeouts go to the
 tail), or, once the topic has priorities, in (priority, arrival) order
-(:mod:`broker.core.ranking`); in-flight and deferred messages are indexed by id and ordered by their
-Trio-clock deadlines in a :class:`~broker.core.timers.TimerHeap` each.
+(:mod:`broker.core.ranking`; the sweeps that takes run in a task of the channel,
+:mod:`broker.core.sweeper`); in-flight and deferred messages are indexed by id and
+ordered by their Trio-clock deadlines in a :class:`~broker.core.timers.TimerHeap` each.
 
 Delivery is synchronous: whenever something changes that could let a message
 move (a put, RDY, FIN, a new subscriber, unpause, a timeout) the owner calls
@@ -47,6 +48,7 @@ from broker.core.leasing import LeaseSettlement
 from broker.core.message import Message, now_ns
 from broker.core.retention import RETRY_DELAY, MemoryRetention, retention_for
 from broker.core.spill import SharedBatch
+from broker.core.sweeper import Sweeper
 from broker.core.tasks import TaskSet
 from broker.core.timers import TimerHeap
 from broker.protocol import MESSAGE_HEADER_LENGTH, ProtocolError, command_failed, is_ephemeral
@@ -131,6 +133,7 @@ class Channel(LeaseSettlement, DeadLetterCommands):
         self.memory = self.ready.memory
         self.buried: BuriedSet = self.retention.buried
         self.ranked = False
+        self.sweeper = Sweeper(self.retention, self.tasks, self.dispatch)
         #: ids of messages another node took over (--replicas): skipped, not delivered
         self.taken: set[bytes] | None = None
         self.retention.restore()
@@ -143,13 +146,14 @@ class Channel(LeaseSettlement, DeadLetterCommands):
 
     def rank(self, default: int) -> None:
         """Deliver in (priority, arrival) order from now on (the topic has priorities);
-        ``default`` is the priority of a message without one. What waits on disk is swept now."""
+        ``default`` is the priority of a message without one. What waits on disk is swept now
+        (in the background: nothing goes out until the sweep is over)."""
         if self.ranked:
             return
         self.ranked = True
         self.ready.rank(default)
         self.memory = self.ready.memory
-        self.retention.sweep()
+        self.sweeper.start()
 
     def priority_levels(self) -> list[tuple[int, int]]:
         """Ranked: ready messages per priority, most urgent first (what the topic holds for the
@@ -301,7 +305,10 @@ class Channel(LeaseSettlement, DeadLetterCommands):
         while ready:
             size = len(memory) if not ranked else self.ready.available()
             if not size:
-                if not self.retention.refill(sum(c.rdy - c.in_flight_count for c in ready)):
+                if ranked:
+                    self.sweeper.start()  # which dispatches again once it is over
+                    break
+                if not self.retention.read_ahead(sum(c.rdy - c.in_flight_count for c in ready)):
                     break
                 continue
             share = max(1, size // len(ready))

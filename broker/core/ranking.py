@@ -20,7 +20,9 @@ While the front of memory is below the floor, it is the most urgent ready
 message and goes out. When it is not (memory ran empty, a more urgent record
 was appended, or nothing is known after a start), the channel *sweeps*: it reads
 every unread record once, keeps the most urgent ones in memory and appends the
-others behind, as new records, and the floor becomes the least of those. With
+others behind, as new records, and the floor becomes the least of those. It does so
+a bounded step at a time, in a task of the channel (:mod:`broker.core.sweeper`), and
+delivers nothing until the last step. With
 ``n`` records on disk and memory ``m``, draining the backlog costs about
 ``n / m`` sweeps; a sweep reads and writes at most ``n`` records. Durable
 channels write those records as replacements of the ones read (as a REQ

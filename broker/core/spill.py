@@ -9,6 +9,8 @@ A write-through queue (durable mode) writes everything to disk.
 A channel whose topic has priorities *ranks* its queue (:meth:`SpillQueue.rank`):
 memory then keeps the most urgent messages in (priority, arrival) order, and the
 disk queue the rest in no order, below a known *floor* (see :mod:`broker.core.ranking`).
+The queue keeps the state of a sweep in progress (:meth:`SpillQueue.start_sweep`); its
+owner runs the sweep a step at a time (:mod:`broker.core.sweeper`).
 
 One disk-error policy per queue, chosen by its owner:
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from broker.core.message import Message, decode_all, encode
 from broker.core.ranking import HIGHEST_KEY, LOWEST_KEY, Key, RankedMemory, rank_key
@@ -62,7 +64,7 @@ class SpillQueue:
     """Ready messages of one topic or channel; owned by it. ``where`` names it in logs."""
 
     __slots__ = ("memory", "backend", "limit", "write_through", "where", "_on_error", "_log",
-                 "ranked", "floor", "disk_levels", "default_priority")
+                 "ranked", "floor", "disk_levels", "default_priority", "sweep_left", "unswept")
 
     def __init__(self, backend: DiskQueue | None, limit: int, *, where: str, log: logging.Logger,
                  write_through: bool = False, on_error: Callable[[DiskQueueError], None] | None = None):
@@ -76,9 +78,14 @@ class SpillQueue:
         self.ranked = False
         #: ranked: no unread disk record ranks before this key
         self.floor: Key = HIGHEST_KEY
-        #: ranked: unread disk records per priority (exact after a sweep, kept up by writes)
+        #: ranked: unread disk records per priority (exact after a sweep, kept up by writes); during
+        #: a sweep, those written since it began
         self.disk_levels: Counter[int] = Counter()
         self.default_priority = 0
+        #: ranked: records the sweep in progress has still to read (0: no sweep runs)
+        self.sweep_left = 0
+        #: ranked: during a sweep, the records it has still to read per priority (as far as known)
+        self.unswept: Counter[int] = Counter()
 
     def rank(self, default: int) -> None:
         """Keep the ready messages in (priority, arrival) order from now on, ``default`` being the
@@ -93,11 +100,13 @@ class SpillQueue:
 
     def available(self) -> int:
         """Ranked: how many messages at the front of memory may go out before a sweep (those
-        ranking at or before the floor)."""
+        ranking at or before the floor; none while a sweep runs)."""
         memory = self.memory
         backend = self.backend
         if backend is None or not backend.depth:
             return len(memory)
+        if self.sweep_left:
+            return 0
         return memory.below(self.floor) if memory else 0  # type: ignore[attr-defined]
 
     def wrote(self, msgs: Sequence[Message]) -> None:
@@ -114,9 +123,41 @@ class SpillQueue:
             self.floor = low
         self.disk_levels.update([k[0] for k in keys])
 
+    def start_sweep(self) -> bool:
+        """Ranked: a sweep starts, unless one runs already; False when the disk holds nothing.
+
+        Every record unread now is to be read once (:meth:`sweep_read`, a step at a time)
+        and what is written behind it counted again; until the last is read, nothing may go out.
+        """
+        backend = self.backend
+        if self.sweep_left:
+            return True
+        if backend is None or not backend.depth:
+            return False
+        self.sweep_left = backend.depth
+        self.unswept, self.disk_levels = self.disk_levels, Counter()
+        self.floor = HIGHEST_KEY
+        return True
+
+    def sweep_read(self, count: int, msgs: Iterable[Message | None] = (), keys: Iterable[Key] = ()) -> bool:
+        """Ranked: the sweep read ``count`` more records, those of ``msgs`` (None: unreadable) and
+        of ``keys`` among them; True while it has more to read."""
+        left = self.sweep_left = max(0, self.sweep_left - count)
+        unswept = self.unswept
+        if not left:
+            unswept.clear()
+        elif unswept:
+            default = self.default_priority
+            read = Counter(default if m.priority is None else m.priority for m in msgs if m is not None)
+            read.update(k[0] for k in keys)
+            unswept.subtract(read)
+        return bool(left)
+
     def swept(self) -> None:
-        """Ranked: a sweep starts; every unread record will be read once and what is written
-        behind it counted again."""
+        """Ranked: no sweep runs, and no unread record is known to rank before memory (the disk was
+        emptied, or refused a sweep's writes: see the channel's retention)."""
+        self.sweep_left = 0
+        self.unswept.clear()
         self.floor = HIGHEST_KEY
         self.disk_levels.clear()
 
@@ -125,6 +166,8 @@ class SpillQueue:
         default = self.default_priority
         counts = Counter(default if m.priority is None else m.priority for m in self.memory)
         counts.update(self.disk_levels)
+        if self.unswept:
+            counts.update(+self.unswept)
         return counts
 
     @property

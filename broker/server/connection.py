@@ -10,7 +10,8 @@ socket did not take at once (and on a TLS or compressed stream). As nsqd's
 to the socket at once, and a client whose buffer stays full (its socket does
 not drain) is given no more messages. A timer task sends heartbeats every
 heartbeat interval, drops a client that sends nothing for two intervals and
-one whose socket does not drain within one interval, as nsqd does.
+one whose socket does not drain within one interval, as nsqd does (a stall of
+the broker's own making does not count: :mod:`broker.server.deadline`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from broker.protocol.replica import (
     is_valid_node_id,
     is_valid_nonce,
 )
+from broker.server.deadline import STALL_TOLERANCE, Deadline
 from broker.server.output import OutputBuffer
 from broker.server.tls import describe_session
 
@@ -536,8 +538,10 @@ class Client:
 
     def wake_timers(self) -> None:
         """Make the timer task re-plan (the heartbeat interval changed)."""
-        if self._timer_scope is not None:
-            self._timer_scope.cancel()
+        scope = self._timer_scope
+        if scope is not None:
+            # a deadline of now, not cancel(): the task then knows when it was asked to wake
+            scope.deadline = min(scope.deadline, self._clock.current_time())
 
     async def run_writer(self) -> None:
         """Send queued frames until closed; returns after the final flush.
@@ -599,11 +603,18 @@ class Client:
         reader is cancelled, as nsqd's read deadline does; when one send has been
         blocked for an interval (the client stopped reading) the connection is
         cancelled. One task wakes per deadline instead of a cancel scope per I/O.
+        A stall of the broker's own (this task woke late) does not count towards
+        either deadline (:mod:`broker.server.deadline`).
         """
         interval = None
         next_heartbeat = math.inf
+        reading, sending = Deadline(), Deadline()
+        planned = math.inf
         while True:
             now = trio.current_time()
+            late = now - planned
+            if late <= STALL_TOLERANCE:
+                late = 0.0
             if self.heartbeat_interval != interval:
                 interval = self.heartbeat_interval
                 next_heartbeat = now + interval if interval else math.inf
@@ -611,20 +622,21 @@ class Client:
                 self.output.add(HEARTBEAT_FRAME)
                 self.wake_writer()
                 next_heartbeat = now + interval
-            reading = interval and not read_scope.cancel_called
-            read_deadline = self.last_read + 2 * interval if reading else math.inf
+            reading_on = interval and not read_scope.cancel_called
+            read_deadline = reading.at(self.last_read if reading_on else None, 2 * (interval or 0), now, late)
             if now >= read_deadline:
                 log.info("client %s: no command for %.0fs; closing", self.remote_address, 2 * interval)
                 read_scope.cancel()
                 # the final flush still has the write deadline
                 next_heartbeat = read_deadline = math.inf
             write_limit = interval or self.options.client_timeout
-            started = self.send_started
-            if started is not None and now - started >= write_limit:
+            write_deadline = sending.at(self.send_started, write_limit, now, late)
+            if now >= write_deadline:
                 log.warning("client %s: write timed out; closing", self.remote_address)
                 connection_scope.cancel()
                 return
-            wake = min(next_heartbeat, read_deadline, (started + write_limit) if started is not None else now + write_limit)
-            with trio.CancelScope(deadline=wake) as self._timer_scope:
+            with trio.CancelScope(deadline=min(next_heartbeat, read_deadline, write_deadline,
+                                               now + write_limit)) as self._timer_scope:
                 await trio.sleep_forever()
+            planned = self._timer_scope.deadline  # when it was to wake (wake_timers may bring it forward)
             self._timer_scope = None

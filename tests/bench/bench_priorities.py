@@ -9,15 +9,23 @@ takes), *prioritised* publishes the same messages each with one of ``--levels`` 
 * **write**: ``--messages`` 100-byte messages MPUBed 200 at a time over ``--connections``
   connections (each keeping ``--pipeline`` MPUBs on the wire), nobody reading: the
   channel keeps ``--mem-queue-size`` in memory and spills the rest;
-* **drain**: then one consumer (RDY ``--rdy``, a FIN for every message) reads them all:
-  a backlog on disk, which a ranked channel sweeps (see ``broker.core.ranking``);
+* **drain**: then one consumer (RDY ``--rdy``, a FIN for every message) reads them all
+  (``--drain`` of them, when given): a backlog on disk, which a ranked channel sweeps (see
+  ``broker.core.ranking``). Meanwhile a second connection keeps one ``PUB`` to another
+  topic in flight at a time, every few milliseconds: its worst round trip is the longest
+  the broker kept every client waiting (*stall*; a sweep does bounded work per turn);
 * **live**: on a fresh broker, the same publishers while the consumer reads, so the
-  backlog stays small (how a channel that keeps up runs).
+  backlog stays small (how a channel that keeps up runs); ``--no-live`` skips it.
+
+``--before DIR`` runs every broker a second time with the code of the checkout ``DIR``
+(``python -m broker`` there), in the same rounds, and prints its table beside this one's.
 
 Usage (from the repository root)::
 
     python -m tests.bench.bench_priorities                    # 3 rounds, 200,000 messages, 10 levels
     python -m tests.bench.bench_priorities --rounds 1 --messages 50000 --flags=--mem-queue-size=1000
+    python -m tests.bench.bench_priorities --rounds 1 --messages 1000000 --drain 100000 --no-live \\
+        --flags=--mem-queue-size=10000 --before ../main     # the stall of a sweep of 1 M, before and after
 """
 
 from __future__ import annotations
@@ -32,7 +40,16 @@ import time
 import urllib.request
 from pathlib import Path
 
-from broker.protocol import MAGIC_V2, FrameDecoder, encode_fin, encode_identify, encode_mpub, encode_rdy, encode_sub
+from broker.protocol import (
+    MAGIC_V2,
+    FrameDecoder,
+    encode_fin,
+    encode_identify,
+    encode_mpub,
+    encode_pub,
+    encode_rdy,
+    encode_sub,
+)
 from broker.protocol.frames import FRAME_TYPE_MESSAGE, decode_message
 from broker.protocol.priorities import prefix_priority
 from tests.bench.bench_keys import _read_answers, publish_all
@@ -40,6 +57,10 @@ from tests.support.processes import BrokerProcess
 
 TOPIC = "bench_priorities"
 CHANNEL = "c"
+#: The topic of the stall probe's PUBs (nobody reads it).
+PROBE_TOPIC = "bench_probe"
+#: Seconds between the probe's round trips (so it costs the broker little).
+PROBE_PAUSE = 0.005
 BATCH = 200
 BODY = b"b" * 100
 MODES = ("plain", "prioritised")
@@ -89,8 +110,23 @@ def _consume(address: tuple[str, int], count: int, rdy: int, ready: threading.Ev
     sock.close()
 
 
-def _start(data: Path, flags: list[str]) -> BrokerProcess:
-    broker = BrokerProcess(data, *flags).start()
+def _probe(address: tuple[str, int], stop: threading.Event, trips: list[float]) -> None:
+    """One PUB at a time until ``stop`` is set, each round trip's seconds appended to ``trips``."""
+    sock = socket.create_connection(address)
+    sock.sendall(MAGIC_V2)
+    decoder = FrameDecoder()
+    pub = encode_pub(PROBE_TOPIC, BODY)
+    while not stop.is_set():
+        start = time.perf_counter()
+        sock.sendall(pub)
+        _read_answers(sock, decoder, 1)
+        trips.append(time.perf_counter() - start)
+        time.sleep(PROBE_PAUSE)
+    sock.close()
+
+
+def _start(data: Path, flags: list[str], cwd: Path | None) -> BrokerProcess:
+    broker = BrokerProcess(data, *flags, cwd=cwd).start()
     host, port = broker.http
     for path in (f"/topic/create?topic={TOPIC}", f"/channel/create?topic={TOPIC}&channel={CHANNEL}"):
         urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}{path}", method="POST"), timeout=10)
@@ -101,23 +137,36 @@ def _write(broker: BrokerProcess, payloads: list[list[bytes]], prioritised: bool
     return publish_all([_connect(broker.tcp, prioritised) for _ in payloads], payloads, pipeline)
 
 
-def run(mode: str, args: argparse.Namespace) -> dict[str, float]:
-    """Rates (messages a second) of one mode: write, drain, live."""
+def run(mode: str, args: argparse.Namespace, cwd: Path | None = None) -> dict[str, float]:
+    """Rates (messages a second) of one mode: write, drain, live; and the stall (seconds) while
+    draining. ``cwd``: the checkout whose broker runs (None: this one)."""
     levels = args.levels if mode == "prioritised" else 0
     per = args.messages // args.connections
     total = per * args.connections
+    drain = min(total, args.drain or total)
     payloads = [_payloads(per, levels) for _ in range(args.connections)]
     rates = {}
     with tempfile.TemporaryDirectory() as tmp:
-        broker = _start(Path(tmp) / "a", args.flags)
+        broker = _start(Path(tmp) / "a", args.flags, cwd)
         try:
             rates["write"] = total / _write(broker, payloads, bool(levels), args.pipeline)
+            stop = threading.Event()
+            trips: list[float] = []
+            prober = threading.Thread(target=_probe, args=(broker.tcp, stop, trips))
+            prober.start()
             start = time.perf_counter()
-            _consume(broker.tcp, total, args.rdy)
-            rates["drain"] = total / (time.perf_counter() - start)
+            try:
+                _consume(broker.tcp, drain, args.rdy)
+            finally:
+                stop.set()
+                prober.join()
+            rates["drain"] = drain / (time.perf_counter() - start)
+            rates["stall"] = max(trips)
         finally:
             broker.kill()
-        broker = _start(Path(tmp) / "b", args.flags)
+        if args.no_live:
+            return rates
+        broker = _start(Path(tmp) / "b", args.flags, cwd)
         try:
             subscribed = threading.Event()
             reader = threading.Thread(target=_consume, args=(broker.tcp, total, args.rdy, subscribed))
@@ -141,22 +190,38 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pipeline", type=int, default=8, help="MPUBs each connection keeps on the wire")
     parser.add_argument("--rdy", type=int, default=2500, help="the consumer's RDY")
     parser.add_argument("--flags", action="append", default=[], help="a flag for the broker (repeatable)")
+    parser.add_argument("--drain", type=int, default=0, help="messages the consumer drains (0: all)")
+    parser.add_argument("--no-live", action="store_true", help="skip the live phase")
+    parser.add_argument("--before", type=Path, help="a checkout whose brokers run too, side by side")
     args = parser.parse_args(argv)
-    results: dict[str, dict[str, list[float]]] = {m: {"write": [], "drain": [], "live": []} for m in MODES}
+    codes: list[tuple[str, Path | None]] = [("this checkout", None)]
+    if args.before is not None:
+        codes.append((str(args.before), args.before.resolve()))
+    results: dict[tuple[str, str], dict[str, list[float]]] = {(code, m): {} for code, _ in codes for m in MODES}
     for round_ in range(args.rounds):
-        for mode in (MODES if round_ % 2 == 0 else MODES[::-1]):
-            rates = run(mode, args)
-            for key, rate in rates.items():
-                results[mode][key].append(rate)
-            print(f"round {round_ + 1} {mode}: " + "  ".join(f"{k} {v:,.0f}/s" for k, v in rates.items()),
-                  file=sys.stderr)
-    print(f"MPUB {BATCH} x {len(BODY)} B, {args.messages:,} messages, {args.levels} levels, "
+        for code, cwd in (codes if round_ % 2 == 0 else codes[::-1]):
+            for mode in (MODES if round_ % 2 == 0 else MODES[::-1]):
+                rates = run(mode, args, cwd)
+                for key, rate in rates.items():
+                    results[code, mode].setdefault(key, []).append(rate)
+                print(f"round {round_ + 1} {code} {mode}: "
+                      + "  ".join(f"{k} {v * 1000:,.0f} ms" if k == "stall" else f"{k} {v:,.0f}/s"
+                                  for k, v in rates.items()), file=sys.stderr)
+    drained = f", {args.drain:,} drained" if args.drain else ""
+    print(f"MPUB {BATCH} x {len(BODY)} B, {args.messages:,} messages{drained}, {args.levels} levels, "
           f"{' '.join(args.flags) or 'default flags'}, median of {args.rounds}:")
-    print(f"  {'':6} {'plain msgs/s':>14} {'prioritised':>14} {'ratio':>6}")
-    for key in ("write", "drain", "live"):
-        plain = statistics.median(results["plain"][key])
-        ranked = statistics.median(results["prioritised"][key])
-        print(f"  {key:6} {plain:>14,.0f} {ranked:>14,.0f} {ranked / plain:>6.2f}")
+    for code, _ in codes:
+        if len(codes) > 1:
+            print(f"  {code}:")
+        print(f"  {'':6} {'plain msgs/s':>14} {'prioritised':>14} {'ratio':>6}")
+        plain, ranked = results[code, "plain"], results[code, "prioritised"]
+        for key in ("write", "drain", "live"):
+            if key in plain:
+                low, high = statistics.median(plain[key]), statistics.median(ranked[key])
+                print(f"  {key:6} {low:>14,.0f} {high:>14,.0f} {high / low:>6.2f}")
+        low, high = statistics.median(plain["stall"]), statistics.median(ranked["stall"])
+        print(f"  {'stall':6} {low * 1000:>11,.0f} ms {high * 1000:>11,.0f} ms   "
+              "(the worst PUB round trip of another client while draining)")
 
 
 if __name__ == "__main__":

@@ -99,6 +99,9 @@ class NoUpstream:
     def channel_emptied(self, channel):
         pass
 
+    def moving(self):
+        return False
+
 
 class FakeSubscriber:
     """A consumer that records the messages it was sent."""

@@ -421,6 +421,21 @@ async def test_run_syncs_after_sync_every_operations(tmp_path: Path, mock_clock)
         assert checkpoint_of(tmp_path).write.seq == 7
 
 
+async def test_records_moved_do_not_count_towards_sync_every(tmp_path: Path, mock_clock) -> None:
+    async with running(tmp_path, sync_every=10, sync_timeout=5.0) as q:
+        q.put_many(records(6))
+        with q.moving():  # read and appended again: twelve operations, none counted
+            q.put_many(q.read_many(6)[::-1])
+        await wait_all_tasks_blocked()
+        assert q.sync_needed and q.statistics().syncs == 0
+        q.put_many(records(4, start=6))  # the tenth counted
+        await wait_all_tasks_blocked()
+        assert not q.sync_needed
+        await q.sync()
+        assert q.statistics().syncs == 1
+        assert drain(q) == records(6)[::-1] + records(4, start=6)
+
+
 async def test_run_syncs_within_sync_timeout_of_activity(tmp_path: Path, mock_clock) -> None:
     async with running(tmp_path, sync_every=1000, sync_timeout=2.0) as q:
         q.put(b"x")

@@ -358,7 +358,8 @@ class DurableRetention(MemoryRetention):
     def sweep_batch(self, want: int, keep: int) -> int:
         """Read ahead; what memory cannot keep is requeued: new records that replace those read."""
         before = self.backend.depth
-        if not self.read_ahead(want):
+        msgs = self._read_ahead(want)
+        if msgs is None:
             return 0
         read = max(1, before - self.backend.depth)
         memory = self.ready.memory
@@ -369,16 +370,22 @@ class DurableRetention(MemoryRetention):
                 memory.extend(back)
                 self.sweep_refused(len(back))
                 return 0
+        self.ready.sweep_read(read, msgs)
         return read
 
     def read_ahead(self, want: int) -> bool:
+        return self._read_ahead(want) is not None
+
+    def _read_ahead(self, want: int) -> list[Message | None] | None:
+        """:meth:`read_ahead`: the records read, decoded (None for an unreadable one), or None
+        when the disk held none."""
         backend = self.backend
         if not backend.depth:
-            return False
+            return None
         first = backend.read_seq
         records = backend.read_many(max(1, min(want, REFILL_BATCH)))
         if not records:
-            return False
+            return None
         acks = self.acks
         memory = self.ready.memory
         ticket = acks.issue(len(records))
@@ -413,7 +420,7 @@ class DurableRetention(MemoryRetention):
             memory.extend(later)  # the store refused them: deliver now rather than drop
         if dropped:
             self.ledger.wake()
-        return True
+        return msgs
 
     def _superseded(self, msg: Message) -> bool:
         """Whether a newer copy of ``msg`` waits deferred or buried.

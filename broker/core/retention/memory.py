@@ -19,12 +19,15 @@ from broker.core.spill import REFILL_BATCH, SpillQueue
 from broker.core.tasks import TaskSet
 from diskqueue import DiskQueue, DiskQueueError
 
-__all__ = ["MemoryRetention", "RETRY_DELAY", "close_all", "store_name"]
+__all__ = ["MemoryRetention", "RETRY_DELAY", "SWEEP_STEP", "close_all", "store_name"]
 
 log = logging.getLogger("pynsqd.channel")
 
 #: Seconds before a write the disk refused is tried again.
 RETRY_DELAY = 1.0
+#: Records a sweep reads in one step at most (:meth:`MemoryRetention.sweep_step`): under a
+#: millisecond spilling, one or two with ``--durable``; the broker's other work runs between steps.
+SWEEP_STEP = 256
 
 
 def store_name(where: str, kind: str) -> str:
@@ -171,53 +174,52 @@ class MemoryRetention:
             self.commit_soon()
         return len(msgs)
 
-    def refill(self, want: int) -> bool:
-        """Move up to ``want`` messages from disk to memory; False if disk holds none.
+    def begin_sweep(self) -> bool:
+        """Ranked: start a sweep of every record unread now, unless one runs already (see
+        :mod:`broker.core.ranking`); False when the disk holds none. Its owner then calls
+        :meth:`sweep_step` until it returns False, with a checkpoint between calls."""
+        return self.ready.start_sweep()
 
-        A ranked queue sweeps instead (:meth:`sweep`)."""
-        if self.ready.ranked:
-            return self.sweep()
-        return self.read_ahead(want)
-
-    def sweep(self) -> bool:
-        """Ranked: read every unread record of the queue once, keep the most urgent in memory (its
-        limit, or :data:`~broker.core.spill.REFILL_BATCH` with a limit of 0) and append the
-        others behind as new records (see :mod:`broker.core.ranking`), a batch at a time
-        (:meth:`sweep_batch`). Returns whether messages may go out now.
+    def sweep_step(self) -> bool:
+        """Ranked, a bounded step of a sweep: read :data:`SWEEP_STEP` of the records it has
+        left, keep the most urgent messages in memory (its limit, or
+        ``REFILL_BATCH`` with a limit of 0) and append the others behind as new records
+        (:meth:`sweep_batch`). Returns whether records are left to read, False once the sweep
+        is over: the front of memory is then the most urgent ready message.
 
         When the disk refuses to take the others back they stay in memory (past the limit), and
         until the next sweep the order covers only what was read.
         """
         ready = self.ready
+        left = ready.sweep_left
         backend = ready.backend
-        if backend is None or not backend.depth:
-            return bool(ready.memory)
-        keep = ready.limit or REFILL_BATCH
-        unread = backend.depth
-        ready.swept()
-        while unread > 0:
-            read = self.sweep_batch(min(unread, REFILL_BATCH), keep)
-            if not read:
-                break
-            unread -= read
-        return ready.available() > 0
+        if not left or backend is None:
+            return False
+        with backend.moving():  # the queue's sync policy need not sync records moved
+            read = self.sweep_batch(min(left, SWEEP_STEP), ready.limit or REFILL_BATCH)
+        if not read:
+            ready.sweep_read(left)  # nothing could be read: the sweep is over
+            return False
+        return bool(ready.sweep_left)
 
     def sweep_batch(self, want: int, keep: int) -> int:
-        """Ranked, a step of :meth:`sweep`: read up to ``want`` records, keep at most ``keep``
-        messages in memory and append the others to the queue again. Returns how many records
+        """Ranked, a step of a sweep: read up to ``want`` records, keep at most ``keep``
+        messages in memory and append the others to the queue again, and tell the queue what
+        was read (:meth:`~broker.core.spill.SpillQueue.sweep_read`). Returns how many records
         were read, 0 when none was or the disk refused (:meth:`sweep_refused`). Each retention
         with a disk queue writes them its own way."""
         raise NotImplementedError(f"{type(self).__name__} keeps no disk queue to sweep")
 
     def sweep_refused(self, count: int) -> None:
-        """A sweep could not append ``count`` messages again: they stay in memory, and what is
-        left unread waits for the next sweep (when memory runs out)."""
+        """A sweep could not append ``count`` messages again: they stay in memory, the sweep
+        ends, and what is left unread waits for the next sweep (when memory runs out)."""
         log.warning("channel %s: a sweep could not write back %d messages; until the disk takes writes "
                     "again, priority order covers only those read", self.where, count)
         self.ready.swept()
 
     def read_ahead(self, want: int) -> bool:
-        """Move up to ``want`` messages from disk to memory, in the order written; False if disk holds none."""
+        """Move up to ``want`` messages from disk to memory, in the order written; False if disk
+        holds none. (A ranked queue is swept instead: :meth:`begin_sweep`.)"""
         ready = self.ready
         backend = ready.backend
         if backend is None or not backend.depth:
@@ -228,16 +230,19 @@ class MemoryRetention:
         self.take_in(records)
         return True
 
-    def take_in(self, records: list[bytes]) -> None:
-        """The messages of ``records`` read from the queue: into memory, or held until due."""
+    def take_in(self, records: list[bytes]) -> list[Message]:
+        """The messages of ``records`` read from the queue: into memory, or held until due.
+        Returns them (unreadable records are skipped)."""
         memory = self.ready.memory
         wall = now_ns()
-        for msg in decode_all(records, log, self.ready.where):
+        msgs = decode_all(records, log, self.ready.where)
+        for msg in msgs:
             if msg.due_ns > wall:
                 self.deferred.hold(msg, msg.due_ns)
             else:
                 msg.due_ns = 0
                 memory.append(msg)
+        return msgs
 
     # ---------------------------------------------------------------- commits
 

@@ -57,7 +57,7 @@ class SpillRetention(MemoryRetention):
                     back_keys.append(rank)
                 else:
                     stay.append(record)
-        self.take_in(stay)
+        taken = self.take_in(stay)
         excess = len(memory) - keep
         popped = [memory.pop() for _ in range(excess)] if excess > 0 else []
         try:
@@ -70,6 +70,7 @@ class SpillRetention(MemoryRetention):
             return 0
         ready.wrote_keys(back_keys)
         ready.wrote(popped)
+        ready.sweep_read(read, taken, back_keys)
         return read
 
     def restore(self) -> None:
