@@ -68,7 +68,7 @@ _FRAME_OVERHEAD = 8 + MESSAGE_HEADER_LENGTH
 
 class Upstream(Protocol):
     """What a channel asks of its topic: the messages the topic holds for it (see
-    :mod:`broker.core.fanout`, "Holding"), and when it wants them handed over."""
+    :mod:`broker.core.fanout.plain`, "Holding"), and when it wants them handed over."""
 
     def held_for(self, channel: str) -> tuple[int, int]:
         """Messages the topic holds for ``channel``, and how many of them are on disk."""

@@ -8,11 +8,11 @@ while the topic has a channel and is not paused, so a topic with no channels
 keeps its messages for the first one.
 
 How the messages reach the channels is the topic's *fan-out*, chosen once
-here: :class:`~broker.core.fanout.Fanout` hands the same messages to every
+here: :class:`~broker.core.fanout.plain.Fanout` hands the same messages to every
 channel (and, while none of several channels has a subscriber, *holds* them
 in the topic's queue for all of them: see that module); with ``--durable``
 (non-ephemeral topics)
-:class:`~broker.core.durability.fanout.DurableFanout` writes every message
+:class:`~broker.core.fanout.durable.DurableFanout` writes every message
 to the topic's disk queue first, copies the records to the channels and
 commits them once every copy is on stable storage. The topic itself never
 asks which one it has.
@@ -27,9 +27,8 @@ import trio
 
 from broker.core.channel import Channel
 from broker.core.dedup import KEY_RECORD_MIN, TopicKeys, journal_name
-from broker.core.durability.fanout import DurableFanout
 from broker.core.durability.groupcommit import GroupCommit
-from broker.core.fanout import Fanout
+from broker.core.fanout import DurableFanout, Fanout
 from broker.core.host import CoreHost, RegistryChange
 from broker.core.message import Message
 from broker.core.retention import RETRY_DELAY

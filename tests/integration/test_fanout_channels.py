@@ -1,7 +1,7 @@
 """Many channels of one topic on an in-process broker: every channel gets every message once,
 whatever the others do with theirs, in memory, spilled to disk and across a graceful restart.
 
-A topic hands the same messages to all its channels (``broker/core/fanout.py``); these tests
+A topic hands the same messages to all its channels (``broker/core/fanout/plain.py``); these tests
 try to make one channel's handling leak into another's: REQs, timeouts and FINs on some
 channels while others have not read, memory full so that batches spill, a restart halfway.
 """

@@ -1,4 +1,4 @@
-"""The plain fan-out (``broker/core/fanout.py``): one message object for every channel, a copy
+"""The plain fan-out (``broker/core/fanout/plain.py``): one message object for every channel, a copy
 only for a channel that delivers it, a spill encoded once for every channel's queue, and, while
 none of the channels has a subscriber, one copy held in the topic's queue for all of them."""
 

@@ -103,7 +103,7 @@ COMPARISON = (
 #: created beforehand and nobody reading, spilling at the default --mem-queue-size and all in
 #: memory; 1 channel is the baseline. Not in the default run (a run writes N copies to disk).
 #: The "both" row adds bench_reader on one more channel while the N are not read: the topic
-#: cannot hold one copy for all of them then (see broker/core/fanout.py), each keeps its own.
+#: cannot hold one copy for all of them then (see broker/core/fanout/plain.py), each keeps its own.
 CHANNEL_ROWS = (
     *(Scenario("nsq", 100, 200, "writer", channels=n) for n in (1, 3, 10, 30)),
     *(Scenario("nsq", 100, 200, "writer", mem_queue_size=ALL_IN_MEMORY, channels=n) for n in (10, 30)),

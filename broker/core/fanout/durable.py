@@ -20,7 +20,7 @@ import trio
 from broker.core.channel import Channel
 from broker.core.durability.ackfloor import COMMIT_INTERVAL
 from broker.core.durability.groupcommit import GroupCommit
-from broker.core.fanout import Fanout
+from broker.core.fanout.plain import Fanout
 from broker.core.host import CoreHost
 from broker.core.message import is_deferred_record
 from broker.core.spill import REFILL_BATCH, SpillQueue

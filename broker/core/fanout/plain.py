@@ -12,7 +12,7 @@ one write of the batch's records: the cost of a message grows with its
 channels by a few nanoseconds each, not by an object and an encoding each.
 Deferred messages are rare and are copied per channel as they arrive.
 
-:class:`~broker.core.durability.fanout.DurableFanout` (``--durable``) moves
+:class:`~broker.core.fanout.durable.DurableFanout` (``--durable``) moves
 the topic's disk records instead and commits them once every channel's copy
 is on stable storage; what a publisher must await before its ``OK`` is the
 fan-out's ``wait_stored`` (None here: a publish is final once queued).
