@@ -26,10 +26,10 @@ import trio
 
 from broker.config.options import Options
 from broker.core.channel import Channel
-from broker.core.dedup import KeyStore, TopicKeys, decode_record, encode_record, record_expiry
 from broker.core.guid import GuidFactory
 from broker.core.host import BrokerStorage, Copies, CoreHost, RegistryChange, RegistryListener, Subscriber
-from broker.core.message import Message, decode_each, now_ns
+from broker.core.keys import KeyStore, TopicKeys
+from broker.core.message import Message, now_ns
 from broker.core.topic import Topic
 from broker.gocompat import go_quote_str
 from broker.protocol import MAX_ATTEMPTS, Limits, is_ephemeral, is_valid_name
@@ -73,7 +73,7 @@ class Broker:
             max_req_timeout_ms=int(options.max_req_timeout * 1000),
         )
         self.topics: dict[str, Topic] = {}
-        #: the keys of keyed publishes, of every topic (see :mod:`broker.core.dedup`)
+        #: the keys of keyed publishes, of every topic (see :mod:`broker.core.keys`)
         self.keys = KeyStore(round(options.dedup_window * 1_000_000_000), options.dedup_max_keys)
         self.clients: set[Any] = set()  # the server's client connections
         self.exiting = False
@@ -148,14 +148,9 @@ class Broker:
                                 "from 0 to %d", topic.name, channel.name, MAX_ATTEMPTS)
 
     async def _load_keys(self) -> None:
-        """Read back the journals of publish keys (see :mod:`broker.core.dedup`).
-
-        A record counts when its message was written (its record number is below the
-        topic's next one: a crash between the two writes leaves a key whose message never
-        was, and its publisher's retry must be stored) and no later record cancels it. The
-        live keys are remembered in expiry order over every topic; in durable mode they are
-        written again and the journals' older records committed.
-        """
+        """Read back the journals of publish keys (see :mod:`broker.core.keys.journal`): the live
+        keys are remembered in expiry order over every topic; in durable mode they are written
+        again and the journals' older records committed."""
         read: list[tuple[int, TopicKeys, bytes]] = []
         journals: list[TopicKeys] = []
         for topic in self.topics.values():
@@ -164,26 +159,9 @@ class Broker:
             except KeyError:
                 continue
             journals.append(topic_keys)
-            journal = topic_keys.journal
-            assert journal is not None
-            written = self._write_seq(topic)
-            found: dict[bytes, tuple[int, int, bytes]] = {}
-            while journal.depth:
-                records = journal.read_many(4096)
-                if not records:
-                    break
-                for record in records:
-                    try:
-                        expires, seq, message_id, key = decode_record(record)
-                    except ValueError:
-                        log.warning("TOPIC(%s): skipping a damaged record of its publish keys", topic.name)
-                        continue
-                    if not expires:
-                        found.pop(key, None)
-                    elif seq < written:
-                        found[key] = (expires, seq, message_id)
+            found = topic_keys.read_back(self._write_seq(topic), topic.name)
             if found and topic.backend is not None and topic.backend.damage_found:
-                self._drop_keys_of_lost_messages(topic, found)
+                TopicKeys.drop_keys_of_lost_messages(found, topic.backend, topic.name)
             read.extend((expires, topic_keys, key) for key, (expires, _, _) in found.items())
         if not journals:
             return
@@ -196,26 +174,9 @@ class Broker:
             journal.commit()
             live_keys = expiries.get(topic_keys)
             if live_keys:
-                journal.put_many([encode_record(expires, -1, key) for expires, key in live_keys])
+                topic_keys.write_live(live_keys)
             await journal.sync()
         log.info("loaded %d publish keys of %d topics", live, len(journals))
-
-    @staticmethod
-    def _drop_keys_of_lost_messages(topic: Topic, found: dict[bytes, tuple[int, int, bytes]]) -> None:
-        """The topic's queue was found damaged (a power cut tore or lost unsynced writes, and
-        the records after them may be numbered wrongly): keep a key only if its message was
-        committed before (consumed: it was there) or its id is among the records on disk. A
-        key dropped here belongs to a publish that was never answered: a retry of it is
-        stored, once or, if its message did survive, twice; never dropped for nothing."""
-        backend = topic.backend
-        assert backend is not None
-        committed = backend.commit_seq
-        on_disk: set[bytes] = set()
-        for records in backend.newest_records():
-            on_disk.update(m.id for m in decode_each(records, log, f"TOPIC({topic.name})") if m is not None)
-        for key, (_, seq, message_id) in list(found.items()):
-            if seq >= committed and message_id not in on_disk:
-                del found[key]
 
     def _save_keys(self) -> None:
         """Shutdown without ``--durable``: write every topic's live keys to its journal."""
@@ -225,7 +186,7 @@ class Broker:
             if topic_keys.journal is None:  # an ephemeral topic's
                 continue
             try:
-                topic_keys.journal.put_many([encode_record(expires, -1, key) for expires, key in live_keys])
+                topic_keys.write_live(live_keys)
             except DiskQueueError as exc:
                 log.error("%s: could not write its publish keys: %s", topic_keys.journal.name, exc)
 
@@ -427,7 +388,7 @@ class Broker:
         between, and the answer waits until both are on stable storage; a batch of only
         duplicates waits for the topic's sync, which covers the messages they duplicate
         (published a moment ago, perhaps). Without ``--durable`` the keys are journaled
-        when the broker stops (see :mod:`broker.core.dedup`).
+        when the broker stops (see :mod:`broker.core.keys`).
         """
         if topic.exiting:
             raise PublishStopped("exiting")  # before its keys are remembered or a journal is made
@@ -472,28 +433,6 @@ class Broker:
         except BaseException:
             self.keys.forget(topic_keys, keys, stored)
             raise
-
-    def _journal_keys(self, topic: Topic, keys: list[bytes], messages: list[Message], expires: int) -> bool:
-        """Durable mode, just before a piece of a keyed publish is written: the journal records
-        of its keys, each naming the record number its message is about to get, and its id.
-        Returns whether anything was written (:meth:`_cancel_keys` undoes it if the piece fails)."""
-        topic_keys, backend = topic.keys, topic.backend
-        assert topic_keys is not None and topic_keys.journal is not None and backend is not None
-        first = backend.write_seq
-        records = [encode_record(expires, first + index, key, message.id)
-                   for index, (key, message) in enumerate(zip(keys, messages)) if key]
-        if records:
-            topic_keys.journal.put_many(records)
-        return bool(records)
-
-    def _cancel_keys(self, topic: Topic, keys: list[bytes]) -> None:
-        """The piece whose keys :meth:`_journal_keys` wrote was not stored: cancel their records."""
-        topic_keys = topic.keys
-        assert topic_keys is not None and topic_keys.journal is not None
-        try:
-            topic_keys.journal.put_many([encode_record(0, -1, key) for key in keys if key])
-        except DiskQueueError as exc:
-            log.error("TOPIC(%s): could not cancel the keys of a failed publish: %s", topic.name, exc)
 
     async def _publish_copied(self, copies: Copies, topic: Topic, messages: list[Message],
                               keys: list[bytes] | None = None, expires: int = 0) -> None:
@@ -555,13 +494,15 @@ class Broker:
                     topic.put_many(piece)
                     continue
                 piece_keys = keys[start:end]
-                journaled = self._journal_keys(topic, piece_keys, piece, expires)
+                topic_keys, backend = topic.keys, topic.backend
+                assert topic_keys is not None and backend is not None
+                journaled = topic_keys.journal_before(piece_keys, piece, backend.write_seq, expires)
                 any_journaled = any_journaled or journaled
                 try:
                     topic.put_many(piece)
                 except BaseException:
                     if journaled:
-                        self._cancel_keys(topic, piece_keys)
+                        topic_keys.cancel(piece_keys, topic.name)
                     raise
             if topic.wait_stored is not None:
                 await topic.wait_stored()
@@ -649,25 +590,11 @@ class Broker:
         now = now_ns()
         self.keys.expire(now)
         for topic in list(self.topics.values()):
-            keys = topic.keys
-            if keys is None or keys.journal is None or not keys.journal.depth:
-                continue
-            journal = keys.journal
-            try:
-                while True:
-                    records = journal.peek_many(1024)
-                    done = 0
-                    for record in records:
-                        if record_expiry(record) > now:
-                            break
-                        done += 1
-                    if done:
-                        journal.read_many(done)
-                        journal.commit(done)
-                    if done < 1024:
-                        break
-            except DiskQueueError as exc:
-                self.disk_failed(exc)
+            if topic.keys is not None:
+                try:
+                    topic.keys.commit_expired(now)
+                except DiskQueueError as exc:
+                    self.disk_failed(exc)
 
     async def _scan_loop(self) -> None:
         """Requeue expired in-flight messages and release due deferred ones."""

@@ -26,10 +26,10 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from broker.core.channel import Channel
-from broker.core.dedup import KEY_RECORD_MIN, TopicKeys, journal_name
 from broker.core.durability.groupcommit import GroupCommit
 from broker.core.fanout import DurableFanout, Fanout
 from broker.core.host import CoreHost, RegistryChange
+from broker.core.keys import KEY_RECORD_MIN, TopicKeys, journal_name
 from broker.core.message import Message
 from broker.core.retention import RETRY_DELAY
 from broker.core.spill import SpillQueue
@@ -85,7 +85,7 @@ class Topic:
         #: ids of messages another node took over (--replicas), shared with every channel
         self.taken: set[bytes] | None = None
         self._pump_waiting = False  # the pump waits for a disk that refused a write
-        #: the keys of keyed publishes (see :mod:`broker.core.dedup`), made by the first
+        #: the keys of keyed publishes (see :mod:`broker.core.keys`), made by the first
         self.keys: TopicKeys | None = None
 
     @property

@@ -129,7 +129,7 @@ class ReplicaStats(NamedTuple):
 
 
 class KeyStats(NamedTuple):
-    """A topic's keyed publishes (see :mod:`broker.core.dedup`)."""
+    """A topic's keyed publishes (see :mod:`broker.core.keys`)."""
 
     keyed_count: int
     duplicate_count: int

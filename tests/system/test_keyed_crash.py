@@ -18,7 +18,7 @@ import h11
 import pytest
 import trio
 
-from broker.core.dedup import KEY_RECORD_MIN, encode_record
+from broker.core.keys import KEY_RECORD_MIN, encode_record
 from broker.core.message import now_ns
 from broker.protocol import encode_mpub, encode_pub
 from broker.protocol.keys import duplicates_in_answer, prefix_key

@@ -1,105 +1,31 @@
-"""Keyed publishes: the keys each topic stored within ``--dedup-window``, and their journals.
+"""Every topic's publish keys in publish order, within ``--dedup-window`` and ``--dedup-max-keys``.
 
-A keyed publish whose key its topic stored within the window is a *duplicate*: it
-is answered as a success and nothing is stored (see :mod:`broker.protocol.keys`
-for the wire form). Two structures hold the keys:
-
-* per topic, a set of keys (:attr:`TopicKeys.held`), for the check;
-* for the whole broker, :class:`KeyStore`: every key once more, oldest first
-  (two deques: the key, and the set that holds it) with the expiries as runs
-  ``[expires_ns, count]`` (keys of one millisecond share a run).
-
-A usual batch (every key new) costs two C loops over its keys: ``isdisjoint`` and
-``update`` on the topic's set, then two deque extends. Expiring and evicting pop
-from the oldest end; forgetting the keys of a publish that failed removes their
-entries too, so a key stored again later is never deleted early. The window is a
-duration from the publish, to the millisecond: a key is remembered from its
-publish until ``window`` later, never longer, so a publish after the window is
-stored. ``--dedup-max-keys`` bounds the keys of every topic together:
-past it the oldest are forgotten before their window ends, and counted
-(:attr:`KeyStore.evicted`).
-
-Journals. A non-ephemeral topic writes its keys to the disk queue ``<topic>#keys``.
-A record holds a key's expiry (ns since the epoch; 0 cancels an earlier record of
-the key), the record number and the id its message got in the topic's disk queue
-(-1 and zeros: not known) and the key. With ``--durable`` a publish writes its keys' records just
-before its messages' records, with no other task between, and is answered once
-both are synced. Read back at start, a record counts only when its message's
-record number is below the topic queue's next one: a crash between the two writes
-leaves a key whose message never was, and a retry of it is stored. When the topic's
-queue was found damaged (a power cut tore or lost writes that were not synced, and
-records after them may be numbered wrongly), a key counts only if its message was
-committed already or its id is among the records on disk. The other way
-round, a message whose key record was lost (a power cut before the journal's sync)
-is stored again by a retry: a duplicate, never a loss. Without ``--durable`` the
-keys are written when the broker stops. At start every journal is read whole, the
-expired and cancelled records are dropped, and a durable topic writes the live
-ones again and commits the rest; while it runs, records whose keys have expired
-are committed (a segment goes once all of its records are), so a journal holds
-about one window of keys.
+:class:`KeyStore` holds every key once more, oldest first (two deques: the key, and the
+:class:`~broker.core.keys.journal.TopicKeys` that holds it) with the expiries as runs
+``[expires_ns, count]`` (keys of one millisecond share a run). A usual batch (every key
+new) costs two C loops over its keys: ``isdisjoint`` and ``update`` on the topic's set, then
+two deque extends. Expiring and evicting pop from the oldest end; forgetting the keys of a
+publish that failed removes their entries too, so a key stored again later is never
+deleted early. The window is a duration from the publish, to the millisecond: a key is
+remembered from its publish until ``window`` later, never longer, so a publish after the
+window is stored. ``--dedup-max-keys`` bounds the keys of every topic together: past it the
+oldest are forgotten before their window ends, and counted (:attr:`KeyStore.evicted`).
 """
 
 from __future__ import annotations
 
-import struct
 from collections import deque
 from collections.abc import Iterable
 from itertools import repeat
+from typing import TYPE_CHECKING
 
-from broker.core.durability.groupcommit import GroupCommit
-from diskqueue import DiskQueue
+if TYPE_CHECKING:
+    from broker.core.keys.journal import TopicKeys
 
-__all__ = ["KEY_RECORD_MIN", "NO_ID", "KeyStore", "TopicKeys", "journal_name", "encode_record", "decode_record",
-           "record_expiry", "RUN_NS"]
+__all__ = ["KeyStore", "RUN_NS"]
 
 #: Keys published within one millisecond share an expiry.
 RUN_NS = 1_000_000
-#: A journal record's head: the key's expiry in nanoseconds since the epoch (0: the record
-#: cancels an earlier one of the key), the record number of its message in the topic's disk
-#: queue (-1: not known, a record written at shutdown) and the message's id (zeros: not known).
-_HEAD = struct.Struct(">qq16s")
-NO_ID = bytes(16)
-#: The shortest journal record: its head and a one-byte key.
-KEY_RECORD_MIN = _HEAD.size + 1
-
-
-def journal_name(topic: str) -> str:
-    """The disk queue of ``topic``'s keys; '#' appears in names only as '#ephemeral', and an
-    ephemeral topic has no journal, so this never collides with a topic's or channel's queue."""
-    return f"{topic}#keys"
-
-
-def encode_record(expires_ns: int, message_seq: int, key: bytes, message_id: bytes = NO_ID) -> bytes:
-    return _HEAD.pack(expires_ns, message_seq, message_id) + key
-
-
-def decode_record(record: bytes) -> tuple[int, int, bytes, bytes]:
-    """``(expires_ns, message_seq, message_id, key)``; raises ValueError for a record too short
-    to hold a key."""
-    if len(record) < KEY_RECORD_MIN:
-        raise ValueError(f"key record of {len(record)} bytes")
-    expires, seq, message_id = _HEAD.unpack_from(record)
-    return expires, seq, message_id, record[_HEAD.size:]
-
-
-def record_expiry(record: bytes) -> int:
-    """The expiry of a journal record (0 for one too short to be a record: read past as expired)."""
-    return _HEAD.unpack_from(record)[0] if len(record) >= KEY_RECORD_MIN else 0
-
-
-class TopicKeys:
-    """One topic's keys (``held``), counters, and its journal (None for an ephemeral topic) with,
-    in durable mode, the journal's shared syncs (``commit``)."""
-
-    __slots__ = ("held", "journal", "commit", "received", "duplicates")
-
-    def __init__(self, journal: DiskQueue | None, commit: GroupCommit | None = None):
-        self.held: set[bytes] = set()
-        self.journal = journal
-        self.commit = commit
-        #: keyed messages published to the topic, and how many of them were duplicates
-        self.received = 0
-        self.duplicates = 0
 
 
 class KeyStore:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.core.dedup import NO_ID, RUN_NS, KeyStore, TopicKeys, decode_record, encode_record
+from broker.core.keys import NO_ID, RUN_NS, KeyStore, TopicKeys, decode_record, encode_record
 
 S = 1_000_000_000
 WINDOW = 10 * S
