@@ -64,20 +64,25 @@ class Daemon:
 
             authd = AuthClient(options.auth_http_addresses, options.http_client_connect_timeout,
                                options.http_client_request_timeout, client_context(options))
-        self.broker = Broker(options, DataDirectory(options))
-        self.tcp = TCPServer(self.broker, self.ssl_context, authd)
-        self.http: HTTPServer | None = None
-        self.lookup: LookupClient | None = None
-        self.https: HTTPServer | None = None
-        self.statsd: StatsdPusher | None = None
+        # replication is chosen here, once: the broker's core gets its sending side and fence,
+        # the TCP server its holding side (without --replicas, the core's do-nothing ones)
         self.replicator: Replicator | None = None
         if options.replicas > 1:
             from broker.replication import Replicator  # only when copies are kept on peers
 
-            self.replicator = Replicator(self.broker, Path(options.data_dir()),
+            self.replicator = Replicator(options, Path(options.data_dir()),
                                          _replication_secret(options.replication_secret_file),
                                          peer_context(options))
-            self.tcp.replicas = self.replicator
+            self.broker = Broker(options, DataDirectory(options), self.replicator.copies, self.replicator.fence)
+        else:
+            self.broker = Broker(options, DataDirectory(options))
+        self.tcp = TCPServer(self.broker, self.ssl_context, authd)
+        if self.replicator is not None:
+            self.tcp.replicas = self.replicator.holder
+        self.http: HTTPServer | None = None
+        self.lookup: LookupClient | None = None
+        self.https: HTTPServer | None = None
+        self.statsd: StatsdPusher | None = None
         self._stop = trio.Event()
 
     def request_shutdown(self) -> None:
@@ -162,7 +167,8 @@ class Daemon:
             await nursery.start(self.lookup.run)
             if self.replicator is not None:
                 # channels deliver once the peers said what they took over from this node
-                await nursery.start(self.replicator.run, self.lookup.nodes, (opts.broadcast_address, tcp_port))
+                await nursery.start(self.replicator.run, self.broker, self.lookup.nodes,
+                                    (opts.broadcast_address, tcp_port))
             statsd_scope = trio.CancelScope()
             if opts.statsd_address:
                 from broker.observe.statsd_pusher import StatsdPusher  # only with a statsd to push to

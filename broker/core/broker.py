@@ -27,12 +27,22 @@ import trio
 from broker.config.options import Options
 from broker.core.channel import Channel
 from broker.core.guid import GuidFactory
-from broker.core.host import BrokerStorage, Copies, CoreHost, RegistryChange, RegistryListener, Subscriber
+from broker.core.host import (
+    OPEN,
+    BrokerStorage,
+    Copies,
+    CoreHost,
+    Fence,
+    NoCopies,
+    RegistryChange,
+    RegistryListener,
+    Subscriber,
+)
 from broker.core.keys import KeyStore, TopicKeys
 from broker.core.message import Message, now_ns
 from broker.core.topic import Topic
 from broker.gocompat import go_quote_str
-from broker.protocol import MAX_ATTEMPTS, Limits, is_ephemeral, is_valid_name
+from broker.protocol import MAX_ATTEMPTS, Limits, Publish, is_ephemeral, is_valid_name
 from diskqueue import DiskQueueClosed, DiskQueueError
 
 __all__ = ["Broker", "ShutdownIncomplete", "PublishStopped", "PUBLISH_PIECE"]
@@ -45,6 +55,7 @@ _SHOWN_NAME_LENGTH = 100
 #: one-byte bodies fits in the default --max-body-size) is queued a piece at a time, the
 #: other tasks running between pieces: a piece takes about a millisecond.
 PUBLISH_PIECE = 2048
+_NS_PER_MS = 1_000_000
 
 #: The most channels named by nsqlookupd made in one go for a new topic. Making one takes
 #: about 0.1 ms, so a lookupd listing 100,000 would otherwise hold every connection for 10 s.
@@ -61,9 +72,11 @@ class PublishStopped(Exception):
 
 
 class Broker:
-    """Owns topics, connected clients and the background tasks; ``storage`` is its data directory."""
+    """Owns topics, connected clients and the background tasks; ``storage`` is its data directory;
+    ``copies`` and ``fence`` are the node's replication as the core sees it (none by default)."""
 
-    def __init__(self, options: Options, storage: BrokerStorage):
+    def __init__(self, options: Options, storage: BrokerStorage, copies: Copies | None = None,
+                 fence: Fence = OPEN):
         self.options = options
         self.guid = GuidFactory(options.node_id)
         self.limits = Limits(
@@ -82,7 +95,8 @@ class Broker:
         self._storage = storage
         self._metadata = storage.metadata
         self.host = CoreHost(options, storage.queues, self.disk_failed, self._metadata.changed,
-                             self._metadata.wait_persisted, self._registry_changed)
+                             self._metadata.wait_persisted, self._registry_changed,
+                             copies=copies if copies is not None else NoCopies(), fence=fence)
         self.listeners: list[RegistryListener] = []
         # topics waiting for the listeners' channels before they start (publishes wait too)
         self._starting: dict[str, trio.Event] = {}
@@ -324,19 +338,19 @@ class Broker:
             self.metadata_changed()
         self._registry_changed(RegistryChange(name, None, created=False))
 
-    def publish(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0,
-                priorities: list[int] | None = None) -> Awaitable[None] | None:
-        """Publish ``bodies`` to ``topic`` as one batch of new messages (PUB, MPUB, DPUB, ``/pub``, ``/mpub``).
-
-        Each gets a fresh id and the current wall-clock timestamp; ``defer_ns`` > 0 makes
-        them deferred by that long. Returns None when the batch is queued already (the
-        common case: no coroutine is made), else what must be awaited to finish it:
-        in durable mode the batch is answered once on stable storage (sharing one fsync
-        with every publisher waiting at the same moment); the first publish to a new topic
-        once the channels the listeners know for it exist (as nsqd's); a batch of more
-        than :data:`PUBLISH_PIECE` bodies is queued a piece at a time, with a checkpoint
-        between pieces, so that a huge MPUB does not hold the other connections (messages
-        of other publishers may come between its pieces, as they can in nsqd).
+    def publish(self, topic: Topic, request: Publish) -> tuple[int, Awaitable[None] | None]:
+        """Publish ``request`` (PUB, MPUB, DPUB, ``/pub``, ``/mpub``) to ``topic`` as one batch of
+        new messages: each gets a fresh id and the current wall-clock timestamp; ``defer_ms`` > 0
+        makes them deferred by that long; with ``keys``, a message whose key ``topic`` stored
+        within ``--dedup-window`` is not stored again. Returns how many were such duplicates,
+        and None when the batch is queued already (the common case: no coroutine is made), else
+        what must be awaited to finish it: in durable mode the batch is answered once on stable
+        storage (sharing one fsync with every publisher waiting at the same moment); the first
+        publish to a new topic once the channels the listeners know for it exist (as nsqd's); a
+        publish with ``--replicas`` once its copies are held; a batch of more than
+        :data:`PUBLISH_PIECE` bodies is queued a piece at a time, with a checkpoint between
+        pieces, so that a huge MPUB does not hold the other connections (messages of other
+        publishers may come between its pieces, as they can in nsqd).
 
         Raises (or the awaitable raises) :class:`DiskQueueError`, after marking the
         broker unhealthy, if a disk write fails (nothing of that piece is queued; the
@@ -344,17 +358,26 @@ class Broker:
         refused) or, in durable mode, if the sync fails (the batch may still be
         delivered); :class:`PublishStopped` if the topic was deleted before the publish (an
         HTTP body read meanwhile), or it is deleted or the broker exits before a piece is
-        queued. A topic deleted while the publish waits for its sync ends the wait: the
-        messages were queued before the delete, which removed them.
+        queued; :class:`~broker.core.host.CopiesRefused` when too few nodes took a copy. A
+        topic deleted while the publish waits for its sync ends the wait: the messages were
+        queued before the delete, which removed them.
 
         ``priorities`` (one per body, see :mod:`broker.core.ranking`): the first that is not
         ``--default-priority`` makes the topic rank its channels from then on.
         """
         if topic.exiting:
             raise PublishStopped("exiting")  # a topic deleted while its publisher read the body
+        defer_ns = request.defer_ms * _NS_PER_MS
+        if request.keys is not None:
+            return self._put_keyed(topic, request.bodies, request.keys, defer_ns, request.priorities)
+        return 0, self._put(topic, request.bodies, defer_ns, request.priorities)
+
+    def _put(self, topic: Topic, bodies: list[bytes], defer_ns: int,
+             priorities: list[int] | None) -> Awaitable[None] | None:
+        """Queue ``bodies`` (see :meth:`publish`): None when they are queued, else what to await."""
         ranks = self._ranks(topic, priorities) if priorities is not None else None
-        copies = self.host.replication.copies
-        if copies is not None and copies.replicas(topic.name) > 1:
+        copies = self.host.copies
+        if copies.replicas(topic.name) > 1:
             return self._publish_copied(copies, topic, self._new_messages(bodies, defer_ns, ranks))
         if topic.wait_stored is not None or topic.name in self._starting or len(bodies) > PUBLISH_PIECE:
             return self._publish_in_pieces(topic, bodies, defer_ns, ranks=ranks)
@@ -376,9 +399,9 @@ class Broker:
         topic.rank()
         return [None if p == default else p for p in priorities]
 
-    def publish_keyed(self, topic: Topic, bodies: list[bytes], keys: list[bytes],
-                      defer_ns: int = 0, priorities: list[int] | None = None) -> tuple[int, Awaitable[None] | None]:
-        """:meth:`publish` for messages with keys (``b""``: unkeyed): those whose key ``topic``
+    def _put_keyed(self, topic: Topic, bodies: list[bytes], keys: list[bytes], defer_ns: int,
+                   priorities: list[int] | None) -> tuple[int, Awaitable[None] | None]:
+        """:meth:`_put` for messages with keys (``b""``: unkeyed): those whose key ``topic``
         stored within ``--dedup-window`` are not stored. Returns how many were such
         duplicates, and what must be awaited before the answer, as :meth:`publish` does.
 
@@ -390,8 +413,6 @@ class Broker:
         (published a moment ago, perhaps). Without ``--durable`` the keys are journaled
         when the broker stops (see :mod:`broker.core.keys`).
         """
-        if topic.exiting:
-            raise PublishStopped("exiting")  # before its keys are remembered or a journal is made
         store = self.keys
         topic_keys = topic.key_store()
         stored, expires = store.admit(topic_keys, keys, now_ns())
@@ -403,15 +424,15 @@ class Broker:
             kept_keys = [key for key, new in zip(keys, stored) if new]
             if priorities is not None:
                 kept_priorities = [p for p, new in zip(priorities, stored) if new]
-        copies = self.host.replication.copies
-        if kept and copies is not None and copies.replicas(topic.name) > 1:
+        copies = self.host.copies
+        if kept and copies.replicas(topic.name) > 1:
             ranks = self._ranks(topic, kept_priorities) if kept_priorities is not None else None
             messages = self._new_messages(kept, defer_ns, ranks)
             journaled = kept_keys if topic_keys.commit is not None else None
             pending: Awaitable[None] = self._publish_copied(copies, topic, messages, journaled, expires)
         elif topic_keys.commit is None:
             try:
-                published = self.publish(topic, kept, defer_ns, kept_priorities) if kept else None
+                published = self._put(topic, kept, defer_ns, kept_priorities) if kept else None
             except BaseException:
                 store.forget(topic_keys, keys, stored)
                 raise

@@ -278,8 +278,7 @@ class Channel(LeaseSettlement, DeadLetterCommands):
             # nothing to hand out (or nobody to take it): whoever has room keeps it
             self._all_full = False
             return
-        fence = self._host.replication.fence
-        if fence is not None and fence.holds():
+        if self._host.fence.holds():
             self._all_full = False  # the replication dispatches every channel when it opens
             return
         ranked = self.ranked
@@ -425,9 +424,7 @@ class Channel(LeaseSettlement, DeadLetterCommands):
         return errors
 
     def _retire_finished(self, finished: list[Message]) -> None:
-        copies = self._host.replication.copies
-        if copies is not None:
-            copies.finished(self.topic_name, self.name, [m.id for m in finished])
+        self._host.copies.finished(self.topic_name, self.name, [m.id for m in finished])
         now = now_ns()
         latencies = [now - m.timestamp for m in finished]
         self.retention.retire(finished)

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from broker.core.message import Message
     from diskqueue import DiskQueue
 
-__all__ = ["BrokerStorage", "Copies", "CopiesRefused", "CoreHost", "Fence", "MetadataStore", "PeerState", "QueueStore",
-           "RegistryChange", "RegistryListener", "ReplicationHook", "Subscriber"]
+__all__ = ["BrokerStorage", "ClockFence", "Copies", "CopiesRefused", "CoreHost", "Fence", "MetadataStore", "NoCopies",
+           "OPEN", "OpenFence", "PeerState", "QueueStore", "RegistryChange", "RegistryListener", "Subscriber"]
 
 
 class Subscriber(Protocol):
@@ -175,7 +175,8 @@ class CopiesRefused(Exception):
 
 
 class Copies(Protocol):
-    """Replication as the core sees it (``--replicas``, :mod:`broker.replication`).
+    """Replication as the core sees it (``--replicas``, :mod:`broker.replication`), chosen when
+    the broker is made: :class:`NoCopies` for one replica.
 
     A publish to a topic with more than one replica waits for :meth:`store` (its messages,
     ids given, held by that many nodes) before it is queued here; :meth:`abandon` takes
@@ -193,19 +194,65 @@ class Copies(Protocol):
 
     def finished(self, topic: str, channel: str, ids: list[bytes]) -> None: ...
 
-    def counters(self, topic: str) -> tuple[int, int, int, int, int]:
+    def counters(self, topic: str) -> tuple[int, int, int, int, int] | None:
         """For ``/stats``: replicas, copies held for other nodes, copies waiting for
-        confirmation, messages taken over, publishes refused."""
+        confirmation, messages taken over, publishes refused (None: no replication)."""
         ...
 
-    def node_stats(self) -> dict:
-        """For ``/stats``: the node's id, its peers and the copies it holds, as JSON values."""
+    def node_stats(self) -> dict | None:
+        """For ``/stats``: the node's id, its peers and the copies it holds, as JSON values
+        (None: no replication)."""
         ...
 
 
-class Fence:
-    """Whether channels may deliver now (``--replicas``): not while this node may have been
-    taken for gone by its peers, until it has heard from them what they took over.
+class NoCopies:
+    """The :class:`Copies` of a node without replication (``--replicas=1``): every topic has one
+    replica, so nothing is stored elsewhere and nothing is reported."""
+
+    __slots__ = ()
+
+    def replicas(self, topic: str) -> int:
+        return 1
+
+    async def store(self, topic: str, messages: list[Message]) -> None:
+        raise AssertionError("a topic with one replica stores no copies")
+
+    def abandon(self, topic: str, messages: list[Message]) -> None:
+        pass
+
+    def finished(self, topic: str, channel: str, ids: list[bytes]) -> None:
+        pass
+
+    def counters(self, topic: str) -> None:
+        return None
+
+    def node_stats(self) -> None:
+        return None
+
+
+class Fence(Protocol):
+    """Whether channels may deliver now (``--replicas``); chosen when the broker is made:
+    :data:`OPEN` for one replica."""
+
+    def holds(self) -> bool: ...
+
+
+class OpenFence:
+    """The :class:`Fence` of a node without replication: never holds."""
+
+    __slots__ = ()
+
+    def holds(self) -> bool:
+        return False
+
+
+#: The fence of every node without replication.
+OPEN = OpenFence()
+
+
+class ClockFence:
+    """The :class:`Fence` of a replicating node: channels deliver nothing while this node may
+    have been taken for gone by its peers, until it has heard from them what they took over.
 
     ``starting`` holds delivery from the start until the owner has heard what its peers took
     over meanwhile; ``armed`` is set by the owner while it asks again; ``last_tick`` is when
@@ -224,17 +271,6 @@ class Fence:
 
     def holds(self) -> bool:
         return self.starting or self.armed or time.monotonic() - self.last_tick > self.limit
-
-
-class ReplicationHook:
-    """Where the broker's :class:`Copies` and delivery :class:`Fence` are found once replication
-    starts (None: no replication)."""
-
-    __slots__ = ("copies", "fence")
-
-    def __init__(self) -> None:
-        self.copies: Copies | None = None
-        self.fence: Fence | None = None
 
 
 def _nobody_listens(change: RegistryChange) -> None:
@@ -258,8 +294,10 @@ class CoreHost:
     #: the channels that may have in-flight or deferred messages (each adds itself when one
     #: of its timer heaps gets an entry; the owner's scanner removes those that have none)
     timed: set[Any] = field(default_factory=set)
-    #: replication, once started: channels report their finished messages to it
-    replication: ReplicationHook = field(default_factory=ReplicationHook)
+    #: replication (``--replicas``): channels report their finished messages to it
+    copies: Copies = field(default_factory=NoCopies)
+    #: whether channels may deliver (replication holds them while this node may be taken for gone)
+    fence: Fence = OPEN
 
     def latency_stream(self) -> LatencyStream:
         """A new end-to-end latency stream as the options configure it."""

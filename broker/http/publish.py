@@ -25,7 +25,7 @@ from broker.http.responses import OK, APIError
 from broker.http.router import Endpoint
 from broker.http.server import BodyReadError, Request, RequestBody, Response
 from broker.http.targets import new_topic, topic_name
-from broker.protocol import Mpub, ProtocolError
+from broker.protocol import Mpub, ProtocolError, Pub, Publish
 from broker.protocol.bodies import MpubBody
 from broker.protocol.keys import MAX_KEY_LENGTH, split_key
 from broker.protocol.priorities import MAX_PRIORITY
@@ -109,7 +109,8 @@ class PublishEndpoints:
                 raise APIError(400, "INVALID_DEFER") from None
             if defer_ns < 0 or defer_ns > to_ns(opts.max_req_timeout):
                 raise APIError(400, "INVALID_DEFER")
-        return self._put(topic, [data], defer_ns, keys, priority)
+        priorities = None if priority is None else [priority]
+        return self._put(topic, Pub(name, [data], keys, priorities, defer_ns // MILLISECOND))
 
     def _pub_query(self, raw_query: str) -> tuple[str, str | None]:
         """The topic name (valid) and the ``defer`` value of a ``/pub`` query; raises
@@ -157,33 +158,31 @@ class PublishEndpoints:
         keys = None
         if keyed:
             keys, bodies = _split_keyed(bodies, binary, opts.max_msg_size)
-        answer = self._put(topic, bodies, 0, keys, priority)
+        priorities = None if priority is None else [priority] * len(bodies)
+        answer = self._put(topic, Mpub(topic.name, bodies, keys, priorities))
         return answer if isinstance(answer, Response) else await answer
 
-    def _put(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0, keys: list[bytes] | None = None,
-             priority: int | None = None) -> Response | Awaitable[Response]:
-        """Queue ``bodies`` as one batch: the answer, or what to await for it (when the
-        publish must be awaited); 503 EXITING if that fails, as nsqd answers every failed put.
+    def _put(self, topic: Topic, request: Publish) -> Response | Awaitable[Response]:
+        """Queue ``request`` as one batch, as the TCP publishes are queued: the answer, or what
+        to await for it (when the publish must be awaited); 503 EXITING if that fails, as nsqd
+        answers every failed put.
 
-        With ``keys`` (a keyed publish) the answer has an ``X-Duplicates`` header: how many
-        of the messages were duplicates of messages the topic stored (and were not stored).
-        ``priority`` (``?priority=``) is every message's.
+        A keyed publish's answer has an ``X-Duplicates`` header: how many of the messages were
+        duplicates of messages the topic stored (and were not stored).
         """
         broker = self.broker
         if broker.exiting:
             raise APIError(503, "EXITING")
-        if not bodies:
+        if not request.bodies:
             return OK
-        duplicates = 0
         try:
-            priorities = None if priority is None else [priority] * len(bodies)
-            if keys is None:
-                pending = broker.publish(topic, bodies, defer_ns, priorities)
-            else:
-                duplicates, pending = broker.publish_keyed(topic, bodies, keys, defer_ns, priorities)
+            duplicates, pending = broker.publish(topic, request)
         except Exception as exc:
             _put_failed(topic, exc)
-        answer = OK if keys is None else OK._replace(headers=(*OK.headers, (DUPLICATES_HEADER, b"%d" % duplicates)))
+        if request.keys is None:
+            answer = OK
+        else:
+            answer = OK._replace(headers=(*OK.headers, (DUPLICATES_HEADER, b"%d" % duplicates)))
         return answer if pending is None else _stored(topic, pending, answer)
 
 

@@ -117,9 +117,10 @@ def _channel_stats(channel: ChannelSource, include_clients: bool, topic_filter: 
     )
 
 
-def _topic_stats(topic: TopicSource, channels: tuple[ChannelStats, ...], copies: Copies | None = None) -> TopicStats:
+def _topic_stats(topic: TopicSource, channels: tuple[ChannelStats, ...], copies: Copies) -> TopicStats:
     # nsqd aggregates the topic's latency from its channels' streams: none without channels.
     e2e = _e2e_from(topic.e2e) if topic.channels else NO_E2E
+    counters = copies.counters(topic.name)
     return TopicStats(
         topic_name=topic.name,
         channels=channels,
@@ -131,7 +132,7 @@ def _topic_stats(topic: TopicSource, channels: tuple[ChannelStats, ...], copies:
         e2e_processing_latency=e2e,
         keys=None if topic.keys is None else KeyStats(topic.keys.received, topic.keys.duplicates,
                                                       len(topic.keys.held)),
-        replication=None if copies is None else ReplicaStats(*copies.counters(topic.name)),
+        replication=None if counters is None else ReplicaStats(*counters),
     )
 
 
@@ -165,7 +166,7 @@ def snapshot(
     topic = topic or ""
     channel = channel or ""
     memory = memory_stats() if include_mem else None
-    copies = broker.host.replication.copies
+    copies = broker.host.copies
     uptime_ns = max(0, time.time_ns() - broker.start_time * SECOND)
     percentiles = tuple(broker.options.e2e_processing_latency_percentiles)
     header = functools.partial(Snapshot, version=NSQD_COMPAT_VERSION, health=health_text(broker),
@@ -173,7 +174,7 @@ def snapshot(
                                percentiles=percentiles, lookupd_peers=_lookupd_peers(broker),
                                transports=_transports(broker.clients), keys_held=broker.keys.held,
                                keys_evicted=broker.keys.evicted,
-                               replication=None if copies is None else copies.node_stats())
+                               replication=copies.node_stats())
     if topic:
         found = broker.topics.get(topic)
         if found is None:

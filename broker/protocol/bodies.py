@@ -23,9 +23,10 @@ import struct
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .commands import KeyedMpub, Mpub
+from .commands import Mpub
 from .errors import ProtocolError
 from .keys import MAX_KEY_LENGTH, cut_message
+from .priorities import PRIORITY_SIZE, split_priorities
 
 __all__ = ["BodySpec", "SizedBody", "MpubBody", "KeyedMpubBody"]
 
@@ -33,8 +34,12 @@ _NO_LIMIT = 1 << 62
 _LENGTH = struct.Struct(">i")
 _unpack_length = _LENGTH.unpack_from
 _new = object.__new__
-_set_mpub_topic = Mpub.__dict__["topic"].__set__
-_set_mpub_bodies = Mpub.__dict__["bodies"].__set__
+_PUBLISH_FIELDS = Mpub.__mro__[1].__dict__  # the slots are Publish's
+_set_mpub_topic = _PUBLISH_FIELDS["topic"].__set__
+_set_mpub_bodies = _PUBLISH_FIELDS["bodies"].__set__
+_set_mpub_keys = _PUBLISH_FIELDS["keys"].__set__
+_set_mpub_priorities = _PUBLISH_FIELDS["priorities"].__set__
+_set_mpub_defer = _PUBLISH_FIELDS["defer_ms"].__set__
 
 
 class BodySpec(NamedTuple):
@@ -136,12 +141,22 @@ class MpubBody:
 
     A call decodes at most ``limit`` messages, so that a body of a million tiny
     messages, received in one piece, is decoded a bounded piece at a time.
+
+    On a connection that negotiated priorities (``prioritised``), each message is its
+    priority and its body (:mod:`broker.protocol.priorities`): a message may be
+    :data:`~broker.protocol.priorities.PRIORITY_SIZE` bytes longer than ``max_msg_size``,
+    and the event carries the priorities cut off the bodies.
     """
 
-    __slots__ = ("topic", "max_msg_size", "max_body_size", "phase", "count", "bodies", "total", "need")
+    __slots__ = ("topic", "max_msg_size", "max_body_size", "phase", "count", "bodies", "total", "need",
+                 "body_limit", "prioritised")
 
-    def __init__(self, topic: str, max_msg_size: int, max_body_size: int):
+    def __init__(self, topic: str, max_msg_size: int, max_body_size: int, *, prioritised: bool = False):
         self.topic = topic
+        self.body_limit = max_msg_size  # what the body itself may be, once cut
+        self.prioritised = prioritised
+        if prioritised:
+            max_msg_size += PRIORITY_SIZE
         self.max_msg_size = max_msg_size
         self.max_body_size = max_body_size
         self.phase = _BODY_SIZE
@@ -233,11 +248,19 @@ class MpubBody:
     def _take(self, data: bytes, start: int, stop: int, index: int) -> None:
         self.bodies.append(data[start:stop])
 
-    def _event(self) -> object:
+    def _event(self, keys: list[bytes] | None = None) -> object:
         # built field by field: the event's __init__ is a Python call
         event = _new(Mpub)
         _set_mpub_topic(event, self.topic)
-        _set_mpub_bodies(event, self.bodies)
+        if self.prioritised:
+            priorities, bodies = split_priorities("MPUB", self.bodies, self.body_limit)
+            _set_mpub_bodies(event, bodies)
+            _set_mpub_priorities(event, priorities)
+        else:
+            _set_mpub_bodies(event, self.bodies)
+            _set_mpub_priorities(event, None)
+        _set_mpub_keys(event, keys)
+        _set_mpub_defer(event, 0)
         return event
 
     def _wait(self, pos: int, total: int, need: int) -> tuple[int, None]:
@@ -259,14 +282,16 @@ class MpubBody:
 class KeyedMpubBody(MpubBody):
     """:class:`MpubBody` on a connection that negotiated keyed publishes: each message is a key
     length byte, the key and the body (:mod:`broker.protocol.keys`), cut into the two as it is
-    read. ``max_msg_size`` bounds the body; the message may be a key longer."""
+    read, and the event carries the keys. ``max_msg_size`` bounds the body; the message may be
+    a key longer (and a priority, when ``prioritised``)."""
 
     __slots__ = ("keys", "max_body")
 
-    def __init__(self, topic: str, max_msg_size: int, max_body_size: int):
-        super().__init__(topic, max_msg_size + MAX_KEY_LENGTH + 1, max_body_size)
+    def __init__(self, topic: str, max_msg_size: int, max_body_size: int, *, prioritised: bool = False):
+        super().__init__(topic, max_msg_size, max_body_size, prioritised=prioritised)
         self.keys: list[bytes] = []
-        self.max_body = max_msg_size
+        self.max_body = self.max_msg_size  # the body with its priority, when there is one
+        self.max_msg_size += MAX_KEY_LENGTH + 1
 
     def advance(self, data: bytes, pos: int, end: int, limit: int = _NO_LIMIT) -> tuple[int, object]:
         if self.phase != _MESSAGES:
@@ -303,5 +328,5 @@ class KeyedMpubBody(MpubBody):
         self.keys.append(key)
         self.bodies.append(body)
 
-    def _event(self) -> object:
-        return KeyedMpub(self.topic, self.bodies, self.keys)
+    def _event(self, keys: list[bytes] | None = None) -> object:
+        return super()._event(self.keys)

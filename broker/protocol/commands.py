@@ -16,7 +16,7 @@ from .frames import MSG_ID_LENGTH
 from .names import is_valid_name
 
 __all__ = [
-    "Identify", "Auth", "Sub", "Pub", "Mpub", "KeyedMpub", "Dpub", "Rdy", "Fin", "FinRun", "Req", "Touch", "Cls", "Nop", "Command",
+    "Identify", "Auth", "Sub", "Publish", "Pub", "Mpub", "Dpub", "Rdy", "Fin", "FinRun", "Req", "Touch", "Cls", "Nop", "Command",
     "encode_identify", "encode_auth", "encode_sub", "encode_pub", "encode_mpub", "encode_dpub",
     "encode_rdy", "encode_fin", "encode_req", "encode_touch", "encode_cls", "encode_nop",
 ]
@@ -30,15 +30,21 @@ class _Event:
     event after the parser made it."""
 
     __slots__: tuple[str, ...] = ()
+    #: the event's fields: its slots and its bases'
+    _fields: tuple[str, ...] = ()
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        cls._fields = tuple(f for klass in reversed(cls.__mro__) for f in klass.__dict__.get("__slots__", ()))
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and all(getattr(self, f) == getattr(other, f) for f in self.__slots__)
+        return type(other) is type(self) and all(getattr(self, f) == getattr(other, f) for f in self._fields)
 
     def __hash__(self) -> int:
-        return hash((type(self), *(getattr(self, f) for f in self.__slots__)))
+        return hash((type(self), *(repr(getattr(self, f)) for f in self._fields)))
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{f}={getattr(self, f)!r}" for f in self.__slots__)
+        fields = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
         return f"{type(self).__name__}({fields})"
 
 
@@ -80,47 +86,49 @@ class Sub(_Event):
         self.channel = channel
 
 
-class Pub(_Event):
-    """PUB of one non-empty body of at most ``max_msg_size`` bytes."""
+class Publish(_Event):
+    """A publish: PUB, MPUB or DPUB over TCP, ``/pub`` or ``/mpub`` over HTTP, as one request.
 
-    __slots__ = ("topic", "body")
+    ``bodies`` (one or more, none empty, each within ``--max-msg-size``), ``keys`` (one per
+    body, ``b""`` for an unkeyed one; None: the publish carries no keys, see
+    :mod:`broker.protocol.keys`), ``priorities`` (one per body; None: none given, see
+    :mod:`broker.protocol.priorities`) and ``defer_ms`` (0 or within ``--max-req-timeout``).
+    Whatever a connection negotiated is cut off the bodies already: the broker's core takes
+    this request as it is (:meth:`~broker.core.broker.Broker.publish`). ``verb`` names the
+    command in its errors (``E_PUB_FAILED``, ``E_MPUB_FAILED``, ``E_DPUB_FAILED``).
+    """
 
-    def __init__(self, topic: str, body: bytes) -> None:
-        self.topic = topic
-        self.body = body
+    __slots__ = ("topic", "bodies", "keys", "priorities", "defer_ms")
+    verb = "PUB"
 
-
-class Mpub(_Event):
-    """MPUB of one or more bodies, all validated before the event is yielded."""
-
-    __slots__ = ("topic", "bodies")
-
-    def __init__(self, topic: str, bodies: list[bytes]) -> None:
-        self.topic = topic
-        self.bodies = bodies
-
-
-class KeyedMpub(_Event):
-    """MPUB on a connection that negotiated keyed publishes: ``keys[i]`` (``b""``: none) is
-    the key of ``bodies[i]``; checked as :class:`Mpub`'s, and the keys' lengths too."""
-
-    __slots__ = ("topic", "bodies", "keys")
-
-    def __init__(self, topic: str, bodies: list[bytes], keys: list[bytes]) -> None:
+    def __init__(self, topic: str, bodies: list[bytes], keys: list[bytes] | None = None,
+                 priorities: list[int] | None = None, defer_ms: int = 0) -> None:
         self.topic = topic
         self.bodies = bodies
         self.keys = keys
-
-
-class Dpub(_Event):
-    """DPUB: publish ``body`` deferred by ``defer_ms`` (within 0..max_req_timeout_ms)."""
-
-    __slots__ = ("topic", "defer_ms", "body")
-
-    def __init__(self, topic: str, defer_ms: int, body: bytes) -> None:
-        self.topic = topic
+        self.priorities = priorities
         self.defer_ms = defer_ms
-        self.body = body
+
+
+class Pub(Publish):
+    """PUB of one body."""
+
+    __slots__ = ()
+    verb = "PUB"
+
+
+class Mpub(Publish):
+    """MPUB of one or more bodies, all validated before the event is yielded."""
+
+    __slots__ = ()
+    verb = "MPUB"
+
+
+class Dpub(Publish):
+    """DPUB: one body deferred by ``defer_ms``."""
+
+    __slots__ = ()
+    verb = "DPUB"
 
 
 class Rdy(_Event):
@@ -181,7 +189,7 @@ class Nop(_Event):
     __slots__ = ()
 
 
-Command = Identify | Auth | Sub | Pub | Mpub | KeyedMpub | Dpub | Rdy | Fin | FinRun | Req | Touch | Cls | Nop
+Command = Identify | Auth | Sub | Pub | Mpub | Dpub | Rdy | Fin | FinRun | Req | Touch | Cls | Nop
 
 _SIZE = struct.Struct(">I")
 _SIZE_AND_COUNT = struct.Struct(">II")

@@ -22,20 +22,21 @@ ownership, publish failures).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache, partial
 
 from .base10 import ms_to_duration_ns, parse_base10, to_int64
 from .bodies import AUTH_BODY, DPUB_BODY, IDENTIFY_BODY, PUB_BODY, BodySpec, KeyedMpubBody, MpubBody, SizedBody
-from .commands import Auth, Cls, Dpub, Fin, FinRun, Identify, Nop, Pub, Rdy, Req, Sub, Touch
+from .commands import Auth, Cls, Dpub, Fin, FinRun, Identify, Nop, Pub, Publish, Rdy, Req, Sub, Touch
 from .errors import ProtocolError
 from .finrun import FIN_LINE, fin_ids, fin_run_end, new_fins
 from .frames import MAGIC_V2, MSG_ID_LENGTH
 from .identify import DECODE_INLINE_BELOW, decode_identify
-from .keys import MAX_KEY_LENGTH
+from .keys import MAX_KEY_LENGTH, cut_message
 from .lease import LEASE_OPS, Lease, is_valid_lease_token
 from .limits import Limits
 from .names import go_quote, is_valid_name
-from .priorities import PRIORITY_SIZE
+from .priorities import PRIORITY_SIZE, split_priorities
 from .replica import Repl
 from .state import IGNORED_MOVES, LEGAL_STATES, State
 
@@ -102,12 +103,11 @@ class ServerConnection:
         self.heartbeats_enabled = True
         self.tls_required = False
         self.fin_runs = False
-        #: keyed publishes were negotiated (:mod:`broker.protocol.keys`): a PUB or DPUB body
-        #: may be a key longer than ``limits.max_msg_size`` (the owner checks the body), and an
-        #: MPUB yields a KeyedMpub
+        #: keyed publishes were negotiated (:mod:`broker.protocol.keys`): every message is a key
+        #: and a body, and a publish's event carries its keys
         self.keyed = False
-        #: priorities were negotiated (:mod:`broker.protocol.priorities`): every message may be
-        #: a priority longer than ``limits.max_msg_size`` (the owner checks the body)
+        #: priorities were negotiated (:mod:`broker.protocol.priorities`): every message is a
+        #: priority and a body, and a publish's event carries its priorities
         self.prioritised = False
         #: the node-to-node role was negotiated (:mod:`broker.protocol.replica`): REPL is a command
         self.replica = False
@@ -459,7 +459,7 @@ class ServerConnection:
         if len(params) < 2:
             raise _invalid("PUB insufficient number of parameters")
         topic = self._name(params[1], "PUB", "topic", "E_BAD_TOPIC")
-        self._body = SizedBody(PUB_BODY, self._max_message(), partial(Pub, topic))
+        self._body = SizedBody(PUB_BODY, self._max_message(), self._one_message(Pub, topic))
 
     def _mpub(self, params: list[bytes]) -> None:
         if len(params) < 2:
@@ -467,11 +467,8 @@ class ServerConnection:
         # nsqd repeats the code inside the description for MPUB only
         topic = self._name(params[1], "MPUB", "topic", "E_BAD_TOPIC", prefix=b"E_BAD_TOPIC ")
         limits = self.limits
-        max_msg_size = limits.max_msg_size + (PRIORITY_SIZE if self.prioritised else 0)
-        if self.keyed:
-            self._body = KeyedMpubBody(topic, max_msg_size, limits.max_body_size)
-        else:
-            self._body = MpubBody(topic, max_msg_size, limits.max_body_size)
+        body = KeyedMpubBody if self.keyed else MpubBody
+        self._body = body(topic, limits.max_msg_size, limits.max_body_size, prioritised=self.prioritised)
 
     def _dpub(self, params: list[bytes]) -> None:
         if len(params) < 3:
@@ -483,18 +480,44 @@ class ServerConnection:
         if defer_ns < 0 or defer_ns > max_req_timeout_ms * _NS_PER_MS:
             # nsqd prints the parsed (unsigned) milliseconds, not the wrapped duration
             raise _invalid(f"DPUB timeout {defer_ms} out of range 0-{max_req_timeout_ms}")
-        self._body = SizedBody(DPUB_BODY, self._max_message(), partial(Dpub, topic, defer_ns // _NS_PER_MS))
+        self._body = SizedBody(DPUB_BODY, self._max_message(), self._one_message(Dpub, topic, defer_ns // _NS_PER_MS))
 
     def _repl(self, params: list[bytes]) -> None:
         if not self.replica:
             raise ProtocolError.with_raw_description("E_INVALID", b"invalid command REPL")
         self._body = SizedBody(REPL_BODY, self.limits.max_body_size * 2 + (1 << 20), Repl)
 
+    def _one_message(self, kind: type[Publish], topic: str, defer_ms: int = 0) -> Callable[[bytes], Publish]:
+        """What makes the event of a PUB or DPUB of ``kind`` once its body is read: on a
+        connection that negotiated keys or priorities, their prefixes are cut off the body and
+        checked (nsqd's ``E_BAD_MESSAGE`` for a body that is then empty or too long)."""
+        if not (self.keyed or self.prioritised):
+            return partial(_plain_message, kind, topic, defer_ms)
+        return partial(_cut_message, kind, topic, defer_ms, self.keyed, self.prioritised, self.limits.max_msg_size)
+
     def _max_message(self) -> int:
         """The longest PUB or DPUB body: a message, and on a keyed or prioritised connection its
         key and priority too."""
         return (self.limits.max_msg_size + (MAX_KEY_LENGTH + 1 if self.keyed else 0)
                 + (PRIORITY_SIZE if self.prioritised else 0))
+
+
+def _plain_message(kind: type[Publish], topic: str, defer_ms: int, body: bytes) -> Publish:
+    return kind(topic, [body], None, None, defer_ms)
+
+
+def _cut_message(kind: type[Publish], topic: str, defer_ms: int, keyed: bool, prioritised: bool,
+                 max_msg_size: int, message: bytes) -> Publish:
+    """The event of a PUB or DPUB ``message`` with its key and priority cut off (see
+    :meth:`ServerConnection._one_message`)."""
+    keys = priorities = None
+    if keyed:
+        key, message = cut_message(kind.verb, 0, message, max_msg_size + (PRIORITY_SIZE if prioritised else 0))
+        keys = [key]
+    if prioritised:
+        priorities, bodies = split_priorities(kind.verb, [message], max_msg_size)
+        message = bodies[0]
+    return kind(topic, [message], keys, priorities, defer_ms)
 
 
 _HANDLERS = {

@@ -21,10 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from broker import protocol as p
 from broker.core.host import CopiesRefused
-from broker.gocompat import MILLISECOND
 from broker.protocol import ProtocolError
-from broker.protocol.keys import DUPLICATE, cut_message
-from broker.protocol.priorities import PRIORITY_SIZE, split_priorities
+from broker.protocol.keys import DUPLICATE
 from broker.protocol.replica import Repl
 from diskqueue import DiskQueueError
 
@@ -189,131 +187,54 @@ def lease(broker: Broker, client: Client, cmd: p.Lease) -> None:
     client.send_response(b"%d" % count)
 
 
-def pub(broker: Broker, client: Client, cmd: p.Pub) -> Answer:
-    if client.publish_keys or client.priorities:
-        return _publish_extended(broker, client, "PUB", cmd.topic, [cmd.body], 0)
-    return _publish(broker, client, "PUB", cmd.topic, [cmd.body], 0)
+def publish(broker: Broker, client: Client, cmd: p.Publish) -> Answer:
+    """PUB, MPUB and DPUB: queue the request's bodies as one batch (the parser has cut off their
+    keys and priorities already). The answer: ``OK`` when that is done at once (no auth server
+    to ask, nothing to wait for), else what to await for it (see :meth:`Broker.publish`); a
+    keyed publish's answer counts the duplicates (:mod:`broker.protocol.keys`).
 
-
-def mpub(broker: Broker, client: Client, cmd: p.Mpub) -> Answer:
-    if client.publish_keys or client.priorities:  # (keys: an MPUB parsed before the IDENTIFY that asked for them)
-        return _publish_extended(broker, client, "MPUB", cmd.topic, cmd.bodies, 0)
-    return _publish(broker, client, "MPUB", cmd.topic, cmd.bodies, 0)
-
-
-def keyed_mpub(broker: Broker, client: Client, cmd: p.KeyedMpub) -> Answer:
-    if client.priorities:
-        return _publish_extended(broker, client, "MPUB", cmd.topic, cmd.bodies, 0, cmd.keys)
-    return _publish(broker, client, "MPUB", cmd.topic, cmd.bodies, 0, cmd.keys)
-
-
-def dpub(broker: Broker, client: Client, cmd: p.Dpub) -> Answer:
-    if client.publish_keys or client.priorities:
-        return _publish_extended(broker, client, "DPUB", cmd.topic, [cmd.body], cmd.defer_ms)
-    return _publish(broker, client, "DPUB", cmd.topic, [cmd.body], cmd.defer_ms)
-
-
-def _publish_extended(broker: Broker, client: Client, verb: str, topic_name: str, raw: list[bytes],
-                      defer_ms: int, keys: list[bytes] | None = None) -> Answer:
-    """A publish on a connection that negotiated keys or priorities: their prefixes cut off and
-    checked (``keys``: an MPUB's, cut as it was read), then :func:`_publish`."""
-    max_msg_size = broker.options.max_msg_size
-    if keys is None and client.publish_keys:
-        keys, raw = split_keys(verb, raw, max_msg_size + (PRIORITY_SIZE if client.priorities else 0))
-    priorities = None
-    if client.priorities:
-        priorities, raw = split_priorities(verb, raw, max_msg_size)
-    return _publish(broker, client, verb, topic_name, raw, defer_ms, keys, priorities)
-
-
-def _publish(broker: Broker, client: Client, verb: str, topic_name: str, bodies: list[bytes],
-             defer_ms: int, keys: list[bytes] | None = None, priorities: list[int] | None = None) -> Answer:
-    """Queue the bodies as one batch: the ``OK`` to answer when that is done at once (no auth
-    server to ask, nothing to wait for), else what to await for it (see :meth:`Broker.publish`).
-    With ``keys`` (a keyed publish, :mod:`broker.protocol.keys`) the answer counts duplicates;
-    ``priorities`` (:mod:`broker.protocol.priorities`) go with the bodies.
-
-    Raises fatal ``E_<VERB>_FAILED <VERB> failed <reason>`` when the broker is exiting or
-    the disk write fails.
+    Raises fatal ``E_<VERB>_FAILED <VERB> failed <reason>`` when the broker is exiting or the
+    disk write fails; non-fatal when too few nodes took a copy (``--replicas``).
     """
     if client.authd is not None:  # checked here, not in check_auth: a PUB should not pay for a coroutine
-        return _publish_authorized(broker, client, verb, topic_name, bodies, defer_ms, keys, priorities)
-    if keys is not None:
-        return _queue_keyed(broker, client, verb, topic_name, bodies, keys, defer_ms, priorities)
-    return _queue(broker, client, verb, topic_name, bodies, defer_ms, priorities)
+        return _publish_authorized(broker, client, cmd)
+    return _queue(broker, client, cmd)
 
 
-async def _publish_authorized(broker: Broker, client: Client, verb: str, topic_name: str,
-                              bodies: list[bytes], defer_ms: int, keys: list[bytes] | None,
-                              priorities: list[int] | None) -> bytes:
-    await check_auth(client, verb, topic_name, "")
-    if keys is None:
-        answer = _queue(broker, client, verb, topic_name, bodies, defer_ms, priorities)
-    else:
-        answer = _queue_keyed(broker, client, verb, topic_name, bodies, keys, defer_ms, priorities)
+async def _publish_authorized(broker: Broker, client: Client, cmd: p.Publish) -> bytes:
+    await check_auth(client, cmd.verb, cmd.topic, "")
+    answer = _queue(broker, client, cmd)
     return answer if isinstance(answer, bytes) else await answer
 
 
-def _queue(broker: Broker, client: Client, verb: str, topic_name: str, bodies: list[bytes],
-           defer_ms: int, priorities: list[int] | None = None) -> Answer:
+def _queue(broker: Broker, client: Client, cmd: p.Publish) -> Answer:
+    verb = cmd.verb
     if broker.exiting:
         raise ProtocolError(f"E_{verb}_FAILED", f"{verb} failed exiting")
     try:
-        pending = broker.publish(broker.get_topic(topic_name), bodies, defer_ms * MILLISECOND, priorities)
+        duplicates, pending = broker.publish(broker.get_topic(cmd.topic), cmd)
     except ProtocolError:
         raise
     except Exception as exc:  # a failed disk write: the client must hear about it
         raise _publish_failed(verb, exc) from exc
+    answer = b"OK" if not duplicates else DUPLICATE if verb != "MPUB" else b"%s %d" % (DUPLICATE, duplicates)
+    stored = len(cmd.bodies) - duplicates
     if pending is not None:
-        return _published(pending, client, verb, topic_name, len(bodies))
-    client.pub_counts[topic_name] = client.pub_counts.get(topic_name, 0) + len(bodies)
-    return b"OK"
+        return _published(pending, client, cmd, stored, answer)
+    client.published(cmd.topic, stored)
+    return answer
 
 
-async def _published(pending: Awaitable[None], client: Client, verb: str, topic_name: str, count: int,
-                     answer: bytes = b"OK") -> bytes:
+async def _published(pending: Awaitable[None], client: Client, cmd: p.Publish, stored: int, answer: bytes) -> bytes:
     """``answer`` once ``pending`` (the rest of a publish) is done."""
     try:
         await pending
     except ProtocolError:
         raise
     except Exception as exc:  # a failed disk write: the client must hear about it
-        raise _publish_failed(verb, exc) from exc
-    client.pub_counts[topic_name] = client.pub_counts.get(topic_name, 0) + count
+        raise _publish_failed(cmd.verb, exc) from exc
+    client.published(cmd.topic, stored)
     return answer
-
-
-def _queue_keyed(broker: Broker, client: Client, verb: str, topic_name: str, bodies: list[bytes],
-                 keys: list[bytes], defer_ms: int, priorities: list[int] | None = None) -> Answer:
-    """:func:`_queue` for a keyed publish: the answer counts the duplicates."""
-    if broker.exiting:
-        raise ProtocolError(f"E_{verb}_FAILED", f"{verb} failed exiting")
-    try:
-        duplicates, pending = broker.publish_keyed(broker.get_topic(topic_name), bodies, keys,
-                                                   defer_ms * MILLISECOND, priorities)
-    except ProtocolError:
-        raise
-    except Exception as exc:  # a failed disk write: the client must hear about it
-        raise _publish_failed(verb, exc) from exc
-    count = len(bodies) - duplicates
-    answer = b"OK" if not duplicates else DUPLICATE if verb != "MPUB" else b"%s %d" % (DUPLICATE, duplicates)
-    if pending is not None:
-        return _published(pending, client, verb, topic_name, count, answer)
-    if count:
-        client.pub_counts[topic_name] = client.pub_counts.get(topic_name, 0) + count
-    return answer
-
-
-def split_keys(verb: str, raw: list[bytes], max_msg_size: int) -> tuple[list[bytes], list[bytes]]:
-    """The keys and the bodies of keyed messages (a PUB's or DPUB's; an MPUB's are cut as they are
-    read), checked by :func:`~broker.protocol.keys.cut_message`."""
-    keys: list[bytes] = []
-    bodies: list[bytes] = []
-    for index, message in enumerate(raw):
-        key, body = cut_message(verb, index, message, max_msg_size)
-        keys.append(key)
-        bodies.append(body)
-    return keys, bodies
 
 
 def repl(broker: Broker, client: Client, cmd: Repl) -> Answer:
@@ -343,9 +264,8 @@ SYNC_HANDLERS: dict[type, SyncHandler] = {
 ANSWER_HANDLERS: dict[type, AnswerHandler] = {
     p.Auth: auth,
     p.Sub: sub,
-    p.Pub: pub,
-    p.Mpub: mpub,
-    p.KeyedMpub: keyed_mpub,
-    p.Dpub: dpub,
+    p.Pub: publish,
+    p.Mpub: publish,
+    p.Dpub: publish,
     Repl: repl,
 }

@@ -450,6 +450,13 @@ class Client:
         """Those of ``msgs`` (in flight to this client) whose frames were never wholly handed to the socket."""
         return self.output.unsent(msgs)
 
+    def published(self, topic: str, count: int) -> None:
+        """``count`` messages this client published to ``topic`` were stored (``/stats``'s
+        ``pub_counts``, as nsqd's ``PublishedMessage``)."""
+        if count:
+            counts = self.pub_counts
+            counts[topic] = counts.get(topic, 0) + count
+
     def send_response(self, data: bytes) -> None:
         """Queue a response frame and make the writer flush."""
         self.output.add(OK_FRAME if data == b"OK" else encode_response(data))

@@ -20,7 +20,7 @@ from tests.support.v2client import connect, subscriber
 
 
 def test_every_command_has_one_handler_and_a_publish_costs_no_coroutine_unless_it_waits():
-    commands = {p.Identify, p.Auth, p.Sub, p.Pub, p.Mpub, p.KeyedMpub, p.Dpub, p.Rdy, p.Fin, p.Req, p.Touch, p.Cls, p.Nop,
+    commands = {p.Identify, p.Auth, p.Sub, p.Pub, p.Mpub, p.Dpub, p.Rdy, p.Fin, p.Req, p.Touch, p.Cls, p.Nop,
                 p.Lease, Repl}
     assert set(SYNC_HANDLERS) | set(ANSWER_HANDLERS) == commands
     assert not set(SYNC_HANDLERS) & set(ANSWER_HANDLERS)

@@ -14,6 +14,7 @@ import trio
 from broker.config.options import parse_args
 from broker.core.broker import PUBLISH_PIECE, Broker
 from broker.core.host import RegistryChange
+from broker.protocol import Mpub, Pub
 from broker.storage.datadir import DataDirectory, DataPathLocked
 from diskqueue import DiskQueueError
 from tests.support.diskfaults import FaultyDisk
@@ -56,7 +57,7 @@ class Listener:
 
 async def publish(broker: Broker, topic, bodies: list[bytes], defer_ns: int = 0) -> None:
     """Publish and wait for whatever the publish must still wait for."""
-    pending = broker.publish(topic, bodies, defer_ns)
+    _, pending = broker.publish(topic, Mpub(topic.name, bodies, defer_ms=defer_ns // 1_000_000))
     if pending is not None:
         await pending
 
@@ -88,15 +89,15 @@ async def test_a_large_publish_is_queued_whole_and_in_order(tmp_path):
 async def test_publish_returns_what_to_await_only_where_it_must_wait(tmp_path):
     async with running(tmp_path) as broker:
         topic = broker.get_topic("t")
-        assert broker.publish(topic, [b"x"]) is None
+        assert broker.publish(topic, Pub("t", [b"x"])) == (0, None)
         assert topic.depth == 1  # queued already
-        pending = broker.publish(topic, [b"y"] * (PUBLISH_PIECE + 1))  # a huge batch: in pieces
+        _, pending = broker.publish(topic, Mpub("t", [b"y"] * (PUBLISH_PIECE + 1)))  # a huge batch: in pieces
         assert pending is not None
         await pending
         assert topic.depth == PUBLISH_PIECE + 2
     async with running(tmp_path / "durable", "--durable") as broker:
         topic = broker.get_topic("t")
-        pending = broker.publish(topic, [b"x"])  # answered once on disk
+        _, pending = broker.publish(topic, Pub("t", [b"x"]))  # answered once on disk
         assert pending is not None
         await pending
         assert topic.depth == 1

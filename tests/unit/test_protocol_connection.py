@@ -20,7 +20,6 @@ from broker.protocol import (
     Fin,
     FinRun,
     Identify,
-    KeyedMpub,
     Limits,
     Mpub,
     Nop,
@@ -91,11 +90,14 @@ def splits(data: bytes, mode: str, seed: int = 0) -> list[bytes]:
 
 
 def feed(data: bytes, mode: str = "whole", *, state: State = INIT, limits: Limits = SMALL, eof: bool = False,
-         heartbeats: bool = True, tls: bool = False, magic: bool = True, seed: int = 0, keyed: bool = False):
+         heartbeats: bool = True, tls: bool = False, magic: bool = True, seed: int = 0, keyed: bool = False,
+         prioritised: bool = False):
     """Run ``data`` (after the magic) through a fresh connection; returns (events, error, conn).
-    ``keyed``: as the server sets a connection up once IDENTIFY asked for keyed publishes."""
+    ``keyed``, ``prioritised``: as the server sets a connection up once IDENTIFY asked for keyed
+    publishes, for priorities."""
     conn = ServerConnection(limits)
     conn.keyed = keyed
+    conn.prioritised = prioritised
     conn.state = state
     conn.heartbeats_enabled = heartbeats
     conn.tls_required = tls
@@ -246,10 +248,10 @@ CASES = [
     ("nop-subscribed", SUBSCRIBED, b"NOP\r\n", [Nop()], None, {}),
     ("nop-closing", CLOSING, b"NOP extra\n", [Nop()], None, {}),
     # ---------------------------------------------------------------- PUB
-    ("pub", INIT, b"PUB t\n" + sized(b"hello\nworld"), [Pub("t", b"hello\nworld")], None, {}),
-    ("pub-subscribed", SUBSCRIBED, b"PUB t\n" + sized(b"x"), [Pub("t", b"x")], None, {}),
-    ("pub-closing", CLOSING, b"PUB t\n" + sized(b"x"), [Pub("t", b"x")], None, {}),
-    ("pub-max", INIT, b"PUB t\n" + sized(b"m" * 100), [Pub("t", b"m" * 100)], None, {}),
+    ("pub", INIT, b"PUB t\n" + sized(b"hello\nworld"), [Pub("t", [b"hello\nworld"])], None, {}),
+    ("pub-subscribed", SUBSCRIBED, b"PUB t\n" + sized(b"x"), [Pub("t", [b"x"])], None, {}),
+    ("pub-closing", CLOSING, b"PUB t\n" + sized(b"x"), [Pub("t", [b"x"])], None, {}),
+    ("pub-max", INIT, b"PUB t\n" + sized(b"m" * 100), [Pub("t", [b"m" * 100])], None, {}),
     ("pub-no-topic", INIT, b"PUB\n", [], b"E_INVALID PUB insufficient number of parameters", {}),
     ("pub-bad-topic", INIT, b"PUB bad!\n" + sized(b"x"), [], b'E_BAD_TOPIC PUB topic name "bad!" is not valid', {}),
     ("pub-size-0", INIT, b"PUB t\n" + size(0), [], b"E_BAD_MESSAGE PUB invalid message body size 0", {}),
@@ -259,10 +261,10 @@ CASES = [
     ("pub-eof-body", INIT, b"PUB t\n" + size(5) + b"abc", [], b"E_BAD_MESSAGE PUB failed to read message body",
      {"eof": True}),
     # ---------------------------------------------------------------- DPUB
-    ("dpub", INIT, b"DPUB t 1000\n" + sized(b"x"), [Dpub("t", 1000, b"x")], None, {}),
-    ("dpub-empty-timeout", INIT, b"DPUB t \n" + sized(b"x"), [Dpub("t", 0, b"x")], None, {}),
-    ("dpub-max", SUBSCRIBED, b"DPUB t 3600000\n" + sized(b"x"), [Dpub("t", 3600000, b"x")], None, {}),
-    ("dpub-wraps-into-range", INIT, b"DPUB t 18446744073710\n" + sized(b"x"), [Dpub("t", 0, b"x")], None, {}),
+    ("dpub", INIT, b"DPUB t 1000\n" + sized(b"x"), [Dpub("t", [b"x"], defer_ms=1000)], None, {}),
+    ("dpub-empty-timeout", INIT, b"DPUB t \n" + sized(b"x"), [Dpub("t", [b"x"], defer_ms=0)], None, {}),
+    ("dpub-max", SUBSCRIBED, b"DPUB t 3600000\n" + sized(b"x"), [Dpub("t", [b"x"], defer_ms=3600000)], None, {}),
+    ("dpub-wraps-into-range", INIT, b"DPUB t 18446744073710\n" + sized(b"x"), [Dpub("t", [b"x"], defer_ms=0)], None, {}),
     ("dpub-no-timeout", INIT, b"DPUB t\n", [], b"E_INVALID DPUB insufficient number of parameters", {}),
     ("dpub-bad-topic-first", INIT, b"DPUB t! x\n", [], b'E_BAD_TOPIC DPUB topic name "t!" is not valid', {}),
     ("dpub-bad-timeout", INIT, b"DPUB t x\n", [], b"E_INVALID DPUB could not parse timeout x", {}),
@@ -370,7 +372,7 @@ def test_bodies_wait_for_all_their_bytes():
         conn.receive_data(b"z")
         assert conn.next_events() == []
     conn.receive_data(b"zNOP\n")
-    assert conn.next_events() == [Pub("t", b"z" * 50), Nop()]
+    assert conn.next_events() == [Pub("t", [b"z" * 50]), Nop()]
 
 
 # ------------------------------------------------------------------ the magic
@@ -503,9 +505,9 @@ VALID = {
     "REQ": (encode_req(ID, 100), Req(ID, 100), None),
     "TOUCH": (encode_touch(ID), Touch(ID), None),
     "CLS": (encode_cls(), Cls(), CLOSING),
-    "PUB": (encode_pub("t", b"m"), Pub("t", b"m"), None),
+    "PUB": (encode_pub("t", b"m"), Pub("t", [b"m"]), None),
     "MPUB": (encode_mpub("t", [b"m", b"n"]), Mpub("t", [b"m", b"n"]), None),
-    "DPUB": (encode_dpub("t", 10, b"m"), Dpub("t", 10, b"m"), None),
+    "DPUB": (encode_dpub("t", 10, b"m"), Dpub("t", [b"m"], defer_ms=10), None),
     "NOP": (encode_nop(), Nop(), None),
 }
 
@@ -534,7 +536,7 @@ def test_state_transitions_through_a_session():
     for mode in ("whole", "bytes"):
         events, error, conn = feed(stream, mode)
         assert error is None
-        assert events == [Identify({}), Sub("t", "c"), Rdy(2), Fin(ID), Cls(), Touch(ID), Req(ID, 0), Pub("t", b"x")]
+        assert events == [Identify({}), Sub("t", "c"), Rdy(2), Fin(ID), Cls(), Touch(ID), Req(ID, 0), Pub("t", [b"x"])]
         assert conn.state == CLOSING
 
 
@@ -572,7 +574,7 @@ def test_a_limit_bounds_the_commands_one_call_parses():
                       + b"".join(encode_fin(i) for i in ids) + encode_nop())
     assert conn.next_events(2) == [Nop(), Nop()]
     assert conn.has_more
-    assert conn.next_events(2) == [Nop(), Pub("t", b"x")]
+    assert conn.next_events(2) == [Nop(), Pub("t", [b"x"])]
     assert conn.next_events(2) == [Sub("t", "c"), FinRun(ids[:1])]
     assert conn.next_events(3) == [FinRun(ids[1:4])]  # each FIN of a run counts
     assert conn.next_events(3) == [FinRun(ids[4:]), Nop()]
@@ -652,9 +654,9 @@ def test_encoders_round_trip():
     commands = [
         (encode_identify(identify), Identify(identify)),
         (encode_auth(b"\x00secret\n"), Auth(b"\x00secret\n")),
-        (encode_pub("topic.a-b_c", b"\x00\xff\n body"), Pub("topic.a-b_c", b"\x00\xff\n body")),
+        (encode_pub("topic.a-b_c", b"\x00\xff\n body"), Pub("topic.a-b_c", [b"\x00\xff\n body"])),
         (encode_mpub("t#ephemeral", bodies), Mpub("t#ephemeral", bodies)),
-        (encode_dpub("t", 3600000, b"later"), Dpub("t", 3600000, b"later")),
+        (encode_dpub("t", 3600000, b"later"), Dpub("t", [b"later"], defer_ms=3600000)),
         (encode_sub("t", "c#ephemeral"), Sub("t", "c#ephemeral")),
         (encode_rdy(2500), Rdy(2500)),
         (encode_fin(ID.decode()), Fin(ID)),
@@ -788,18 +790,19 @@ def test_a_large_identify_body_is_left_for_the_owner_to_decode() -> None:
 def test_command_events_compare_and_print_as_values():
     from broker.protocol.commands import Cls, Fin, Nop, Pub, Touch
 
-    assert Pub("t", b"x") == Pub("t", b"x") and Pub("t", b"x") != Pub("t", b"y")
+    assert Pub("t", [b"x"]) == Pub("t", [b"x"]) and Pub("t", [b"x"]) != Pub("t", [b"y"])
     assert Fin(b"0" * 16) != Touch(b"0" * 16)  # same fields, other command
     assert Nop() == Nop() and Nop() != Cls()
     assert hash(Fin(b"a")) == hash(Fin(b"a")) and hash(Fin(b"a")) != hash(Touch(b"a"))
-    assert repr(Pub("t", b"x")) == "Pub(topic='t', body=b'x')" and repr(Nop()) == "Nop()"
+    assert repr(Pub("t", [b"x"])) == "Pub(topic='t', bodies=[b'x'], keys=None, priorities=None, defer_ms=0)"
+    assert repr(Nop()) == "Nop()"
 
 
 # ---------------------------------------------------------------- keyed MPUB (pynsqd's keyed publishes)
 
 KEYED_CASES = [
     ("keyed", [b"\x01ka", b"\x00plain", b"\x03keyb", b"\x80" + b"k" * 128 + b"x" * 100],
-     [KeyedMpub("t", [b"a", b"plain", b"b", b"x" * 100], [b"k", b"", b"key", b"k" * 128])], None),
+     [Mpub("t", [b"a", b"plain", b"b", b"x" * 100], [b"k", b"", b"key", b"k" * 128])], None),
     ("key-too-long", [b"\x01ka", b"\x81" + b"k" * 129 + b"x"], [], b"E_BAD_MESSAGE MPUB invalid key length 129"),
     ("key-past-the-end", [b"\x05ab"], [], b"E_BAD_MESSAGE MPUB invalid key length 5"),
     ("empty-body", [b"\x01ka", b"\x02kk"], [], b"E_BAD_MESSAGE MPUB invalid message(1) body size 0"),
@@ -814,7 +817,33 @@ def test_keyed_mpub(name, messages, events, error):
     check(b"MPUB t\n" + mpub_body(messages), events, error, keyed=True, limits=SMALL._replace(max_body_size=2000))
 
 
-def test_keyed_pub_and_dpub_keep_their_bodies_whole_for_the_server_to_split():
+def test_keyed_pub_and_dpub_come_with_their_keys_cut_off():
     body = b"\x80" + b"k" * 128 + b"x" * 100
-    check(b"PUB t\n" + sized(body) + b"DPUB t 5\n" + sized(body), [Pub("t", body), Dpub("t", 5, body)], None,
-          keyed=True)
+    check(b"PUB t\n" + sized(body) + b"DPUB t 5\n" + sized(body) + b"PUB t\n" + sized(b"\x00plain"),
+          [Pub("t", [b"x" * 100], [b"k" * 128]), Dpub("t", [b"x" * 100], [b"k" * 128], defer_ms=5),
+           Pub("t", [b"plain"], [b""])], None, keyed=True)
+
+
+PRIORITY_CASES = [
+    ("pub", b"PUB t\n" + sized(b"\x00\x00\x00\x07job"), [Pub("t", [b"job"], priorities=[7])], None),
+    ("dpub", b"DPUB t 5\n" + sized(b"\xff\xff\xff\xffjob"), [Dpub("t", [b"job"], None, [(1 << 32) - 1], 5)], None),
+    ("mpub", b"MPUB t\n" + mpub_body([b"\x00\x00\x00\x01a", b"\x00\x00\x00\x02" + b"b" * 100]),
+     [Mpub("t", [b"a", b"b" * 100], None, [1, 2])], None),
+    ("mpub-body-too-big", b"MPUB t\n" + mpub_body([b"\x00\x00\x00\x01" + b"b" * 101]), [],
+     b"E_BAD_MESSAGE MPUB message too big 105 > 104"),  # the message counts its priority, as before
+    ("pub-empty-body", b"PUB t\n" + sized(b"\x00\x00\x00\x01"), [], b"E_BAD_MESSAGE PUB invalid message body size 0"),
+    ("pub-shorter-than-a-priority", b"PUB t\n" + sized(b"ab"), [],
+     b"E_BAD_MESSAGE PUB invalid message size 2 (a priority takes 4 bytes)"),
+]
+
+
+@pytest.mark.parametrize("name,data,events,error", PRIORITY_CASES, ids=[c[0] for c in PRIORITY_CASES])
+def test_prioritised_publishes_come_with_their_priorities_cut_off(name, data, events, error):
+    check(data, events, error, prioritised=True, limits=SMALL._replace(max_body_size=2000))
+
+
+def test_keyed_and_prioritised_publishes_come_with_both_cut_off():
+    message = b"\x02ky\x00\x00\x00\x09" + b"x" * 100
+    check(b"PUB t\n" + sized(message) + b"MPUB t\n" + mpub_body([message, b"\x00\x00\x00\x00\x01z"]),
+          [Pub("t", [b"x" * 100], [b"ky"], [9]), Mpub("t", [b"x" * 100, b"z"], [b"ky", b""], [9, 1])], None,
+          keyed=True, prioritised=True, limits=SMALL._replace(max_body_size=2000))

@@ -1,0 +1,186 @@
+"""Taking over the copies of a node that is gone.
+
+A node is gone once it has been unreachable for ``--replica-timeout`` (see
+:mod:`.peers`). For each copy it left, the first of the copy's other holders that is up (in
+the order the origin listed them) takes it over; holders agree on that order, so two
+holders that see the same nodes never both take a copy. The taker gives the message a new
+id (ids of different nodes may collide), stores copies of it on its own peers as for a
+publish (keeping the channels that had finished it), queues it in the channels that had not
+(creating the topic and those channels, which registers them with nsqlookupd), records the
+takeover and tells the other holders to drop theirs.
+
+The copies of an origin are read back from the log in one pass for all its topics, and each
+topic's are queued :data:`TAKEOVER_PIECE` at a time; a failure is its topic's alone (logged
+once a minute while it lasts, counted, tried again at the next tick). Takeovers and the
+log's compaction read the log through and change it: the replicator runs one at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+import trio
+
+from broker.core.message import Message
+from broker.replication.copies import PeerCopies
+from broker.replication.held import HeldCopies
+from broker.replication.peers import Peers
+from broker.replication.wire import Taken, WireError, WireLimits, check_entries, message_of, pack_entries
+from diskqueue import DiskQueueError
+
+if TYPE_CHECKING:
+    from broker.core.broker import Broker
+
+__all__ = ["Takeover", "TAKEOVER_PIECE"]
+
+log = logging.getLogger("pynsqd.replication")
+
+#: Messages taken over in one step.
+TAKEOVER_PIECE = 1000
+#: Seconds between two log lines about the same topic's failing takeover.
+TAKEOVER_FAILURE_LOG = 60.0
+#: What an entry read back from the log may hold: any size (``--max-msg-size`` was checked when it came).
+_READ_BACK = WireLimits(1 << 62)
+
+
+class Takeover:
+    """The takeovers of this node (``node_id``) for ``broker``, from the copies in ``held``."""
+
+    def __init__(self, broker: Broker, node_id: str, peers: Peers, copies: PeerCopies, held: HeldCopies):
+        self.broker = broker
+        self.node_id = node_id
+        self.options = broker.options
+        self._peers = peers
+        self._copies = copies
+        self._held = held
+        #: when each origin was first seen unreachable
+        self.gone_since: dict[str, float] = {}
+        #: topics whose takeover failed, and when that was last logged
+        self._failed: dict[tuple[str, str], float] = {}
+
+    def wait_for(self, origins: list[str], since: float) -> None:
+        """Each of ``origins`` must show itself within ``--replica-timeout`` of ``since`` (a start)."""
+        for origin in origins:
+            self.gone_since.setdefault(origin, since)
+
+    def heard_from(self, node: str) -> None:
+        self.gone_since.pop(node, None)
+
+    def gone(self, now: float) -> list[str]:
+        """The origins of copies held here that have been unreachable for ``--replica-timeout``."""
+        found = []
+        for origin in list(self._held.origins):
+            if origin == self.node_id or self._peers.reachable(origin):
+                self.gone_since.pop(origin, None)
+                continue
+            since = self.gone_since.get(origin)
+            if since is None:
+                # silence counts from the last bytes heard from it: a paused node is gone after
+                # --replica-timeout without an answer, not after the heartbeats gave up on it and then some
+                since = self.gone_since[origin] = min(now, self._peers.last_heard(origin, now))
+            if now - since >= self.options.replica_timeout:
+                found.append(origin)
+        return found
+
+    def mine(self, origin: str) -> dict[str, set[bytes]]:
+        """The copies of ``origin`` this node takes over (it is their first holder up), by topic."""
+        mine: dict[str, set[bytes]] = {}
+        for topic, copies in self._held.origins.get(origin, {}).items():
+            ids = {msg_id for msg_id, holders in copies.holders.items()
+                   if self.first_up(holders, origin) == self.node_id}
+            if ids:
+                mine[topic] = ids
+        return mine
+
+    def first_up(self, holders: tuple[str, ...], origin: str) -> str | None:
+        """The first of ``holders`` other than ``origin`` that is up (this node is)."""
+        for node in holders:
+            if node != origin and (node == self.node_id or self._peers.reachable(node)):
+                return node
+        return None
+
+    async def take_over(self, origin: str, mine: dict[str, set[bytes]]) -> None:
+        """Take over the copies ``mine`` of ``origin`` (see the module docstring)."""
+        if not mine:
+            return
+        pieces: dict[str, list[list]] = defaultdict(list)
+        found: dict[str, set[bytes]] = defaultdict(set)
+        failed: set[str] = set()
+        async for _origin, topic, item in self._held.entries({(origin, topic): ids for topic, ids in mine.items()}):
+            found[topic].add(item[0])
+            if topic in failed:
+                continue
+            pieces[topic].append(item)
+            if len(pieces[topic]) >= TAKEOVER_PIECE:
+                await self._piece_guarded(origin, topic, pieces.pop(topic), failed)
+        for topic, items in pieces.items():
+            await self._piece_guarded(origin, topic, items, failed)
+        for topic, ids in mine.items():
+            if topic in failed:
+                continue
+            self._failed.pop((origin, topic), None)
+            missing = ids - found[topic]
+            if missing:  # held, yet not in the log (damaged): nothing to deliver
+                self._held.copies_lost += len(missing)
+                log.error("REPLICATION: %d copies of topic %s from node %s were not found in the replication log "
+                          "(it is damaged): those messages are lost unless another node holds them", len(missing),
+                          topic, origin)
+                self._held.mark_taken(origin, topic, sorted(missing))
+
+    async def _piece_guarded(self, origin: str, topic: str, items: list[list], failed: set[str]) -> None:
+        try:
+            await self._piece(origin, topic, items)
+        except (DiskQueueError, OSError, ValueError, LookupError, TypeError) as exc:
+            failed.add(topic)
+            now = trio.current_time()
+            key = (origin, topic)
+            if now - self._failed.get(key, -TAKEOVER_FAILURE_LOG) >= TAKEOVER_FAILURE_LOG:
+                self._failed[key] = now
+                self._copies.stats[topic].takeover_failures += 1
+                log.error("REPLICATION: taking over messages of topic %s from node %s failed (tried again): %s",
+                          topic, origin, exc)
+
+    async def _piece(self, origin: str, topic: str, items: list[list]) -> None:
+        held = self._held
+        copies = held.copies(origin, topic)
+        channels = list(held.channels.get(origin, {}).get(topic, []))
+        items = [item for item in items if copies is not None and item[0] in copies.holders]
+        ids = [item[0] for item in items]
+        new_ids = self.broker.guid.next_ids(len(items))
+        messages: list[tuple[Message, list[str] | None]] = []
+        dones: list[list[str] | None] = []
+        for item, new_id in zip(items, new_ids):
+            if not _takeable(item):
+                held.copies_lost += 1
+                log.error("REPLICATION: a copy of topic %s from node %s in the replication log cannot be read: lost "
+                          "unless another node holds it", topic, origin)
+                continue
+            done = copies.done.get(item[0]) if copies is not None else None
+            only = [name for name in channels if name not in done] if done and channels else None
+            if only == []:
+                continue
+            messages.append((message_of(item, new_id), only))
+            dones.append(sorted(done) if done else None)
+        if messages:
+            await self._copies.store(topic, [msg for msg, _ in messages], dones, best_effort=True)
+            await self.broker.put_taken(topic, channels, messages)
+        held.mark_taken(origin, topic, ids)
+        if self.options.durable:
+            await held.synced()
+        self._peers.post(Taken(origin, topic, ids), 17 * len(ids))
+        self._copies.stats[topic].takeovers += len(messages)
+        now = trio.current_time()
+        log.info("REPLICATION: took over %d messages of topic %s from node %s (gone for %.1fs)", len(messages),
+                 topic, origin, now - self.gone_since.get(origin, now))
+
+
+def _takeable(item: list) -> bool:
+    """Whether an entry read back from the log is one a message can be made of (entries were
+    checked when they arrived; this catches a log written otherwise)."""
+    try:
+        check_entries(pack_entries([message_of(item)]), [item[0]], _READ_BACK)
+    except (WireError, IndexError, TypeError, ValueError):
+        return False
+    return True
