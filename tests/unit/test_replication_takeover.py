@@ -1,0 +1,162 @@
+"""The takeover's decisions (broker/replication/takeover.py) on Trio's mock clock: when a node is
+gone, which holder takes each copy, and what the taker queues, stores, records and tells.
+The copies come from a real log (broker/replication/held.py) in a temporary directory; the
+broker, the sending side and the other nodes are fakes that record what they are asked."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+import trio
+
+from broker.config.options import parse_args
+from broker.core.guid import GuidFactory
+from broker.core.host import ClockFence
+from broker.core.message import Message
+from broker.replication.copies import ReplicaStats
+from broker.replication.held import HeldCopies
+from broker.replication.peers import Peers
+from broker.replication.takeover import Takeover
+from broker.replication.wire import Taken, pack_entries
+
+ME, ORIGIN, OTHER, THIRD = "a" * 32, "b" * 32, "c" * 32, "d" * 32
+
+
+class FakeBroker:
+    def __init__(self, *flags: str):
+        self.options = parse_args(["--replicas=2", "--replica-timeout=5s", *flags])
+        self.guid = GuidFactory(7)
+        self.taken: list[tuple[str, list[str], list[tuple[Message, list[str] | None]]]] = []
+
+    async def put_taken(self, topic, channels, messages):
+        self.taken.append((topic, channels, messages))
+
+
+class FakeCopies:
+    def __init__(self):
+        self.stats = defaultdict(ReplicaStats)
+        self.stored: list[tuple[str, list[Message], list, bool]] = []
+
+    async def store(self, topic, messages, dones=None, *, best_effort=False):
+        self.stored.append((topic, messages, dones, best_effort))
+
+
+class RecordingPeers(Peers):
+    def __init__(self):
+        super().__init__()
+        self.posted: list = []
+
+    def post(self, request, size=0):
+        self.posted.append(request)
+
+
+def _messages(n: int, start: int = 0, due_ns: int = 0) -> list[Message]:
+    return [Message(b"%016d" % i, b"body %d" % i, 1_000 + i, i % 3, due_ns, None) for i in range(start, start + n)]
+
+
+async def _takeover(tmp_path, *flags: str) -> tuple[Takeover, HeldCopies, FakeBroker, FakeCopies, RecordingPeers]:
+    held = await HeldCopies.open(tmp_path, durable=False, max_record=1 << 20)
+    broker, copies, peers = FakeBroker(*flags), FakeCopies(), RecordingPeers()
+    return Takeover(broker, ME, peers, copies, held), held, broker, copies, peers
+
+
+async def test_a_node_is_gone_once_unreachable_for_the_replica_timeout_from_the_last_bytes_heard(tmp_path,
+                                                                                                 autojump_clock):
+    takeover, held, *_ , peers = await _takeover(tmp_path)
+    held.add(ORIGIN, "t", [ORIGIN, ME], [m.id for m in _messages(1)], pack_entries(_messages(1)))
+    connection = object()
+    peers.opened(ORIGIN, connection)
+    assert takeover.gone(trio.current_time()) == []  # reachable
+    await trio.sleep(10)
+    peers.closed(ORIGIN, connection, last_heard=trio.current_time() - 3)  # silent for 3 s before it closed
+    assert takeover.gone(trio.current_time()) == []
+    await trio.sleep(1.9)
+    assert takeover.gone(trio.current_time()) == []  # 4.9 s of silence
+    await trio.sleep(0.2)
+    assert takeover.gone(trio.current_time()) == [ORIGIN]
+    peers.opened(ORIGIN, connection)  # it came back
+    assert takeover.gone(trio.current_time()) == [] and ORIGIN not in takeover.gone_since
+    await held.close()
+
+
+async def test_the_first_holder_up_takes_each_copy_in_the_origins_order(tmp_path):
+    takeover, held, *_ , peers = await _takeover(tmp_path)
+    first, second = _messages(1), _messages(1, start=1)
+    held.add(ORIGIN, "t", [ORIGIN, OTHER, ME], [m.id for m in first], pack_entries(first))
+    held.add(ORIGIN, "t", [ORIGIN, ME, OTHER], [m.id for m in second], pack_entries(second))
+    peers.opened(OTHER, object())
+    assert takeover.mine(ORIGIN) == {"t": {second[0].id}}  # OTHER is up and first for the other copy
+    assert takeover.first_up((ORIGIN, OTHER, ME), ORIGIN) == OTHER
+    peers.closed(OTHER, next(iter(peers._inbound[OTHER])), 0.0)
+    assert takeover.mine(ORIGIN) == {"t": {first[0].id, second[0].id}}  # OTHER down: both are mine
+    assert takeover.first_up((ORIGIN, THIRD), ORIGIN) is None  # nobody up
+    await held.close()
+
+
+async def test_a_takeover_queues_what_no_channel_finished_with_new_ids_and_tells_the_others(tmp_path):
+    takeover, held, broker, copies, peers = await _takeover(tmp_path)
+    messages = _messages(3, due_ns=5_000)
+    held.set_channels(ORIGIN, "t", ["c1", "c2"])
+    held.add(ORIGIN, "t", [ORIGIN, ME], [m.id for m in messages], pack_entries(messages))
+    held.finish(ORIGIN, "t", "c1", [messages[1].id])
+    held.finish(ORIGIN, "t", "c1", [messages[2].id])
+    held.finish(ORIGIN, "t", "c2", [messages[2].id])  # both channels: dropped already
+    await takeover.take_over(ORIGIN, takeover.mine(ORIGIN))
+
+    [(topic, channels, queued)] = broker.taken
+    assert (topic, channels) == ("t", ["c1", "c2"])
+    by_body = {msg.body: (msg, only) for msg, only in queued}
+    assert sorted(by_body) == [b"body 0", b"body 1"]
+    fresh, only = by_body[b"body 0"]
+    assert only is None and fresh.id != messages[0].id  # every channel, under an id of this node
+    assert (fresh.timestamp, fresh.attempts, fresh.due_ns) == (messages[0].timestamp, messages[0].attempts, 5_000)
+    assert by_body[b"body 1"][1] == ["c2"]  # only the channel that had not finished it
+    [(_, stored, dones, best_effort)] = copies.stored
+    assert best_effort and [m.body for m in stored] == [b"body 0", b"body 1"] and dones == [None, ["c1"]]
+    assert held.taken == {ORIGIN: {"t": {messages[0].id, messages[1].id}}}
+    assert held.copies(ORIGIN, "t") is not None and not len(held.copies(ORIGIN, "t"))
+    assert peers.posted == [Taken(ORIGIN, "t", [messages[0].id, messages[1].id])]
+    assert copies.stats["t"].takeovers == 2
+    await held.close()
+
+
+async def test_copies_missing_from_the_log_are_counted_lost_and_not_taken_again(tmp_path):
+    takeover, held, broker, *_ = await _takeover(tmp_path)
+    kept = _messages(1)
+    held.add(ORIGIN, "t", [ORIGIN, ME], [kept[0].id, b"x" * 16], pack_entries(kept + _messages(1, start=9)))
+    # the second copy's record is there, its entry says another id: as a damaged log would
+    held.origins[ORIGIN]["t"].holders[b"y" * 16] = (ORIGIN, ME)
+    await takeover.take_over(ORIGIN, takeover.mine(ORIGIN))
+    assert [msg.body for _, _, queued in broker.taken for msg, _ in queued] == [b"body 0"]
+    assert held.copies_lost == 2 and not takeover.mine(ORIGIN)
+    await held.close()
+
+
+async def test_one_topics_failed_takeover_does_not_hold_up_anothers(tmp_path):
+    takeover, held, broker, copies, _ = await _takeover(tmp_path)
+    for topic in ("bad", "good"):
+        messages = _messages(2)
+        held.add(ORIGIN, topic, [ORIGIN, ME], [m.id for m in messages], pack_entries(messages))
+
+    async def refusing(topic, channels, messages):
+        if topic == "bad":
+            raise OSError("the disk refuses the topic's queue")
+        broker.taken.append((topic, channels, messages))
+
+    broker.put_taken = refusing
+    await takeover.take_over(ORIGIN, takeover.mine(ORIGIN))
+    assert [topic for topic, _, _ in broker.taken] == ["good"]
+    assert takeover.mine(ORIGIN) == {"bad": {m.id for m in _messages(2)}}  # tried again at the next tick
+    assert copies.stats["bad"].takeover_failures == 1
+    await held.close()
+
+
+@pytest.mark.parametrize("starting, armed, stale, holds", [
+    (True, False, False, True), (False, True, False, True), (False, False, True, True), (False, False, False, False)])
+def test_the_fence_holds_from_the_start_while_asking_and_after_a_stall(starting, armed, stale, holds):
+    fence = ClockFence(limit=1.0)
+    fence.starting, fence.armed = starting, armed
+    if stale:
+        fence.last_tick -= 2.0  # the clock task last ran two seconds ago: the process was stopped
+    assert fence.holds() is holds
