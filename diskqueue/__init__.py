@@ -5,7 +5,8 @@ checkpoint; two read cursors (handed out, committed); nsqd's sync policy; corrup
 recovery that counts what it loses. The modules:
 
 * ``queue.py`` — ``DiskQueue``, the API, which calls are async and why; the one owner of
-  a queue's file state, which it hands to the three below;
+  a queue's file state, which it hands to the three below; ``inspection.py`` — what it
+  shows without moving anything (peeks, scans, the newest records, its statistics);
 * ``writer.py`` — the append end (``SegmentWriter``); ``batch.py`` — records framed once
   for many queues (``RecordBatch``);
 * ``reader.py`` — the read end (``QueueReader``: read and committed cursors, handed-out

@@ -53,11 +53,11 @@ from .checkpoint import Cursor, encode_checkpoint
 from .checksum import warn_if_slow
 from .errors import DiskQueueClosed, DiskQueueIOError, describe_os_error
 from .format import HEADER_SIZE, RECORD_HEADER_SIZE, meta_filename, segment_filename
+from .inspection import QueueInspection
 from .listing import DirectoryListing
 from .reader import QueueReader
 from .recovery import recover
 from .scan import list_segments
-from .statistics import DiskQueueStatistics
 from .sync import AUTO, FULL, RECORDS, Guard, Spawner, SyncJob, SyncPolicy
 from .writer import SegmentWriter
 
@@ -69,7 +69,7 @@ DEFAULT_SYNC_EVERY = 2500
 DEFAULT_SYNC_TIMEOUT = 2.0
 
 
-class DiskQueue:
+class DiskQueue(QueueInspection):
     """Append-only segment queue; one owner, used from one Trio thread.
 
     ``name`` names the files (``<name>.diskqueue.NNNNNN.dat`` and ``.meta.dat``) in the
@@ -198,15 +198,6 @@ class DiskQueue:
         return self._reader.committed.seq
 
     @property
-    def damage_found(self) -> bool:
-        """Whether damaged or missing data was found (on open or while reading).
-
-        Records read after damage in the same segment are numbered as if none had been lost
-        until the reader leaves the segment, so ``read_seq`` may then run behind.
-        """
-        return bool(self._reader.bad or self._reader.lost)
-
-    @property
     def uncommitted(self) -> int:
         """Records read (handed out) and not yet committed; always 0 with ``auto_commit``."""
         return self._reader.pending.count
@@ -216,26 +207,6 @@ class DiskQueue:
         """Whether anything happened that the last sync does not cover."""
         w = self._writer
         return bool(self._policy.dirty or w.dirty or w.rolled or w.created or self._removable())
-
-    def statistics(self) -> DiskQueueStatistics:
-        """A snapshot of the queue's counters and cursors."""
-        w = self._writer
-        r = self._reader
-        return DiskQueueStatistics(
-            name=self.name,
-            depth=r.depth,
-            uncommitted=r.pending.count,
-            segments=len(self._segments),
-            read_cursor=(r.file, r.pos),
-            commit_cursor=(r.committed.file, r.committed.pos),
-            write_cursor=(w.number, w.pos),
-            records_written=w.seq,
-            records_lost=r.lost,
-            syncs=self._policy.syncs,
-            unsynced_operations=self._policy.ops,
-            sync_needed=self.sync_needed,
-            last_sync_error=self._policy.last_error,
-        )
 
     def _check_open(self) -> None:
         if self._closed:
@@ -316,46 +287,6 @@ class DiskQueue:
             yield
         finally:
             policy.counting = True
-
-    def peek_many(self, max_records: int) -> list[bytes]:
-        """Up to ``max_records`` of the records ``read_many`` would hand out next, unchanged.
-
-        Nothing moves: no cursor, no depth, no sync counter; damaged data is not marked
-        (``read_many`` does that when it gets there): a peek reads past it as reading will. Opens the later segments it looks into
-        and closes them before returning. Raises ``DiskQueueClosed``.
-        """
-        self._check_open()
-        return self._reader.peek(max_records)
-
-    def scan(self, batch: int = 1024) -> Iterator[list[bytes]]:
-        """The records ``peek_many(depth)`` would return, in lists of at most ``batch``: however
-        long the queue, only a batch and one segment's read-ahead are held at a time.
-
-        Nothing moves; damaged data is read past as ``peek_many`` does (comparing the count
-        read with ``depth`` tells how many records it cost). Records written while the scan
-        is under way may or may not be seen. Raises ``DiskQueueClosed`` at the first step
-        after the queue was closed.
-        """
-        self._check_open()
-        for records in self._reader.scan(batch):
-            yield records
-            self._check_open()
-
-    def newest_records(self, since_ns: int = 0) -> Iterator[list[bytes]]:
-        """The records each segment file holds, newest segment first, oldest record first within one.
-
-        Unlike ``peek_many`` this includes records already read and committed while their
-        segment file is still on disk: for an owner that wants to know what it wrote last
-        (say, after a crash). With ``since_ns`` (wall-clock nanoseconds) iteration stops at
-        the first segment whose file was last modified before then: it holds nothing
-        written since. Damaged data is read past as ``peek_many`` does; nothing moves.
-        Stop iterating as soon as you know enough: each step reads one whole segment.
-        Raises ``DiskQueueClosed``.
-        """
-        self._check_open()
-        for records in self._reader.newest(since_ns):
-            yield records
-            self._check_open()
 
     # -- committing ----------------------------------------------------------------------
 

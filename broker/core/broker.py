@@ -1,4 +1,5 @@
-"""The broker: the registry of topics and clients, publishing, start-up and shutdown.
+"""The broker: the registry of topics and clients, start-up and shutdown; publishes go through
+its :class:`~broker.core.publishing.Publisher`.
 
 Start-up: lock the data directory, import the queue files of an nsqd that
 used it before (see :mod:`broker.storage.nsqdimport`), read the metadata file, recreate its topics
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable
-from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
@@ -40,10 +40,11 @@ from broker.core.host import (
 )
 from broker.core.keys import KeyStore, TopicKeys
 from broker.core.message import Message, now_ns
+from broker.core.publishing import PUBLISH_PIECE, Publisher, PublishStopped, write_seq
 from broker.core.topic import Topic
 from broker.gocompat import go_quote_str
 from broker.protocol import MAX_ATTEMPTS, Limits, Publish, is_ephemeral, is_valid_name
-from diskqueue import DiskQueueClosed, DiskQueueError
+from diskqueue import DiskQueueError
 
 __all__ = ["Broker", "ShutdownIncomplete", "PublishStopped", "PUBLISH_PIECE"]
 
@@ -51,11 +52,6 @@ log = logging.getLogger("pynsqd.broker")
 
 #: How much of a bad name from a peer the log shows (a peer may send megabytes).
 _SHOWN_NAME_LENGTH = 100
-#: The most messages of one publish queued in one go. A larger batch (an MPUB of a million
-#: one-byte bodies fits in the default --max-body-size) is queued a piece at a time, the
-#: other tasks running between pieces: a piece takes about a millisecond.
-PUBLISH_PIECE = 2048
-_NS_PER_MS = 1_000_000
 
 #: The most channels named by nsqlookupd made in one go for a new topic. Making one takes
 #: about 0.1 ms, so a lookupd listing 100,000 would otherwise hold every connection for 10 s.
@@ -64,11 +60,6 @@ PEER_CHANNEL_PIECE = 64
 
 class ShutdownIncomplete(Exception):
     """A shutdown could not write everything to disk (a full disk); the details are logged."""
-
-
-class PublishStopped(Exception):
-    """A publish was not queued, or stopped part way: its topic was deleted (or is being), or the
-    broker is exiting. nsqd's word for it is ``exiting``."""
 
 
 class Broker:
@@ -102,6 +93,7 @@ class Broker:
         self._starting: dict[str, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
         self._storage_locked = False
+        self._publisher = Publisher(self.host, self.keys, self.guid, self, self.topics, self._starting)
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -173,7 +165,7 @@ class Broker:
             except KeyError:
                 continue
             journals.append(topic_keys)
-            found = topic_keys.read_back(self._write_seq(topic), topic.name)
+            found = topic_keys.read_back(write_seq(topic), topic.name)
             if found and topic.backend is not None and topic.backend.damage_found:
                 TopicKeys.drop_keys_of_lost_messages(found, topic.backend, topic.name)
             read.extend((expires, topic_keys, key) for key, (expires, _, _) in found.items())
@@ -211,7 +203,7 @@ class Broker:
         disk refuses does not stop the others; raises :class:`ShutdownIncomplete` at
         the end when anything could not be written.
         """
-        self.exiting = True
+        self.exiting = self._publisher.exiting = True
         for topic in self.topics.values():
             topic.close()
         lost = 0
@@ -339,133 +331,10 @@ class Broker:
         self._registry_changed(RegistryChange(name, None, created=False))
 
     def publish(self, topic: Topic, request: Publish) -> tuple[int, Awaitable[None] | None]:
-        """Publish ``request`` (PUB, MPUB, DPUB, ``/pub``, ``/mpub``) to ``topic`` as one batch of
-        new messages: each gets a fresh id and the current wall-clock timestamp; ``defer_ms`` > 0
-        makes them deferred by that long; with ``keys``, a message whose key ``topic`` stored
-        within ``--dedup-window`` is not stored again. Returns how many were such duplicates,
-        and None when the batch is queued already (the common case: no coroutine is made), else
-        what must be awaited to finish it: in durable mode the batch is answered once on stable
-        storage (sharing one fsync with every publisher waiting at the same moment); the first
-        publish to a new topic once the channels the listeners know for it exist (as nsqd's); a
-        publish with ``--replicas`` once its copies are held; a batch of more than
-        :data:`PUBLISH_PIECE` bodies is queued a piece at a time, with a checkpoint between
-        pieces, so that a huge MPUB does not hold the other connections (messages of other
-        publishers may come between its pieces, as they can in nsqd).
-
-        Raises (or the awaitable raises) :class:`DiskQueueError`, after marking the
-        broker unhealthy, if a disk write fails (nothing of that piece is queued; the
-        pieces before it stay, as nsqd keeps the messages of an MPUB put before the one
-        refused) or, in durable mode, if the sync fails (the batch may still be
-        delivered); :class:`PublishStopped` if the topic was deleted before the publish (an
-        HTTP body read meanwhile), or it is deleted or the broker exits before a piece is
-        queued; :class:`~broker.core.host.CopiesRefused` when too few nodes took a copy. A
-        topic deleted while the publish waits for its sync ends the wait: the messages were
-        queued before the delete, which removed them.
-
-        ``priorities`` (one per body, see :mod:`broker.core.ranking`): the first that is not
-        ``--default-priority`` makes the topic rank its channels from then on.
-        """
-        if topic.exiting:
-            raise PublishStopped("exiting")  # a topic deleted while its publisher read the body
-        defer_ns = request.defer_ms * _NS_PER_MS
-        if request.keys is not None:
-            return self._put_keyed(topic, request.bodies, request.keys, defer_ns, request.priorities)
-        return 0, self._put(topic, request.bodies, defer_ns, request.priorities)
-
-    def _put(self, topic: Topic, bodies: list[bytes], defer_ns: int,
-             priorities: list[int] | None) -> Awaitable[None] | None:
-        """Queue ``bodies`` (see :meth:`publish`): None when they are queued, else what to await."""
-        ranks = self._ranks(topic, priorities) if priorities is not None else None
-        copies = self.host.copies
-        if copies.replicas(topic.name) > 1:
-            return self._publish_copied(copies, topic, self._new_messages(bodies, defer_ns, ranks))
-        if topic.wait_stored is not None or topic.name in self._starting or len(bodies) > PUBLISH_PIECE:
-            return self._publish_in_pieces(topic, bodies, defer_ns, ranks=ranks)
-        written = self._write_seq(topic)
-        try:
-            topic.put_many(self._new_messages(bodies, defer_ns, ranks))
-        except DiskQueueError as exc:
-            self.disk_failed(exc)
-            raise
-        self._disk_written(topic, written)
-        return None
-
-    def _ranks(self, topic: Topic, priorities: list[int]) -> list[int | None] | None:
-        """What the messages of a publish carry for ``priorities``: None for the default (each,
-        or all when every one is); the topic ranks once one is not."""
-        default = self.options.default_priority
-        if all(p == default for p in priorities):
-            return None
-        topic.rank()
-        return [None if p == default else p for p in priorities]
-
-    def _put_keyed(self, topic: Topic, bodies: list[bytes], keys: list[bytes], defer_ns: int,
-                   priorities: list[int] | None) -> tuple[int, Awaitable[None] | None]:
-        """:meth:`_put` for messages with keys (``b""``: unkeyed): those whose key ``topic``
-        stored within ``--dedup-window`` are not stored. Returns how many were such
-        duplicates, and what must be awaited before the answer, as :meth:`publish` does.
-
-        Keys are remembered before their messages are queued and forgotten again if that
-        fails. With ``--durable`` each key's journal record (naming its message's record
-        number) is written just before the message's own record, with no other task
-        between, and the answer waits until both are on stable storage; a batch of only
-        duplicates waits for the topic's sync, which covers the messages they duplicate
-        (published a moment ago, perhaps). Without ``--durable`` the keys are journaled
-        when the broker stops (see :mod:`broker.core.keys`).
-        """
-        store = self.keys
-        topic_keys = topic.key_store()
-        stored, expires = store.admit(topic_keys, keys, now_ns())
-        kept, kept_keys, kept_priorities = bodies, keys, priorities
-        duplicates = 0 if stored is None else len(bodies) - sum(stored)
-        if duplicates:
-            assert stored is not None
-            kept = [body for body, new in zip(bodies, stored) if new]
-            kept_keys = [key for key, new in zip(keys, stored) if new]
-            if priorities is not None:
-                kept_priorities = [p for p, new in zip(priorities, stored) if new]
-        copies = self.host.copies
-        if kept and copies.replicas(topic.name) > 1:
-            ranks = self._ranks(topic, kept_priorities) if kept_priorities is not None else None
-            messages = self._new_messages(kept, defer_ns, ranks)
-            journaled = kept_keys if topic_keys.commit is not None else None
-            pending: Awaitable[None] = self._publish_copied(copies, topic, messages, journaled, expires)
-        elif topic_keys.commit is None:
-            try:
-                published = self._put(topic, kept, defer_ns, kept_priorities) if kept else None
-            except BaseException:
-                store.forget(topic_keys, keys, stored)
-                raise
-            if published is None:
-                return duplicates, None
-            pending = published
-        elif kept:
-            ranks = self._ranks(topic, kept_priorities) if kept_priorities is not None else None
-            pending = self._publish_in_pieces(topic, kept, defer_ns, kept_keys, expires, ranks)
-        else:
-            assert topic.wait_stored is not None
-            pending = topic.wait_stored()
-        return duplicates, self._keyed_stored(topic_keys, keys, stored, pending)
-
-    async def _keyed_stored(self, topic_keys: TopicKeys, keys: list[bytes], stored: list[bool] | None,
-                            pending: Awaitable[None]) -> None:
-        try:
-            await pending
-        except BaseException:
-            self.keys.forget(topic_keys, keys, stored)
-            raise
-
-    async def _publish_copied(self, copies: Copies, topic: Topic, messages: list[Message],
-                              keys: list[bytes] | None = None, expires: int = 0) -> None:
-        """A publish to a topic with replicas: ``messages`` are queued here once the other
-        nodes hold their copies (raises :class:`CopiesRefused` when too few do); the copies
-        are taken back if queueing them fails."""
-        await copies.store(topic.name, messages)
-        try:
-            await self._publish_in_pieces(topic, [], 0, keys, expires, messages=messages)
-        except BaseException:
-            copies.abandon(topic.name, messages)
-            raise
+        """Publish ``request`` to ``topic`` (see :meth:`Publisher.publish`): how many of its
+        messages were duplicates of keys the topic stored, and what to await before the
+        answer (None: nothing)."""
+        return self._publisher.publish(topic, request)
 
     async def put_taken(self, topic_name: str, channels: list[str],
                         messages: list[tuple[Message, list[str] | None]]) -> None:
@@ -479,7 +348,7 @@ class Broker:
             topic.get_channel(name)
         whole = [msg for msg, only in messages if only is None]
         if whole:
-            await self._publish_in_pieces(topic, [], 0, messages=whole)
+            await self._publisher.put_in_pieces(topic, [], 0, messages=whole)
         touched = set()
         for msg, only in messages:
             for name in only or ():
@@ -492,69 +361,7 @@ class Broker:
         for channel in touched:
             await channel.wait_durable()
 
-    async def _publish_in_pieces(self, topic: Topic, bodies: list[bytes], defer_ns: int,
-                                 keys: list[bytes] | None = None, expires: int = 0,
-                                 ranks: list[int | None] | None = None,
-                                 messages: list[Message] | None = None) -> None:
-        starting = self._starting.get(topic.name)
-        if starting is not None:
-            await starting.wait()
-        written = self._write_seq(topic)
-        any_journaled = False
-        try:
-            for start in range(0, len(messages) if messages is not None else len(bodies), PUBLISH_PIECE):
-                if start:
-                    await trio.lowlevel.checkpoint()
-                # the first piece too: the topic may have been deleted while the publish waited
-                if self.exiting or topic.exiting:
-                    raise PublishStopped("exiting")  # nsqd's word for a put to a topic gone
-                end = start + PUBLISH_PIECE
-                piece = (messages[start:end] if messages is not None else
-                         self._new_messages(bodies[start:end], defer_ns, ranks[start:end] if ranks is not None else None))
-                if keys is None:
-                    topic.put_many(piece)
-                    continue
-                piece_keys = keys[start:end]
-                topic_keys, backend = topic.keys, topic.backend
-                assert topic_keys is not None and backend is not None
-                journaled = topic_keys.journal_before(piece_keys, piece, backend.write_seq, expires)
-                any_journaled = any_journaled or journaled
-                try:
-                    topic.put_many(piece)
-                except BaseException:
-                    if journaled:
-                        topic_keys.cancel(piece_keys, topic.name)
-                    raise
-            if topic.wait_stored is not None:
-                await topic.wait_stored()
-                await self.wait_metadata_persisted()  # a topic created by this publish
-            if any_journaled:
-                assert topic.keys is not None and topic.keys.commit is not None
-                await topic.keys.commit.wait()
-        except DiskQueueError as exc:
-            if isinstance(exc, DiskQueueClosed) and self.topics.get(topic.name) is not topic:
-                # the topic was deleted while the publish waited for its sync: the messages were
-                # queued before the delete, which removed them with the topic's files
-                return
-            self.disk_failed(exc)
-            raise
-        self._disk_written(topic, written)
-
-    def _new_messages(self, bodies: list[bytes], defer_ns: int,
-                      ranks: list[int | None] | None = None) -> list[Message]:
-        timestamp = now_ns()
-        due = timestamp + defer_ns if defer_ns else 0
-        ids = self.guid.next_ids(len(bodies))
-        if ranks is not None:
-            return list(map(Message, ids, bodies, repeat(timestamp), repeat(0), repeat(due), ranks))
-        return list(map(Message, ids, bodies, repeat(timestamp), repeat(0), repeat(due)))
-
-    @staticmethod
-    def _write_seq(topic: Topic) -> int:
-        backend = topic.backend
-        return backend.write_seq if backend is not None else 0
-
-    def _disk_written(self, topic: Topic, written: int) -> None:
+    def disk_written(self, topic: Topic, written: int) -> None:
         """Clear the health error once the disk took a write again (one to memory says nothing of it)."""
         if self.health_error is not None and topic.backend is not None and topic.backend.write_seq != written:
             self.health_error = None

@@ -25,22 +25,22 @@ and answers whether it could, without a reference back to the channel: what
 it must hold back goes to the channel's deferred index
 (:class:`~broker.core.deferred.Deferred`), which both share.
 
-The lease commands (:mod:`broker.core.leasing`) and the dead-letter commands
-(:mod:`broker.core.deadletter`) are base classes of the channel, in their own modules.
+Delivery (:mod:`broker.core.delivery`), the lease commands (:mod:`broker.core.leasing`) and
+the dead-letter commands (:mod:`broker.core.deadletter`) are base classes of the channel, in
+their own modules.
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
-import random
 from collections.abc import Callable
-from typing import Protocol
 
 import trio
 
 from broker.core.deadletter import BuriedSet, DeadLetterCommands
 from broker.core.deferred import Deferred
+from broker.core.delivery import Delivery, Upstream
 from broker.core.host import CoreHost, Subscriber
 from broker.core.latency import LatencyHistogram, LatencyStream
 from broker.core.leases import Leases
@@ -51,43 +51,16 @@ from broker.core.spill import SharedBatch
 from broker.core.sweeper import Sweeper
 from broker.core.tasks import TaskSet
 from broker.core.timers import TimerHeap
-from broker.protocol import MESSAGE_HEADER_LENGTH, ProtocolError, command_failed, is_ephemeral
+from broker.protocol import ProtocolError, command_failed, is_ephemeral
 from diskqueue import DiskQueue
 
 __all__ = ["Channel", "Upstream"]
 
 log = logging.getLogger("pynsqd.channel")
 
-#: A consumer with a wide RDY window takes the ready messages in runs of up to this many (a
-#: quarter of its window at most), in turn: with many consumers a pass makes fewer, larger writes,
-#: and over passes each consumer gets the same share (see :meth:`Channel.dispatch`).
-MAX_RUN = 64
-#: A message frame's bytes besides the body: size and frame type, then the message header.
-_FRAME_OVERHEAD = 8 + MESSAGE_HEADER_LENGTH
 
 
-class Upstream(Protocol):
-    """What a channel asks of its topic: the messages the topic holds for it (see
-    :mod:`broker.core.fanout.plain`, "Holding"), and when it wants them handed over."""
-
-    def held_for(self, channel: str) -> tuple[int, int]:
-        """Messages the topic holds for ``channel``, and how many of them are on disk."""
-
-    def peek_held(self, channel: str, n: int) -> list[Message]:
-        """The first ``n`` messages held for ``channel``, in order, unchanged."""
-
-    def demand_changed(self) -> None:
-        """A channel gained a subscriber or was unpaused: held messages may have to move."""
-
-    def channel_emptied(self, channel: str) -> None:
-        """``channel`` was emptied: it must not get what is held for it now."""
-
-    def moving(self) -> bool:
-        """Whether the topic has messages its pump is about to hand over (a ranked channel
-        waits for them: one of them may be more urgent than anything it has)."""
-
-
-class Channel(LeaseSettlement, DeadLetterCommands):
+class Channel(Delivery, LeaseSettlement, DeadLetterCommands):
     """A named channel of a topic; owned by its :class:`~broker.core.topic.Topic`.
 
     Owns its retention (queues and stores, the buried set), its in-flight
@@ -254,138 +227,6 @@ class Channel(LeaseSettlement, DeadLetterCommands):
             self.dispatch()
         else:
             self.retention.defer([msg], msg.due_ns)
-
-    # ---------------------------------------------------------------- delivery
-
-    def dispatch(self, changed: Subscriber | None = None) -> None:
-        """Hand ready messages to subscribers with room in their RDY window.
-
-        ``changed`` names the one subscriber whose state changed since the last
-        dispatch (it sent commands, or its socket drained). When the last
-        dispatch left every subscriber full, only that one can take messages
-        now, so the others are not scanned: with a thousand consumers, a FIN
-        costs one delivery, not a pass over all of them.
-
-        Shares: the ready messages are split evenly among the subscribers with
-        room, starting after the one the last pass served last; a subscriber
-        whose RDY window is wide takes a run of up to :data:`MAX_RUN` (at most a
-        quarter of its window) even when the even split is smaller, so that 200
-        messages for 64 consumers are a few writes of 64 messages, not 64 writes
-        of 3. A consumer with a narrow window (slow work, RDY below 8) always
-        gets the even split, so work is spread as widely as before.
-        """
-        if self.paused or not self.clients or self.exiting or not (self.memory or self.ready.depth):
-            # nothing to hand out (or nobody to take it): whoever has room keeps it
-            self._all_full = False
-            return
-        if self._host.fence.holds():
-            self._all_full = False  # the replication dispatches every channel when it opens
-            return
-        ranked = self.ranked
-        if ranked and self._upstream.moving():
-            self._all_full = False  # the topic's hand-over dispatches again
-            return
-        full_pass = changed is None or not self._all_full
-        if changed is not None and not full_pass:
-            if not changed.ready_for_more():
-                return
-            ready = [changed]
-        else:
-            # round robin: start after the subscriber the last full pass served last
-            clients = self.clients
-            start = self._rr % len(clients)
-            ready = [c for c in clients[start:] + clients[:start] if c.ready_for_more()]
-            if not ready:
-                self._all_full = True
-                return
-        memory = self.memory
-        now = trio.current_time()
-        touched = []
-        while ready:
-            size = len(memory) if not ranked else self.ready.available()
-            if not size:
-                if ranked:
-                    self.sweeper.start()  # which dispatches again once it is over
-                    break
-                if not self.retention.read_ahead(sum(c.rdy - c.in_flight_count for c in ready)):
-                    break
-                continue
-            share = max(1, size // len(ready))
-            for client in ready:
-                if ranked:
-                    size = self.ready.available()
-                n = min(client.rdy - client.in_flight_count, max(share, min(MAX_RUN, client.rdy >> 2)),
-                        len(memory) if not ranked else size)
-                if n <= 0:
-                    break
-                self._deliver(client, n, now)
-                touched.append(client)
-            ready = [c for c in ready if c.ready_for_more()]
-        # messages may be left only once nobody can take them
-        self._all_full = not ready
-        if touched and full_pass:
-            self._rr = self.clients.index(touched[-1]) + 1
-        for client in touched:
-            client.wake_writer()
-
-    def _deliver(self, client: Subscriber, n: int, now: float) -> None:
-        memory = self.memory
-        in_flight = self.in_flight
-        deadline = now + client.msg_timeout
-        sample_rate = client.sample_rate
-        bury_after = self.bury_after
-        taken = self.taken
-        room = client.output_room()
-        dead = None
-        skipped = None
-        sent = []
-        for _ in range(n):
-            msg = memory.popleft()
-            if msg.shared:  # the topic's object, which other channels hold too: deliver our own
-                msg = msg.copy()
-            if ((sample_rate and random.randrange(100) >= sample_rate) or msg.id in in_flight
-                    or (taken is not None and msg.id in taken)):
-                # sampled out, or a second copy of a message in flight (a crash left both
-                # records in durable mode; the one in flight keeps or replaces its own), or
-                # one another node took over while this one was gone (--replicas)
-                if skipped is None:
-                    skipped = []
-                skipped.append(msg)
-                continue
-            if bury_after and msg.attempts >= bury_after:
-                if dead is None:
-                    dead = []
-                dead.append(msg)
-                continue
-            msg.attempts += 1
-            msg.client = client
-            msg.deadline = deadline
-            msg.delivered_at = now
-            in_flight[msg.id] = msg
-            sent.append(msg)
-            room -= _FRAME_OVERHEAD + len(msg.body)
-            if room <= 0:
-                break
-        client.send_messages(sent)
-        if client.lease is not None and sent:
-            self._lease_out(client, client.lease_owner, client.lease, sent)
-        self.in_flight_timers.push_many(deadline, sent)
-        if skipped:
-            self.retention.retire(skipped)
-        if dead:
-            if self.retention.bury(dead):
-                log.info("channel %s: buried %d message(s) after %d attempts", self.where, len(dead),
-                         bury_after)
-
-    def _lease_out(self, client: Subscriber, owner: str, token: str, sent: list[Message]) -> None:
-        """Hand delivered messages to the lease of ``owner`` and ``token``: they leave the
-        client's window, and each delivery spends one of the credit a leasing
-        connection's RDYs add up to."""
-        for msg in sent:
-            msg.client = None
-        client.in_flight_count -= len(sent)
-        client.rdy = max(0, client.rdy - len(sent))
-        self.leases.add(owner, token, sent)
 
     # ---------------------------------------------------------------- client commands
 

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
-from .commands import Mpub
+from .commands import Mpub, Publish
 from .errors import ProtocolError
 from .keys import MAX_KEY_LENGTH, cut_message
 from .priorities import PRIORITY_SIZE, split_priorities
 
-__all__ = ["BodySpec", "SizedBody", "MpubBody", "KeyedMpubBody"]
+__all__ = ["BodySpec", "SizedBody", "MpubBody", "KeyedMpubBody", "one_message"]
 
 _NO_LIMIT = 1 << 62
 _LENGTH = struct.Struct(">i")
@@ -330,3 +331,31 @@ class KeyedMpubBody(MpubBody):
 
     def _event(self, keys: list[bytes] | None = None) -> object:
         return super()._event(self.keys)
+
+
+def one_message(kind: type[Publish], topic: str, defer_ms: int, keyed: bool, prioritised: bool,
+                max_msg_size: int) -> Callable[[bytes], Publish]:
+    """What makes the event of a PUB or DPUB of ``kind`` from its body, a :class:`SizedBody`'s
+    ``finish``: on a connection that negotiated keys or priorities, their prefixes are cut off
+    the body and checked (nsqd's ``E_BAD_MESSAGE`` for a body that is then empty or too long)."""
+    if not (keyed or prioritised):
+        return partial(_plain_message, kind, topic, defer_ms)
+    return partial(_cut_message, kind, topic, defer_ms, keyed, prioritised, max_msg_size)
+
+
+def _plain_message(kind: type[Publish], topic: str, defer_ms: int, body: bytes) -> Publish:
+    return kind(topic, [body], None, None, defer_ms)
+
+
+def _cut_message(kind: type[Publish], topic: str, defer_ms: int, keyed: bool, prioritised: bool,
+                 max_msg_size: int, message: bytes) -> Publish:
+    """The event of a PUB or DPUB ``message`` with its key and priority cut off (see
+    :func:`one_message`)."""
+    keys = priorities = None
+    if keyed:
+        key, message = cut_message(kind.verb, 0, message, max_msg_size + (PRIORITY_SIZE if prioritised else 0))
+        keys = [key]
+    if prioritised:
+        priorities, bodies = split_priorities(kind.verb, [message], max_msg_size)
+        message = bodies[0]
+    return kind(topic, [message], keys, priorities, defer_ms)

@@ -22,21 +22,29 @@ ownership, publish failures).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import lru_cache, partial
-
-from .base10 import ms_to_duration_ns, parse_base10, to_int64
-from .bodies import AUTH_BODY, DPUB_BODY, IDENTIFY_BODY, PUB_BODY, BodySpec, KeyedMpubBody, MpubBody, SizedBody
-from .commands import Auth, Cls, Dpub, Fin, FinRun, Identify, Nop, Pub, Publish, Rdy, Req, Sub, Touch
+from .base10 import ms_to_duration_ns, to_int64
+from .bodies import (
+    AUTH_BODY,
+    DPUB_BODY,
+    IDENTIFY_BODY,
+    PUB_BODY,
+    BodySpec,
+    KeyedMpubBody,
+    MpubBody,
+    SizedBody,
+    one_message,
+)
+from .commands import Auth, Cls, Dpub, Fin, FinRun, Identify, Nop, Pub, Rdy, Req, Sub, Touch
 from .errors import ProtocolError
 from .finrun import FIN_LINE, fin_ids, fin_run_end, new_fins
-from .frames import MAGIC_V2, MSG_ID_LENGTH
-from .identify import DECODE_INLINE_BELOW, decode_identify
-from .keys import MAX_KEY_LENGTH, cut_message
+from .frames import MAGIC_V2
+from .identify import finish_identify, identify_or_defer
+from .keys import MAX_KEY_LENGTH
 from .lease import LEASE_OPS, Lease, is_valid_lease_token
 from .limits import Limits
-from .names import go_quote, is_valid_name
-from .priorities import PRIORITY_SIZE, split_priorities
+from .names import go_quote
+from .params import invalid, message_id_param, name_param, number_param
+from .priorities import PRIORITY_SIZE
 from .replica import Repl
 from .state import IGNORED_MOVES, LEGAL_STATES, State
 
@@ -49,31 +57,6 @@ LINE_TOO_LONG = "E_LINE_TOO_LONG"
 _NS_PER_MS = 1_000_000
 _NO_LIMIT = 1 << 62
 _FIN_STATES = LEGAL_STATES[b"FIN"]
-
-@lru_cache(maxsize=1024)
-def _valid_name(raw: bytes) -> str | None:
-    # Publishers name the same few topics over and over: remember the verdicts.
-    return raw.decode("ascii") if is_valid_name(raw) else None
-
-
-def _invalid(description: str) -> ProtocolError:
-    return ProtocolError("E_INVALID", description)
-
-
-def finish_identify(body: bytes) -> Identify:
-    """The IDENTIFY event of ``body``, decoded; raises nsqd's fatal ``E_BAD_BODY`` if it is not JSON
-    Go's decoder reads. Blocking: a large body takes a worker thread (see :class:`Identify`)."""
-    try:
-        data = decode_identify(body)
-    except ValueError as exc:
-        raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from exc
-    return Identify(data)
-
-
-def _identify_or_defer(body: bytes) -> Identify:
-    """The decoded IDENTIFY event, or, for a large body, one left for its owner to decode."""
-    return finish_identify(body) if len(body) < DECODE_INLINE_BELOW else Identify(None, body)
-
 
 class ServerConnection:
     """One connection's parser and state machine (server side, no I/O).
@@ -344,50 +327,28 @@ class ServerConnection:
 
     def _require_state(self, command: bytes) -> None:
         if self.state not in LEGAL_STATES[command]:
-            raise _invalid(f"cannot {command.decode('ascii')} in current state")
-
-    @staticmethod
-    def _name(raw: bytes, command: str, kind: str, code: str, prefix: bytes = b"") -> str:
-        name = _valid_name(raw)
-        if name is None:
-            raise ProtocolError.with_raw_description(
-                code, prefix + f"{command} {kind} name ".encode("ascii") + go_quote(raw) + b" is not valid"
-            )
-        return name
-
-    @staticmethod
-    def _message_id(raw: bytes) -> bytes:
-        if len(raw) != MSG_ID_LENGTH:
-            raise _invalid("invalid message ID")
-        return raw
-
-    @staticmethod
-    def _number(raw: bytes, what: bytes) -> int:
-        value = parse_base10(raw)
-        if value is None:
-            raise ProtocolError.with_raw_description("E_INVALID", what + raw)
-        return value
+            raise invalid(f"cannot {command.decode('ascii')} in current state")
 
     # ------------------------------------------------------------------ handlers (one per wire command)
 
     def _identify(self, params: list[bytes]) -> None:
         self._require_state(b"IDENTIFY")
-        self._body = SizedBody(IDENTIFY_BODY, self.limits.max_body_size, _identify_or_defer)
+        self._body = SizedBody(IDENTIFY_BODY, self.limits.max_body_size, identify_or_defer)
 
     def _auth(self, params: list[bytes]) -> None:
         self._require_state(b"AUTH")
         if len(params) != 1:
-            raise _invalid("AUTH invalid number of parameters")
+            raise invalid("AUTH invalid number of parameters")
         self._body = SizedBody(AUTH_BODY, self.limits.max_body_size, Auth)
 
     def _sub(self, params: list[bytes]) -> Sub:
         self._require_state(b"SUB")
         if not self.heartbeats_enabled:
-            raise _invalid("cannot SUB with heartbeats disabled")
+            raise invalid("cannot SUB with heartbeats disabled")
         if len(params) < 3:
-            raise _invalid("SUB insufficient number of parameters")
-        topic = self._name(params[1], "SUB", "topic", "E_BAD_TOPIC")
-        channel = self._name(params[2], "SUB", "channel", "E_BAD_CHANNEL")
+            raise invalid("SUB insufficient number of parameters")
+        topic = name_param(params[1], "SUB", "topic", "E_BAD_TOPIC")
+        channel = name_param(params[2], "SUB", "channel", "E_BAD_CHANNEL")
         self.state = State.SUBSCRIBED
         return Sub(topic, channel)
 
@@ -397,10 +358,10 @@ class ServerConnection:
         self._require_state(b"RDY")
         count = 1
         if len(params) > 1:
-            count = to_int64(self._number(params[1], b"RDY could not parse count "))
+            count = to_int64(number_param(params[1], b"RDY could not parse count "))
         max_rdy_count = self.limits.max_rdy_count
         if count < 0 or count > max_rdy_count:
-            raise _invalid(f"RDY count {count} out of range 0-{max_rdy_count}")
+            raise invalid(f"RDY count {count} out of range 0-{max_rdy_count}")
         return Rdy(count)
 
     def _fin(self, params: list[bytes]) -> Fin:
@@ -409,9 +370,9 @@ class ServerConnection:
     def _req(self, params: list[bytes]) -> Req:
         self._require_state(b"REQ")
         if len(params) < 3:
-            raise _invalid("REQ insufficient number of params")
-        msg_id = self._message_id(params[1])
-        timeout_ns = ms_to_duration_ns(self._number(params[2], b"REQ could not parse timeout "))
+            raise invalid("REQ insufficient number of params")
+        msg_id = message_id_param(params[1])
+        timeout_ns = ms_to_duration_ns(number_param(params[2], b"REQ could not parse timeout "))
         # nsqd clamps (and only logs) an out-of-range REQ timeout
         max_ns = self.limits.max_req_timeout_ms * _NS_PER_MS
         timeout_ns = min(max(timeout_ns, 0), max_ns)
@@ -424,8 +385,8 @@ class ServerConnection:
         """The message id of a FIN or TOUCH line, checked as nsqd checks it."""
         self._require_state(command)
         if len(params) < 2:
-            raise _invalid(f"{command.decode()} insufficient number of params")
-        return self._message_id(params[1])
+            raise invalid(f"{command.decode()} insufficient number of params")
+        return message_id_param(params[1])
 
     def _cls(self, params: list[bytes]) -> Cls:
         self._require_state(b"CLS")
@@ -444,80 +405,55 @@ class ServerConnection:
         if op == "AVAILABLE":
             return Lease(op)
         if len(params) < (4 if op == "REQ" else 3):
-            raise _invalid(f"LEASE {op} insufficient number of params")
+            raise invalid(f"LEASE {op} insufficient number of params")
         if not is_valid_lease_token(params[2].decode("ascii", "replace")):
             raise ProtocolError.with_raw_description(
                 "E_INVALID", b"LEASE " + params[1] + b" invalid token " + go_quote(params[2]))
         token = params[2].decode("ascii")
         if op != "REQ":
             return Lease(op, token)
-        timeout_ns = ms_to_duration_ns(self._number(params[3], b"LEASE REQ could not parse timeout "))
+        timeout_ns = ms_to_duration_ns(number_param(params[3], b"LEASE REQ could not parse timeout "))
         timeout_ns = min(max(timeout_ns, 0), self.limits.max_req_timeout_ms * _NS_PER_MS)
         return Lease(op, token, timeout_ns // _NS_PER_MS)
 
     def _pub(self, params: list[bytes]) -> None:
         if len(params) < 2:
-            raise _invalid("PUB insufficient number of parameters")
-        topic = self._name(params[1], "PUB", "topic", "E_BAD_TOPIC")
-        self._body = SizedBody(PUB_BODY, self._max_message(), self._one_message(Pub, topic))
+            raise invalid("PUB insufficient number of parameters")
+        topic = name_param(params[1], "PUB", "topic", "E_BAD_TOPIC")
+        self._body = SizedBody(PUB_BODY, self._max_message(), one_message(Pub, topic, 0, self.keyed, self.prioritised, self.limits.max_msg_size))
 
     def _mpub(self, params: list[bytes]) -> None:
         if len(params) < 2:
-            raise _invalid("MPUB insufficient number of parameters")
+            raise invalid("MPUB insufficient number of parameters")
         # nsqd repeats the code inside the description for MPUB only
-        topic = self._name(params[1], "MPUB", "topic", "E_BAD_TOPIC", prefix=b"E_BAD_TOPIC ")
+        topic = name_param(params[1], "MPUB", "topic", "E_BAD_TOPIC", prefix=b"E_BAD_TOPIC ")
         limits = self.limits
         body = KeyedMpubBody if self.keyed else MpubBody
         self._body = body(topic, limits.max_msg_size, limits.max_body_size, prioritised=self.prioritised)
 
     def _dpub(self, params: list[bytes]) -> None:
         if len(params) < 3:
-            raise _invalid("DPUB insufficient number of parameters")
-        topic = self._name(params[1], "DPUB", "topic", "E_BAD_TOPIC")
-        defer_ms = self._number(params[2], b"DPUB could not parse timeout ")
+            raise invalid("DPUB insufficient number of parameters")
+        topic = name_param(params[1], "DPUB", "topic", "E_BAD_TOPIC")
+        defer_ms = number_param(params[2], b"DPUB could not parse timeout ")
         defer_ns = ms_to_duration_ns(defer_ms)
         max_req_timeout_ms = self.limits.max_req_timeout_ms
         if defer_ns < 0 or defer_ns > max_req_timeout_ms * _NS_PER_MS:
             # nsqd prints the parsed (unsigned) milliseconds, not the wrapped duration
-            raise _invalid(f"DPUB timeout {defer_ms} out of range 0-{max_req_timeout_ms}")
-        self._body = SizedBody(DPUB_BODY, self._max_message(), self._one_message(Dpub, topic, defer_ns // _NS_PER_MS))
+            raise invalid(f"DPUB timeout {defer_ms} out of range 0-{max_req_timeout_ms}")
+        self._body = SizedBody(DPUB_BODY, self._max_message(), one_message(
+            Dpub, topic, defer_ns // _NS_PER_MS, self.keyed, self.prioritised, self.limits.max_msg_size))
 
     def _repl(self, params: list[bytes]) -> None:
         if not self.replica:
             raise ProtocolError.with_raw_description("E_INVALID", b"invalid command REPL")
         self._body = SizedBody(REPL_BODY, self.limits.max_body_size * 2 + (1 << 20), Repl)
 
-    def _one_message(self, kind: type[Publish], topic: str, defer_ms: int = 0) -> Callable[[bytes], Publish]:
-        """What makes the event of a PUB or DPUB of ``kind`` once its body is read: on a
-        connection that negotiated keys or priorities, their prefixes are cut off the body and
-        checked (nsqd's ``E_BAD_MESSAGE`` for a body that is then empty or too long)."""
-        if not (self.keyed or self.prioritised):
-            return partial(_plain_message, kind, topic, defer_ms)
-        return partial(_cut_message, kind, topic, defer_ms, self.keyed, self.prioritised, self.limits.max_msg_size)
-
     def _max_message(self) -> int:
         """The longest PUB or DPUB body: a message, and on a keyed or prioritised connection its
         key and priority too."""
         return (self.limits.max_msg_size + (MAX_KEY_LENGTH + 1 if self.keyed else 0)
                 + (PRIORITY_SIZE if self.prioritised else 0))
-
-
-def _plain_message(kind: type[Publish], topic: str, defer_ms: int, body: bytes) -> Publish:
-    return kind(topic, [body], None, None, defer_ms)
-
-
-def _cut_message(kind: type[Publish], topic: str, defer_ms: int, keyed: bool, prioritised: bool,
-                 max_msg_size: int, message: bytes) -> Publish:
-    """The event of a PUB or DPUB ``message`` with its key and priority cut off (see
-    :meth:`ServerConnection._one_message`)."""
-    keys = priorities = None
-    if keyed:
-        key, message = cut_message(kind.verb, 0, message, max_msg_size + (PRIORITY_SIZE if prioritised else 0))
-        keys = [key]
-    if prioritised:
-        priorities, bodies = split_priorities(kind.verb, [message], max_msg_size)
-        message = bodies[0]
-    return kind(topic, [message], keys, priorities, defer_ms)
 
 
 _HANDLERS = {

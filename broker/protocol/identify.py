@@ -24,7 +24,10 @@ from typing import Any
 
 from broker.gocompat import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, replace_surrogates
 
-__all__ = ["decode_identify", "IDENTIFY_FIELDS", "DECODE_INLINE_BELOW"]
+from .commands import Identify
+from .errors import ProtocolError
+
+__all__ = ["decode_identify", "finish_identify", "identify_or_defer", "IDENTIFY_FIELDS", "DECODE_INLINE_BELOW"]
 
 #: Bodies of this many bytes or more are decoded off the event loop: 5 MB (``--max-body-size``)
 #: of numbers or keys take Python a third of a second, where a real IDENTIFY is a few hundred bytes.
@@ -141,3 +144,18 @@ def decode_identify(body: bytes) -> dict[str, Any]:
                 raise ValueError(f"{name} must be an integer in range")
             data[name] = item
     return data
+
+
+def finish_identify(body: bytes) -> Identify:
+    """The IDENTIFY event of ``body``, decoded; raises nsqd's fatal ``E_BAD_BODY`` if it is not JSON
+    Go's decoder reads. Blocking: a large body takes a worker thread (see :class:`Identify`)."""
+    try:
+        data = decode_identify(body)
+    except ValueError as exc:
+        raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from exc
+    return Identify(data)
+
+
+def identify_or_defer(body: bytes) -> Identify:
+    """The decoded IDENTIFY event, or, for a large body, one left for its owner to decode."""
+    return finish_identify(body) if len(body) < DECODE_INLINE_BELOW else Identify(None, body)

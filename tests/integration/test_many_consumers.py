@@ -11,7 +11,7 @@ import time
 
 import trio
 
-from broker.core.channel import MAX_RUN
+from broker.core.delivery import MAX_RUN
 from broker.protocol import FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, encode_fin, encode_mpub
 from tests.support.v2client import V2Client, connect, subscriber
 from tests.support.waiting import wait_for

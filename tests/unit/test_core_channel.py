@@ -150,7 +150,7 @@ async def test_subscribers_share_messages_round_robin(make_host, subscriber, mes
 
 async def test_consumers_with_wide_windows_take_runs_in_turn_and_narrow_ones_an_even_split(
         make_host, subscriber, messages):
-    from broker.core.channel import MAX_RUN
+    from broker.core.delivery import MAX_RUN
 
     channel = make_host().channel()
     wide = [subscriber(rdy=1000) for _ in range(8)]
