@@ -1,9 +1,8 @@
 """Importing nsqd's disk queues (``broker/storage/nsqdimport.py``) on hand-made nsqd files.
 
-nsqd's format is written here as go-diskqueue v1.1.0 writes it (the system test
-``tests/system/test_nsqd_import.py`` checks the import against files real nsqd wrote):
-segments of ``[length u32 BE][timestamp i64][attempts u16][16-byte id][body]`` and the text
-checkpoint. Crashes are simulated with the power-cut recorder (``tests/support/powercut.py``):
+nsqd's files are written as go-diskqueue v1.1.0 writes them (``tests/support/nsqd_files.py``;
+the system test ``tests/system/test_nsqd_import.py`` has real nsqd read the same kinds of
+files). Crashes are simulated with the power-cut recorder (``tests/support/powercut.py``):
 every change the import makes is recorded, and the import is run again on the directory a
 kill (or a power cut) at each point of that record would leave.
 """
@@ -13,7 +12,6 @@ from __future__ import annotations
 import errno
 import logging
 import random
-import struct
 from pathlib import Path
 
 import pytest
@@ -25,28 +23,8 @@ from broker.storage.datadir import DataDirectory
 from broker.storage.nsqdimport import NsqdImportError, import_nsqd_queues
 from broker.storage.queuestore import QueueStore
 from tests.support.diskfaults import FaultyDisk
+from tests.support.nsqd_files import nsqd_payload, write_nsqd_queue
 from tests.support.powercut import Disk, Recorder, first_seed, write_directory
-
-_HEADER = struct.Struct(">qH")
-
-
-def nsqd_payload(i: int, tag: str) -> bytes:
-    """Message ``i`` of a queue: its own id, timestamp, attempts and body."""
-    return _HEADER.pack(1_700_000_000_000_000_000 + i * 1000, i % 5) + b"%016x" % (0xA000 + i) + b"%s-%d" % (
-        tag.encode(), i)
-
-
-def write_nsqd_queue(path: Path, name: str, segments: list[list[bytes]], read: tuple[int, int] = (0, 0),
-                     tails: dict[int, bytes] | None = None) -> None:
-    """nsqd's files of queue ``name``: one segment per list of payloads (``tails`` appends raw
-    bytes to a segment), the checkpoint's write cursor at the end of the last one."""
-    for number, payloads in enumerate(segments):
-        data = b"".join(len(p).to_bytes(4, "big") + p for p in payloads) + (tails or {}).get(number, b"")
-        (path / f"{name}.diskqueue.{number:06d}.dat").write_bytes(data)
-    last = len(segments) - 1
-    write_pos = (path / f"{name}.diskqueue.{last:06d}.dat").stat().st_size
-    depth = sum(map(len, segments))
-    (path / f"{name}.diskqueue.meta.dat").write_text(f"{depth}\n{read[0]},{read[1]}\n{last},{write_pos}\n")
 
 
 def store(path: Path) -> tuple[QueueStore, int]:
