@@ -441,6 +441,12 @@ PAST_THE_END: OddQueues = {
     "read_file_past_the_write_file": ([1000, 1000, 1000], lambda s: f"3000\n2,0\n1,{s[1]}\n", 1000),
     "a_file_after_the_write_file": ([1000, 1000, 1000], lambda s: f"2000\n0,0\n1,{s[1]}\n", 2000),
 }
+CHECKPOINT_TEXT: OddQueues = {
+    "signs_and_spaces": ([3000], lambda s: f" 3000 \n+0, +0\n0,{s[0]}\r\n", 3000),
+    "write_position_not_a_number": ([1000, 1000], lambda s: "2000\n0,0\n1,abc\n", 1000),
+    "text_after_the_write_position": ([1000, 1000], lambda s: f"2000\n0,0\n1,{s[1]}x\n", 2000),
+    "write_position_past_int64": ([3000], lambda s: "3000\n0,0\n0,99999999999999999999\n", 0),
+}
 #: The second of its three segments is a directory.
 A_DIRECTORY: OddQueues = {
     "a_directory_segment": ([1000, 1000, 1000], lambda s: f"3000\n0,0\n2,{s[2]}\n", 2000),
@@ -536,6 +542,15 @@ async def test_a_checkpoint_past_the_end_or_naming_file_999999999_deletes_no_fil
                     "read_position_past_the_end:c.diskqueue.000000.dat.unread"]
     assert ("nsqd import: queue read_file_999999999:c: nsqd's reader would look for one missing file after "
             "another for ever") in log
+
+
+async def test_a_checkpoint_gos_fscanf_reads_oddly_is_read_as_nsqd_reads_it(tmp_path):
+    log = await _as_nsqd_reads_them(tmp_path, CHECKPOINT_TEXT)
+    assert ("nsqd import: queue write_position_past_int64:c: nsqd cannot read its checkpoint whole "
+            '(strconv.ParseInt: parsing "99999999999999999999": value out of range)') in log
+    assert sorted(p.name for p in (tmp_path / "data").glob("*.unread")) == [
+        "write_position_not_a_number:c.diskqueue.000001.dat.unread",
+        "write_position_past_int64:c.diskqueue.000000.dat.unread"]
 
 
 async def test_a_segment_that_is_a_directory_is_set_aside_and_the_broker_starts(tmp_path):
