@@ -1,70 +1,70 @@
 """Starting on the data directory of an nsqd: its disk queues become pynsqd's, backlog included.
 
-nsqd 1.3.0 (go-diskqueue v1.1.0) names its queue files as pynsqd does, in another format::
-
-    <name>.diskqueue.NNNNNN.dat   records: [length u32 big-endian][nsqd's message layout]
-    <name>.diskqueue.meta.dat     text "<depth>\\n<readFileNum>,<readPos>\\n<writeFileNum>,<writePos>\\n"
-
-``<name>`` is the topic, or ``<topic>:<channel>``: the same names pynsqd gives its topic
-and channel queues, and nsqd's message layout is pynsqd's plain record. nsqd resumes
-reading at the read cursor and reads every segment from there to the write file, each to
-its end (a write file longer than the cursor says is read whole, as nsqd salvages it).
+nsqd 1.3.0 names its queue files as pynsqd does, in another format (see
+:mod:`broker.storage.nsqdreader`): ``<name>.diskqueue.NNNNNN.dat`` segments and a text
+checkpoint ``<name>.diskqueue.meta.dat``. ``<name>`` is the topic, or
+``<topic>:<channel>``: the same names pynsqd gives its topic and channel queues, and
+nsqd's message layout is pynsqd's plain record. Each queue gets exactly the messages nsqd
+would deliver from its files, read as nsqd reads them (:class:`NsqdQueueRead`).
 
 :func:`import_nsqd_queues` runs at start-up, with the directory locked and before any
 queue opens. Every step can be interrupted (``kill -9``, power loss) and is redone or
-finished by the next start, so every message from the read cursor on ends up in pynsqd's
+finished by the next start, so every message nsqd would deliver ends up in pynsqd's
 queue exactly once:
 
-1. *Claim.* A queue whose checkpoint is nsqd's text is renamed out of the way of pynsqd's
-   queue of the same name: ``<name>.diskqueue.NNNNNN.dat`` becomes
-   ``<name>.nsqd-import.NNNNNN.dat``, the directory is fsynced, then the checkpoint becomes
-   ``<name>.nsqd-import.meta.dat`` (fsynced again). While nsqd's checkpoint still has its old name the claim
-   is redone (renaming what is left); once it is renamed, no nsqd file has a name of
-   pynsqd's, so pynsqd's queue of that name starts with no files, its records numbered from 0.
-2. *Copy.* For each claimed checkpoint, pynsqd's queue of that name is opened
-   and its records are counted (its write sequence number). They are the first messages
-   of the nsqd queue, copied by an interrupted earlier run: that many readable nsqd records
-   are skipped and the rest appended. The queue's own files are the progress marker: a
-   record appended is, after a kill, either wholly there or cut off by the queue's
-   recovery, never half, and the count always matches what was appended, so no separate
-   marker has to be kept in step with it. Nothing reads the queue before step 3, so its
-   depth equals its count; when it does not (a power cut lost copied records whose
-   successors survived), the queue is deleted and the copy starts over. The queue is then
-   synced and closed (data fsync, checkpoint replaced atomically).
-3. *Retire.* The claimed checkpoint is removed and the directory fsynced: from then on
-   the queue counts as imported. Then its claimed segment files are removed, and damaged
-   ones renamed back to nsqd's name plus ``.bad``. Claimed segment files without a claimed
-   checkpoint are leftovers of an interrupted retirement and are retired the same way.
+1. *Claim.* Every queue whose checkpoint is nsqd's text is renamed out of the way of
+   pynsqd's queue of the same name: ``<name>.diskqueue.NNNNNN.dat`` becomes
+   ``<name>.nsqd-import.NNNNNN.dat`` for every queue, the directory is fsynced, then the
+   checkpoints become ``<name>.nsqd-import.meta.dat`` (fsynced again). While an nsqd
+   checkpoint still has its old name its claim is redone (renaming what is left); once it
+   is renamed, no nsqd file of that queue has a name of pynsqd's, so pynsqd's queue of that
+   name starts with no files, its records numbered from 0.
+2. *Copy.* The claimed queues are copied side by side (:data:`IMPORT_CONCURRENCY` at a
+   time; large files are read in worker threads). For each, pynsqd's queue of that name
+   counts its records (its write sequence number): they are the first messages of the
+   nsqd queue, copied by an interrupted earlier run, so that many are skipped and the rest
+   appended. The queue's own files are the progress marker: a record appended is, after a
+   kill, either wholly there or cut off by the queue's recovery, and the count always
+   matches what was appended. Nothing reads the queue before step 3, so its depth equals
+   its count; when it does not (a power cut lost copied records whose successors
+   survived), the queue is deleted and the copy starts over. The queue is then synced and
+   closed. A queue with nothing to copy gets no files at all.
+3. *Retire*, once every queue is copied. First the files nsqd would not have read to
+   their end are renamed ``<name>.nsqd-import.NNNNNN.dat.unread`` and the damaged ones
+   ``...dat.bad`` (directory fsynced); then the claimed checkpoints are removed (fsynced):
+   from then on the queues count as imported. Then the claimed files become nsqd's names
+   plus ``.unread`` or ``.bad``, or are removed when they were read whole (fsynced).
+   Claimed files without a claimed checkpoint are leftovers of an interrupted retirement
+   and are retired the same way; the replay of a queue does not change when its files are
+   renamed within the claimed names, so a copy started again reads the same records.
 
-Damage gets nsqd's treatment: a record of impossible size, a record cut short by the end of
-the file, or a read error ends that segment: what was read before it is kept, the segment
-is renamed ``.bad`` (its claimed name at once, so a re-run reads the same records, and
-nsqd's name at retirement) and reading goes on with the next one; a missing segment is
-skipped. Each is logged as a warning, never raised. A record nsqd could not have written (its
-timestamp negative) is logged and skipped. Files the OS refuses to move or remove stop the
-start with ``OSError``, nothing lost. Every change goes through ``diskqueue.fileops``, as
-the disk queues' do, so the power-cut simulation of the tests covers it.
+A file that cannot be read (damaged, a directory, gone) gets nsqd's treatment and a
+warning, never an exception: the messages before the damage are kept, the file set
+aside. A checkpoint nsqd would misread is read as nsqd reads it, with a warning. Files
+the OS refuses to move or remove stop the start with ``OSError``, nothing lost (a queue
+left half imported must not be written by a running broker). Every change goes through
+``diskqueue.fileops``, as the disk queues' do, so the power-cut simulation of the tests
+covers it.
 """
 
 from __future__ import annotations
 
 import logging
-import mmap
 import os
-import re
 import time
-from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+
+import trio
 
 from broker.core.host import QueueStore
 from broker.core.message import RECORD_OVERHEAD
-from diskqueue import fileops
+from broker.storage.nsqdreader import META_READ_MAX, NsqdQueueRead, looks_like_nsqd_meta, nsqd_number
+from diskqueue import DiskQueue, DiskQueueError, fileops
 from diskqueue.checkpoint import fsync_path
-from diskqueue.format import SEGMENT_MAGIC, meta_filename, segment_filename, segment_number
+from diskqueue.format import SEGMENT_MAGIC, meta_filename, segment_filename
 
-__all__ = ["CLAIMED_INFIX", "ImportedQueue", "NsqdCursor", "NsqdImportError", "import_nsqd_queues", "parse_nsqd_meta"]
+__all__ = ["CLAIMED_INFIX", "IMPORT_CONCURRENCY", "ImportedQueue", "NsqdImportError", "import_nsqd_queues"]
 
 log = logging.getLogger("pynsqd.import")
 
@@ -73,32 +73,27 @@ log = logging.getLogger("pynsqd.import")
 CLAIMED_INFIX = ".nsqd-import."
 _QUEUE_INFIX = ".diskqueue."
 _META = "meta.dat"
-#: Records appended to pynsqd's queue per call.
-_BATCH = 4096
+#: What a claimed file's name ends with once set aside: damaged (nsqd's own word), or not
+#: reached by nsqd's reader.
 _BAD = ".bad"
-_NSQD_META = re.compile(rb"(-?\d+)\n(\d+),(\d+)\n(\d+),(\d+)\n?")
-#: nsqd's checkpoint: five decimal numbers of at most 20 characters each, and separators.
-_NSQD_META_MAX = 5 * 20 + 5
-_NSQD_META_START = frozenset(b"-0123456789"[i:i + 1] for i in range(11))
-_LENGTH_SIZE = 4
-#: A plain record's first byte is below this (its timestamp is not negative); pynsqd's
-#: prefixed records start with 0xFE or 0xFF.
-_PREFIX_MARK = 0xFE
+_UNREAD = ".unread"
+#: Queues copied at once: their final syncs overlap (a file system commits the fsyncs of
+#: many files together), and their large files are read in worker threads side by side.
+IMPORT_CONCURRENCY = 16
+#: A queue whose files hold more than this is read in a worker thread: reading waits on
+#: the disk without holding the event loop; a smaller one is read at once (a thread's
+#: round trip costs more than the read).
+THREAD_READ_BYTES = 256 * 1024
+#: Bytes of records appended to pynsqd's queue per call (and read per worker thread's turn).
+_BATCH_BYTES = 64 * 1024
+#: Seconds between progress lines while queues are copied.
+PROGRESS_INTERVAL = 5.0
+_MB = 1024 * 1024
 
 
 class NsqdImportError(RuntimeError):
     """pynsqd's queue could not take the messages of nsqd's (a disk error); the start fails and the
     next one carries on."""
-
-
-class NsqdCursor(NamedTuple):
-    """nsqd's checkpoint of one queue: where reading resumes and where writing stopped."""
-
-    depth: int
-    read_file: int
-    read_pos: int
-    write_file: int
-    write_pos: int
 
 
 @dataclass(slots=True)
@@ -116,95 +111,145 @@ class ImportedQueue:
         return self.appended + self.resumed
 
 
-def parse_nsqd_meta(data: bytes) -> NsqdCursor | None:
-    """nsqd's checkpoint in ``data``, or None when it is not one (pynsqd's msgpack checkpoint, garbage)."""
-    found = _NSQD_META.fullmatch(data)
-    if found is None:
-        return None
-    depth, rf, rp, wf, wp = (int(g) for g in found.groups())
-    return NsqdCursor(depth, rf, rp, wf, wp)
+class _Found:
+    """One queue's files in the directory: nsqd's, and those claimed by the import."""
+
+    __slots__ = ("nsqd_meta", "nsqd_segments", "claimed_meta", "claimed", "meta")
+
+    def __init__(self) -> None:
+        self.nsqd_meta = False  # a checkpoint with nsqd's name (nsqd's or pynsqd's)
+        self.meta: bytes | None = None  # nsqd's checkpoint, once read
+        self.nsqd_segments: dict[int, str] = {}  # number -> file name
+        self.claimed_meta = False
+        self.claimed: dict[int, str] = {}  # number -> file name, with its suffix ("", .bad, .unread)
 
 
-def _claimed_segment(name: str, number: int) -> str:
-    return f"{name}{CLAIMED_INFIX}{number:06d}.dat"
+def _claimed_segment(name: str, number: int, suffix: str = "") -> str:
+    return f"{name}{CLAIMED_INFIX}{number:06d}.dat{suffix}"
 
 
 def _claimed_meta(name: str) -> str:
     return f"{name}{CLAIMED_INFIX}{_META}"
 
 
-def _split(entry: str, infix: str) -> tuple[str, str] | None:
-    """``(queue name, rest)`` of a file name ``<name><infix><rest>``, None for another file."""
-    at = entry.rfind(infix)
-    return (entry[:at], entry[at + len(infix):]) if at > 0 else None
+def _suffix(entry: str) -> str:
+    return _BAD if entry.endswith(_BAD) else _UNREAD if entry.endswith(_UNREAD) else ""
 
 
-async def import_nsqd_queues(data_path: Path, queues: QueueStore, max_msg_size: int) -> list[ImportedQueue]:
+def _group(entries: list[str]) -> dict[str, _Found]:
+    """The files of ``entries`` (a directory listing) that the import looks at, by queue name."""
+    found: dict[str, _Found] = {}
+    for entry in entries:
+        for infix in (_QUEUE_INFIX, CLAIMED_INFIX):
+            at = entry.rfind(infix)
+            if at <= 0:
+                continue
+            name, rest = entry[:at], entry[at + len(infix):]
+            claimed = infix == CLAIMED_INFIX
+            if rest == _META:
+                queue = found.setdefault(name, _Found())
+                if claimed:
+                    queue.claimed_meta = True
+                else:
+                    queue.nsqd_meta = True
+                continue
+            suffix = _suffix(rest) if claimed else ""
+            body = rest[:len(rest) - len(suffix)]
+            number = nsqd_number(body[:-4]) if body.endswith(".dat") else None
+            if number is not None:
+                queue = found.setdefault(name, _Found())
+                (queue.claimed if claimed else queue.nsqd_segments)[number] = entry
+    return found
+
+
+async def import_nsqd_queues(data_path: Path, queues: QueueStore, max_msg_size: int, *,
+                             concurrency: int = IMPORT_CONCURRENCY) -> list[ImportedQueue]:
     """Import every nsqd queue of ``data_path`` into pynsqd's queues of the same names (see the module docstring).
 
-    ``queues`` opens pynsqd's queues; ``max_msg_size`` is ``--max-msg-size`` (nsqd's bound on a
-    record is that plus 26). Logs one line per queue imported. Blocking file I/O runs inline:
-    nothing else runs this early. Raises ``OSError`` when files cannot be renamed or removed,
+    ``queues`` opens pynsqd's queues (its listing of the directory is made here, after the
+    claim); ``max_msg_size`` is ``--max-msg-size`` (nsqd's bound on a record is that plus
+    26). Logs what it does: a line per queue, progress every :data:`PROGRESS_INTERVAL`
+    seconds, the totals. Raises ``OSError`` when files cannot be renamed or removed,
     ``DiskQueueError`` when pynsqd's queue cannot be written or synced; a restart carries on.
+    Returns what was imported, by queue name.
     """
+    started = time.monotonic()
     directory = str(data_path)
-    entries = fileops.listdir(directory)
-    if _claim(directory, entries):
-        entries = fileops.listdir(directory)
-    elif not any(CLAIMED_INFIX in e for e in entries):
+    found = _group(fileops.listdir(directory))
+    _claim(directory, found)
+    if not any(q.claimed_meta or q.claimed for q in found.values()):
         return []  # the usual start: one listing of the directory, one read per checkpoint
-    done = []
-    claimed = sorted(split[0] for e in entries
-                     if (split := _split(e, CLAIMED_INFIX)) is not None and split[1] == _META)
-    for name in claimed:
-        done.append(await _copy(directory, name, queues, max_msg_size))
-        _retire(directory, name, forget_meta=True)
-    leftovers = {split[0] for e in fileops.listdir(directory) if (split := _split(e, CLAIMED_INFIX)) is not None}
-    for name in sorted(leftovers):
-        _retire(directory, name, forget_meta=False)
-    return done
+    names = sorted(name for name, q in found.items() if q.claimed_meta)
+    copied: list[tuple[ImportedQueue, NsqdQueueRead]] = []
+    if names:
+        queues.list_directory()
+        copied = await _Copier(directory, found, queues, max_msg_size).run(names, concurrency)
+    set_aside = _retire(directory, found, copied)
+    if names:
+        log.info("nsqd import: imported %d message(s) of %d nsqd queue(s) in %.2f s%s",
+                 sum(result.messages for result, _ in copied), len(names), time.monotonic() - started,
+                 f"; {set_aside} nsqd file(s) set aside (see the warnings above)" if set_aside else "")
+    return [result for result, _ in copied]
 
 
 # ------------------------------------------------------------------------------------------- claim
 
-def _claim(directory: str, entries: list[str]) -> bool:
-    """Step 1 for every nsqd queue among ``entries``, the directory's files; whether there was one."""
-    names = sorted(split[0] for e in entries if (split := _split(e, _QUEUE_INFIX)) is not None
-                   and split[1] == _META and _is_nsqd_meta(os.path.join(directory, e)))
+def _claim(directory: str, found: dict[str, _Found]) -> None:
+    """Step 1 for every queue whose checkpoint is nsqd's."""
+    for name, queue in found.items():
+        if queue.nsqd_meta:
+            meta = _read_meta(os.path.join(directory, meta_filename(name)))
+            if meta is not None and looks_like_nsqd_meta(meta):  # else pynsqd's own queue's
+                queue.meta = meta
+            if queue.meta is not None and queue.claimed_meta:  # never over an import not finished
+                log.warning("nsqd import: queue %s: %s is left as it is until the import of the queue's claimed "
+                            "files is finished", name, meta_filename(name))
+                queue.meta = None
+    names = sorted(name for name, q in found.items() if q.meta is not None)
     for name in names:
-        for entry in entries:
-            number = segment_number(name, entry)
-            if number is not None and not _is_pynsqd_segment(os.path.join(directory, entry)):
-                fileops.rename(os.path.join(directory, entry), os.path.join(directory, _claimed_segment(name, number)))
-        fsync_path(directory)  # the segments' new names are durable before the checkpoint's that counts on them
+        queue = found[name]
+        for number, entry in sorted(queue.nsqd_segments.items()):
+            path = os.path.join(directory, entry)
+            if _is_pynsqd_segment(path):
+                continue
+            if number in queue.claimed:  # left by an earlier import: never overwritten
+                log.warning("nsqd import: queue %s: %s is left as it is: %s holds file %06d already", name, entry,
+                            queue.claimed[number], number)
+                continue
+            claimed = _claimed_segment(name, number)
+            fileops.rename(path, os.path.join(directory, claimed))
+            queue.claimed[number] = claimed
+            del queue.nsqd_segments[number]
+    if not names:
+        return
+    fsync_path(directory)  # the segments' new names are durable before the checkpoints' that count on them
+    for name in names:
         fileops.rename(os.path.join(directory, meta_filename(name)), os.path.join(directory, _claimed_meta(name)))
-    if names:
-        fsync_path(directory)
-        log.info("nsqd import: found %d queue(s) of nsqd in %s", len(names), directory)
-    return bool(names)
+        found[name].nsqd_meta = False
+        found[name].claimed_meta = True
+    fsync_path(directory)
+    log.info("nsqd import: found %d queue(s) of nsqd in %s", len(names), directory)
 
 
-def _is_nsqd_meta(path: str) -> bool:
-    """Whether the checkpoint at ``path`` is nsqd's text. A start opens every queue's checkpoint
-    here: one byte tells pynsqd's (msgpack, starting with a map's byte) from nsqd's (a digit)."""
+def _read_meta(path: str) -> bytes | None:
+    """The start of the checkpoint at ``path`` (all nsqd reads of one), None when it cannot be read."""
     try:
-        fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
-        return False
+        return None
     try:
-        data = fileops.pread(fd, _NSQD_META_MAX, 0)
-    except OSError:
-        return False
+        return fileops.pread(fd, META_READ_MAX, 0)
+    except OSError:  # a directory
+        return None
     finally:
         fileops.close(fd)
-    return data[:1] in _NSQD_META_START and parse_nsqd_meta(data) is not None
 
 
 def _is_pynsqd_segment(path: str) -> bool:
     """Whether the file starts with pynsqd's segment header (an nsqd segment starts with a record's
     length, which is never as large as those four bytes read as a number)."""
     try:
-        fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return False
     try:
@@ -217,135 +262,194 @@ def _is_pynsqd_segment(path: str) -> bool:
 
 # -------------------------------------------------------------------------------------------- copy
 
-async def _copy(directory: str, name: str, queues: QueueStore, max_msg_size: int) -> ImportedQueue:
-    """Step 2 for the queue ``name``: append what pynsqd's queue does not hold yet, sync, close."""
-    cursor = parse_nsqd_meta(fileops.read_file(os.path.join(directory, _claimed_meta(name))))
-    result = ImportedQueue(name)
-    target = queues.open(name)
-    if target.damage_found or target.depth != target.write_seq:
-        # Records copied before a power cut went missing from pynsqd's queue, so its count no
-        # longer says how far the copy got. Nothing has read the queue yet: start it over.
-        log.warning("nsqd import: queue %s: what an interrupted import had copied is damaged; copying again", name)
-        target.delete()
-        target = queues.open(name)
-    try:
-        skip = result.resumed = target.write_seq
-        batch: list[bytes] = []
-        for record in _records(directory, name, cursor, max_msg_size, result):
-            if skip:
-                skip -= 1
-                continue
-            batch.append(record)
-            if len(batch) >= _BATCH:
-                target.put_many(batch)
-                result.appended += len(batch)
-                batch = []
-        if batch:
-            target.put_many(batch)
-            result.appended += len(batch)
-        if skip:
-            log.warning("nsqd import: queue %s holds %d more messages than the nsqd queue has; "
-                        "they were left as they are", name, skip)
-            result.resumed -= skip
-    finally:
-        await target.close()
-    if result.resumed:
-        log.info("nsqd import: queue %s: imported %d messages (%d of them before an interruption)",
-                 name, result.messages, result.resumed)
-    else:
-        log.info("nsqd import: queue %s: imported %d messages", name, result.messages)
-    return result
+class _Copier:
+    """Step 2 for the claimed queues, side by side, with the progress the log shows."""
 
+    def __init__(self, directory: str, found: dict[str, _Found], queues: QueueStore, max_msg_size: int):
+        self.directory = directory
+        self.found = found
+        self.queues = queues
+        self.max_msg_size = max_msg_size
+        self.done = 0
+        self.messages = 0
+        self.read_bytes = 0
+        self.total_bytes = 0
+        self.started = 0.0
 
-def _records(directory: str, name: str, cursor: NsqdCursor | None, max_msg_size: int,
-             result: ImportedQueue) -> Iterator[bytes]:
-    """The payloads of nsqd's queue ``name`` from its read cursor on, read past damage as nsqd does."""
-    if cursor is None:
-        log.warning("nsqd import: queue %s: its checkpoint is no longer readable; nothing imported", name)
-        return
-    largest = max_msg_size + RECORD_OVERHEAD
-    for number in range(cursor.read_file, cursor.write_file + 1):
-        start = cursor.read_pos if number == cursor.read_file else 0
-        path = os.path.join(directory, _claimed_segment(name, number))
-        damaged = not os.path.isfile(path)
-        if damaged:
-            path += _BAD  # set aside by an earlier run, which read the records before the damage
-            if not os.path.isfile(path):
-                if number < cursor.write_file or cursor.write_pos > 0:
-                    _damage(result, name, number, "segment file is missing")
-                continue
+    async def run(self, names: list[str], concurrency: int) -> list[tuple[ImportedQueue, NsqdQueueRead]]:
+        """Copy the queues ``names``; raises the first error any of them met (the others stop)."""
+        self.started = time.monotonic()
+        readers = {name: self._reader(name) for name in names}
+        self.total_bytes = sum(reader.total_bytes for reader in readers.values())
+        files = sum(len(self.found[name].claimed) for name in names)
+        log.info("nsqd import: importing %d nsqd queue(s) (%d file(s), %.1f MB), %d at a time", len(names), files,
+                 self.total_bytes / _MB, concurrency)
+        results: dict[str, ImportedQueue] = {}
+        failures: list[BaseException] = []
+        limiter = trio.CapacityLimiter(concurrency)
+        async with trio.open_nursery() as outer:
+            outer.start_soon(self._report_progress, len(names))
+            async with trio.open_nursery() as copies:
+                for name in names:
+                    await limiter.acquire_on_behalf_of(name)
+                    if failures:
+                        limiter.release_on_behalf_of(name)
+                        break
+                    copies.start_soon(self._copy_one, name, readers[name], results, failures, limiter, copies)
+            outer.cancel_scope.cancel()
+        if failures:
+            raise failures[0]
+        return [(results[name], readers[name]) for name in names]
+
+    def _reader(self, name: str) -> NsqdQueueRead:
+        queue = self.found[name]
+        files = {number: os.path.join(self.directory, entry) for number, entry in queue.claimed.items()}
+        meta = queue.meta if queue.meta is not None else _read_meta(os.path.join(self.directory, _claimed_meta(name)))
+        return NsqdQueueRead(name, files, meta, RECORD_OVERHEAD, self.max_msg_size + RECORD_OVERHEAD)
+
+    async def _copy_one(self, name: str, reader: NsqdQueueRead, results: dict[str, ImportedQueue],
+                        failures: list[BaseException], limiter: trio.CapacityLimiter, copies: trio.Nursery) -> None:
         try:
-            problem = yield from _file_records(path, start, largest, name, number)
-        except OSError as exc:
-            problem = f"read error: {exc.strerror}"
-        if problem is not None:
-            if not damaged:
-                fileops.rename(path, path + _BAD)  # a re-run reads the same records from there
-                fsync_path(directory)
-            _damage(result, name, number, problem)
+            results[name] = await self._copy(name, reader)
+            self.done += 1
+        except (DiskQueueError, OSError) as exc:
+            failures.append(exc)
+            copies.cancel_scope.cancel()
+        finally:
+            limiter.release_on_behalf_of(name)
 
-
-def _file_records(path: str, start: int, largest: int, name: str,
-                  number: int) -> Generator[bytes, None, str | None]:
-    """The records of one segment file from offset ``start``; returns what ended it early, or None."""
-    fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        size = fileops.fstat(fd).st_size
-        if size <= start:
-            return None
-        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as data:
-            return (yield from _segment_records(data, start, size, largest, name, number))
-    finally:
-        fileops.close(fd)
-
-
-def _segment_records(data: mmap.mmap, pos: int, size: int, largest: int, name: str,
-                     number: int) -> Generator[bytes, None, str | None]:
-    """The records of one segment from ``pos``; returns what ended it early, or None."""
-    while pos < size:
-        if size - pos < _LENGTH_SIZE:
-            return f"record length cut short at offset {pos}"
-        length = int.from_bytes(data[pos:pos + _LENGTH_SIZE], "big", signed=True)
-        if length < RECORD_OVERHEAD or length > largest:
-            return f"invalid message read size ({length}) at offset {pos}"
-        end = pos + _LENGTH_SIZE + length
-        if end > size:
-            return f"record of {length} bytes at offset {pos} cut short by the end of the file"
-        record = data[pos + _LENGTH_SIZE:end]
-        if record[0] >= _PREFIX_MARK:
-            log.warning("nsqd import: queue %s: segment %06d offset %d: skipping a message with a negative "
-                        "timestamp", name, number, pos)
+    async def _copy(self, name: str, reader: NsqdQueueRead) -> ImportedQueue:
+        """Append what pynsqd's queue ``name`` does not hold yet of what nsqd would deliver, sync, close."""
+        if reader.scan.error is not None:
+            log.warning("nsqd import: queue %s: nsqd cannot read its checkpoint whole (%s); reading it as nsqd "
+                        "does: %s", name, reader.scan.error, reader.describe_cursor())
+        result = ImportedQueue(name)
+        target: DiskQueue | None = None
+        skip = 0
+        try:
+            if self.queues.exists(name):  # an interrupted import copied some already
+                target = self._resume(name)
+                skip = result.resumed = target.write_seq
+            batches = reader.records(_BATCH_BYTES)
+            in_thread = reader.total_bytes > THREAD_READ_BYTES
+            try:
+                while True:
+                    batch = await trio.to_thread.run_sync(next, batches, None) if in_thread else next(batches, None)
+                    if batch is None:
+                        break
+                    self.read_bytes += sum(map(len, batch))
+                    if skip:
+                        dropped = min(skip, len(batch))
+                        skip -= dropped
+                        batch = batch[dropped:]
+                    if batch:
+                        if target is None:
+                            target = self.queues.open(name)
+                        target.put_many(batch)
+                        result.appended += len(batch)
+                        self.messages += len(batch)
+                    await trio.lowlevel.checkpoint()
+            finally:
+                batches.close()
+            if skip:
+                log.warning("nsqd import: queue %s holds %d more messages than the nsqd queue has; "
+                            "they were left as they are", name, skip)
+                result.resumed -= skip
+        finally:
+            if target is not None:
+                await target.close()
+        self.messages += result.resumed
+        self._report_damage(name, reader, result)
+        if result.resumed:
+            log.info("nsqd import: queue %s: imported %d messages (%d of them before an interruption)",
+                     name, result.messages, result.resumed)
         else:
-            yield record
-        pos = end
-    return None
+            log.info("nsqd import: queue %s: imported %d messages", name, result.messages)
+        return result
 
+    def _resume(self, name: str) -> DiskQueue:
+        target = self.queues.open(name)
+        if target.damage_found or target.depth != target.write_seq:
+            # Records copied before a power cut went missing from pynsqd's queue, so its count no
+            # longer says how far the copy got. Nothing has read the queue yet: start it over.
+            log.warning("nsqd import: queue %s: what an interrupted import had copied is damaged; copying again", name)
+            target.delete()
+            target = self.queues.open(name)
+        return target
 
-def _damage(result: ImportedQueue, name: str, number: int, problem: str) -> None:
-    where = segment_filename(name, number)
-    result.damaged.append(f"{where}: {problem}")
-    log.warning("nsqd import: queue %s: %s: %s; kept the messages before it, skipping to the next file "
-                "(saved as %s.bad)", name, where, problem, where)
+    @staticmethod
+    def _report_damage(name: str, reader: NsqdQueueRead, result: ImportedQueue) -> None:
+        for first, last in reader.missing:
+            where = reader.file_name(first)
+            what = "segment file is missing"
+            if last != first:
+                where += f" to {reader.file_name(last)}"
+                what = "segment files are missing"
+            result.damaged.append(f"{where}: {what}")
+            log.warning("nsqd import: queue %s: %s: %s; skipping to the next file, as nsqd does", name, where, what)
+        for number, problem in sorted(reader.bad.items()):
+            where = reader.file_name(number)
+            result.damaged.append(f"{where}: {problem}")
+            log.warning("nsqd import: queue %s: %s: %s; kept the messages before it, skipping to the next file "
+                        "(saved as %s.bad)", name, where, problem, where)
+        if reader.endless:
+            log.warning("nsqd import: queue %s: nsqd's reader would look for one missing file after another for "
+                        "ever (%s) and deliver nothing more", name, reader.describe_cursor())
+
+    async def _report_progress(self, total: int) -> None:
+        while True:
+            await trio.sleep(PROGRESS_INTERVAL)
+            log.info("nsqd import: %d of %d queue(s) imported, %d message(s), %.1f of %.1f MB read (%.0f s)",
+                     self.done, total, self.messages, self.read_bytes / _MB, self.total_bytes / _MB,
+                     time.monotonic() - self.started)
 
 
 # ------------------------------------------------------------------------------------------ retire
 
-def _retire(directory: str, name: str, *, forget_meta: bool) -> None:
-    """Step 3 for the queue ``name``: its claimed checkpoint first, then its claimed segments."""
-    if forget_meta:
-        fileops.unlink(os.path.join(directory, _claimed_meta(name)))
+def _retire(directory: str, found: dict[str, _Found], copied: list[tuple[ImportedQueue, NsqdQueueRead]]) -> int:
+    """Step 3 for the queues copied, and for the leftovers of an interrupted retirement;
+    returns how many nsqd files were set aside (damaged or unread)."""
+    renamed = False
+    for result, reader in copied:  # marked by their names before the checkpoints that explain them go
+        queue = found[result.name]
+        unread = reader.unread()
+        for number, entry in sorted(queue.claimed.items()):
+            suffix = _BAD if number in reader.bad else _UNREAD if number in unread else ""
+            if number in unread:
+                log.warning("nsqd import: queue %s: %s not imported: %s", result.name, reader.file_name(number),
+                            unread[number])
+            if _suffix(entry) != suffix:
+                wanted = _claimed_segment(result.name, number, suffix)
+                fileops.rename(os.path.join(directory, entry), os.path.join(directory, wanted))
+                queue.claimed[number] = wanted
+                renamed = True
+    if renamed:
         fsync_path(directory)
-    prefix = name + CLAIMED_INFIX
-    for entry in fileops.listdir(directory):
-        if not entry.startswith(prefix):
+    for result, _ in copied:
+        fileops.unlink(os.path.join(directory, _claimed_meta(result.name)))
+        found[result.name].claimed_meta = False
+    if copied:
+        fsync_path(directory)
+    changed = False
+    set_aside = 0
+    for name, queue in sorted(found.items()):
+        if queue.claimed_meta:
             continue
-        rest = entry[len(prefix):]
-        if rest.endswith(".dat") and rest[:-4].isdecimal():
-            fileops.unlink(os.path.join(directory, entry))
-        elif rest.endswith(".dat" + _BAD) and rest[:-8].isdecimal():
-            target = os.path.join(directory, segment_filename(name, int(rest[:-8])) + _BAD)
-            if fileops.exists(target):
-                target = f"{target[:-len(_BAD)]}.{time.time_ns()}{_BAD}"
-            fileops.rename(os.path.join(directory, entry), target)
-            log.warning("nsqd import: queue %s: damaged nsqd file kept as %s", name, target)
-    fsync_path(directory)
+        for number, entry in sorted(queue.claimed.items()):
+            path = os.path.join(directory, entry)
+            suffix = _suffix(entry)
+            if not suffix:
+                fileops.unlink(path)
+            else:
+                set_aside += 1
+                target = os.path.join(directory, segment_filename(name, number) + suffix)
+                if fileops.exists(target):
+                    target = f"{target[:-len(suffix)]}.{time.time_ns()}{suffix}"
+                fileops.rename(path, target)
+                log.warning("nsqd import: queue %s: %s nsqd file kept as %s", name,
+                            "damaged" if suffix == _BAD else "unread", target)
+            changed = True
+        queue.claimed.clear()
+    if changed:
+        fsync_path(directory)
+    return set_aside

@@ -12,6 +12,12 @@ alternately (nsqd first, then pynsqd first, ...), and time from ``exec`` to
 - ``loaded``: the first ``GET /stats?format=json`` that shows every topic with its
   channel, and every channel's depth equal to ``--messages``.
 
+With ``--from-nsqd`` pynsqd is not restarted on its own directory: the topics are created
+and the messages published by nsqd alone, and each round starts pynsqd on a fresh copy of
+the directory nsqd left, so every round is a first start that imports nsqd's queues (see
+"Moving from nsqd" in the README); ``import`` is the duration the import logs. nsqd, if
+run, restarts on its own copy as before, for comparison.
+
 Then, loaded and with no client connected, each broker's idle CPU: its user + system
 time (``/proc/PID/stat``) over ``--idle`` seconds (default 10; 0 skips it), in percent of
 one core. The brokers run with their default options but for the addresses and data path
@@ -30,6 +36,7 @@ Usage (from the repository root)::
     python -m tests.bench.bench_restart --topics 10000
     python -m tests.bench.bench_restart --topics 1000 5000 10000 --messages 0 1 --rounds 3
     python -m tests.bench.bench_restart --topics 2000 --no-nsqd --json
+    python -m tests.bench.bench_restart --topics 10000 --messages 1 --from-nsqd --rounds 1 --idle 0
 """
 
 from __future__ import annotations
@@ -39,7 +46,9 @@ import compileall
 import http.client
 import json
 import os
+import re
 import shlex
+import shutil
 import socket
 import statistics
 import subprocess
@@ -63,6 +72,8 @@ START_TIMEOUT = 300.0
 STOP_TIMEOUT = 300.0
 #: seconds between polls of /ping and /stats while a broker starts
 POLL_INTERVAL = 0.005
+#: the line pynsqd logs when it has imported nsqd's queues
+IMPORTED = re.compile(r"nsqd import: imported \d+ message\(s\) of \d+ nsqd queue\(s\) in ([\d.]+) s")
 
 
 def free_port() -> int:
@@ -79,8 +90,10 @@ def topic_name(i: int) -> str:
 class Broker:
     """One broker's command and data directory; started and stopped once per run."""
 
-    def __init__(self, name: str, command: list[str], data_path: Path, log_path: Path):
+    def __init__(self, name: str, command: list[str], data_path: Path, log_path: Path,
+                 start_timeout: float = START_TIMEOUT):
         self.name = name
+        self.start_timeout = start_timeout
         self.command = command
         self.data_path = data_path
         self.log_path = log_path
@@ -100,11 +113,11 @@ class Broker:
         return started
 
     def connection(self) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=START_TIMEOUT)
+        return http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=self.start_timeout)
 
     def wait_ping(self) -> float:
         """Poll ``/ping`` until it answers 200; returns the monotonic time it did."""
-        limit = time.monotonic() + START_TIMEOUT
+        limit = time.monotonic() + self.start_timeout
         while time.monotonic() < limit:
             self._check_alive()
             try:
@@ -117,12 +130,12 @@ class Broker:
             except OSError:
                 pass
             time.sleep(POLL_INTERVAL)
-        raise RuntimeError(f"{self.name} did not answer /ping within {START_TIMEOUT:g}s")
+        raise RuntimeError(f"{self.name} did not answer /ping within {self.start_timeout:g}s")
 
     def wait_loaded(self, topics: int, depth: int) -> float:
         """Poll ``/stats`` until it shows ``topics`` topics, each with its channel holding
         ``depth`` messages; returns the monotonic time it did."""
-        limit = time.monotonic() + START_TIMEOUT
+        limit = time.monotonic() + self.start_timeout
         conn = self.connection()
         try:
             while time.monotonic() < limit:
@@ -135,7 +148,7 @@ class Broker:
                 time.sleep(POLL_INTERVAL)
         finally:
             conn.close()
-        raise RuntimeError(f"{self.name} did not show {topics} topics in /stats within {START_TIMEOUT:g}s")
+        raise RuntimeError(f"{self.name} did not show {topics} topics in /stats within {self.start_timeout:g}s")
 
     def stop(self) -> float:
         """SIGTERM and wait for the exit; returns the seconds it took. Raises on a failed exit."""
@@ -221,24 +234,33 @@ class Runs:
     loaded: list[float] = field(default_factory=list)
     stop: list[float] = field(default_factory=list)
     idle_cpu: list[float] = field(default_factory=list)
+    imports: list[float] = field(default_factory=list)  # --from-nsqd: what the import logged it took
     populate_s: float = 0.0
 
     def as_dict(self) -> dict:
         return {"ping_s": self.ping, "loaded_s": self.loaded, "stop_s": self.stop, "populate_s": self.populate_s,
                 "ping_median_s": statistics.median(self.ping), "loaded_median_s": statistics.median(self.loaded),
                 "stop_median_s": statistics.median(self.stop), "idle_cpu_percent": self.idle_cpu,
-                "idle_cpu_median_percent": statistics.median(self.idle_cpu) if self.idle_cpu else None}
+                "idle_cpu_median_percent": statistics.median(self.idle_cpu) if self.idle_cpu else None,
+                "import_s": self.imports, "import_median_s": statistics.median(self.imports) if self.imports else None}
 
 
 def run_size(brokers: list[tuple[str, list[str]]], topics: int, messages: int, rounds: int,
-             work: Path, idle: float = 0.0) -> dict[str, Runs]:
-    """Populate each broker, then restart them alternately ``rounds`` times each."""
+             work: Path, idle: float = 0.0, from_nsqd: bool = False, nsqd_rounds: bool = True,
+             start_timeout: float = START_TIMEOUT) -> dict[str, Runs]:
+    """Populate each broker, then restart them alternately ``rounds`` times each; with
+    ``from_nsqd``, nsqd populates one directory and pynsqd starts on a fresh copy of it each
+    round (nsqd restarts only with ``nsqd_rounds``)."""
     each: dict[str, Broker] = {}
     results: dict[str, Runs] = {}
+    template = work / f"nsqd-{topics}-{messages}-as-left"
     for name, command in brokers:
         data = work / f"{name}-{topics}-{messages}"
+        if from_nsqd and name == PYNSQD:
+            each[name] = Broker(name, command, data, work / f"{name}-{topics}-{messages}.log", start_timeout)
+            continue
         data.mkdir()
-        broker = Broker(name, command, data, work / f"{name}-{topics}-{messages}.log")
+        broker = Broker(name, command, data, work / f"{name}-{topics}-{messages}.log", start_timeout)
         each[name] = broker
         print(f"# {name}: creating {topics} topics with a channel, {messages} message(s) each", file=sys.stderr)
         try:
@@ -252,10 +274,20 @@ def run_size(brokers: list[tuple[str, list[str]]], topics: int, messages: int, r
             broker.stop()
         finally:
             broker.kill()
-    order = [name for name, _ in brokers]
+        if from_nsqd:
+            shutil.copytree(data, template, symlinks=True)
+    if from_nsqd:
+        results[PYNSQD] = Runs()
+        if not nsqd_rounds:
+            del results[NSQD]
+    order = [name for name, _ in brokers if name in results]
     for r in range(rounds):
         for name in order if r % 2 == 0 else order[::-1]:
             broker = each[name]
+            if from_nsqd and name == PYNSQD:  # a first start on what nsqd left, every round
+                shutil.rmtree(broker.data_path, ignore_errors=True)
+                shutil.copytree(template, broker.data_path, symlinks=True)
+                broker.log_path.unlink(missing_ok=True)
             try:
                 execed = broker.start()
                 pinged = broker.wait_ping()
@@ -268,16 +300,24 @@ def run_size(brokers: list[tuple[str, list[str]]], topics: int, messages: int, r
                 runs.stop.append(broker.stop())
             finally:
                 broker.kill()
+            if from_nsqd and name == PYNSQD:
+                imported = IMPORTED.search(broker.log_path.read_text(errors="replace"))
+                if imported is not None:
+                    runs.imports.append(float(imported.group(1)))
             idle_text = f", idle CPU {runs.idle_cpu[-1]:.1f}%" if runs.idle_cpu else ""
+            import_text = f", import {runs.imports[-1]:.2f}s" if runs.imports and name == PYNSQD and from_nsqd else ""
             print(f"# {name} {topics} topics, {messages} msg(s): round {r + 1}: /ping {runs.ping[-1]:.2f}s, "
-                  f"loaded {runs.loaded[-1]:.2f}s{idle_text}, stop {runs.stop[-1]:.2f}s", file=sys.stderr)
+                  f"loaded {runs.loaded[-1]:.2f}s{import_text}{idle_text}, stop {runs.stop[-1]:.2f}s", file=sys.stderr)
     return results
 
 
 def table(results: list[dict], names: list[str]) -> str:
     head = ["topics + 1 channel each", "msgs per topic"]
+    imports = [name for name in names if any(r["brokers"][name]["import_s"] for r in results)]
     for name in names:
         head += [f"{name} exec→/ping s", f"{name} exec→loaded s", f"{name} stop s", f"{name} idle CPU"]
+        if name in imports:
+            head.append(f"{name} import s")
     if len(names) == 2:
         head.append(f"{names[1]} / {names[0]} loaded")
     rows = []
@@ -288,6 +328,8 @@ def table(results: list[dict], names: list[str]) -> str:
             idle = r["idle_cpu_median_percent"]
             row += [f"{r['ping_median_s']:.2f}", f"{r['loaded_median_s']:.2f}", f"{r['stop_median_s']:.2f}",
                     "-" if idle is None else f"{idle:.1f}%"]
+            if name in imports:
+                row.append("-" if r["import_median_s"] is None else f"{r['import_median_s']:.2f}")
         if len(names) == 2:
             a, b = (result["brokers"][n]["loaded_median_s"] for n in names)
             row.append(f"{b / a:.1f}")
@@ -307,6 +349,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="command that starts pynsqd (default: python -m broker)")
     p.add_argument("--nsqd-cmd", default=None, help="command that starts nsqd (default: nsq 1.3.0's)")
     p.add_argument("--no-nsqd", action="store_true", help="run pynsqd alone")
+    p.add_argument("--from-nsqd", action="store_true",
+                   help="start pynsqd on a fresh copy of the directory nsqd populated, every round (the import); "
+                        "needs nsqd, which restarts on its own copy unless --no-nsqd")
+    p.add_argument("--start-timeout", type=float, default=START_TIMEOUT, metavar="SECONDS",
+                   help=f"seconds a start may take to /ping and to loaded (default {START_TIMEOUT:g})")
     p.add_argument("--idle", type=float, default=10.0, metavar="SECONDS",
                    help="measure each loaded broker's idle CPU over this long (default 10; 0: skip)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -316,7 +363,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if opts.rounds < 1:
         p.error("--rounds must be at least 1")
     opts.brokers = [(PYNSQD, shlex.split(opts.broker_cmd))]
-    if not opts.no_nsqd:
+    if not opts.no_nsqd or opts.from_nsqd:
         if opts.nsqd_cmd:
             nsqd = shlex.split(opts.nsqd_cmd)
         else:
@@ -341,10 +388,11 @@ def main(argv: list[str] | None = None) -> int:
             work.mkdir(parents=True, exist_ok=True)
         for topics in opts.topics:
             for messages in opts.messages:
-                runs = run_size(opts.brokers, topics, messages, opts.rounds, work, opts.idle)
+                runs = run_size(opts.brokers, topics, messages, opts.rounds, work, opts.idle, opts.from_nsqd,
+                                nsqd_rounds=not opts.no_nsqd, start_timeout=opts.start_timeout)
                 results.append({"topics": topics, "messages": messages,
                                 "brokers": {name: r.as_dict() for name, r in runs.items()}})
-    names = [name for name, _ in opts.brokers]
+    names = [name for name, _ in opts.brokers if not results or name in results[0]["brokers"]]
     if opts.json:
         print(json.dumps({"brokers": dict(opts.brokers), "rounds": opts.rounds, "results": results}, indent=2))
     else:

@@ -19,10 +19,12 @@ from pathlib import Path
 import pytest
 import trio
 
+from broker.core.message import RECORD_OVERHEAD
 from broker.protocol import encode_dpub, encode_fin, encode_mpub, encode_rdy, encode_sub
 from tests.support.http_client import request
 from tests.support.nsq_programs import nsq_bin, nsq_bin_missing
-from tests.support.processes import BrokerProcess, broker_args
+from tests.support.nsqd_files import nsqd_payload, segment_bytes, write_nsqd_metadata, write_nsqd_queue
+from tests.support.processes import BrokerProcess, broker_args, stop_process
 from tests.support.v2client import V2Client, connect
 
 pytestmark = pytest.mark.skipif(nsq_bin_missing() is not None, reason=nsq_bin_missing() or "")
@@ -241,14 +243,17 @@ async def test_kill_9_during_the_import_loses_and_duplicates_nothing(tmp_path):
     full = sum(p.stat().st_size for p in data.glob("*.diskqueue.0*.dat"))  # nsqd's bytes of every queue
 
     # Kill pynsqd as soon as the import reaches each of these states, then start it again: once
-    # nsqd's queues are claimed, after each further sixth of the backlog is copied, and between queues.
+    # nsqd's queues are claimed, after each further eighth of the backlog is copied (the queues
+    # are copied side by side), and while the copied queues are retired. A start that gets
+    # to listening first (the retirement is over in a moment) is stopped with SIGTERM instead:
+    # a kill of a running broker may deliver again what it had moved from topic to channel.
     def copied() -> int:
         return sum(_imported_bytes(data, name) for name in ("big", "big:c", "quiet"))
 
     stages: list[tuple[str, Callable[[int], bool]]] = [("claimed", lambda _: any(data.glob("*.nsqd-import.meta.dat")))]
-    stages += [("copying", lambda before: copied() >= before + full // 6)] * 4
-    stages += [("big:c retired", lambda _: not (data / "big:c.nsqd-import.meta.dat").exists()
-                and (data / "quiet.nsqd-import.meta.dat").exists())]
+    stages += [("copying", lambda before: copied() >= before + full // 8)] * 4
+    stages += [("retiring", lambda _: not any(data.glob("*.nsqd-import.meta.dat"))
+                and any(data.glob("*.nsqd-import.*")))]
     progress = []
     for n, (stage, reached) in enumerate(stages):
         before = copied()
@@ -259,8 +264,11 @@ async def test_kill_9_during_the_import_loses_and_duplicates_nothing(tmp_path):
         with trio.fail_after(60):
             while proc.poll() is None and not reached(before) and "TCP: listening" not in log.read_text():
                 await trio.sleep(0.001)
-        proc.kill()
-        proc.wait(10)
+        if "TCP: listening" in log.read_text():
+            assert stop_process(proc, 30) == 0
+        else:
+            proc.kill()
+            proc.wait(10)
         progress.append((stage, copied(), any(data.glob("*.nsqd-import.*"))))
     # the kills landed inside the import, three or more of them at different points of the copy
     mid_copy = [size for stage, size, inside in progress if stage == "copying" and inside and size > 0]
@@ -409,3 +417,144 @@ async def test_export_nsqd_writes_a_prioritised_channel_in_its_delivery_order(tm
         assert nsqd.terminate() == 0
     order = sorted(range(len(priorities)), key=lambda i: (priorities[i], i))
     assert [m.body for m in got] == [b"p-%d" % i for i in order]
+
+
+# ------------------------------------------------------- checkpoints and files nsqd reads oddly
+
+#: Topics of one crafted data directory: (records per segment of the channel ``c``'s queue,
+#: its checkpoint's text from the segments' sizes, how many messages nsqd 1.3.0 delivers).
+OddQueues = dict[str, tuple[list[int], Callable[[list[int]], str], int]]
+
+NEGATIVE: OddQueues = {
+    "negative_depth": ([3000], lambda s: f"-5\n0,0\n0,{s[0]}\n", 3000),
+    "negative_read_position": ([3000], lambda s: f"3000\n0,-100\n0,{s[0]}\n", 3000),
+    "negative_read_file": ([3000], lambda s: f"3000\n-1,0\n0,{s[0]}\n", 3000),
+    "negative_write_position": ([3000], lambda s: "3000\n0,0\n0,-1\n", 3000),
+    "negative_write_file": ([3000], lambda s: f"3000\n0,0\n-1,{s[0]}\n", 3000),
+    "all_negative": ([3000], lambda s: "-3000\n-1,-1\n-1,-1\n", 0),
+}
+PAST_THE_END: OddQueues = {
+    "read_position_past_the_end": ([3000], lambda s: f"3000\n0,{s[0] + 1000}\n0,{s[0]}\n", 0),
+    "write_position_past_the_end": ([3000], lambda s: f"3000\n0,0\n0,{s[0] + 1000}\n", 3000),
+    "read_file_999999999": ([3000], lambda s: f"3000\n999999999,0\n0,{s[0]}\n", 0),
+    "write_file_999999999": ([3000], lambda s: "3000\n0,0\n999999999,0\n", 3000),
+    "read_file_past_the_write_file": ([1000, 1000, 1000], lambda s: f"3000\n2,0\n1,{s[1]}\n", 1000),
+    "a_file_after_the_write_file": ([1000, 1000, 1000], lambda s: f"2000\n0,0\n1,{s[1]}\n", 2000),
+}
+CHECKPOINT_TEXT: OddQueues = {
+    "signs_and_spaces": ([3000], lambda s: f" 3000 \n+0, +0\n0,{s[0]}\r\n", 3000),
+    "write_position_not_a_number": ([1000, 1000], lambda s: "2000\n0,0\n1,abc\n", 1000),
+    "text_after_the_write_position": ([1000, 1000], lambda s: f"2000\n0,0\n1,{s[1]}x\n", 2000),
+    "write_position_past_int64": ([3000], lambda s: "3000\n0,0\n0,99999999999999999999\n", 0),
+}
+#: The second of its three segments is a directory.
+A_DIRECTORY: OddQueues = {
+    "a_directory_segment": ([1000, 1000, 1000], lambda s: f"3000\n0,0\n2,{s[2]}\n", 2000),
+    "beside_it": ([1000], lambda s: f"1000\n0,0\n0,{s[0]}\n", 1000),
+}
+
+
+def _craft(data: Path, queues: OddQueues, directories: dict[str, int]) -> None:
+    """``data`` as an nsqd would leave it with ``queues`` (and the segments named in
+    ``directories`` made directories with a file in them)."""
+    data.mkdir()
+    write_nsqd_metadata(data, {topic: ["c"] for topic in queues})
+    for topic, (counts, meta, _) in queues.items():
+        starts = [sum(counts[:i]) for i in range(len(counts))]
+        segments = [[nsqd_payload(i, topic) for i in range(s, s + n)] for s, n in zip(starts, counts)]
+        sizes = [len(segment_bytes(payloads)) for payloads in segments]
+        write_nsqd_queue(data, f"{topic}:c", segments, meta=meta(sizes))
+        if topic in directories:
+            path = data / f"{topic}:c.diskqueue.{directories[topic]:06d}.dat"
+            path.unlink()
+            path.mkdir()
+            (path / "inside").write_bytes(b"x")
+
+
+def _queue_files(data: Path, topic: str) -> dict[str, bytes | None]:
+    """The channel queue's segment files (None for a directory), without the checkpoint."""
+    return {p.name: None if p.is_dir() else p.read_bytes() for p in data.glob(f"{topic}:c.diskqueue.*")
+            if ".meta." not in p.name}
+
+
+def _records(segment: bytes) -> list[bytes]:
+    found, pos = [], 0
+    while pos + 4 <= len(segment):
+        end = pos + 4 + int.from_bytes(segment[pos:pos + 4], "big")
+        found.append(segment[pos + 4:end])
+        pos = end
+    return found
+
+
+async def _as_nsqd_reads_them(tmp_path: Path, queues: OddQueues, directories: dict[str, int] | None = None) -> str:
+    """nsqd and pynsqd on copies of one crafted directory: pynsqd delivers what nsqd delivers,
+    and every segment nsqd keeps with messages it did not deliver is kept by pynsqd, byte
+    for byte: damaged as ``.bad`` (nsqd's name), unread as ``.unread``. Returns pynsqd's log."""
+    data, oracle_data = tmp_path / "data", tmp_path / "oracle"
+    _craft(data, queues, directories or {})
+    shutil.copytree(data, oracle_data, symlinks=True)
+    crafted = {topic: _queue_files(data, topic) for topic in queues}
+
+    oracle = _nsqd(oracle_data, tmp_path / "oracle.log").start()
+    try:
+        expected = {topic: await _drain_many(oracle.tcp, topic, "c", count) for topic, (_, _, count) in queues.items()}
+    finally:
+        oracle.kill()
+    assert {topic: len(got) for topic, got in expected.items()} == {t: q[2] for t, q in queues.items()}
+
+    pynsqd = BrokerProcess(data, log_path=tmp_path / "pynsqd.log").start()
+    try:
+        got = {topic: await _drain_many(pynsqd.tcp, topic, "c", count) for topic, (_, _, count) in queues.items()}
+    finally:
+        assert pynsqd.terminate() == 0
+    log = pynsqd.log_text()
+    for topic in queues:
+        assert sorted(map(_key, got[topic])) == sorted(map(_key, expected[topic])), topic
+        delivered = {m.body for m in expected[topic]}
+        kept_by_pynsqd = _queue_files(data, topic)
+        for name, content in _queue_files(oracle_data, topic).items():
+            if name.endswith(".bad"):  # damaged: set aside by both, whole
+                assert kept_by_pynsqd[name] == content, (topic, name)
+            elif ".diskqueue.0" in name and content is not None and \
+                    {r[RECORD_OVERHEAD:] for r in _records(content)} - delivered:
+                # kept by nsqd with messages it never delivers: kept by pynsqd, not imported
+                assert kept_by_pynsqd[f"{name}.unread"] == crafted[topic][name], (topic, name)
+                assert f"{name} not imported" in log
+    assert "FATAL" not in log and "Traceback" not in log
+    assert not list(data.glob("*.nsqd-import.*"))
+    return log
+
+
+async def test_a_checkpoint_with_negative_numbers_is_read_as_nsqd_reads_it(tmp_path):
+    log = await _as_nsqd_reads_them(tmp_path, NEGATIVE)
+    assert "nsqd import: queue negative_write_position:c: imported 3000 messages" in log
+    assert (tmp_path / "data" / "all_negative:c.diskqueue.000000.dat.unread").is_file()
+    assert (tmp_path / "data" / "negative_read_position:c.diskqueue.000000.dat.bad").is_file()
+
+
+async def test_a_checkpoint_past_the_end_or_naming_file_999999999_deletes_no_file_nsqd_keeps(tmp_path):
+    log = await _as_nsqd_reads_them(tmp_path, PAST_THE_END)
+    kept = sorted(p.name for p in (tmp_path / "data").glob("*.unread"))
+    assert kept == ["a_file_after_the_write_file:c.diskqueue.000002.dat.unread",
+                    "read_file_999999999:c.diskqueue.000000.dat.unread",
+                    "read_file_past_the_write_file:c.diskqueue.000000.dat.unread",
+                    "read_file_past_the_write_file:c.diskqueue.000001.dat.unread",
+                    "read_position_past_the_end:c.diskqueue.000000.dat.unread"]
+    assert ("nsqd import: queue read_file_999999999:c: nsqd's reader would look for one missing file after "
+            "another for ever") in log
+
+
+async def test_a_checkpoint_gos_fscanf_reads_oddly_is_read_as_nsqd_reads_it(tmp_path):
+    log = await _as_nsqd_reads_them(tmp_path, CHECKPOINT_TEXT)
+    assert ("nsqd import: queue write_position_past_int64:c: nsqd cannot read its checkpoint whole "
+            '(strconv.ParseInt: parsing "99999999999999999999": value out of range)') in log
+    assert sorted(p.name for p in (tmp_path / "data").glob("*.unread")) == [
+        "write_position_not_a_number:c.diskqueue.000001.dat.unread",
+        "write_position_past_int64:c.diskqueue.000000.dat.unread"]
+
+
+async def test_a_segment_that_is_a_directory_is_set_aside_and_the_broker_starts(tmp_path):
+    log = await _as_nsqd_reads_them(tmp_path, A_DIRECTORY, {"a_directory_segment": 1})
+    assert (tmp_path / "data" / "a_directory_segment:c.diskqueue.000001.dat.bad" / "inside").is_file()
+    assert "a_directory_segment:c.diskqueue.000001.dat: read a_directory_segment:c.diskqueue.000001.dat: " \
+           "is a directory" in log

@@ -1,9 +1,8 @@
 """Importing nsqd's disk queues (``broker/storage/nsqdimport.py``) on hand-made nsqd files.
 
-nsqd's format is written here as go-diskqueue v1.1.0 writes it (the system test
-``tests/system/test_nsqd_import.py`` checks the import against files real nsqd wrote):
-segments of ``[length u32 BE][timestamp i64][attempts u16][16-byte id][body]`` and the text
-checkpoint. Crashes are simulated with the power-cut recorder (``tests/support/powercut.py``):
+nsqd's files are written as go-diskqueue v1.1.0 writes them (``tests/support/nsqd_files.py``;
+the system test ``tests/system/test_nsqd_import.py`` has real nsqd read the same kinds of
+files). Crashes are simulated with the power-cut recorder (``tests/support/powercut.py``):
 every change the import makes is recorded, and the import is run again on the directory a
 kill (or a power cut) at each point of that record would leave.
 """
@@ -13,40 +12,23 @@ from __future__ import annotations
 import errno
 import logging
 import random
-import struct
+import threading
 from pathlib import Path
 
 import pytest
+import trio
 
 from broker.config.options import parse_args
 from broker.core.message import decode
 from broker.storage import nsqdimport
 from broker.storage.datadir import DataDirectory
 from broker.storage.nsqdimport import NsqdImportError, import_nsqd_queues
+from broker.storage.nsqdreader import scan_nsqd_meta
 from broker.storage.queuestore import QueueStore
+from diskqueue import fileops
 from tests.support.diskfaults import FaultyDisk
+from tests.support.nsqd_files import nsqd_payload, segment_bytes, write_nsqd_queue
 from tests.support.powercut import Disk, Recorder, first_seed, write_directory
-
-_HEADER = struct.Struct(">qH")
-
-
-def nsqd_payload(i: int, tag: str) -> bytes:
-    """Message ``i`` of a queue: its own id, timestamp, attempts and body."""
-    return _HEADER.pack(1_700_000_000_000_000_000 + i * 1000, i % 5) + b"%016x" % (0xA000 + i) + b"%s-%d" % (
-        tag.encode(), i)
-
-
-def write_nsqd_queue(path: Path, name: str, segments: list[list[bytes]], read: tuple[int, int] = (0, 0),
-                     tails: dict[int, bytes] | None = None) -> None:
-    """nsqd's files of queue ``name``: one segment per list of payloads (``tails`` appends raw
-    bytes to a segment), the checkpoint's write cursor at the end of the last one."""
-    for number, payloads in enumerate(segments):
-        data = b"".join(len(p).to_bytes(4, "big") + p for p in payloads) + (tails or {}).get(number, b"")
-        (path / f"{name}.diskqueue.{number:06d}.dat").write_bytes(data)
-    last = len(segments) - 1
-    write_pos = (path / f"{name}.diskqueue.{last:06d}.dat").stat().st_size
-    depth = sum(map(len, segments))
-    (path / f"{name}.diskqueue.meta.dat").write_text(f"{depth}\n{read[0]},{read[1]}\n{last},{write_pos}\n")
 
 
 def store(path: Path) -> tuple[QueueStore, int]:
@@ -134,7 +116,7 @@ async def test_missing_segment_and_negative_timestamp_are_skipped(tmp_path, capl
 
 
 async def test_a_kill_or_power_cut_anywhere_in_the_import_loses_and_duplicates_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(nsqdimport, "_BATCH", 7)  # many appends, each a point to crash after
+    monkeypatch.setattr(nsqdimport, "_BATCH_BYTES", 200)  # many appends (7 records each), each a point to crash after
     origin = tmp_path / "origin"
     origin.mkdir()
     topic = [[nsqd_payload(i, "t") for i in range(k, k + 20)] for k in (0, 20)]
@@ -180,3 +162,156 @@ async def test_a_full_disk_stops_the_start_and_the_next_start_carries_on(tmp_pat
         directory.unlock()
     assert await pynsqd_records(tmp_path, "f") == segments[0] + segments[1]
     assert claimed_files(tmp_path) == []
+
+
+# ------------------------------------------------------------- checkpoints and files nsqd reads oddly
+
+@pytest.mark.parametrize("text, scanned", [
+    ("12\n3,45\n6,789\n", (12, 3, 45, 6, 789, None)),
+    ("12\n3,45\n6,789", (12, 3, 45, 6, 789, None)),  # the last newline may be missing
+    ("-5\n-1,-100\n-2,-7\n", (-5, -1, -100, -2, -7, None)),
+    (" +4 \n +0, 0\n0,+9\r\n", (4, 0, 0, 0, 9, None)),  # signs, spaces, CRLF
+    ("4\n0,0\n1,abc\n", (0, 0, 0, 1, 0, "expected integer")),  # depth is kept only when all scans
+    ("4\n0,0\n1,36x\n", (0, 0, 0, 1, 36, "newline in format does not match input")),
+    ("4\n0,0\n0,99999999999999999999\n",
+     (0, 0, 0, 0, 0, 'strconv.ParseInt: parsing "99999999999999999999": value out of range')),
+    ("4\n0;0\n0,9\n", (0, 0, 0, 0, 0, "input does not match format")),
+    ("4\n\n0,0\n0,9\n", (0, 0, 0, 0, 0, "unexpected newline")),
+    ("4\n0,0\n", (0, 0, 0, 0, 0, "unexpected EOF")),
+    ("", (0, 0, 0, 0, 0, "unexpected EOF")),
+])
+def test_nsqds_checkpoint_is_scanned_as_gos_fscanf_scans_it(text, scanned):
+    assert tuple(scan_nsqd_meta(text.encode())) == scanned
+
+
+def _payloads(counts: list[int]) -> list[list[bytes]]:
+    start = [sum(counts[:i]) for i in range(len(counts))]
+    return [[nsqd_payload(i, "q") for i in range(s, s + n)] for s, n in zip(start, counts)]
+
+
+def _size(counts: list[int], number: int) -> int:
+    return len(segment_bytes(_payloads(counts)[number]))
+
+
+#: (records per segment, the checkpoint's text, records nsqd delivers (by number), nsqd's files
+#: the queue keeps afterwards, as what). What nsqd 1.3.0 delivers from each was read from it
+#: (``tests/system/test_nsqd_import.py`` runs it on such files). A segment named in
+#: :data:`_DIRECTORIES` is a directory.
+_ODD = [
+    ("negative-depth", [4], lambda c: f"-5\n0,0\n0,{_size(c, 0)}\n", range(4), {}),
+    ("negative-read-position", [4], lambda c: f"4\n0,-100\n0,{_size(c, 0)}\n", range(4), {0: ".bad"}),
+    ("negative-read-file", [4], lambda c: f"4\n-1,0\n0,{_size(c, 0)}\n", range(4), {}),
+    ("read-file-far-behind", [4], lambda c: f"4\n-999999,0\n0,{_size(c, 0)}\n", range(4), {}),
+    ("negative-write-position", [4], lambda c: "4\n0,0\n0,-1\n", range(4), {}),
+    ("negative-write-file", [4], lambda c: f"4\n0,0\n-1,{_size(c, 0)}\n", range(4), {}),
+    ("all-negative", [4], lambda c: "-4\n-1,-1\n-1,-1\n", [], {0: ".unread"}),
+    ("read-position-past-the-end", [4], lambda c: f"4\n0,{_size(c, 0) + 100}\n0,{_size(c, 0)}\n", [],
+     {0: ".unread"}),
+    ("write-position-past-the-end", [4], lambda c: f"4\n0,0\n0,{_size(c, 0) + 100}\n", range(4), {0: ".bad"}),
+    ("read-file-999999999", [4], lambda c: f"4\n999999999,0\n0,{_size(c, 0)}\n", [], {0: ".unread"}),
+    ("write-file-999999999", [4], lambda c: "4\n0,0\n999999999,0\n", range(4), {}),
+    ("read-file-past-the-write-file", [2, 2, 2], lambda c: f"6\n2,0\n1,{_size(c, 1)}\n", range(4, 6),
+     {0: ".unread", 1: ".unread"}),
+    ("a-file-after-the-write-file", [2, 2, 2], lambda c: f"4\n0,0\n1,{_size(c, 1)}\n", range(4), {2: ".unread"}),
+    ("write-position-not-a-number", [2, 2], lambda c: "4\n0,0\n1,abc\n", range(2), {1: ".unread"}),
+    ("write-position-overflows", [4], lambda c: "4\n0,0\n0,99999999999999999999\n", [], {0: ".unread"}),
+    ("signs-and-spaces", [4], lambda c: f" 4 \n+0, +0\n0,{_size(c, 0)}\r\n", range(4), {}),
+    ("a-directory-segment", [2, 2, 2], lambda c: f"6\n0,0\n2,{_size(c, 2)}\n", [0, 1, 4, 5], {1: ".bad"}),
+]
+_DIRECTORIES = {"a-directory-segment": 1}
+
+
+@pytest.mark.parametrize("case, counts, meta, delivered, kept", _ODD, ids=[case[0] for case in _ODD])
+async def test_a_queue_nsqd_reads_oddly_is_imported_as_nsqd_reads_it(tmp_path, caplog, case, counts, meta, delivered,
+                                                                     kept):
+    """Deliveries as nsqd's, and no file nsqd keeps is removed: it stays, set aside, with a warning."""
+    caplog.set_level(logging.INFO, "pynsqd.import")
+    segments = _payloads(counts)
+    write_nsqd_queue(tmp_path, "q", segments, meta=meta(counts))
+    original = {n: (tmp_path / f"q.diskqueue.{n:06d}.dat").read_bytes() for n in range(len(counts))}
+    if case in _DIRECTORIES:
+        path = tmp_path / f"q.diskqueue.{_DIRECTORIES[case]:06d}.dat"
+        path.unlink()
+        path.mkdir()
+        (path / "inside").write_bytes(b"x")
+
+    with trio.fail_after(30):
+        done = await run_import(tmp_path)
+
+    every = [p for s in segments for p in s]
+    assert await pynsqd_records(tmp_path, "q") == [every[i] for i in delivered]
+    assert done[0].messages == len(delivered)
+    set_aside = {p.name: p for p in tmp_path.iterdir() if p.name.endswith((".bad", ".unread"))}
+    assert sorted(set_aside) == sorted(f"q.diskqueue.{n:06d}.dat{suffix}" for n, suffix in kept.items())
+    for number, suffix in kept.items():
+        path = set_aside[f"q.diskqueue.{number:06d}.dat{suffix}"]
+        assert path.is_dir() or path.read_bytes() == original[number]  # whole, as nsqd left it
+        assert f"q.diskqueue.{number:06d}.dat" in caplog.text
+    assert claimed_files(tmp_path) == []
+    assert not [r for r in caplog.records if r.levelno > logging.WARNING]
+    assert await run_import(tmp_path) == []  # imported once
+
+
+class _Seen(logging.Handler):
+    """Sets ``event`` when a record holding ``words`` is logged (from any thread)."""
+
+    def __init__(self, words: str):
+        super().__init__()
+        self.words = words
+        self.event = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.words in record.getMessage():
+            self.event.set()
+
+
+async def test_many_queues_are_copied_side_by_side_and_the_log_says_how_far(tmp_path, caplog, monkeypatch):
+    """The queues' copies overlap (the final syncs of two are under way at once), the data
+    directory is listed a constant number of times whatever the number of queues, and the
+    log says what the import does while it runs."""
+    caplog.set_level(logging.INFO, "pynsqd.import")
+    monkeypatch.setattr(nsqdimport, "PROGRESS_INTERVAL", 0.01)
+    names = [f"t{i:03d}" for i in range(200)]
+    for i, name in enumerate(names):
+        write_nsqd_queue(tmp_path, name, [[nsqd_payload(i, name)]])
+    progress = _Seen("queue(s) imported")
+    logging.getLogger("pynsqd.import").addHandler(progress)
+    lock = threading.Lock()
+    syncing = [0, 0]  # now, most at once
+    second = threading.Event()
+    listings = []
+
+    def fdatasync(fd: int) -> None:
+        with lock:
+            syncing[0] += 1
+            syncing[1] = max(syncing)
+            if syncing[0] >= 2:
+                second.set()
+        try:
+            # the first sync waits for another to start beside it, and for a progress line
+            if second.wait(10):
+                progress.event.wait(10)
+            real["fdatasync"](fd)
+        finally:
+            with lock:
+                syncing[0] -= 1
+
+    def listdir(path: str) -> list[str]:
+        listings.append(path)
+        return real["listdir"](path)
+
+    real = fileops.substitute({"fdatasync": fdatasync, "listdir": listdir})
+    try:
+        with trio.fail_after(60):
+            done = await run_import(tmp_path)
+    finally:
+        fileops.substitute(real)
+        logging.getLogger("pynsqd.import").removeHandler(progress)
+
+    assert [q.name for q in done] == names and all(q.messages == 1 for q in done)
+    assert syncing[1] >= 2
+    assert len(listings) <= 2, listings
+    assert "nsqd import: importing 200 nsqd queue(s) (200 file(s)," in caplog.text
+    assert "queue(s) imported, " in caplog.text
+    assert "nsqd import: imported 200 message(s) of 200 nsqd queue(s) in " in caplog.text
+    assert [await pynsqd_records(tmp_path, name) for name in names] == [[nsqd_payload(i, n)] for i, n in enumerate(names)]
