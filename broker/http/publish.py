@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, NoReturn
 
 import trio
 
-from broker.core.publishing import PublishStopped
 from broker.core.host import CopiesRefused
+from broker.core.publishing import PublishStopped
 from broker.gocompat import MILLISECOND, parse_int64, to_ns, wrap_int64
 from broker.http.query import first, parse_bool, query_params, request_params
 from broker.http.responses import OK, APIError
