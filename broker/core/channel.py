@@ -265,7 +265,7 @@ class Channel(Delivery, LeaseSettlement, DeadLetterCommands):
         return errors
 
     def _retire_finished(self, finished: list[Message]) -> None:
-        self._host.copies.finished(self.topic_name, self.name, [m.id for m in finished])
+        self._host.copies.finished(self.topic_name, self.name, finished)
         now = now_ns()
         latencies = [now - m.timestamp for m in finished]
         self.retention.retire(finished)

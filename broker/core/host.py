@@ -192,7 +192,9 @@ class Copies(Protocol):
 
     def abandon(self, topic: str, messages: list[Message]) -> None: ...
 
-    def finished(self, topic: str, channel: str, ids: list[bytes]) -> None: ...
+    def finished(self, topic: str, channel: str, messages: list[Message]) -> None:
+        """The channel finished ``messages`` (the other holders drop their copies)."""
+        ...
 
     def counters(self, topic: str) -> tuple[int, int, int, int, int] | None:
         """For ``/stats``: replicas, copies held for other nodes, copies waiting for
@@ -220,7 +222,7 @@ class NoCopies:
     def abandon(self, topic: str, messages: list[Message]) -> None:
         pass
 
-    def finished(self, topic: str, channel: str, ids: list[bytes]) -> None:
+    def finished(self, topic: str, channel: str, messages: list[Message]) -> None:
         pass
 
     def counters(self, topic: str) -> None:

@@ -115,8 +115,8 @@ class PeerCopies:
     def abandon(self, topic: str, messages: list[Message]) -> None:
         self._peers.post(Drop(topic, [msg.id for msg in messages]))
 
-    def finished(self, topic: str, channel: str, ids: list[bytes]) -> None:
-        self._fins[(topic, channel)].extend(ids)
+    def finished(self, topic: str, channel: str, messages: list[Message]) -> None:
+        self._fins[(topic, channel)].extend(m.id for m in messages)
 
     def _holders_for(self, topic: str) -> list[PeerLink]:
         """The connected peers in the topic's rendezvous order."""

@@ -111,8 +111,8 @@ async def test_fins_are_posted_to_every_peer_in_batches(autojump_clock):
     links = [_link(peers, "b" * 32), _link(peers, "c" * 32)]
     async with trio.open_nursery() as nursery:
         nursery.start_soon(copies.run_fins)
-        copies.finished("t", "c", [b"1" * 16])
-        copies.finished("t", "c", [b"2" * 16])
+        copies.finished("t", "c", [Message(b"1" * 16, b"x", 1)])
+        copies.finished("t", "c", [Message(b"2" * 16, b"y", 1)])
         await trio.sleep(0.15)
         nursery.cancel_scope.cancel()
     for link in links:
