@@ -22,6 +22,8 @@ ownership, publish failures).
 
 from __future__ import annotations
 
+from copy import copy
+
 from .base10 import ms_to_duration_ns, to_int64
 from .bodies import (
     AUTH_BODY,
@@ -146,13 +148,15 @@ class ServerConnection:
         silently, as nsqd does.
         """
         if self._error is not None:
-            raise self._error
+            raise copy(self._error)
         events: list = []
         self._paused = self._limited = False
         try:
             self._parse(events, _NO_LIMIT if limit is None else limit)
         except ProtocolError as exc:
-            self._error = exc
+            # kept without its traceback (whose frames hold this parser and its input): a
+            # connection refused stays plain garbage, freed at once, not a cycle to collect
+            self._error = copy(exc)
             if not events:
                 raise
         return events

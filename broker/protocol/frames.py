@@ -12,6 +12,7 @@ data is ``[8-byte int64 timestamp ns][2-byte uint16 attempts][16-byte id][body]`
 from __future__ import annotations
 
 import struct
+from copy import copy
 from typing import NamedTuple
 
 from .errors import ProtocolError
@@ -161,7 +162,7 @@ class FrameDecoder:
         """:meth:`feed`, as ``(frame type, data)`` pairs: a tuple costs a fifteenth of a
         :class:`Frame`, which matters to a client reading hundreds of thousands of messages a second."""
         if self._error is not None:
-            raise self._error
+            raise copy(self._error)
         buf = self._buf
         buf += data
         frames: list[tuple[int, bytes]] = []
@@ -188,7 +189,7 @@ class FrameDecoder:
                 append((frame_type, bytes(buf[pos + 8:stop])))
                 pos = stop
         except ProtocolError as exc:
-            self._error = exc
+            self._error = copy(exc)  # without its traceback, whose frames hold this decoder
             if not frames:
                 raise
         del buf[:pos]

@@ -9,7 +9,10 @@ msgpack arrays replayed in order at start:
 - ``["F", origin, topic, channel, [id, ...]]``     a channel of ``origin`` finished them
 - ``["D", origin, topic, [id, ...]]``              copies dropped
 - ``["C", origin, topic, [channel, ...]]``         ``origin``'s channels of the topic
-- ``["T", origin, topic, [id, ...]]``              this node took these over from ``origin``
+- ``["T", origin, topic, [id, ...], time_ns]``     this node took these over from ``origin``
+  (``time_ns``, when: a takeover is remembered for :data:`TAKEN_RETENTION`)
+- ``["U", origin, topic, [id, ...]]``              ``origin`` learnt of those takeovers: no
+  need to say them again
 
 Memory holds, per copy, its holders and the channels that finished it, never its body: a
 takeover reads the bodies back from the log, a batch of records at a time
@@ -32,6 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
@@ -39,6 +43,7 @@ import trio
 
 from broker.core.durability.groupcommit import GroupCommit
 from broker.replication.wire import (
+    MAX_ANSWER_IDS,
     WireError,
     check_channel,
     check_channels,
@@ -62,6 +67,11 @@ log = logging.getLogger("pynsqd.replication")
 COMPACT_MIN = 20_000
 #: Records read back from the log in one step (other tasks run between steps).
 SCAN_BATCH = 512
+#: Seconds a takeover is remembered (and said in HELLO answers) when its origin never learns of
+#: it: a node gone for longer comes back wiped, or has delivered what it held meanwhile.
+TAKEN_RETENTION = 24 * 3600.0
+#: Ids of one takeover record a compaction writes at most.
+TAKEN_PIECE = 100_000
 _QUEUE = "replicas"
 
 
@@ -94,10 +104,12 @@ class HeldCopies:
         self._durable = durable
         #: origin -> topic -> its copies
         self.origins: dict[str, dict[str, TopicCopies]] = {}
-        #: origin -> topic -> the origin's channels
+        #: origin -> topic -> the origin's channels, and how many names that is for each origin
         self.channels: dict[str, dict[str, list[str]]] = {}
-        #: origin -> topic -> ids this node took over from it
+        self.channel_names: dict[str, int] = {}
+        #: origin -> topic -> ids this node took over from it, and when it last took some
         self.taken: dict[str, dict[str, set[bytes]]] = {}
+        self.taken_at: dict[tuple[str, str], int] = {}
         #: records of the log that could not be read back (damaged on disk), since start
         self.records_lost = 0
         #: records read back that could not be applied (not what this node writes), since start
@@ -188,7 +200,13 @@ class HeldCopies:
             self._write(["C", origin, topic, channels])
 
     def mark_taken(self, origin: str, topic: str, ids: list[bytes]) -> None:
-        self._write(["T", origin, topic, ids])
+        self._write(["T", origin, topic, ids, time.time_ns()])
+
+    def forget_taken(self, origin: str, topic: str, ids: list[bytes]) -> None:
+        """``origin`` learnt that this node took ``ids`` over from it: they need not be said again."""
+        taken = self.taken.get(origin, {}).get(topic)
+        if taken and not taken.isdisjoint(ids):
+            self._write(["U", origin, topic, ids])
 
     async def synced(self) -> None:
         """Returns once every change so far is on stable storage."""
@@ -235,9 +253,23 @@ class HeldCopies:
                     copies.discard(msg_id)
             if kind == "T":
                 self.taken.setdefault(origin, {}).setdefault(topic, set()).update(record[3])
+                when = record[4] if len(record) > 4 else time.time_ns()
+                self.taken_at[(origin, topic)] = max(self.taken_at.get((origin, topic), 0), when)
+        elif kind == "U":
+            topics = self.taken.get(origin, {})
+            taken = topics.get(topic)
+            if taken is not None:
+                taken.difference_update(record[3])
+                if not taken:
+                    del topics[topic]
+                    self.taken_at.pop((origin, topic), None)
+                    if not topics:
+                        del self.taken[origin]
         elif kind == "C":
             channels = list(record[3])
-            self.channels.setdefault(origin, {})[topic] = channels
+            lists = self.channels.setdefault(origin, {})
+            self.channel_names[origin] = self.channel_names.get(origin, 0) + len(channels) - len(lists.get(topic, ()))
+            lists[topic] = channels
             if copies and channels:  # a channel gone may leave copies every other channel finished
                 for msg_id in [i for i, done in copies.done.items() if done.issuperset(channels)]:
                     copies.discard(msg_id)
@@ -285,7 +317,7 @@ class HeldCopies:
         copies, and takeovers."""
         channels = sum(1 for origin, topics in self.channels.items() for topic in topics
                        if self.copies(origin, topic))
-        return channels + sum(len(topics) for topics in self.taken.values())
+        return channels + sum(len(ids) // TAKEN_PIECE + 1 for topics in self.taken.values() for ids in topics.values())
 
     def needs_compaction(self) -> bool:
         depth = self.queue.depth
@@ -304,10 +336,14 @@ class HeldCopies:
                     if self.copies(origin, topic):
                         fresh.put(pack(["C", origin, topic, channels]))
                         written += 1
+            self._forget_old_takeovers()
             for origin, taken in self.taken.items():
                 for topic, ids in taken.items():
-                    fresh.put(pack(["T", origin, topic, sorted(ids)]))
-                    written += 1
+                    when = self.taken_at.get((origin, topic), time.time_ns())
+                    ordered = sorted(ids)
+                    for start in range(0, len(ordered), TAKEN_PIECE):  # each record within the log's bound
+                        fresh.put(pack(["T", origin, topic, ordered[start:start + TAKEN_PIECE], when]))
+                        written += 1
             for records in self.queue.scan(SCAN_BATCH):
                 for data in records:
                     written += self._copy_live(data, fresh)
@@ -330,6 +366,17 @@ class HeldCopies:
         self.queue = self._open(self.path)
         self.commit = GroupCommit(self.queue)
         log.info("REPLICATION: log compacted from %d records to %d", before, written)
+
+    def _forget_old_takeovers(self) -> None:
+        """Forget the takeovers of more than :data:`TAKEN_RETENTION` ago (compaction writes the rest)."""
+        oldest = time.time_ns() - int(TAKEN_RETENTION * 1e9)
+        for (origin, topic), when in list(self.taken_at.items()):
+            if when < oldest:
+                del self.taken_at[(origin, topic)]
+                topics = self.taken.get(origin, {})
+                topics.pop(topic, None)
+                if not topics:
+                    self.taken.pop(origin, None)
 
     def _copy_live(self, data: bytes, fresh: DiskQueue) -> int:
         """Copy the live copies of an ``A`` record to ``fresh``, with the channels that finished
@@ -372,7 +419,8 @@ _RECORD_FIELDS = {
     "F": (check_channel, check_ids),
     "D": (check_ids,),
     "C": (check_channels,),
-    "T": (check_ids,),
+    "T": (lambda ids: check_ids(ids, MAX_ANSWER_IDS), int),
+    "U": (lambda ids: check_ids(ids, MAX_ANSWER_IDS),),
 }
 
 
@@ -383,7 +431,8 @@ def _checked(record: object) -> list:
         raise WireError(f"not a record: {record!r:.80}")
     checks = _RECORD_FIELDS[record[0]]
     rest = record[3:]
-    if not (len(checks) - (1 if checks[-1] is None else 0)) <= len(rest) <= len(checks):
+    optional = 1 if checks[-1] in (None, int) else 0  # an A record's done channels, a T record's time
+    if not len(checks) - optional <= len(rest) <= len(checks):
         raise WireError(f"a {record[0]} record with {len(record)} fields")
     check_node(record[1])
     check_topic(record[2])
@@ -391,6 +440,9 @@ def _checked(record: object) -> list:
         if check is bytes:
             if type(value) is not bytes:
                 raise WireError("entries must be bytes")
+        elif check is int:
+            if type(value) is not int:
+                raise WireError("a takeover's time must be an integer")
         elif check is None:  # an A record's done channels, one list per copy
             if type(value) is not list or len(value) != len(record[4]):
                 raise WireError("done channels: one list per copy")

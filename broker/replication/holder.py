@@ -32,6 +32,7 @@ from broker.replication.wire import (
     Channels,
     Drop,
     Fin,
+    Forget,
     Hello,
     Request,
     Taken,
@@ -48,6 +49,8 @@ log = logging.getLogger("pynsqd.replication")
 
 #: Requests of one REPL body applied in one step (other tasks run between steps).
 APPLY_PIECE = 1000
+#: Channel names of one node's topics held here at most (what a node may make this one keep).
+MAX_CHANNEL_NAMES = 1 << 20
 
 
 class Holder:
@@ -71,7 +74,7 @@ class Holder:
         #: REPL bodies refused because a request was wrong, since start
         self.requests_refused = 0
         self._handlers: dict[type, Callable[[HeldCopies, str, Any], None]] = {
-            Add: _add, Fin: _fin, Drop: _drop, Channels: _channels, Taken: _taken}
+            Add: _add, Fin: _fin, Drop: _drop, Channels: _channels, Taken: _taken, Forget: _forget}
 
     # ---------------------------------------------------------------- the handshake
 
@@ -81,7 +84,7 @@ class Holder:
             return None  # not serving nodes yet: the peer dials again
         if address != own:
             self.handshakes_refused += 1
-            self._notices.warn(("dialled", remote), "REPLICATION: client(%s) said it was node %s dialling %s, and "
+            self._notices.warn(("dialled", remote.rsplit(":", 1)[0]), "REPLICATION: client(%s) said it was node %s dialling %s, and "
                                "this node is %s: refused (a relay between nodes, or a stale nsqlookupd entry)",
                                remote, peer, printable(address), own)
             return None
@@ -166,6 +169,9 @@ class Holder:
             problem = WireError("an ADD's holders must be its sender, then this node among others")
         if type(request) is Taken and request.origin in (peer, self.node_id):
             problem = WireError("a node takes over from another node")
+        if type(request) is Channels and self._held_log().channel_names.get(peer, 0) + len(request.channels) > \
+                MAX_CHANNEL_NAMES:
+            problem = WireError(f"more than {MAX_CHANNEL_NAMES} channels of one node's topics")
         if problem is not None:
             problem.seq = seq
             raise problem
@@ -215,3 +221,7 @@ def _channels(held: HeldCopies, peer: str, request: Channels) -> None:
 
 def _taken(held: HeldCopies, peer: str, request: Taken) -> None:
     held.drop(request.origin, request.topic, request.ids, by=peer)  # only what the sender held too
+
+
+def _forget(held: HeldCopies, peer: str, request: Forget) -> None:
+    held.forget_taken(peer, request.topic, request.ids)  # what this node took from the sender

@@ -56,6 +56,8 @@ MAX_OUTSTANDING = 2
 HEARTBEAT = 1.0
 #: Seconds between two warnings that a peer and this node do not accept each other.
 REFUSAL_LOG = 60.0
+#: Seconds at most between two dials of an address that answered as no node of this cluster.
+REFUSED_REDIAL = 30.0
 #: Estimated bytes of requests kept for a peer that is unreachable, at most.
 MAX_BACKLOG = 64 << 20
 #: Estimated bytes of requests one frame carries before the rest waits for the next.
@@ -214,12 +216,14 @@ class PeerLink:
             delay = 0.1
             while True:
                 started = trio.current_time()
+                most = 1.0  # a peer that is down is dialled again within a second
                 try:
                     await self._connect_and_serve()
                     delay = 0.1
                 except (PeerRefused, ssl.SSLError) as exc:
                     self.refusals += 1
                     self._notices.warn("refused", "REPLICATION(%s): not linked: %s", self, printable(exc))
+                    most = REFUSED_REDIAL  # one that answers as no node of this cluster, less often
                 except LINK_ERRORS as exc:
                     if self.connected or not self.tried.is_set():
                         log.info("REPLICATION(%s): link down: %s", self, printable(exc or type(exc).__name__))
@@ -230,7 +234,7 @@ class PeerLink:
                         self.failed_at = trio.current_time()
                     self._broken()
                 await trio.sleep(delay)
-                delay = min(1.0, delay * 2)
+                delay = min(most, delay * 2)
 
     @property
     def last_heard(self) -> float:

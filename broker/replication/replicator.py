@@ -42,7 +42,7 @@ from broker.replication.holder import Holder
 from broker.replication.links import PeerLink
 from broker.replication.peers import Peers
 from broker.replication.takeover import Takeover
-from broker.replication.wire import Channels, decode_hello_answer
+from broker.replication.wire import Channels, Forget, decode_hello_answer
 from diskqueue.checkpoint import replace_durably
 
 if TYPE_CHECKING:
@@ -206,6 +206,9 @@ class Replicator:
         for address in list(links):
             if address in nodes:
                 self._unlisted.pop(address, None)
+            elif links[address].hello_at < 0:  # never a node of this cluster: nothing kept for it
+                self._unlisted.pop(address, None)
+                links.pop(address).cancel_scope.cancel()
             elif now - self._unlisted.setdefault(address, now) > UNLISTED_GRACE:
                 # gone for good: what was kept for it (FINs, takeovers) goes with the link
                 del self._unlisted[address]
@@ -233,9 +236,11 @@ class Replicator:
         for origin, topics in everything.items():
             for topic_name, ids in topics.items():
                 if origin != self.node_id and ids:
-                    held.drop(origin, topic_name, ids)
+                    held.drop(origin, topic_name, ids, by=link.peer_id)  # only what the peer held too
         guid = self.broker.guid
         for topic_name, ids in mine.items():
+            if ids:  # learnt: the peer need not say them again (what is not skipped here was not ours)
+                link.post(Forget(topic_name, ids), 17 * len(ids))
             issued = [msg_id for msg_id in ids if guid.could_have_issued(msg_id)]
             if len(issued) < len(ids):
                 log.warning("REPLICATION: node %s says it took over %d messages of topic %s this node never "
@@ -341,6 +346,8 @@ class Replicator:
                 "log_records_lost": held.records_lost if held is not None else 0,
                 "log_records_skipped": held.records_skipped if held is not None else 0,
                 "copies_lost": held.copies_lost if held is not None else 0,
+                "takeovers_remembered": sum(len(ids) for topics in held.taken.values() for ids in topics.values())
+                if held is not None else 0,
                 "handshakes_refused": self.holder.handshakes_refused + sum(
                     link.refusals for link in self.peers.links.values()),
                 "requests_refused": self.holder.requests_refused,

@@ -24,6 +24,9 @@ true}]``                                answer's ``extra`` is ``[{topic: [id, ..
 ``[CHANNELS, topic, [channel, ...]]``   :class:`Channels`: the topic's channels on the sender
 ``[TAKEN, origin, topic, [id, ...]]``   :class:`Taken`: the sender took over these copies
                                         of ``origin``
+``[FORGET, topic, [id, ...]]``          :class:`Forget`: the sender learnt (in a HELLO's
+                                        answer) that the receiver took these over from it,
+                                        and skips them: the receiver need not say so again
 ======================================  ==================================================
 
 An entry is ``[id, body, timestamp, attempts, due_ns, priority, done]``: a message as the
@@ -49,15 +52,18 @@ from broker.protocol.names import is_valid_name
 from broker.protocol.priorities import MAX_PRIORITY
 from broker.protocol.replica import is_valid_node_id
 
-__all__ = ["HELLO", "ADD", "FIN", "DROP", "CHANNELS", "TAKEN", "Hello", "Add", "Fin", "Drop", "Channels", "Taken",
+__all__ = ["HELLO", "ADD", "FIN", "DROP", "CHANNELS", "TAKEN", "FORGET", "Hello", "Add", "Fin", "Drop", "Channels",
+           "Taken", "Forget",
            "Request", "WireLimits", "encode_request", "decode_request", "decode_requests", "decode_hello_answer", "pack", "unpack",
            "pack_entries", "unpack_entries", "check_entries", "check_topic", "check_channel", "check_channels",
            "check_node", "check_ids", "check_holders", "message_of", "WireError"]
 
-HELLO, ADD, FIN, DROP, CHANNELS, TAKEN = range(1, 7)
+HELLO, ADD, FIN, DROP, CHANNELS, TAKEN, FORGET = range(1, 8)
 
 #: Ids one request names at most (a FIN batch of a busy channel, an ADD of a large MPUB).
 MAX_IDS = 1 << 20
+#: Ids a HELLO's answer names for one topic at most (a frame of 64 MiB holds about 3.5 million).
+MAX_ANSWER_IDS = 1 << 22
 #: Requests one REPL body carries at most.
 MAX_REQUESTS = 1 << 16
 #: Nodes that hold one message at most.
@@ -117,13 +123,19 @@ class Channels:
 
 
 @dataclass(frozen=True, slots=True)
+class Forget:
+    topic: str
+    ids: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
 class Taken:
     origin: str
     topic: str
     ids: list[bytes]
 
 
-Request = Hello | Add | Fin | Drop | Channels | Taken
+Request = Hello | Add | Fin | Drop | Channels | Taken | Forget
 
 
 def pack(value: Any) -> bytes:
@@ -132,7 +144,8 @@ def pack(value: Any) -> bytes:
 
 def unpack(data: bytes) -> Any:
     try:
-        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+        return msgpack.unpackb(data, raw=False, strict_map_key=False, max_array_len=MAX_ANSWER_IDS,
+                               max_map_len=MAX_CHANNELS)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:  # TypeError: a list or map as a key
         raise WireError(f"not msgpack: {exc}") from exc
 
@@ -149,6 +162,8 @@ def encode_request(request: Request) -> list:
         return [CHANNELS, request.topic, request.channels]
     if type(request) is Taken:
         return [TAKEN, request.origin, request.topic, request.ids]
+    if type(request) is Forget:
+        return [FORGET, request.topic, request.ids]
     if type(request) is Hello:
         return [HELLO, {"lost_memory": True}] if request.lost_memory else [HELLO]
     raise TypeError(f"not a request: {request!r}")
@@ -176,9 +191,9 @@ def check_node(value: object) -> str:
     return value
 
 
-def check_ids(value: object) -> list[bytes]:
-    if type(value) is not list or not value or len(value) > MAX_IDS:
-        raise WireError("ids must be a list of 1 to 2**20 message ids")
+def check_ids(value: object, most: int = MAX_IDS) -> list[bytes]:
+    if type(value) is not list or not value or len(value) > most:
+        raise WireError(f"ids must be a list of 1 to {most} message ids")
     for msg_id in value:
         if type(msg_id) is not bytes or len(msg_id) != _ID_SIZE:
             raise WireError(f"bad message id {msg_id!r:.80}")
@@ -269,6 +284,8 @@ def decode_request(item: object, limits: WireLimits) -> Request:
         return Channels(check_topic(args[0]), check_channels(args[1]))
     if kind == TAKEN:
         return Taken(check_node(args[0]), check_topic(args[1]), check_ids(args[2]))
+    if kind == FORGET:
+        return Forget(check_topic(args[0]), check_ids(args[1]))
     flags = args[0] if args else {}
     if type(flags) is not dict:
         raise WireError("HELLO's flags must be a map")
@@ -276,7 +293,7 @@ def decode_request(item: object, limits: WireLimits) -> Request:
 
 
 #: Each kind's fewest and most fields after the kind.
-_SHAPES = {HELLO: (0, 1), ADD: (4, 4), FIN: (3, 3), DROP: (2, 2), CHANNELS: (2, 2), TAKEN: (3, 3)}
+_SHAPES = {HELLO: (0, 1), ADD: (4, 4), FIN: (3, 3), DROP: (2, 2), CHANNELS: (2, 2), TAKEN: (3, 3), FORGET: (2, 2)}
 
 
 def decode_requests(body: bytes, limits: WireLimits) -> tuple[int, list[Request]]:
@@ -313,7 +330,8 @@ def _map(value: object) -> dict:
 
 
 def _taken_topics(value: object) -> dict[str, list[bytes]]:
-    return {check_topic(topic): check_ids(ids) if ids else [] for topic, ids in _map(value).items()}
+    # a takeover of a large backlog names millions of ids: the frame's size bounds them
+    return {check_topic(topic): check_ids(ids, MAX_ANSWER_IDS) if ids else [] for topic, ids in _map(value).items()}
 
 
 # ---------------------------------------------------------------- entries

@@ -105,6 +105,12 @@ async def test_a_stopped_node_is_taken_over_and_skips_what_was_taken_when_it_ret
             await client.expect_response(b"OK")
             await wait_until(lambda: _channel_empty(a, "t", "c"))
             await client.expect_quiet()
+            # a learnt of the takeover: b need not remember it for a any more
+            await wait_until(lambda: _remembered(b, 0))
+
+
+async def _remembered(node, count: int) -> bool:
+    return (await node_replication(node))["takeovers_remembered"] == count
 
 
 async def _taken_over(node, topic: str, count: int) -> bool:

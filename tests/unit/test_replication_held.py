@@ -203,3 +203,31 @@ async def test_a_node_drops_for_a_taker_only_the_copies_the_taker_held_too(tmp_p
     held.drop(ORIGIN, "t", [b"%016d" % 0, b"%016d" % 9], by=OTHER)
     assert sorted(held.origins[ORIGIN]["t"].holders) == [b"%016d" % 1, b"%016d" % 9]
     await held.close()
+
+
+async def test_a_takeover_is_forgotten_once_its_origin_learnt_of_it_or_after_a_day(tmp_path, monkeypatch):
+    held = await _open(tmp_path)
+    held.mark_taken(ORIGIN, "t", [b"%016d" % i for i in range(3)])
+    held.mark_taken(OTHER, "t", [b"x" * 16])
+    held.forget_taken(ORIGIN, "t", [b"%016d" % 0, b"%016d" % 1])
+    assert held.taken == {ORIGIN: {"t": {b"%016d" % 2}}, OTHER: {"t": {b"x" * 16}}}
+    await held.close()
+    again = await _open(tmp_path)
+    assert again.taken == {ORIGIN: {"t": {b"%016d" % 2}}, OTHER: {"t": {b"x" * 16}}}
+    monkeypatch.setattr(held_module, "TAKEN_RETENTION", -1.0)  # a day has passed
+    await again.compact()
+    assert again.taken == {}
+    await again.close()
+
+
+async def test_a_takeover_of_millions_is_compacted_in_records_the_log_takes(tmp_path, monkeypatch):
+    monkeypatch.setattr(held_module, "TAKEN_PIECE", 1000)
+    held = await HeldCopies.open(tmp_path, durable=False, max_record=40_000)  # about 2,000 ids a record
+    ids = [b"%016d" % i for i in range(5_000)]
+    for start in range(0, len(ids), 1_000):
+        held.mark_taken(ORIGIN, "t", ids[start:start + 1_000])
+    await held.compact()
+    await held.close()
+    again = await _open(tmp_path)
+    assert again.taken == {ORIGIN: {"t": set(ids)}}
+    await again.close()

@@ -117,6 +117,12 @@ def test_one_bad_request_spoils_its_body_and_the_error_names_its_sequence_number
             decode_requests(body, LIMITS)
 
 
+def test_a_hello_answer_may_name_millions_of_ids_taken_over():
+    many = [b"%016d" % i for i in range((1 << 20) + 1)]
+    mine, _ = decode_hello_answer(msgpack.unpackb(pack([{"t": many}, {}]), raw=False))
+    assert len(mine["t"]) == len(many)
+
+
 def test_a_hello_answer_is_checked_as_a_request_is():
     mine, everything = decode_hello_answer([{"t": [ID]}, {A: {"t": [ID], "u": []}}])
     assert mine == {"t": [ID]} and everything == {A: {"t": [ID], "u": []}}
