@@ -37,8 +37,8 @@ from broker.bench.reader import ConsumerPlan, ReaderWorker
 from broker.bench.report import build_result
 from broker.bench.writer import WriterWorker, split_quotas
 from broker.protocol import encode_message_frame, encode_response
-from tests.bench.matrix import loads
-from tests.bench.matrix.disk import DiskMeter, copied, figures
+from tests.bench.matrix import disk, loads
+from tests.bench.matrix.disk import DiskMeter, copied, figures, io_counters
 from tests.bench.matrix.rows import CONSUMER_ROWS, Outcome
 from tests.support.paths import REPO
 
@@ -496,22 +496,27 @@ def test_fan_out_rows_create_their_channels_over_http():
                         *(("POST", f"/channel/create?topic=sub_bench&channel=ch{i}") for i in range(3))]
 
 
-def test_disk_meter_counts_the_data_path_growth_per_published_message(tmp_path):
+def test_disk_meter_counts_the_data_path_growth_per_published_message(tmp_path, monkeypatch):
     (tmp_path / "broker.log").write_bytes(b"x" * 1000)  # the runner's log: never counted
     (tmp_path / "meta.dat").write_bytes(b"m" * 10)
     stats = {"topic_name": "sub_bench", "message_count": 100, "depth": 0,
              "channels": [{"channel_name": f"ch{i}", "message_count": 100} for i in range(2)]}
-    meter = DiskMeter(tmp_path, os.getpid(), 2, lambda: stats)
+    # the broker's /proc/<pid>/io, as the test sets it: how much reached storage depends on the file system
+    io = {"write_bytes": 7000, "cancelled_write_bytes": 100}
+    monkeypatch.setattr(disk, "io_counters", lambda pid: dict(io) if pid == 4242 else {})
+    meter = DiskMeter(tmp_path, 4242, 2, lambda: stats)
     meter.start()
     (tmp_path / "sub_bench:ch0.diskqueue.000000.dat").write_bytes(b"d" * 13_000)
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "ch1.dat").write_bytes(b"d" * 13_000)
     (tmp_path / "broker.log").write_bytes(b"x" * 5000)
+    io.update(write_bytes=7000 + 8 * 4096, cancelled_write_bytes=100 + 4096)  # 8 pages dirtied, 1 truncated
     time.sleep(0.05)
     result = meter.finish(timeout=5, poll=0.01)
     assert result["settled"] is True and result["messages"] == 100 and result["channels"] == 2
     assert result["data_bytes"] == 26_000 and result["data_bytes_per_msg"] == 260.0
-    assert result["write_bytes"] >= 0 and "write_bytes_per_msg" in result
+    assert (result["write_bytes"], result["cancelled_write_bytes"]) == (32_768, 4096)
+    assert result["write_bytes_per_msg"] == 327.68
     # copied from start() to the first look that found every message in every channel
     assert 0.05 <= result["copied_s"] < 5 and result["fan_out_msgs_per_s"] == pytest.approx(100 / result["copied_s"],
                                                                                               rel=0.01)
@@ -520,10 +525,23 @@ def test_disk_meter_counts_the_data_path_growth_per_published_message(tmp_path):
     assert not copied(dict(stats, depth=5), 2)
     assert not copied(dict(stats, channels=[{"message_count": 100}, {"message_count": 99}]), 2)
     # a broker that never settles is measured at the timeout, and says so
-    late = DiskMeter(tmp_path, os.getpid(), 3, lambda: stats)
+    late = DiskMeter(tmp_path, 4242, 3, lambda: stats)
     late.start()
     never = late.finish(timeout=0.05, poll=0.01)
     assert never["settled"] is False and never["copied_s"] is None and never["fan_out_msgs_per_s"] is None
+
+
+def test_io_counters_are_the_processes_own(tmp_path):
+    """What the meter subtracts is read from the process's /proc/<pid>/io: the bytes it passes to write()
+    (``wchar``) grow by at least what it wrote, whatever the file system keeps of them."""
+    before = io_counters(os.getpid())
+    assert {"wchar", "write_bytes", "cancelled_write_bytes"} <= before.keys()
+    fd = os.open(tmp_path / "written", os.O_WRONLY | os.O_CREAT)
+    try:
+        assert os.write(fd, b"w" * 100_000) == 100_000
+    finally:
+        os.close(fd)
+    assert io_counters(os.getpid())["wchar"] - before["wchar"] >= 100_000
 
 
 def test_disk_table_gives_each_brokers_median_bytes_per_message(monkeypatch):
