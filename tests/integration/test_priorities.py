@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import signal
 import struct
 
 import pytest
@@ -137,8 +136,7 @@ async def test_5000_random_priorities_across_kill_9_with_durable(broker_process)
     seen: set[bytes] = set()
     first = await consume_one_at_a_time(proc.tcp, "t", 10, seen=seen)
     assert first == expected_order(priorities)[:10]
-    proc.proc.send_signal(signal.SIGKILL)
-    proc.proc.wait()
+    proc.kill()
     proc.start()
     # delivered again after the crash: those finished since the last commit, at most
     rest = await consume_one_at_a_time(proc.tcp, "t", COUNT - 10, seen=seen)

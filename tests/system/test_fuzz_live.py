@@ -15,6 +15,7 @@ import os
 import random
 import struct
 
+import pytest
 import trio
 
 from broker.protocol import encode_fin, encode_pub, encode_rdy, encode_sub
@@ -158,6 +159,7 @@ def _rss_kb(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+@pytest.mark.deadline(SECONDS + 300)  # a run as long as PYNSQD_FUZZ_SECONDS says
 async def test_fuzzed_connections_do_not_disturb_a_good_round_trip(broker_process) -> None:
     proc = broker_process()
     rng = random.Random(SEED)

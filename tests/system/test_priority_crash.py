@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 
 import pytest
 
@@ -60,8 +59,7 @@ async def test_kill_9_while_draining_loses_nothing_and_keeps_order(broker_proces
     repeats = 0
     for _ in range(KILLS):
         repeats += await drain_until(proc.tcp, rng.randrange(50, 600), seen, order)
-        proc.proc.send_signal(signal.SIGKILL)
-        proc.proc.wait()
+        proc.kill()
         proc.start()
         order.append([])
     repeats += await drain_until(proc.tcp, None, seen, order)

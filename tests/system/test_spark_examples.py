@@ -180,6 +180,7 @@ class Example:
 
 @pytest.mark.spark
 @pytest.mark.slow
+@pytest.mark.deadline(1200)  # two Spark queries started one after the other, each waited for up to minutes
 async def test_readme_sequence_counts_every_event_and_ctrl_c_is_quiet(broker_process, tmp_path):
     """The README's steps in order: the streaming copy first (channel ``spark`` of ``events``),
     stopped with Ctrl-C; then the pipeline, publishing as soon as ``windowed_counts.py`` has

@@ -257,6 +257,6 @@ def test_the_matrix_runs_the_checkouts_broker_not_an_installed_copy(tmp_path):
     from tests.bench.matrix.brokers import ROOT, child_env
 
     found = subprocess.run([sys.executable, "-c", "import broker, diskqueue; print(broker.__file__, diskqueue.__file__)"],
-                           cwd=tmp_path, env=child_env(), capture_output=True, text=True, check=True).stdout.split()
+                           cwd=tmp_path, env=child_env(), capture_output=True, text=True, check=True, timeout=60).stdout.split()
     assert [Path(f).resolve() for f in found] == [ROOT / "broker" / "__init__.py", ROOT / "diskqueue" / "__init__.py"]
     assert Path(broker.__file__).resolve() == ROOT / "broker" / "__init__.py"
