@@ -15,8 +15,8 @@ import time
 import trio
 
 from broker.core.channel import MAX_RUN
-from broker.protocol import FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, encode_fin, encode_mpub
-from tests.support.v2client import V2Client, connect, publish_batch, subscriber
+from broker.protocol import FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, encode_fin
+from tests.support.v2client import V2Client, publish_batch, subscriber
 from tests.support.waiting import wait_for
 
 CONSUMERS = 64
@@ -72,11 +72,7 @@ async def test_sixty_four_consumers_share_a_channel_equally_and_get_every_messag
         async with trio.open_nursery() as nursery:
             for consumer, got in zip(consumers, received, strict=True):
                 nursery.start_soon(_read_raw_frames, consumer, got, done, counted, started_ns)
-            publisher = await connect(daemon.addresses.tcp)
-            for start in range(0, TOTAL, BATCH):
-                await publisher.send(encode_mpub("t", bodies[start:start + BATCH]))
-                await publisher.expect_response(b"OK")
-            await publisher.aclose()
+            await publish_batch(daemon, "t", *bodies, per_mpub=BATCH)
             await wait_for(lambda: counted[0] >= TOTAL and not channel.in_flight, timeout=25)
             done.set()
     delivered = collections.Counter(body for got in received for _, body in got)

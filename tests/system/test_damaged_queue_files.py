@@ -23,7 +23,7 @@ from broker.protocol import encode_fin, encode_mpub, encode_rdy, encode_sub
 from diskqueue.format import meta_filename, segment_filename
 from tests.support.draining import drain
 from tests.support.http_client import request
-from tests.support.v2client import connect
+from tests.support.v2client import connect, subscriber
 
 COUNT = 100
 #: About 28 messages per segment.
@@ -57,10 +57,7 @@ async def _copied_depths(address: tuple[str, int]) -> dict[str, int]:
 
 async def _drain(address: tuple[str, int], topic: str, want: set[bytes]) -> set[bytes]:
     """Everything the channel ``topic:c`` delivers until ``want`` has come, and what else was ready."""
-    consumer = await connect(address, timeout=20)
-    await consumer.send(encode_sub(topic, "c"))
-    await consumer.expect_response(b"OK")
-    await consumer.send(encode_rdy(COUNT))
+    consumer = await subscriber(address, topic, "c", rdy=COUNT, timeout=20)
     got: set[bytes] = set()
     await drain(consumer, lambda: want <= got, on_message=lambda _, msg: got.add(msg.body))
     got.update(m.body for m in await consumer.sync())

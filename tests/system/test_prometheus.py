@@ -15,12 +15,12 @@ import urllib.parse
 import pytest
 import trio
 
-from broker.protocol import encode_fin, encode_rdy, encode_sub
+from broker.protocol import encode_fin
 from tests.support.http_client import request
 from tests.support.paths import DEPLOY
 from tests.support.processes import stop_process
 from tests.support.snapshots import MIXIN_NAMES
-from tests.support.v2client import connect
+from tests.support.v2client import subscriber
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
@@ -52,10 +52,7 @@ async def generate_traffic(broker) -> None:
         assert reply.status == 200
     assert (await request(broker.http, "POST", "/mpub?topic=audit", b"a\nb\nc")).status == 200
     assert (await request(broker.http, "POST", "/channel/create?topic=audit&channel=archive")).status == 200
-    consumer = await connect(broker.tcp)
-    await consumer.send(encode_sub("orders", "billing"))
-    await consumer.expect_response(b"OK")
-    await consumer.send(encode_rdy(20))
+    consumer = await subscriber(broker, "orders", "billing", rdy=20)
     for msg in await consumer.read_messages(20):
         await consumer.send(encode_fin(msg.id))
     await consumer.aclose()

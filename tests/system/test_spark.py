@@ -26,18 +26,18 @@ from broker.protocol import (
     decode_message,
     encode_cls,
     encode_fin,
-    encode_mpub,
     encode_nop,
     encode_rdy,
     encode_req,
     encode_sub,
 )
 from pyspark_nsq import SOURCE_SCHEMA, NsqDataSource
+from tests.support.http_client import create_channel as http_create_channel
 from tests.support.http_client import request
 from tests.support.paths import REPO, nsq_bin
 from tests.support.processes import BrokerProcess
 from tests.support.spark_queries import start_copy
-from tests.support.v2client import connect
+from tests.support.v2client import connect, publish_batch
 from tests.support.wiretap import wiretap
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -105,24 +105,12 @@ def address(broker: BrokerProcess) -> str:
 
 def create_channel(broker: BrokerProcess, topic: str, channel: str) -> None:
     """Create ``topic`` and ``channel`` over HTTP, so the channel gets every later message."""
-    host, port = broker.http
-    for path in (f"/topic/create?topic={topic}", f"/channel/create?topic={topic}&channel={channel}"):
-        request = urllib.request.Request(f"http://{host}:{port}{path}", method="POST")
-        with urllib.request.urlopen(request, timeout=10) as response:
-            assert response.status == 200
+    trio.run(http_create_channel, broker.http, topic, channel)
 
 
 def publish(broker: BrokerProcess, topic: str, bodies: list[bytes]) -> None:
     """MPUB ``bodies`` in chunks with the plain test client."""
-
-    async def run():
-        client = await connect(broker.tcp)
-        for start in range(0, len(bodies), 1000):
-            await client.send(encode_mpub(topic, bodies[start:start + 1000]))
-            await client.expect_response()
-        await client.aclose()
-
-    trio.run(run)
+    trio.run(lambda: publish_batch(broker, topic, *bodies, per_mpub=1000))
 
 
 def consume(broker: BrokerProcess, topic: str, channel: str, *, expect: int,

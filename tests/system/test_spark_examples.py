@@ -34,9 +34,8 @@ from datetime import UTC, datetime
 import pytest
 import trio
 
-from broker.protocol import encode_fin, encode_rdy, encode_sub
 from tests.support.paths import REPO
-from tests.support.v2client import connect
+from tests.support.v2client import consume
 from tests.system.test_documented_commands import assert_prints_expected, prepare_block, shell_blocks
 
 EXAMPLES = REPO / "spark" / "examples"
@@ -126,19 +125,6 @@ def expected_counts(events: list[dict]) -> dict[tuple[str, str], tuple[int, floa
     return {key: (n, amount) for key, (n, amount) in counts.items()}
 
 
-async def drain(tcp: tuple[str, int], topic: str, channel: str, n: int) -> list[bytes]:
-    client = await connect(tcp, timeout=30)
-    await client.send(encode_sub(topic, channel))
-    await client.expect_response(b"OK")
-    await client.send(encode_rdy(n))
-    bodies = []
-    for msg in await client.read_messages(n):
-        bodies.append(msg.body)
-        await client.send(encode_fin(msg.id))
-    await client.aclose()
-    return bodies
-
-
 class Example:
     """A long-running example script in its own process group, as a shell runs a foreground job
     (Ctrl-C signals the whole group); its stderr in a file, read as it grows."""
@@ -215,7 +201,7 @@ async def test_readme_sequence_counts_every_event_and_ctrl_c_is_quiet(broker_pro
         assert published.stderr.decode().count(" events sent in ") == SECONDS // 5
         await query.wait_for_line("windowed_counts.py: ready: counting topic events (channel windowed_counts) "
                                   "into topic event_counts; Ctrl-C to stop")
-        events = [json.loads(body) for body in await drain(broker.tcp, "events", "audit", RATE * SECONDS + 1)]
+        events = [json.loads(body) for body in await consume(broker, "events", "audit", RATE * SECONDS + 1, timeout=30)]
         assert events[-1]["kind"] == "drain"
         expected = expected_counts(events)
         assert sum(n for n, _ in expected.values()) == RATE * SECONDS  # every event but the drain event
@@ -284,7 +270,7 @@ async def test_documented_keyed_copy_run_twice_stores_each_message_once(broker_p
     assert sink["message_count"] == stored
     assert sink.get("duplicate_count") == (count if keyed else None)
     # a consumer of the copy gets each order once with the key (twice without), and nothing more
-    got = await drain(broker.tcp, "orders_copy", "check", stored)
+    got = await consume(broker, "orders_copy", "check", stored, timeout=30)
     assert Counter(got) == {body: stored // count for body in bodies}
     [sink] = topic_stats(broker.http, "orders_copy")
     assert [(c["depth"], c["in_flight_count"], c["message_count"]) for c in sink["channels"]] == [(0, 0, stored)]
