@@ -185,7 +185,8 @@ async def subscriber(broker, topic="t", channel="c", rdy=None, *, timeout: float
 async def consume(broker, topic: str, channel: str, count: int, *, rdy: int | None = None, quiet: bool = False,
                   timeout: float = 5.0) -> list[bytes]:
     """Subscribe to ``topic``/``channel`` of ``broker`` (see :func:`tcp_address`) and return the
-    bodies of the next ``count`` messages, each finished as it comes.
+    bodies of the next ``count`` messages, each finished as it comes; when it returns, the broker
+    has handled every FIN (see :meth:`V2Client.sync`).
 
     RDY is ``rdy``, by default ``count`` up to 2,500 (nsqd's maximum); RDY 1 gives the order the
     channel delivers in. With ``quiet``, nothing more may arrive once they are finished."""
@@ -195,8 +196,8 @@ async def consume(broker, topic: str, channel: str, count: int, *, rdy: int | No
         msg = await client.read_message()
         bodies.append(msg.body)
         await client.send(encode_fin(msg.id))
-    if quiet:
-        await client.expect_quiet()
+    more = await client.sync()
+    assert not (quiet and more), f"unexpected messages {more}"
     await client.aclose()
     return bodies
 
