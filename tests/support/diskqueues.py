@@ -1,10 +1,15 @@
-"""What the disk queue tests put in a queue and how they read it back to its end."""
+"""What the disk queue tests put in a queue, how they read it back to its end, and how they
+damage its files."""
 
 from __future__ import annotations
 
-from diskqueue import DiskQueue
+import struct
+from pathlib import Path
 
-__all__ = ["read_all", "records"]
+from diskqueue import DiskQueue
+from diskqueue.format import HEADER_SIZE, RECORD_HEADER_SIZE
+
+__all__ = ["flip", "read_all", "record_spans", "records"]
 
 
 def records(n: int, start: int = 0, size: int = 20) -> list[bytes]:
@@ -29,3 +34,23 @@ def read_all(q: DiskQueue, batch: int = 100, *, exact: bool = True) -> list[byte
         if not got:
             return out
         out += got
+
+
+def record_spans(segment: Path) -> list[tuple[int, int]]:
+    """``[start, end)`` of every record in an intact segment, read straight from the bytes."""
+    data = segment.read_bytes()
+    spans, pos = [], HEADER_SIZE
+    while pos < len(data):
+        (length,) = struct.unpack_from(">I", data, pos)
+        spans.append((pos, pos + RECORD_HEADER_SIZE + length))
+        pos += RECORD_HEADER_SIZE + length
+    return spans
+
+
+def flip(segment: Path, at: int, size: int = 8) -> None:
+    """Invert ``size`` bytes of ``segment`` from offset ``at``: damage no checksum misses."""
+    with open(segment, "r+b") as f:
+        f.seek(at)
+        old = f.read(size)
+        f.seek(at)
+        f.write(bytes(b ^ 0xFF for b in old))

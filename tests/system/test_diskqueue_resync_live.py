@@ -10,9 +10,9 @@ import trio
 
 from broker.protocol import encode_fin, encode_mpub
 from diskqueue.format import HEADER_SIZE, RECORD_HEADER_SIZE, segment_filename
+from tests.support.diskqueues import flip, record_spans
 from tests.support.paths import REPO
 from tests.support.v2client import connect, subscriber
-from tests.unit.test_diskqueue_resync import flip, record_spans
 
 COUNT = 3000
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import random
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ import trio
 from diskqueue import DiskQueue
 from diskqueue.check import check
 from diskqueue.format import HEADER_SIZE, RECORD_HEADER_SIZE, segment_filename
-from tests.support.diskqueues import read_all
+from tests.support.diskqueues import flip, read_all, record_spans
 from tests.support.paths import REPO
 
 NAME = "q"
@@ -25,25 +24,6 @@ COUNT = 3000
 def bodies(seed: int) -> list[bytes]:
     rng = random.Random(seed)
     return [b"%06d:" % i + rng.randbytes(rng.randrange(0, 120)) for i in range(COUNT)]
-
-
-def record_spans(segment: Path) -> list[tuple[int, int]]:
-    """``[start, end)`` of every record in an intact segment, read straight from the bytes."""
-    data = segment.read_bytes()
-    spans, pos = [], HEADER_SIZE
-    while pos < len(data):
-        (length,) = struct.unpack_from(">I", data, pos)
-        spans.append((pos, pos + RECORD_HEADER_SIZE + length))
-        pos += RECORD_HEADER_SIZE + length
-    return spans
-
-
-def flip(segment: Path, at: int, size: int = 8) -> None:
-    with open(segment, "r+b") as f:
-        f.seek(at)
-        old = f.read(size)
-        f.seek(at)
-        f.write(bytes(b ^ 0xFF for b in old))
 
 
 async def write_queue(path: Path, sent: list[bytes]) -> Path:

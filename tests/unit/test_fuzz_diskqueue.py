@@ -32,7 +32,7 @@ from diskqueue.check import check
 from diskqueue.checkpoint import load_checkpoint
 from diskqueue.format import HEADER_SIZE, RECORD_HEADER_SIZE, meta_filename, segment_filename
 from tests.support.diskqueues import read_all
-from tests.unit.test_fuzz_protocol import FUZZ, fuzz
+from tests.support.fuzzing import FUZZ, fuzz
 
 NAME = "q"
 MAX_BYTES = 2000

@@ -64,7 +64,7 @@ import trio
 from diskqueue import DiskQueue
 from tests.support.diskqueues import read_all
 from tests.support.paths import REPO
-from tests.support.powercut import Disk, Op, Recorder, crash_points, first_seed, write_directory
+from tests.support.powercut import Disk, Op, Recorder, check_model, crash_points, first_seed, write_directory
 
 NAME = "q"
 #: Crash points tried on each recorded run.
@@ -236,10 +236,7 @@ async def explore(tmp_path: Path, seed: int, points: int, recorder: type[Recorde
         base = tmp_path / f"run{run}"
         base.mkdir()
         record, shape, written = await record_run(base / "live", rng, recorder)
-        disk = Disk(record.initial)
-        disk.advance(record.ops, len(record.ops))
-        assert disk.files_now() == {p.name: p.read_bytes() for p in (base / "live").iterdir()}, \
-            "the recorder missed a change: the model of the directory differs from the directory"
+        check_model(Disk(record.initial), record, base / "live")
         disk = Disk(record.initial)
         marks = iter(record.marks())
         pending = next(marks, None)
