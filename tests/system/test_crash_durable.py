@@ -38,7 +38,7 @@ from tests.support.draining import drain
 from tests.support.http_client import request
 from tests.support.ledger import Ledger
 from tests.support.v2client import connect, subscriber
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, wait_until
 
 SEED = 20240611
 ROUNDS = 10
@@ -220,15 +220,13 @@ async def test_kill_9_keeps_buried_messages(broker_process, tmp_path):
 
 
 async def _wait_http(proc, path: str, done, timeout: float = 5.0) -> dict:
-    """GET ``path`` until the JSON answer satisfies ``done``."""
-    with trio.fail_after(timeout):
-        while True:
-            reply = await request(proc.http, "GET", path)
-            if reply.status == 200:
-                doc = reply.json()
-                if done(doc):
-                    return doc
-            await trio.sleep(0.05)
+    """GET ``path`` until the JSON answer satisfies ``done``; that answer."""
+
+    async def answered() -> dict | None:
+        reply = await request(proc.http, "GET", path)
+        return reply.json() if reply.status == 200 and done(reply.json()) else None
+
+    return await wait_until(answered, timeout)
 
 
 async def _stats(proc) -> dict:

@@ -38,6 +38,7 @@ from tests.support.paths import REPO, nsq_bin
 from tests.support.processes import BrokerProcess
 from tests.support.spark_queries import start_copy
 from tests.support.v2client import connect, publish_batch
+from tests.support.waiting import wait_sync
 from tests.support.wiretap import wiretap
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -397,11 +398,12 @@ def test_stats_names_each_partitions_connection_by_query_batch_and_partition(spa
                            trigger={"availableNow": True}, drainTimeoutMs=str(DEADLINE_S * 1000))
     try:
         pattern = re.compile(r"stream (\w+) batch (\d+) partition (\d+)")
-        deadline = time.monotonic() + DEADLINE_S
-        while len(named := [c for c in channel_clients(nsqd, "named_in", "spark")
-                            if pattern.fullmatch(c["client_id"])]) < 2:
-            assert time.monotonic() < deadline, channel_clients(nsqd, "named_in", "spark")
-            time.sleep(0.1)  # the executors connect in their own time; /stats is the only witness
+
+        def both_named() -> list[dict] | None:  # the executors connect in their own time; /stats is the only witness
+            named = [c for c in channel_clients(nsqd, "named_in", "spark") if pattern.fullmatch(c["client_id"])]
+            return named if len(named) >= 2 else None
+
+        named = wait_sync(both_named, DEADLINE_S, poll=0.1, report=lambda: str(channel_clients(nsqd, "named_in", "spark")))
         # the plan of the batch: in the checkpoint before its tasks run
         offset = json.loads((tmp_path / "checkpoint" / "offsets" / "0").read_text().splitlines()[2])
         assert sorted(c["client_id"] for c in named) == [

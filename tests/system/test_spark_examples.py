@@ -36,6 +36,7 @@ import trio
 
 from tests.support.paths import REPO
 from tests.support.v2client import consume
+from tests.support.waiting import wait_for
 from tests.system.test_documented_commands import assert_prints_expected, prepare_block, shell_blocks
 
 EXAMPLES = REPO / "spark" / "examples"
@@ -141,27 +142,27 @@ class Example:
 
     async def wait_for_line(self, start: str, timeout: float = 180) -> str:
         """The first line of its output that starts with ``start``; fails if it exits first."""
-        with trio.fail_after(timeout):
-            while True:
-                for line in self.text().splitlines():
-                    if line.startswith(start):
-                        return line
-                assert self.process.poll() is None, self.text()
-                await trio.sleep(0.2)  # another process's output: only polling sees it
+
+        def found() -> str | None:  # another process's output: only polling sees it
+            for line in self.text().splitlines():
+                if line.startswith(start):
+                    return line
+            assert self.process.poll() is None, self.text()
+            return None
+
+        return await wait_for(found, timeout, poll=0.2)
 
     async def ctrl_c(self, timeout: float = 60) -> str:
         """SIGINT to its process group, as Ctrl-C in a terminal; what it printed after, once it exited."""
         before = self.log_path.stat().st_size
         os.killpg(self.process.pid, signal.SIGINT)
-        with trio.fail_after(timeout):
-            while self.process.poll() is None:
-                await trio.sleep(0.2)
+        await wait_for(lambda: self.process.poll() is not None, timeout, poll=0.2)
         return self.log_path.read_bytes()[before:].decode(errors="replace")
 
     def kill(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
-            self.process.wait()
+            self.process.wait(10)
 
 
 @pytest.mark.spark
@@ -206,10 +207,12 @@ async def test_readme_sequence_counts_every_event_and_ctrl_c_is_quiet(broker_pro
         expected = expected_counts(events)
         assert sum(n for n, _ in expected.values()) == RATE * SECONDS  # every event but the drain event
 
-        with trio.fail_after(180):
-            while topic_message_count(broker.http, "event_counts") < len(expected):
-                assert query.process.poll() is None, query.text()
-                await trio.sleep(1)
+
+        def all_windows_counted() -> bool:
+            assert query.process.poll() is None, query.text()
+            return topic_message_count(broker.http, "event_counts") >= len(expected)
+
+        await wait_for(all_windows_counted, 180, poll=1)
         after_stop = await query.ctrl_c()
     finally:
         query.kill()

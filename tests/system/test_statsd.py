@@ -25,6 +25,7 @@ from tests.support.nsq_programs import nsq_bin, nsq_bin_missing
 from tests.support.paths import REPO
 from tests.support.processes import BrokerProcess
 from tests.support.v2client import V2Client, subscriber
+from tests.support.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.skipif(nsq_bin_missing() is not None, reason=str(nsq_bin_missing()))
 
@@ -126,12 +127,10 @@ async def _observe(program: list[str], tmp_path, name: str, *flags: str) -> Obse
                 nursery.start_soon(receiver.run)
                 await trio.to_thread.run_sync(proc.start)
                 clients = await _apply_load(proc.tcp, proc.http)
-                while not await _settled(proc.http):
-                    await trio.sleep(0.02)
+                await wait_until(lambda: _settled(proc.http), timeout=30, poll=0.02)
                 settled_at = len(receiver.pushes)
                 # the push that completes first may have been taken before the load settled
-                while len(receiver.pushes) < settled_at + 2:
-                    await trio.sleep(0.02)
+                await wait_for(lambda: len(receiver.pushes) >= settled_at + 2, timeout=30, poll=0.02)
                 for client in clients:
                     await client.aclose()
                 nursery.cancel_scope.cancel()

@@ -20,7 +20,7 @@ from broker.protocol import FRAME_TYPE_MESSAGE, decode_message, encode_rdy
 from tests.support.draining import drain
 from tests.support.http_client import request
 from tests.support.v2client import publish_batch, subscriber
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the broker's RSS from /proc")
 
@@ -53,9 +53,7 @@ async def _fanned_out(proc, n: int) -> None:
         topic = stats["topics"][0]
         return topic["depth"] == 0 and topic["channels"][0]["depth"] == n
 
-    with trio.fail_after(30):
-        while not await done():
-            await trio.sleep(0.05)
+    await wait_until(done, timeout=30)
 
 
 class _Proc:
