@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from contextlib import asynccontextmanager
@@ -14,6 +15,11 @@ from tests.support.processes import BrokerProcess, broker_args
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+#: The seconds an async test may take by tier, unless it says ``@pytest.mark.deadline(seconds)``:
+#: the absolute bound around every I/O test, so that one waiting for what never comes fails
+#: instead of hanging the run. A test's own ``trio.fail_after`` bounds a step more tightly.
+DEADLINES = {"unit": 120.0, "integration": 300.0, "system": 900.0}
 
 
 @asynccontextmanager
@@ -81,3 +87,31 @@ def pytest_pyfunc_call(pyfuncitem):
         if len(leaves) == 1 and isinstance(leaves[0], pytest.skip.Exception) and not skipped.msg:
             raise leaves[0] from None
         raise
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_call(item):
+    """Run every async test inside its deadline (:data:`DEADLINES`, or its ``deadline`` mark).
+
+    Before pytest-trio wraps the test in ``trio.run`` (this wrapper runs first), the test
+    function is replaced by one that awaits it inside a cancel scope with the deadline. A test
+    on a mock clock is left alone: its time is virtual, and it bounds itself in it."""
+    test = getattr(item, "obj", None)
+    if item.get_closest_marker("trio") is not None and not hasattr(test, "hypothesis") and not any(
+            isinstance(value, trio.abc.Clock) for value in item.funcargs.values()):
+        marker = item.get_closest_marker("deadline")
+        tier = Path(item.path).relative_to(Path(__file__).parent).parts[0]
+        seconds = marker.args[0] if marker is not None else DEADLINES.get(tier, max(DEADLINES.values()))
+        item.obj = _within(test, seconds)
+    return (yield)
+
+
+def _within(test, seconds: float):
+    @functools.wraps(test)
+    async def bounded(**kwargs):
+        with trio.CancelScope(deadline=trio.current_time() + seconds) as scope:
+            return await test(**kwargs)
+        if scope.cancelled_caught:
+            raise trio.TooSlowError(f"the test ran past its deadline of {seconds:g} s "
+                                    "(tests/conftest.py DEADLINES, or @pytest.mark.deadline(seconds))")
+    return bounded

@@ -14,10 +14,10 @@ import json
 import pytest
 import trio
 
-from broker.protocol import encode_mpub, encode_req
+from broker.protocol import encode_req
 from tests.support.draining import drain
 from tests.support.http_client import request
-from tests.support.v2client import connect, subscriber
+from tests.support.v2client import publish_batch, subscriber
 
 CHANNELS = [f"c{i}" for i in range(10)]
 COUNT = 600
@@ -25,14 +25,6 @@ COUNT = 600
 
 def _bodies(start: int, count: int) -> list[bytes]:
     return [b"m%05d" % i for i in range(start, start + count)]
-
-
-async def _publish(daemon, bodies: list[bytes]) -> None:
-    client = await connect(daemon.addresses.tcp)
-    for i in range(0, len(bodies), 100):
-        await client.send(encode_mpub("t", bodies[i:i + 100]))
-        await client.expect_response(b"OK")
-    await client.aclose()
 
 
 async def _drain_all(daemon, channels: list[str]) -> dict[str, collections.Counter]:
@@ -58,7 +50,7 @@ async def test_each_of_ten_channels_gets_every_message_once_whatever_the_others_
     async with start_daemon(*flags) as d:
         for name in CHANNELS:
             d.broker.get_topic("t").get_channel(name)
-        await _publish(d, first)
+        await publish_batch(d, "t", *first, per_mpub=100)
         # c0 requeues everything it is given once; c1 takes 100 and never answers (they time
         # out and come back); c2 finishes all; the others have not read at all
         c0 = await subscriber(d, "t", "c0", rdy=COUNT)
@@ -75,7 +67,7 @@ async def test_each_of_ten_channels_gets_every_message_once_whatever_the_others_
 
     # a graceful restart keeps each channel's own state, then more messages arrive
     async with start_daemon(*flags) as d:
-        await _publish(d, second)
+        await publish_batch(d, "t", *second, per_mpub=100)
         got = await _drain_all(d, CHANNELS)
     assert got["c2"] == collections.Counter(second)
     for name in CHANNELS:
@@ -102,7 +94,7 @@ async def test_ten_channels_nobody_reads_share_one_copy_on_disk_and_each_still_g
         for name in CHANNELS:
             reply = await request(d.addresses.http, "POST", f"/channel/create?topic=t&channel={name}")
             assert reply.status == 200
-        await _publish(d, first)
+        await publish_batch(d, "t", *first, per_mpub=100)
         topic, channels = await _channel_stats(d)
         assert (topic["depth"], topic["backend_depth"], topic["message_count"]) == (0, 0, COUNT)
         assert {(c["depth"], c["backend_depth"], c["message_count"]) for c in channels.values()} == {
@@ -114,7 +106,7 @@ async def test_ten_channels_nobody_reads_share_one_copy_on_disk_and_each_still_g
         # a channel created now, and one emptied now, get only what is published from now on
         assert (await request(d.addresses.http, "POST", "/channel/create?topic=t&channel=late")).status == 200
         assert (await request(d.addresses.http, "POST", "/channel/empty?topic=t&channel=c3")).status == 200
-        await _publish(d, second)
+        await publish_batch(d, "t", *second, per_mpub=100)
         topic, channels = await _channel_stats(d)
         assert (channels["late"]["depth"], channels["c3"]["depth"], channels["c4"]["depth"]) == (
             COUNT, COUNT, 2 * COUNT)

@@ -17,7 +17,7 @@ from broker.config import parse_args
 from broker.daemon import Daemon
 from tests.support.http_client import HTTPClient, raw_exchange, request
 from tests.support.processes import broker_args
-from tests.support.v2client import consume as consume_at
+from tests.support.v2client import consume
 from tests.support.waiting import wait_for
 
 NSQ_HEADER = "nsq; version=1.0"
@@ -49,11 +49,6 @@ def assert_empty_ok(reply):
 
 def mpub_body(bodies):
     return struct.pack(">i", len(bodies)) + b"".join(struct.pack(">i", len(b)) + b for b in bodies)
-
-
-async def consume(daemon, topic, channel, count):
-    """Subscribe over TCP and return the bodies of ``count`` messages (finished)."""
-    return await consume_at(daemon.addresses.tcp, topic, channel, count)
 
 
 # --------------------------------------------------------------------------- /ping and /info

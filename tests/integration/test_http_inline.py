@@ -39,11 +39,6 @@ def answers(data: bytes) -> list[tuple[int, bytes]]:
     return found
 
 
-async def drain(daemon, topic: str, count: int) -> list[bytes]:
-    """The bodies of ``count`` messages of ``topic``, read and finished over TCP."""
-    return await consume(daemon.addresses.tcp, topic, "c", count)
-
-
 async def exchange(address: tuple[str, int], data: bytes, *, read_size: int = 65536) -> bytes:
     """Send ``data`` on a connection whose first request, creating topic ``t``, was answered
     already (so that its task waits on the poller, which then answers what arrives, the
@@ -108,7 +103,7 @@ async def test_pipelined_publishes_and_errors_are_answered_in_order(daemon):
     assert got[6][1] == error("INVALID_DEFER")
     stats = json.loads(got[4][1])
     assert stats["topics"][0]["message_count"] == 2  # the two publishes before it, no more
-    assert await drain(daemon, "t", 4) == [b"m0", b"m1", b"m2", b"m3"]
+    assert await consume(daemon, "t", "c", 4) == [b"m0", b"m1", b"m2", b"m3"]
 
 
 async def test_a_publish_arriving_a_byte_at_a_time_is_stored_once(daemon):
@@ -123,7 +118,7 @@ async def test_a_publish_arriving_a_byte_at_a_time_is_stored_once(daemon):
     await stream.aclose()
     assert [status for status, _ in answers(received)] == [200, 200, 200]
     assert daemon.broker.topics["t"].message_count == 2
-    assert await drain(daemon, "t", 2) == [b"one", b"two"]
+    assert await consume(daemon, "t", "c", 2) == [b"one", b"two"]
 
 
 async def test_http_1_0_keep_alive_and_closing_publishes(daemon):
@@ -147,4 +142,4 @@ async def test_a_client_that_reads_its_answers_slowly_loses_none(daemon):
     assert len(got) == count + 1
     assert all(answer == (200, b"OK") for answer in got)
     assert daemon.broker.topics["t"].message_count == count
-    assert await drain(daemon, "t", count) == [b"%d" % i for i in range(count)]
+    assert await consume(daemon, "t", "c", count) == [b"%d" % i for i in range(count)]

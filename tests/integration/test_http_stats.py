@@ -11,7 +11,7 @@ import pytest
 from broker.protocol import encode_dpub, encode_fin, encode_pub, encode_rdy, encode_req, encode_sub
 from tests.support.exposition import metric_samples
 from tests.support.http_client import request
-from tests.support.v2client import connect
+from tests.support.v2client import connect, subscriber
 from tests.support.waiting import wait_for
 
 PERCENTILES = "--e2e-processing-latency-percentile=0.99,0.95"
@@ -261,10 +261,7 @@ async def test_fin_latency_histogram_counts_every_fin(daemon):
     await request(daemon.addresses.http, "POST", "/topic/create?topic=t")
     await request(daemon.addresses.http, "POST", "/channel/create?topic=t&channel=c")
     assert (await request(daemon.addresses.http, "POST", "/mpub?topic=t", b"a\nb\nc\nd\ne")).status == 200
-    consumer = await connect(daemon.addresses.tcp)
-    await consumer.send(encode_sub("t", "c"))
-    await consumer.expect_response(b"OK")
-    await consumer.send(encode_rdy(5))
+    consumer = await subscriber(daemon, "t", "c", rdy=5)
     for msg in await consumer.read_messages(5):
         await consumer.send(encode_fin(msg.id))
     channel = daemon.broker.topics["t"].channels["c"]

@@ -13,7 +13,7 @@ from broker.protocol import encode_dpub, encode_identify, encode_mpub, encode_pu
 from broker.protocol.keys import duplicates_in_answer, prefix_key
 from tests.support.diskfaults import FaultyDisk
 from tests.support.http_client import HTTPClient, request
-from tests.support.v2client import connect, subscriber
+from tests.support.v2client import connect, consume
 from tests.support.waiting import wait_for
 
 
@@ -31,14 +31,6 @@ async def answer_of(client, payload: bytes) -> bytes:
 
 def topic_count(daemon, topic="t") -> int:
     return daemon.broker.topics[topic].message_count
-
-
-async def drain(daemon, topic: str, count: int) -> list[bytes]:
-    reader = await subscriber(daemon, topic, "check", rdy=count + 1)
-    bodies = [m.body for m in await reader.read_messages(count)]
-    await reader.expect_quiet()
-    await reader.aclose()
-    return bodies
 
 
 async def test_identify_offers_keys_only_to_a_client_that_asks(daemon):
@@ -62,7 +54,7 @@ async def test_a_repeated_key_is_answered_as_a_duplicate_and_stored_once(daemon)
     # unkeyed messages on a keyed connection are stored every time
     assert await answer_of(client, encode_pub("t", prefix_key(None, b"plain"))) == b"OK"
     assert await answer_of(client, encode_pub("t", prefix_key(None, b"plain"))) == b"OK"
-    assert await drain(daemon, "t", 4) == [b"first", b"second", b"plain", b"plain"]
+    assert await consume(daemon, "t", "check", 4, quiet=True) == [b"first", b"second", b"plain", b"plain"]
 
 
 async def test_mpub_counts_duplicates_within_and_across_batches(daemon):
@@ -74,7 +66,7 @@ async def test_mpub_counts_duplicates_within_and_across_batches(daemon):
     assert await answer_of(client, encode_mpub("t", second)) == b"DUPLICATE 2"
     assert await answer_of(client, encode_mpub("t", [prefix_key(b"k9", b"x")])) == b"OK"
     assert await answer_of(client, encode_mpub("t", [prefix_key(b"k9", b"x")] * 3)) == b"DUPLICATE 3"
-    assert await drain(daemon, "t", 9) == [b"m0", b"m1", b"m2", b"m3", b"m4", b"n5", b"n6", b"n7", b"x"]
+    assert await consume(daemon, "t", "check", 9, quiet=True) == [b"m0", b"m1", b"m2", b"m3", b"m4", b"n5", b"n6", b"n7", b"x"]
 
 
 async def test_keys_are_per_topic_and_a_plain_connection_is_untouched(daemon):
@@ -85,7 +77,7 @@ async def test_keys_are_per_topic_and_a_plain_connection_is_untouched(daemon):
     # on a plain connection the bytes are the body, whatever they look like
     assert await answer_of(plain, encode_pub("a", prefix_key(b"same", b"to a"))) == b"OK"
     assert (topic_count(daemon, "a"), topic_count(daemon, "b")) == (2, 1)
-    assert await drain(daemon, "a", 2) == [b"to a", b"\x04sameto a"]
+    assert await consume(daemon, "a", "check", 2, quiet=True) == [b"to a", b"\x04sameto a"]
 
 
 async def test_bad_keyed_messages_get_nsqds_kind_of_error(daemon):
@@ -122,7 +114,7 @@ async def test_a_key_is_stored_again_once_the_window_has_passed(start_daemon):
         await trio.sleep(0.35)  # the window is a duration: only its passing is tested here
         assert await answer_of(client, encode_pub("t", prefix_key(b"k", b"two"))) == b"OK"
         await wait_for(lambda: daemon.broker.keys.held == 1 or daemon.broker.keys.held == 2)
-        assert await drain(daemon, "t", 2) == [b"one", b"two"]
+        assert await consume(daemon, "t", "check", 2, quiet=True) == [b"one", b"two"]
 
 
 async def test_max_keys_forgets_the_oldest_and_counts_them(start_daemon):
@@ -283,7 +275,7 @@ async def test_http_pub_with_a_key_answers_ok_and_counts_duplicates_in_a_header(
     # the same key over TCP: the topic's keys, whoever publishes
     client = await keyed_client(daemon)
     assert await answer_of(client, encode_pub("h", prefix_key(b"order/1", b"tcp"))) == b"DUPLICATE"
-    assert await drain(daemon, "h", 2) == [b"one", b"three"]
+    assert await consume(daemon, "h", "check", 2, quiet=True) == [b"one", b"three"]
 
 
 async def test_http_bad_keys_are_refused(daemon):
@@ -303,7 +295,7 @@ async def test_http_keyed_mpub_text_and_binary(daemon):
     binary = encode_mpub("h", [prefix_key(b"b", b"dup"), prefix_key(b"c\nc", b"third"), prefix_key(None, b"plain")])
     reply = await http(daemon, "POST", "/mpub?topic=h&keyed=true&binary=true", binary[binary.index(b"\n") + 5:])
     assert (reply.status, reply.headers["x-duplicates"]) == (200, "1")
-    assert await drain(daemon, "h", 4) == [b"first", b"second one", b"third", b"plain"]
+    assert await consume(daemon, "h", "check", 4, quiet=True) == [b"first", b"second one", b"third", b"plain"]
 
 
 async def test_http_keyed_body_may_fill_max_msg_size_besides_its_key(start_daemon):
@@ -365,4 +357,4 @@ async def test_a_keyed_publish_the_disk_refused_is_stored_by_its_retry_and_then_
         async with start_daemon("--durable", "--mem-queue-size=0") as daemon:
             client = await keyed_client(daemon)  # after a restart the journal agrees
             assert await answer_of(client, batch) == b"DUPLICATE 5"
-            assert await drain(daemon, "k", 6) == [b"first"] + [b"m%d" % i for i in range(5)]
+            assert await consume(daemon, "k", "check", 6, quiet=True) == [b"first"] + [b"m%d" % i for i in range(5)]

@@ -1,7 +1,10 @@
-"""Sixty-four consumers of one channel: every message reaches exactly one of them, in equal
-shares, in well-formed frames, while they FIN as they go (the batches a topic's pump hands
-the channel are sent by the server's flusher, see ``broker/server/flush.py``; consumers with
-a wide RDY window take them in runs of ``MAX_RUN``, in turn, see ``Channel.dispatch``)."""
+"""Many consumers of one channel share its messages in turn.
+
+Sixty-four consumers: every message reaches exactly one of them, in equal shares, in
+well-formed frames, while they FIN as they go (the batches a topic's pump hands the channel
+are sent by the server's flusher, see ``broker/server/flush.py``; consumers with a wide RDY
+window take them in runs of ``MAX_RUN``, in turn, see ``Channel.dispatch``). Twenty with RDY 1
+take batches smaller than their number one message each, in turn."""
 
 from __future__ import annotations
 
@@ -12,8 +15,8 @@ import time
 import trio
 
 from broker.core.delivery import MAX_RUN
-from broker.protocol import FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, encode_fin, encode_mpub
-from tests.support.v2client import V2Client, connect, subscriber
+from broker.protocol import FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, encode_fin
+from tests.support.v2client import V2Client, publish_batch, subscriber
 from tests.support.waiting import wait_for
 
 CONSUMERS = 64
@@ -69,11 +72,7 @@ async def test_sixty_four_consumers_share_a_channel_equally_and_get_every_messag
         async with trio.open_nursery() as nursery:
             for consumer, got in zip(consumers, received, strict=True):
                 nursery.start_soon(_read_raw_frames, consumer, got, done, counted, started_ns)
-            publisher = await connect(daemon.addresses.tcp)
-            for start in range(0, TOTAL, BATCH):
-                await publisher.send(encode_mpub("t", bodies[start:start + BATCH]))
-                await publisher.expect_response(b"OK")
-            await publisher.aclose()
+            await publish_batch(daemon, "t", *bodies, per_mpub=BATCH)
             await wait_for(lambda: counted[0] >= TOTAL and not channel.in_flight, timeout=25)
             done.set()
     delivered = collections.Counter(body for got in received for _, body in got)
@@ -85,3 +84,21 @@ async def test_sixty_four_consumers_share_a_channel_equally_and_get_every_messag
         assert [body for _, body in got] == sorted(body for _, body in got)
     for consumer in consumers:
         await consumer.aclose()
+
+
+async def test_batches_smaller_than_the_consumers_go_to_each_in_turn(daemon):
+    consumers, batch, batches = 20, 10, 10
+    clients = [await subscriber(daemon, rdy=1) for _ in range(consumers)]
+    channel = daemon.broker.topics["t"].channels["c"]
+    await wait_for(lambda: len(channel.clients) == consumers and all(c.rdy == 1 for c in channel.clients))
+    counts = [0] * consumers
+    with trio.fail_after(30):
+        for _ in range(batches):
+            await publish_batch(daemon, "t", *[b"m"] * batch)
+            await wait_for(lambda: len(channel.in_flight) == batch)
+            for i, client in enumerate(clients):
+                for msg in await client.sync():
+                    counts[i] += 1
+                    await client.send(encode_fin(msg.id))
+            await wait_for(lambda: not channel.in_flight)
+    assert counts == [batch * batches // consumers] * consumers

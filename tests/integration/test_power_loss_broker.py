@@ -57,15 +57,12 @@ import trio
 from broker.protocol import encode_dpub, encode_fin, encode_mpub, encode_pub, encode_req
 from tests.support.draining import drain
 from tests.support.http_client import request
-from tests.support.powercut import Disk, Recorder, crash_points, first_seed, write_directory
+from tests.support.powercut import BROKER_FLAGS, Disk, Recorder, check_model, crash_points, first_seed, write_directory
 from tests.support.v2client import connect, subscriber
 
 #: (topic, channel) of every consumer group; "events:late" is created after the publishes.
 SUBSCRIPTIONS = (("orders", "billing"), ("orders", "audit"), ("events", "late"))
 TOPICS = ("orders", "events")
-#: Small segments roll often; syncs and checkpoints come every few operations.
-FLAGS = ("--durable", "--max-bytes-per-file=2048", "--sync-every=16", "--sync-timeout=50ms",
-         "--msg-timeout=500ms", "--mem-queue-size=50")
 #: Crash points per recorded run.
 POINTS_PER_RUN = 8
 #: Crash points in the CI run.
@@ -180,7 +177,7 @@ async def record_run(start_daemon, path: Path, rng: random.Random, workload: Wor
     recorder = Recorder(path)
     early, late = SUBSCRIPTIONS[:2], SUBSCRIPTIONS[2:]
     with recorder.installed(), trio.fail_after(60):
-        async with start_daemon(*FLAGS, data_path=path) as d:
+        async with start_daemon(*BROKER_FLAGS, data_path=path) as d:
             async with trio.open_nursery() as consumers:
                 for sub in early:  # these channels exist before the first publish
                     await consumers.start(consumer, d, sub, random.Random(rng.random()), recorder, workload)
@@ -216,7 +213,7 @@ async def drain_restarted(start_daemon, path: Path, workload: Workload,
     delivered: dict[Subscription, Counter[bytes]] = {sub: Counter() for sub in SUBSCRIPTIONS}
     deferred: dict[Subscription, dict[bytes, int]] = {}
     with recorder.installed() if recorder is not None else nullcontext():
-        async with start_daemon(*FLAGS, data_path=path) as d:
+        async with start_daemon(*BROKER_FLAGS, data_path=path) as d:
             # a long timeout: nothing times out while the drain looks at another channel
             clients = {sub: await subscriber(d, topic=sub[0], channel=sub[1], rdy=200, msg_timeout=60_000)
                        for sub in SUBSCRIPTIONS}
@@ -267,13 +264,6 @@ class Tally:
             self.repeated += sum(delivered[sub].values()) - len(got)
             self.unacked += len(got - promises.acked[sub[0]])
         assert not workload.early, workload.early
-
-
-def check_model(disk: Disk, recorder: Recorder, path: Path) -> None:
-    """The model, advanced over the whole record, holds what the directory holds."""
-    disk.advance(recorder.ops, len(recorder.ops))
-    assert disk.files_now() == {p.name: p.read_bytes() for p in path.iterdir()}, \
-        "the recorder missed a change: the model of the directory differs from the directory"
 
 
 async def test_power_cuts_lose_no_acknowledged_message(start_daemon, tmp_path: Path) -> None:

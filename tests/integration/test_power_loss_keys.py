@@ -27,10 +27,9 @@ import trio
 
 from broker.protocol import encode_mpub, encode_pub
 from broker.protocol.keys import duplicates_in_answer, prefix_key
-from tests.integration.test_power_loss_broker import FLAGS, check_model
 from tests.support.draining import drain
 from tests.support.http_client import request
-from tests.support.powercut import Disk, Recorder, crash_points, first_seed, write_directory
+from tests.support.powercut import BROKER_FLAGS, Disk, Recorder, check_model, crash_points, first_seed, write_directory
 from tests.support.v2client import connect, subscriber
 
 TOPIC, CHANNEL = "keyed", "c"
@@ -74,7 +73,7 @@ async def record_run(start_daemon, path: Path, rng: random.Random) -> tuple[Reco
     recorder = Recorder(path)
     sent: list[Publish] = []
     with recorder.installed(), trio.fail_after(60):
-        async with start_daemon(*FLAGS, data_path=path) as d:
+        async with start_daemon(*BROKER_FLAGS, data_path=path) as d:
             for target in (f"/topic/create?topic={TOPIC}", f"/channel/create?topic={TOPIC}&channel={CHANNEL}"):
                 reply = await request(d.addresses.http, "POST", target)
                 assert reply.status == 200, reply
@@ -89,7 +88,7 @@ async def retry_and_drain(start_daemon, path: Path, sent: list[Publish]) -> tupl
     is delivered, and the bodies whose retry was a duplicate."""
     delivered: Counter[bytes] = Counter()
     duplicates: set[bytes] = set()
-    async with start_daemon(*FLAGS, data_path=path) as d:
+    async with start_daemon(*BROKER_FLAGS, data_path=path) as d:
         client = await keyed_client(d)
         for messages in sent:
             for key, body in messages:  # one by one, to know which were duplicates

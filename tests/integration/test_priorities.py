@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-import signal
 import struct
 
 import pytest
@@ -11,11 +9,11 @@ import trio
 
 from broker.protocol import encode_dpub, encode_fin, encode_mpub, encode_pub, encode_rdy, encode_req
 from broker.protocol.priorities import prefix_priority
-from tests.support.http_client import request
-from tests.support.v2client import connect, subscriber
+from tests.support.http_client import create_channel, request
+from tests.support.priorities import DEFAULT, expected_order, prioritised_client, publish_prioritised, random_priorities
+from tests.support.v2client import connect, consume, consume_new, subscriber
 from tests.support.waiting import wait_for
 
-DEFAULT = 1 << 31
 COUNT = 5000
 #: Messages waiting on disk when a consumer comes: swept in one go, they held every client
 #: of the broker for over a second.
@@ -23,68 +21,6 @@ BACKLOG = 1_000_000
 #: The worst PUB round trip another client may see while they are swept: a sweep's step takes
 #: under a millisecond; the margin is for a busy 2-core machine.
 MAX_ROUND_TRIP = 0.5
-
-
-def random_priorities(seed: int, count: int = COUNT) -> list[int]:
-    """Half from ten levels (so many share one and arrival decides), half anywhere in 0..2**32-1,
-    and one in ten the default (sent as a number: stored as a message without a priority)."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(count):
-        roll = rng.random()
-        out.append(DEFAULT if roll < 0.1 else rng.choice(range(0, 1000, 100)) if roll < 0.55 else rng.getrandbits(32))
-    return out
-
-
-def expected_order(priorities: list[int]) -> list[bytes]:
-    return [b"m%d" % i for i in sorted(range(len(priorities)), key=lambda i: (priorities[i], i))]
-
-
-async def create_channel(http, topic: str = "t", channel: str = "c") -> None:
-    assert (await request(http, "POST", f"/topic/create?topic={topic}")).status == 200
-    assert (await request(http, "POST", f"/channel/create?topic={topic}&channel={channel}")).status == 200
-
-
-async def prioritised_client(address):
-    client = await connect(address)
-    answer = await client.identify(feature_negotiation=True, priorities=True)
-    assert answer is not None and (answer["priorities"], answer["default_priority"]) == (True, DEFAULT)
-    return client
-
-
-async def publish_prioritised(address, topic: str, priorities: list[int], batch: int = 250, first: int = 0) -> None:
-    """MPUB ``priorities`` in batches; the bodies are ``m<first>``, ``m<first+1>``, ..."""
-    client = await prioritised_client(address)
-    for start in range(0, len(priorities), batch):
-        bodies = [prefix_priority(p, b"m%d" % i)
-                  for i, p in enumerate(priorities[start:start + batch], first + start)]
-        await client.send(encode_mpub(topic, bodies))
-        await client.expect_response(b"OK")
-    await client.aclose()
-
-
-async def consume_one_at_a_time(address, topic: str, count: int, channel: str = "c",
-                                seen: set[bytes] | None = None) -> list[bytes]:
-    """SUB with RDY 1, FIN each message as it comes: the channel's delivery order of ``count``
-    messages. With ``seen`` (a durable broker after a crash, which delivers at least once), a
-    message whose body is in it again is finished and not counted; ``seen`` gets every body."""
-    client = await connect(address)
-    await client.send(b"SUB %s %s\n" % (topic.encode(), channel.encode()))
-    await client.expect_response(b"OK")
-    await client.send(encode_rdy(1))
-    bodies: list[bytes] = []
-    while len(bodies) < count:
-        msg = await client.read_message()
-        await client.send(encode_fin(msg.id))
-        if seen is not None:
-            if msg.body in seen:
-                continue
-            seen.add(msg.body)
-        bodies.append(msg.body)
-    if seen is None:
-        await client.expect_quiet()
-    await client.aclose()
-    return bodies
 
 
 async def test_identify_offers_priorities_only_to_a_client_that_asks(daemon):
@@ -96,13 +32,13 @@ async def test_identify_offers_priorities_only_to_a_client_that_asks(daemon):
 
 async def test_5000_random_priorities_in_memory_with_rdy_1(daemon):
     """Published before the channel exists: its SUB creates it, and the topic hands all over."""
-    priorities = random_priorities(1)
+    priorities = random_priorities(1, COUNT)
     await publish_prioritised(daemon.addresses.tcp, "t", priorities)
-    assert await consume_one_at_a_time(daemon.addresses.tcp, "t", COUNT) == expected_order(priorities)
+    assert await consume(daemon, "t", "c", COUNT, rdy=1, quiet=True) == expected_order(priorities)
 
 
 async def test_5000_random_priorities_mostly_on_disk(start_daemon):
-    priorities = random_priorities(2)
+    priorities = random_priorities(2, COUNT)
     async with start_daemon("--mem-queue-size=100") as daemon:
         await create_channel(daemon.addresses.http)
         await publish_prioritised(daemon.addresses.tcp, "t", priorities)
@@ -113,11 +49,11 @@ async def test_5000_random_priorities_mostly_on_disk(start_daemon):
         peek = (await request(daemon.addresses.http, "GET", "/channel/peek?topic=t&channel=c&n=300")).json()
         order = sorted(range(COUNT), key=lambda i: (priorities[i], i))[:300]
         assert [(m["body"], m["priority"]) for m in peek["messages"]] == [("m%d" % i, priorities[i]) for i in order]
-        assert await consume_one_at_a_time(daemon.addresses.tcp, "t", COUNT) == expected_order(priorities)
+        assert await consume(daemon, "t", "c", COUNT, rdy=1, quiet=True) == expected_order(priorities)
 
 
 async def test_5000_random_priorities_across_a_graceful_restart(start_daemon, tmp_path):
-    priorities = random_priorities(3)
+    priorities = random_priorities(3, COUNT)
     async with start_daemon("--mem-queue-size=100") as daemon:
         await create_channel(daemon.addresses.http)
         await publish_prioritised(daemon.addresses.tcp, "t", priorities)
@@ -125,23 +61,22 @@ async def test_5000_random_priorities_across_a_graceful_restart(start_daemon, tm
     assert b'"prioritised":true' in (tmp_path / "data" / "nsqd.dat").read_bytes()
     async with start_daemon("--mem-queue-size=100") as daemon:
         assert daemon.broker.topics["t"].ranked
-        assert await consume_one_at_a_time(daemon.addresses.tcp, "t", COUNT) == expected_order(priorities)
+        assert await consume(daemon, "t", "c", COUNT, rdy=1, quiet=True) == expected_order(priorities)
 
 
 async def test_5000_random_priorities_across_kill_9_with_durable(broker_process):
-    priorities = random_priorities(4)
+    priorities = random_priorities(4, COUNT)
     proc = broker_process("--durable", "--mem-queue-size=100")
     await create_channel(proc.http)
     await publish_prioritised(proc.tcp, "t", priorities)
     # some delivered and finished before the crash
     seen: set[bytes] = set()
-    first = await consume_one_at_a_time(proc.tcp, "t", 10, seen=seen)
+    first, _ = await consume_new(proc, "t", "c", 10, seen)
     assert first == expected_order(priorities)[:10]
-    proc.proc.send_signal(signal.SIGKILL)
-    proc.proc.wait()
+    proc.kill()
     proc.start()
     # delivered again after the crash: those finished since the last commit, at most
-    rest = await consume_one_at_a_time(proc.tcp, "t", COUNT - 10, seen=seen)
+    rest, _ = await consume_new(proc, "t", "c", COUNT - 10, seen)
     assert rest == expected_order(priorities)[10:]
 
 
@@ -154,7 +89,7 @@ async def test_unprioritised_messages_keep_publish_order_and_plain_frames(daemon
     await client.send(encode_pub("t", prefix_priority(DEFAULT, b"c")))
     await client.expect_response(b"OK")
     assert not daemon.broker.topics["t"].ranked
-    assert await consume_one_at_a_time(daemon.addresses.tcp, "t", 3) == [b"a", b"b", b"c"]
+    assert await consume(daemon, "t", "c", 3, rdy=1, quiet=True) == [b"a", b"b", b"c"]
 
 
 async def test_a_prioritised_consumer_sees_each_priority_before_the_body(daemon):
@@ -168,7 +103,7 @@ async def test_a_prioritised_consumer_sees_each_priority_before_the_body(daemon)
     assert got == [struct.pack(">I", 3) + b"three", struct.pack(">I", 7) + b"seven",
                    struct.pack(">I", DEFAULT) + b"plain"]
     # a plain consumer of another channel gets nsqd's frames
-    assert await consume_one_at_a_time(daemon.addresses.tcp, "t", 0, channel="other") == []
+    assert await consume(daemon, "t", "other", 0, rdy=1, quiet=True) == []
 
 
 async def test_req_timeout_and_deferral_keep_priorities(start_daemon):
@@ -237,7 +172,7 @@ async def test_http_priority_on_pub_mpub_and_deferred_pub(daemon):
         assert (reply.status, reply.body) == (400, b'{"message":"INVALID_PRIORITY"}'), bad
     reply = await request(http, "POST", "/mpub?topic=t&priority=-2", b"bad")
     assert (reply.status, reply.body) == (400, b'{"message":"INVALID_PRIORITY"}')
-    channel_order = await consume_one_at_a_time(daemon.addresses.tcp, "t", 6)
+    channel_order = await consume(daemon, "t", "c", 6, rdy=1, quiet=True)
     assert channel_order[:5] == [b"one-a", b"one-b", b"five", b"nine", b"plain"] or \
         channel_order == [b"zero-later", b"one-a", b"one-b", b"five", b"nine", b"plain"]
     assert sorted(channel_order) == sorted([b"nine", b"one-a", b"one-b", b"plain", b"zero-later", b"five"])
@@ -357,12 +292,12 @@ async def test_a_disk_that_refuses_a_sweep_loses_nothing(start_daemon, flags):
             channel = daemon.broker.topics["t"].channels["c"]
             await wait_for(lambda: channel.depth == 600)
             seen: set[bytes] = set()
-            got = await consume_one_at_a_time(daemon.addresses.tcp, "t", 50, seen=seen)
+            got, _ = await consume_new(daemon, "t", "c", 50, seen)
             disk.fail(errno.ENOSPC)
-            got += await consume_one_at_a_time(daemon.addresses.tcp, "t", 200, seen=seen)
+            got += (await consume_new(daemon, "t", "c", 200, seen))[0]
             assert disk.refused > 0
             disk.fail(None)
-            got += await consume_one_at_a_time(daemon.addresses.tcp, "t", 350, seen=seen)
+            got += (await consume_new(daemon, "t", "c", 350, seen))[0]
     assert sorted(got) == sorted(b"m%d" % i for i in range(600))  # each once, none lost
     assert got[:50] == expected_order(priorities)[:50]
 

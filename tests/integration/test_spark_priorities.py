@@ -12,6 +12,7 @@ from pyspark_nsq.options import Address, BatchReadOptions
 from pyspark_nsq.publisher import Publisher
 from pyspark_nsq.subscription import Subscription
 from tests.support.http_client import request
+from tests.support.waiting import wait_for
 
 #: The broker's --default-priority in these tests: what a row without one is delivered with.
 DEFAULT = 100
@@ -71,9 +72,8 @@ async def test_the_drain_and_a_subscription_cut_the_priority_off_too(start_daemo
         subscription = Subscription(address, "held", "c", max_in_flight=10, msg_timeout_ms=60_000)
         await _in_thread(subscription.start)
         try:
-            with trio.fail_after(10):
-                while len(subscription.inbox) < len(EXPECTED):
-                    await trio.sleep(0.01)  # the subscription's own thread fills the inbox
+            # the subscription's own thread fills the inbox
+            await wait_for(lambda: len(subscription.inbox) >= len(EXPECTED), timeout=10)
             received = list(subscription.inbox)
             subscription.fin([message.id for message in received])
         finally:

@@ -16,16 +16,10 @@ from broker.lookup.topic_channels import LookupHTTPError, get_topic_channels
 from broker.server.auth import AuthError, parse_state
 from broker.storage.metadata import load
 from tests.support.http_client import request
+from tests.support.logs import no_traceback_logged
 from tests.support.v2client import connect
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
-
-
-def no_traceback_logged(caplog: pytest.LogCaptureFixture) -> None:
-    """No unexpected failure was logged (nsqd-like one-line ERRORs about the input are expected)."""
-    bad = [r for r in caplog.records if r.exc_info or r.levelno >= logging.CRITICAL]
-    assert not bad, [r.getMessage() for r in bad]
-    assert "Traceback" not in caplog.text
 
 
 @pytest.mark.parametrize("body", [DEEP, b"[" * 9000 + b"]" * 9000, b'["a", [[["b"]]]]', b"[NaN]", b'{"a": 1}',

@@ -132,6 +132,14 @@ async def request(address: tuple[str, int], method: str, target: str, body: byte
         return await client.request(method, target, body, **kw)
 
 
+async def create_channel(address: tuple[str, int], topic: str = "t", channel: str = "c") -> None:
+    """Create ``topic`` and its ``channel`` over HTTP at ``address`` (each answered 200), so the
+    channel gets its copy of every message published from now on."""
+    for target in (f"/topic/create?topic={topic}", f"/channel/create?topic={topic}&channel={channel}"):
+        reply = await request(address, "POST", target)
+        assert reply.status == 200, (target, reply)
+
+
 async def raw_exchange(address: tuple[str, int], data: bytes, *, read_until_close: bool = True) -> bytes:
     """Send raw bytes and return everything the server answers until it closes."""
     stream = await trio.open_tcp_stream(*address)

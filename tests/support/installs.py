@@ -45,7 +45,7 @@ def fresh_venv(env_dir: Path) -> Path:
     # system_site_packages shares the base interpreter's packages; when the tests run in a
     # virtual environment, the dependencies are in that one's site-packages instead, so add it too.
     inner = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                           check=True, capture_output=True, text=True).stdout.strip()
+                           check=True, capture_output=True, text=True, timeout=60).stdout.strip()
     outer = sysconfig.get_paths()["purelib"]
     if outer != inner:
         Path(inner, "outer-environment.pth").write_text(outer + "\n")

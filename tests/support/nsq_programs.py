@@ -7,17 +7,13 @@ folder. :func:`nsq_bin_missing` says why a test must skip on a machine that has 
 
 from __future__ import annotations
 
-import re
 import subprocess
-import time
 from pathlib import Path
 
 from tests.support.paths import nsq_bin
+from tests.support.processes import wait_listening
 
 __all__ = ["NsqProgram", "nsq_bin", "nsq_bin_missing"]
-
-_LISTEN = re.compile(r"(TCP|HTTP): listening on (\S+)")
-
 
 def nsq_bin_missing() -> str | None:
     """Why tests with nsq's programs cannot run here, or None when they can."""
@@ -51,20 +47,9 @@ class NsqProgram:
             start_offset = log.tell()
             self.proc = subprocess.Popen([str(folder / self.name), *self.args], stdout=log, stderr=log,
                                          stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        text = ""
-        while time.monotonic() < deadline:
-            text = self.log_path.read_bytes()[start_offset:].decode("utf-8", "replace")
-            found = dict(_LISTEN.findall(text))
-            if all(kind in found for kind in self.expect):
-                self.tcp = _split(found["TCP"]) if "TCP" in found else None
-                self.http = _split(found["HTTP"]) if "HTTP" in found else None
-                return self
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{text}")
-            time.sleep(0.05)  # the log is the only signal another process gives; poll it
-        self.kill()
-        raise RuntimeError(f"{self.name} did not start within {timeout}s:\n{text}")
+        found = wait_listening(self.proc, self.log_path, start_offset, self.expect, self.name, timeout)
+        self.tcp, self.http = found.get("TCP"), found.get("HTTP")
+        return self
 
     def address(self, kind: str) -> str:
         """``host:port`` of its TCP or HTTP listener."""
@@ -77,7 +62,3 @@ class NsqProgram:
             self.proc.kill()
             self.proc.wait(10)
 
-
-def _split(addr: str) -> tuple[str, int]:
-    host, _, port = addr.rpartition(":")
-    return host.strip("[]"), int(port)

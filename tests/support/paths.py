@@ -25,7 +25,7 @@ def nsq_bin() -> Path | None:
         if script.is_file():
             # the script unpacks into ~/.cache, which a fresh machine may not have yet
             (Path.home() / ".cache").mkdir(parents=True, exist_ok=True)
-            found = subprocess.run([str(script)], capture_output=True, text=True, check=False)
+            found = subprocess.run([str(script)], capture_output=True, text=True, check=False, timeout=300)
             if found.returncode == 0 and (Path(found.stdout.strip()) / "nsqd").is_file():
                 return Path(found.stdout.strip())
     return None

@@ -52,7 +52,7 @@ from typing import Any
 
 from tests.support.file_layer import FileLayer
 
-__all__ = ["Disk", "Op", "Recorder", "crash_points", "first_seed", "write_directory"]
+__all__ = ["BROKER_FLAGS", "Disk", "Op", "Recorder", "check_model", "crash_points", "first_seed", "write_directory"]
 
 #: The name the directory itself is recorded under (files are recorded by their name in it).
 DIRECTORY = "."
@@ -418,6 +418,20 @@ class Disk:
                         lost.append(lo)  # reads as zeros if a later sector landed
                 choices.append(f"{name}: write [{offset}, {end}) lost the sectors at {lost}")
         return bytes(buf)
+
+
+#: A durable broker under power cuts: small segments roll often; syncs and checkpoints come
+#: every few operations, so that a short recorded run crosses many crash points.
+BROKER_FLAGS = ("--durable", "--max-bytes-per-file=2048", "--sync-every=16", "--sync-timeout=50ms",
+                "--msg-timeout=500ms", "--mem-queue-size=50")
+
+
+def check_model(disk: Disk, recorder: Recorder, path: Path) -> None:
+    """``disk`` (the model of the directory ``path`` when ``recorder`` began), advanced over the
+    whole record, holds what ``path`` holds: the recorder saw every change."""
+    disk.advance(recorder.ops, len(recorder.ops))
+    assert disk.files_now() == {p.name: p.read_bytes() for p in path.iterdir()}, \
+        "the recorder missed a change: the model of the directory differs from the directory"
 
 
 def crash_points(default: int) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BrokerProcess", "Exited", "broker_args", "run_to_exit", "stop_process"]
+__all__ = ["BrokerProcess", "Exited", "broker_args", "run_to_exit", "stop_process", "wait_listening"]
 
 _LISTEN = re.compile(r"(TCP|HTTP): listening on (\S+)")
 
@@ -61,20 +61,9 @@ class BrokerProcess:
             cwd=self.cwd,
         )
         log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = self.log_path.read_bytes()[start_offset:].decode("utf-8", "replace")
-            found = dict((kind, addr) for kind, addr in _LISTEN.findall(text))
-            if "TCP" in found and "HTTP" in found:
-                self.tcp = _split(found["TCP"])
-                self.http = _split(found["HTTP"])
-                return self
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{text}")
-            # The log file is the only signal a separate process gives; poll it.
-            time.sleep(0.05)
-        self.kill()
-        raise RuntimeError(f"broker did not start within {timeout}s:\n{text}")
+        found = wait_listening(self.proc, self.log_path, start_offset, ("TCP", "HTTP"), "broker", timeout)
+        self.tcp, self.http = found["TCP"], found["HTTP"]
+        return self
 
     def terminate(self, timeout: float = 30.0) -> int:
         """SIGTERM and wait: the graceful path."""
@@ -109,6 +98,26 @@ def stop_process(proc: subprocess.Popen, timeout: float, sig: int = signal.SIGTE
         proc.kill()
         proc.wait(10)
         return None
+
+
+def wait_listening(proc: subprocess.Popen, log_path: Path, start_offset: int, kinds: tuple[str, ...], name: str,
+                   timeout: float) -> dict[str, tuple[str, int]]:
+    """The addresses of the listeners ``kinds`` (``TCP``, ``HTTP``) once the log ``proc`` writes
+    to ``log_path`` (from ``start_offset`` on) names them all. Raises RuntimeError, with the log,
+    if ``proc`` exits first, or after ``timeout`` seconds (``proc`` killed then)."""
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = log_path.read_bytes()[start_offset:].decode("utf-8", "replace")
+        found = dict(_LISTEN.findall(text))
+        if all(kind in found for kind in kinds):
+            return {kind: _split(address) for kind, address in found.items()}
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{text}")
+        time.sleep(0.05)  # the log is the only signal another process gives; poll it
+    proc.kill()
+    proc.wait(10)
+    raise RuntimeError(f"{name} did not start within {timeout}s:\n{text}")
 
 
 def _split(addr: str) -> tuple[str, int]:

@@ -24,7 +24,8 @@ from broker.protocol import (
 )
 from broker.protocol.replica import ACCEPTOR, CONNECTOR, new_nonce, proof, proof_holds
 
-__all__ = ["BARRIER_ID", "V2Client", "connect", "consume", "subscriber", "publish", "publish_batch"]
+__all__ = ["BARRIER_ID", "V2Client", "connect", "consume", "consume_new", "publish", "publish_batch", "subscriber",
+           "tcp_address"]
 
 #: The message ID a barrier FINs: a well-formed ID that no message ever has.
 BARRIER_ID = b"0000000000000000"
@@ -151,6 +152,15 @@ class V2Client:
         await self.stream.aclose()
 
 
+def tcp_address(broker) -> tuple[str, int]:
+    """The V2 address of ``broker``: an in-process daemon, a :class:`~tests.support.processes.BrokerProcess`,
+    or the address itself."""
+    if isinstance(broker, tuple):
+        return broker
+    addresses = getattr(broker, "addresses", None)
+    return addresses.tcp if addresses is not None else broker.tcp
+
+
 async def connect(address: tuple[str, int], *, magic: bool = True, timeout: float = 5.0) -> V2Client:
     stream = await trio.open_tcp_stream(*address)
     client = V2Client(stream, timeout, address)
@@ -159,9 +169,10 @@ async def connect(address: tuple[str, int], *, magic: bool = True, timeout: floa
     return client
 
 
-async def subscriber(daemon, topic="t", channel="c", rdy=None, **identify) -> V2Client:
-    """A client of ``daemon`` subscribed to ``topic``/``channel`` (IDENTIFY first if given), RDY if given."""
-    client = await connect(daemon.addresses.tcp)
+async def subscriber(broker, topic="t", channel="c", rdy=None, *, timeout: float = 5.0, **identify) -> V2Client:
+    """A client of ``broker`` (see :func:`tcp_address`) subscribed to ``topic``/``channel``
+    (IDENTIFY first if given), RDY if given."""
+    client = await connect(tcp_address(broker), timeout=timeout)
     if identify:
         await client.identify(**identify)
     await client.send(encode_sub(topic, channel))
@@ -171,34 +182,61 @@ async def subscriber(daemon, topic="t", channel="c", rdy=None, **identify) -> V2
     return client
 
 
-async def consume(address: tuple[str, int], topic: str, channel: str, count: int) -> list[bytes]:
-    """Subscribe to ``topic``/``channel`` at ``address`` and return the bodies of the next
-    ``count`` messages, each finished as it comes (RDY at most 2,500, nsqd's maximum)."""
-    client = await connect(address)
-    await client.send(encode_sub(topic, channel))
-    await client.expect_response(b"OK")
-    await client.send(encode_rdy(min(count, 2500)))
+async def consume(broker, topic: str, channel: str, count: int, *, rdy: int | None = None, quiet: bool = False,
+                  timeout: float = 5.0) -> list[bytes]:
+    """Subscribe to ``topic``/``channel`` of ``broker`` (see :func:`tcp_address`) and return the
+    bodies of the next ``count`` messages, each finished as it comes; when it returns, the broker
+    has handled every FIN (see :meth:`V2Client.sync`).
+
+    RDY is ``rdy``, by default ``count`` up to 2,500 (nsqd's maximum); RDY 1 gives the order the
+    channel delivers in. With ``quiet``, nothing more may arrive once they are finished."""
+    client = await subscriber(broker, topic, channel, rdy=rdy or min(count, 2500), timeout=timeout)
     bodies = []
     for _ in range(count):
         msg = await client.read_message()
         bodies.append(msg.body)
         await client.send(encode_fin(msg.id))
+    more = await client.sync()
+    assert not (quiet and more), f"unexpected messages {more}"
     await client.aclose()
     return bodies
 
 
-async def publish(daemon, topic, *bodies) -> None:
-    """PUB each body to ``daemon``, one at a time, waiting for every OK."""
-    client = await connect(daemon.addresses.tcp)
+async def consume_new(broker, topic: str, channel: str, count: int, seen: set[bytes], *,
+                      timeout: float = 5.0) -> tuple[list[bytes], int]:
+    """:func:`consume` with RDY 1 until ``count`` bodies not in ``seen`` came (a durable broker
+    delivers at least once after a crash): those in the order they came, and how many repeats
+    came between them. Every message is finished; ``seen`` gets every new body."""
+    client = await subscriber(broker, topic, channel, rdy=1, timeout=timeout)
+    bodies: list[bytes] = []
+    repeats = 0
+    while len(bodies) < count:
+        msg = await client.read_message()
+        await client.send(encode_fin(msg.id))
+        if msg.body in seen:
+            repeats += 1
+            continue
+        seen.add(msg.body)
+        bodies.append(msg.body)
+    await client.aclose()
+    return bodies, repeats
+
+
+async def publish(broker, topic, *bodies, timeout: float = 5.0) -> None:
+    """PUB each body to ``broker`` (see :func:`tcp_address`), one at a time, waiting for every OK."""
+    client = await connect(tcp_address(broker), timeout=timeout)
     for body in bodies:
         await client.send(encode_pub(topic, body))
         await client.expect_response(b"OK")
     await client.aclose()
 
 
-async def publish_batch(daemon, topic, *bodies) -> None:
-    """MPUB all bodies to ``daemon`` at once."""
-    client = await connect(daemon.addresses.tcp)
-    await client.send(encode_mpub(topic, list(bodies)))
-    await client.expect_response(b"OK")
+async def publish_batch(broker, topic, *bodies, per_mpub: int | None = None, timeout: float = 5.0) -> None:
+    """MPUB all bodies to ``broker`` (see :func:`tcp_address`) at once, or ``per_mpub`` at a time,
+    waiting for every OK."""
+    client = await connect(tcp_address(broker), timeout=timeout)
+    step = per_mpub or max(len(bodies), 1)
+    for start in range(0, len(bodies), step):
+        await client.send(encode_mpub(topic, list(bodies[start:start + step])))
+        await client.expect_response(b"OK")
     await client.aclose()

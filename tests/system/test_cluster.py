@@ -16,6 +16,7 @@ from tests.support.http_client import request
 from tests.support.interop import GNSQ, PYNSQ, assert_no_errors, of_kind, start_client
 from tests.support.nsq_programs import NsqProgram, nsq_bin_missing
 from tests.support.processes import BrokerProcess
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(nsq_bin_missing() is not None, reason=nsq_bin_missing() or "")
 
@@ -91,12 +92,11 @@ async def producers(lookupd: NsqProgram, topic: str) -> set[int]:
 
 async def wait_producers(cluster: Cluster, topic: str, ports: set[int], timeout: float = 10.0) -> None:
     """Return once every lookupd hands out exactly ``ports`` for ``topic``."""
-    with trio.fail_after(timeout):
-        while True:
-            seen = [await producers(lookupd, topic) for lookupd in cluster.lookupds]
-            if all(found == ports for found in seen):
-                return
-            await trio.sleep(0.05)
+
+    async def all_hand_out_ports() -> bool:
+        return all([await producers(lookupd, topic) == ports for lookupd in cluster.lookupds])
+
+    await wait_until(all_hand_out_ports, timeout)
 
 
 async def publish(node, topic: str, bodies: list[str]) -> None:
@@ -239,7 +239,5 @@ async def test_a_real_nsqd_joins_and_clients_cannot_tell_the_difference(cluster,
                     return False
         return True
 
-    with trio.fail_after(10):
-        while not await gone_from_nodes():
-            await trio.sleep(0.05)
+    await wait_until(gone_from_nodes, timeout=10)
     await wait_producers(cluster, "mixed", {cluster.nodes[0].tcp[1]})

@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 
 import pytest
-import trio
 import yaml
 
 from broker.config.options import parse_args
 from tests.support.http_client import request
 from tests.support.nsq_programs import NsqProgram, nsq_bin_missing
 from tests.support.paths import DEPLOY, REPO
+from tests.support.waiting import wait_until
 
 NODES = sorted((DEPLOY / "cluster").glob("node-*.toml"))
 
@@ -35,13 +35,12 @@ async def test_nodes_started_from_the_files_register_with_nsqlookupd(broker_proc
         for node in nodes:
             reply = await request(node.http, "POST", "/topic/create?topic=deployed")
             assert reply.status == 200
-        with trio.fail_after(10):
-            while True:  # lookupd learns of the nodes asynchronously; poll its answer
-                lookup = await request(lookupd.http, "GET", "/lookup?topic=deployed")
-                if lookup.status == 200 and len(lookup.json()["producers"]) == 3:
-                    break
-                await trio.sleep(0.05)
-        producers = lookup.json()["producers"]
+
+        async def all_three_listed() -> list | None:  # lookupd learns of the nodes asynchronously
+            lookup = await request(lookupd.http, "GET", "/lookup?topic=deployed")
+            return lookup.json()["producers"] if lookup.status == 200 and len(lookup.json()["producers"]) == 3 else None
+
+        producers = await wait_until(all_three_listed, timeout=10)
         assert sorted(p["tcp_port"] for p in producers) == sorted(node.tcp[1] for node in nodes)
         assert {p["broadcast_address"] for p in producers} == {"127.0.0.1"}
         ids = sorted(int(re.search(r"INFO: ID: (\d+)", node.log_text()).group(1)) for node in nodes)

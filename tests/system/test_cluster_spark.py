@@ -7,7 +7,6 @@ only the lookupd's HTTP address.
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from collections import Counter
 
@@ -15,6 +14,7 @@ import pytest
 
 from tests.support.nsq_programs import NsqProgram, nsq_bin_missing
 from tests.support.processes import BrokerProcess
+from tests.support.waiting import wait_sync
 from tests.system.test_spark import DEADLINE_S, create_channel, publish, spark  # noqa: F401  (spark is a fixture)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow,
@@ -103,15 +103,12 @@ def test_the_stream_subscribes_to_a_node_that_starts_producing_while_it_runs(spa
         def seen() -> Counter:
             return Counter(bytes(row.body).decode() for row in spark.sql("select body from grown").collect())
 
-        deadline = time.monotonic() + DEADLINE_S
-        while seen() != Counter(["first-0", "first-1"]) and time.monotonic() < deadline:
-            time.sleep(0.2)  # Spark's micro-batches are observable only by polling the sink
-        assert seen() == Counter(["first-0", "first-1"])
+        # Spark's micro-batches are observable only by polling the sink
+        wait_sync(lambda: seen() == Counter(["first-0", "first-1"]), DEADLINE_S, poll=0.2, report=lambda: str(seen()))
         # the second node has the topic only now; lookupd learns it, the source then subscribes
         create_channel(second, "grow", "spark")
         publish(second, "grow", [b"second-0"])
-        while "second-0" not in seen() and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_sync(lambda: "second-0" in seen(), DEADLINE_S, poll=0.2, report=lambda: str(seen()))
         assert seen() == Counter(["first-0", "first-1", "second-0"])
     finally:
         query.stop()

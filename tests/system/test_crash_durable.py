@@ -29,9 +29,7 @@ from broker.protocol import (
     encode_fin,
     encode_mpub,
     encode_pub,
-    encode_rdy,
     encode_req,
-    encode_sub,
 )
 from diskqueue.checkpoint import load_checkpoint
 from diskqueue.format import meta_filename
@@ -39,8 +37,8 @@ from tests.support import crash_clients
 from tests.support.draining import drain
 from tests.support.http_client import request
 from tests.support.ledger import Ledger
-from tests.support.v2client import connect
-from tests.support.waiting import wait_for
+from tests.support.v2client import connect, subscriber
+from tests.support.waiting import wait_for, wait_until
 
 SEED = 20240611
 ROUNDS = 10
@@ -95,15 +93,6 @@ async def _round(proc, ledger: Ledger, rng: random.Random, kill_after: float) ->
         stop.set()
 
 
-async def _subscribe(proc, rdy: int):
-    """A consumer of ``crash``/``c`` on ``proc`` with ``rdy`` messages in flight at most."""
-    client = await connect(proc.tcp)
-    await client.send(encode_sub("crash", "c"))
-    await client.expect_response(b"OK")
-    await client.send(encode_rdy(rdy))
-    return client
-
-
 async def _start_published(broker_process, data, bodies: list[bytes], *, rdy: int, flags: tuple[str, ...] = ()):
     """Start ``pynsqd --durable`` (with ``flags``) on ``data``, MPUB ``bodies`` to ``crash``, and
     subscribe a consumer of ``crash``/``c`` with ``rdy``. Returns the process and the consumer."""
@@ -111,7 +100,7 @@ async def _start_published(broker_process, data, bodies: list[bytes], *, rdy: in
     producer = await connect(proc.tcp)
     await producer.send(encode_mpub("crash", bodies))
     await producer.expect_response(b"OK")
-    return proc, await _subscribe(proc, rdy=rdy)
+    return proc, await subscriber(proc, "crash", "c", rdy=rdy)
 
 
 def _channel_is_empty(doc: dict) -> bool:
@@ -133,7 +122,7 @@ async def _drain(proc, ledger: Ledger, want: set[bytes], timeout: float) -> None
         # duplicates, if any, are delivered before the channel is empty
         return want <= ledger.finished and _channel_is_empty(await _stats(proc))
 
-    client = await _subscribe(proc, rdy=200)
+    client = await subscriber(proc, "crash", "c", rdy=200)
     with trio.move_on_after(timeout):
         await drain(client, done, on_message=record, poll=0.05)
     await client.aclose()
@@ -175,7 +164,7 @@ async def test_kill_9_keeps_deferred_due_times(broker_process, tmp_path):
     ledger = Ledger()
     with trio.fail_after(60):
         proc = broker_process("--durable", data_path=data)
-        await _subscribe(proc, rdy=0)  # the channel exists, its messages wait
+        await subscriber(proc, "crash", "c", rdy=0)  # the channel exists, its messages wait
         producer = await connect(proc.tcp)
         for i in range(40):
             defer_ms = 4000 + 50 * i  # due well after the restarts below, even on a busy machine
@@ -231,15 +220,13 @@ async def test_kill_9_keeps_buried_messages(broker_process, tmp_path):
 
 
 async def _wait_http(proc, path: str, done, timeout: float = 5.0) -> dict:
-    """GET ``path`` until the JSON answer satisfies ``done``."""
-    with trio.fail_after(timeout):
-        while True:
-            reply = await request(proc.http, "GET", path)
-            if reply.status == 200:
-                doc = reply.json()
-                if done(doc):
-                    return doc
-            await trio.sleep(0.05)
+    """GET ``path`` until the JSON answer satisfies ``done``; that answer."""
+
+    async def answered() -> dict | None:
+        reply = await request(proc.http, "GET", path)
+        return reply.json() if reply.status == 200 and done(reply.json()) else None
+
+    return await wait_until(answered, timeout)
 
 
 async def _stats(proc) -> dict:
@@ -298,7 +285,7 @@ async def test_kill_9_after_the_fan_out_does_not_copy_unconsumed_messages_twice(
         if kind == "DPUB":
             return
         proc = broker_process("--durable", data_path=data)
-        consumer = await _subscribe(proc, rdy=100)
+        consumer = await subscriber(proc, "crash", "c", rdy=100)
         got = [msg.body for msg in await consumer.read_messages(len(bodies))]
         assert sorted(got) == sorted(bodies)
         assert (await _stats(proc))["topics"][0]["channels"][0]["depth"] == 0
@@ -328,7 +315,7 @@ async def test_kill_9_after_requeues_deferrals_and_releases_delivers_each_messag
         proc = broker_process("--durable", data_path=data)
         # one at a time, each finished before the next: a second copy cannot hide behind
         # its first one in flight (the channel skips those)
-        consumer = await _subscribe(proc, rdy=1)
+        consumer = await subscriber(proc, "crash", "c", rdy=1)
         got: list[bytes] = []
         with trio.move_on_after(1.5) as idle:
             while True:
@@ -360,7 +347,7 @@ async def test_kill_9_does_not_bring_back_messages_finished_behind_one_in_flight
         await wait_for(lambda: _finished_in_checkpoint(data) == 49, timeout=10)
         proc.kill()
         proc = broker_process("--durable", data_path=data)
-        consumer = await _subscribe(proc, rdy=100)
+        consumer = await subscriber(proc, "crash", "c", rdy=100)
         (msg,) = await consumer.read_messages(1)
         assert msg.body == b"m0"
         with trio.move_on_after(1.0):

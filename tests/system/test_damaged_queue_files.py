@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 import trio
 
-from broker.protocol import encode_fin, encode_mpub, encode_rdy, encode_sub
+from broker.protocol import encode_fin, encode_mpub, encode_rdy
 from diskqueue.format import meta_filename, segment_filename
 from tests.support.draining import drain
-from tests.support.http_client import request
-from tests.support.v2client import connect
+from tests.support.http_client import create_channel, request
+from tests.support.v2client import connect, subscriber
+from tests.support.waiting import wait_until
 
 COUNT = 100
 #: About 28 messages per segment.
@@ -57,10 +58,7 @@ async def _copied_depths(address: tuple[str, int]) -> dict[str, int]:
 
 async def _drain(address: tuple[str, int], topic: str, want: set[bytes]) -> set[bytes]:
     """Everything the channel ``topic:c`` delivers until ``want`` has come, and what else was ready."""
-    consumer = await connect(address, timeout=20)
-    await consumer.send(encode_sub(topic, "c"))
-    await consumer.expect_response(b"OK")
-    await consumer.send(encode_rdy(COUNT))
+    consumer = await subscriber(address, topic, "c", rdy=COUNT, timeout=20)
     got: set[bytes] = set()
     await drain(consumer, lambda: want <= got, on_message=lambda _, msg: got.add(msg.body))
     got.update(m.body for m in await consumer.sync())
@@ -76,14 +74,10 @@ async def test_damaged_queue_files_cost_only_what_they_held(broker_process, mode
     with trio.fail_after(60):
         publisher = await connect(proc.tcp)
         for topic, sent in bodies.items():
-            await request(proc.http, "POST", f"/topic/create?topic={topic}")
-            await request(proc.http, "POST", f"/channel/create?topic={topic}&channel=c")
+            await create_channel(proc.http, topic, "c")
             await publisher.send(encode_mpub(topic, sent))
             await publisher.expect_response(b"OK")
-        consumer = await connect(proc.tcp)  # a:c: the first CONSUMED messages, FIN'd
-        await consumer.send(encode_sub("a", "c"))
-        await consumer.expect_response(b"OK")
-        await consumer.send(encode_rdy(CONSUMED))
+        consumer = await subscriber(proc, "a", "c", rdy=CONSUMED)  # a:c: the first CONSUMED messages, FIN'd
         consumed = await consumer.read_messages(CONSUMED)
         await consumer.send(encode_rdy(0))
         for msg in consumed:
@@ -92,8 +86,10 @@ async def test_damaged_queue_files_cost_only_what_they_held(broker_process, mode
         assert {m.body for m in consumed} == set(bodies["a"][:CONSUMED])
         # durable mode copies a topic's messages to its channels after the publish is answered:
         # stop only once every channel holds its copy, so that each channel has files to damage
-        while await _copied_depths(proc.http) != {"a": COUNT - CONSUMED, "b": COUNT, "d": COUNT, "e": COUNT}:
-            await trio.sleep(0.02)
+        async def every_channel_copied() -> bool:
+            return await _copied_depths(proc.http) == {"a": COUNT - CONSUMED, "b": COUNT, "d": COUNT, "e": COUNT}
+
+        await wait_until(every_channel_copied, timeout=60, poll=0.02)
     assert proc.terminate() == 0
 
     data = proc.data_path

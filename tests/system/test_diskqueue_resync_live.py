@@ -8,11 +8,11 @@ import sys
 
 import trio
 
-from broker.protocol import encode_fin, encode_mpub, encode_rdy, encode_sub
+from broker.protocol import encode_fin, encode_mpub
 from diskqueue.format import HEADER_SIZE, RECORD_HEADER_SIZE, segment_filename
+from tests.support.diskqueues import flip, record_spans
 from tests.support.paths import REPO
-from tests.support.v2client import connect
-from tests.unit.test_diskqueue_resync import flip, record_spans
+from tests.support.v2client import connect, subscriber
 
 COUNT = 3000
 
@@ -44,10 +44,7 @@ async def test_flipped_bytes_mid_segment_lose_exactly_the_damaged_message(broker
     restarted = broker_process()
     received: list[bytes] = []
     with trio.fail_after(60):
-        consumer = await connect(restarted.tcp)
-        await consumer.send(encode_sub("t", "c"))
-        await consumer.expect_response()
-        await consumer.send(encode_rdy(500))
+        consumer = await subscriber(restarted, "t", "c", rdy=500)
         while len(received) < COUNT - len(damaged):
             msg = await consumer.read_message()
             received.append(msg.body)

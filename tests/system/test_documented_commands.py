@@ -29,6 +29,7 @@ import pytest
 
 from tests.support.nsq_programs import nsq_bin, nsq_bin_missing
 from tests.support.paths import DEPLOY, REPO
+from tests.support.waiting import wait_sync
 
 DOCUMENTS = ("README.md", "spark/README.md")
 BLOCK_TIMEOUT = 60
@@ -247,12 +248,12 @@ def test_the_tls_blocks_run_as_pasted(tmp_path):
         broker = subprocess.Popen(["bash", "-c", f"exec {broker_line}"], cwd=tmp_path, env=env,
                                   stdout=log, stderr=log, stdin=subprocess.DEVNULL)
     try:
-        listening: dict[str, str] = {}
-        deadline = time.monotonic() + BLOCK_TIMEOUT
-        while len(listening) < 3:  # until the log names its three listeners
-            assert broker.poll() is None and time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.05)
-            listening = dict(re.findall(r"(TCP|HTTPS|HTTP): listening on (\S+)", log_path.read_text()))
+        def three_listeners() -> dict[str, str] | None:  # once the log names them
+            assert broker.poll() is None, log_path.read_text()
+            found = dict(re.findall(r"(TCP|HTTPS|HTTP): listening on (\S+)", log_path.read_text()))
+            return found if len(found) == 3 else None
+
+        listening = wait_sync(three_listeners, BLOCK_TIMEOUT, report=log_path.read_text)
         script = client.text.replace("127.0.0.1:4150", listening["TCP"]).replace("127.0.0.1:4152", listening["HTTPS"])
         result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
                                 capture_output=True, text=True, timeout=BLOCK_TIMEOUT, stdin=subprocess.DEVNULL)

@@ -15,11 +15,12 @@ import os
 import random
 import struct
 
+import pytest
 import trio
 
-from broker.protocol import encode_fin, encode_pub, encode_rdy, encode_sub
+from broker.protocol import encode_fin, encode_pub
 from tests.support.http_client import request
-from tests.support.v2client import connect
+from tests.support.v2client import connect, subscriber
 from tests.support.waiting import wait_for
 
 SECONDS = float(os.environ.get("PYNSQD_FUZZ_SECONDS", "6"))
@@ -158,6 +159,7 @@ def _rss_kb(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+@pytest.mark.deadline(SECONDS + 300)  # a run as long as PYNSQD_FUZZ_SECONDS says
 async def test_fuzzed_connections_do_not_disturb_a_good_round_trip(broker_process) -> None:
     proc = broker_process()
     rng = random.Random(SEED)
@@ -183,10 +185,7 @@ async def test_fuzzed_connections_do_not_disturb_a_good_round_trip(broker_proces
         await producer.aclose()
 
     async def consume() -> None:
-        consumer = await connect(proc.tcp, timeout=SECONDS + 30)
-        await consumer.send(encode_sub("good", "c"))
-        await consumer.expect_response()
-        await consumer.send(encode_rdy(100))
+        consumer = await subscriber(proc, "good", "c", rdy=100, timeout=SECONDS + 30)
         while True:
             msg = await consumer.read_message()
             received.add(msg.body)

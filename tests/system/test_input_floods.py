@@ -24,7 +24,7 @@ import pytest
 import trio
 
 from broker.protocol import FRAME_TYPE_RESPONSE, encode_identify, encode_pub, encode_rdy, encode_sub
-from tests.support.http_client import HTTPClient, request
+from tests.support.http_client import HTTPClient, create_channel, request
 from tests.support.nsq_programs import nsq_bin_missing
 from tests.support.paths import nsq_bin
 from tests.support.processes import BrokerProcess
@@ -37,7 +37,8 @@ from tests.support.transports import (
     negotiate,
     upgrade_tls,
 )
-from tests.support.v2client import V2Client, connect
+from tests.support.v2client import V2Client, connect, subscriber
+from tests.support.waiting import wait_until
 
 #: Plain bytes of NOP sent in all, shared by the flooding connections: a broker that applies
 #: each read whole spent seconds on it and dropped the consumer.
@@ -212,26 +213,18 @@ async def _publish_huge(proc: BrokerProcess, via: str, bodies: bytes) -> None:
     assert (reply.status, reply.body) == (200, b"OK"), reply
 
 
-async def _create_channel(proc: BrokerProcess) -> None:
-    """Channel ``c`` of topic ``huge``, so that it gets its copy of every message published."""
-    for target in ("/topic/create?topic=huge", "/channel/create?topic=huge&channel=c"):
-        reply = await request(proc.http, "POST", target)
-        assert reply.status == 200, reply
-
-
-async def _channel_depth(proc: BrokerProcess) -> int:
+async def _all_in_the_channel(proc: BrokerProcess) -> bool:
+    """The topic has handed channel ``c`` every message of the huge MPUB."""
     reply = await request(proc.http, "GET", "/stats?format=json&topic=huge&channel=c")
     [topic] = reply.json()["topics"]
     [channel] = topic["channels"]
-    return channel["depth"] if not topic["depth"] else -1
+    return not topic["depth"] and channel["depth"] == HUGE_COUNT
 
 
 async def _consume(proc: BrokerProcess, bodies: bytes, *, in_order: bool) -> None:
     """Consume channel ``huge/c`` and check that it gives ``bodies`` (one byte each), in order
     if ``in_order`` (nsqd's channel mixes its memory and disk queues)."""
-    consumer = await connect(proc.tcp, timeout=60)
-    await consumer.send(encode_sub("huge", "c"))
-    await consumer.expect_response(b"OK")
+    consumer = await subscriber(proc, "huge", "c", timeout=60)
     stream = consumer.stream  # read raw from here on: a million frames decoded one by one are slow
     await stream.send_all(encode_rdy(2500))
     pending = b""
@@ -268,13 +261,11 @@ async def test_a_huge_mpub_does_not_hold_the_other_connections(broker, via):
     proc = broker.proc
     bodies = _huge_bodies()
     with trio.fail_after(180):
-        await _create_channel(proc)
+        await create_channel(proc.http, "huge", "c")
         worst = await _beside_a_probe(proc, lambda: _publish_huge(proc, via, bodies))
         print(f"{broker.name} {via}: worst round trip {worst * 1000:.1f} ms")
         assert worst < MAX_ROUND_TRIP, f"a PUB waited {worst:.2f} s behind the MPUB"
-        with trio.fail_after(60):
-            while await _channel_depth(proc) != HUGE_COUNT:
-                await trio.sleep(0.1)  # the topic hands its messages to the channel
+        await wait_until(lambda: _all_in_the_channel(proc), timeout=60, poll=0.1)
         if via == "tcp":
             await _consume(proc, bodies, in_order=broker.name == "pynsqd")
 
@@ -284,13 +275,11 @@ async def test_a_huge_durable_mpub_does_not_hold_the_other_connections(tmp_path)
     try:
         bodies = _huge_bodies()
         with trio.fail_after(180):
-            await _create_channel(proc)
+            await create_channel(proc.http, "huge", "c")
             worst = await _beside_a_probe(proc, lambda: _publish_huge(proc, "tcp", bodies))
             print(f"pynsqd --durable: worst round trip {worst * 1000:.1f} ms")
             assert worst < MAX_ROUND_TRIP, f"a PUB waited {worst:.2f} s behind the MPUB"
-            with trio.fail_after(60):
-                while await _channel_depth(proc) != HUGE_COUNT:
-                    await trio.sleep(0.1)
+            await wait_until(lambda: _all_in_the_channel(proc), timeout=60, poll=0.1)
     finally:
         proc.kill()
 

@@ -27,6 +27,7 @@ from tests.support.crash_clients import DISCONNECTED
 from tests.support.draining import drain
 from tests.support.http_client import request
 from tests.support.v2client import connect
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -137,8 +138,8 @@ async def test_retries_across_kills_store_every_keyed_message_exactly_once(broke
             nursery.start_soon(publisher, broker, publisher_commands)
         nursery.start_soon(http_publisher, broker, requests)
         for point in kill_at:
-            while broker.acked < point:  # a random point of the traffic, by progress, not by time
-                await trio.sleep(0.005)
+            # a random point of the traffic, by progress, not by time
+            await wait_for(lambda point=point: broker.acked >= point, timeout=120, poll=0.005)
             await broker.restart()
     assert broker.acked == (PUBLISHERS + 1) * BATCHES
 

@@ -15,7 +15,7 @@ import trio
 from tests.support.fake_lookupd import start_fake_lookupd
 from tests.support.http_client import request
 from tests.support.nsq_programs import NsqProgram, nsq_bin_missing
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.skipif(nsq_bin_missing() is not None, reason=nsq_bin_missing() or "")
 
@@ -55,16 +55,12 @@ async def wait_registered(lookupd: NsqProgram, tcp_port: int, topics: list[str],
     """Return once lookupd lists the node on ``tcp_port`` with exactly ``topics`` (None: not at all)."""
     state: dict = {}
 
-    async def poll() -> None:
-        with trio.fail_after(timeout):
-            while True:
-                state["seen"] = (await producer_topics(lookupd)).get(tcp_port)
-                if state["seen"] == (sorted(topics) if topics is not None else None):
-                    return
-                await trio.sleep(0.05)
+    async def listed() -> bool:
+        state["seen"] = (await producer_topics(lookupd)).get(tcp_port)
+        return state["seen"] == (sorted(topics) if topics is not None else None)
 
     try:
-        await poll()
+        await wait_until(listed, timeout)
     except trio.TooSlowError:
         raise AssertionError(f"lookupd lists {state.get('seen')} for :{tcp_port}, expected {topics}") from None
 
@@ -118,10 +114,11 @@ async def test_a_new_topic_gets_the_channels_lookupd_knows_before_its_first_mess
     await post(first.http, "/channel/create?topic=precreate&channel=live%23ephemeral")
     await wait_registered(lookupd, first.tcp[1], ["precreate"])
     # the channels' REGISTERs follow the topic's: wait until lookupd lists both
-    with trio.fail_after(10):
-        while sorted((await get_json(lookupd.http, "/channels?topic=precreate"))["channels"]) != [
-                "audit", "live#ephemeral"]:
-            await trio.sleep(0.05)
+    async def both_listed() -> bool:
+        return sorted((await get_json(lookupd.http, "/channels?topic=precreate"))["channels"]) == [
+            "audit", "live#ephemeral"]
+
+    await wait_until(both_listed, timeout=10)
 
     second = broker_process(f"--lookupd-tcp-address={lookupd.address('TCP')}", LOOPBACK, data_path=tmp_path / "two")
     await wait_for(lambda: "peer info" in second.log_text(), timeout=10)

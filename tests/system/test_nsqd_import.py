@@ -20,12 +20,14 @@ import pytest
 import trio
 
 from broker.core.message import RECORD_OVERHEAD
-from broker.protocol import encode_dpub, encode_fin, encode_mpub, encode_rdy, encode_sub
-from tests.support.http_client import request
+from broker.protocol import encode_dpub, encode_mpub
+from tests.support.draining import drain
+from tests.support.http_client import create_channel, request
 from tests.support.nsq_programs import nsq_bin, nsq_bin_missing
 from tests.support.nsqd_files import nsqd_payload, segment_bytes, write_nsqd_metadata, write_nsqd_queue
 from tests.support.processes import BrokerProcess, broker_args, stop_process
-from tests.support.v2client import V2Client, connect
+from tests.support.v2client import V2Client, connect, subscriber
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(nsq_bin_missing() is not None, reason=nsq_bin_missing() or "")
 
@@ -43,11 +45,6 @@ def _nsqd(data: Path, log: Path, *flags: str) -> BrokerProcess:
 async def _post(address: tuple[str, int], target: str) -> None:
     reply = await request(address, "POST", target)
     assert reply.status == 200, (target, reply.status, reply.body)
-
-
-async def _create_channel(address: tuple[str, int], topic: str, channel: str) -> None:
-    await _post(address, f"/topic/create?topic={topic}")
-    await _post(address, f"/channel/create?topic={topic}&channel={channel}")
 
 
 async def _mpub(client: V2Client, topic: str, bodies: list[bytes]) -> None:
@@ -68,7 +65,7 @@ async def _fill_nsqd(tmp_path: Path, data: Path) -> tuple[Delivery, dict[bytes, 
     # 1: everything spilled to disk as it is published
     nsqd = _nsqd(data, tmp_path / "nsqd1.log", "--mem-queue-size=0").start()
     try:
-        await _create_channel(nsqd.http, "spilled", "c")
+        await create_channel(nsqd.http, "spilled", "c")
         client = await connect(nsqd.tcp)
         bodies = [b"spilled-%d" % i for i in range(40)]
         await _mpub(client, "spilled", bodies)
@@ -82,8 +79,8 @@ async def _fill_nsqd(tmp_path: Path, data: Path) -> tuple[Delivery, dict[bytes, 
     in_flight: dict[bytes, int] = {}
     try:
         for channel in ("c1", "c2"):
-            await _create_channel(nsqd.http, "mixed", channel)
-        await _create_channel(nsqd.http, "paused", "p")
+            await create_channel(nsqd.http, "mixed", channel)
+        await create_channel(nsqd.http, "paused", "p")
         await _post(nsqd.http, "/channel/pause?topic=paused&channel=p")
         await _post(nsqd.http, "/topic/create?topic=nochan")
         client = await connect(nsqd.tcp)
@@ -103,10 +100,7 @@ async def _fill_nsqd(tmp_path: Path, data: Path) -> tuple[Delivery, dict[bytes, 
         want["paused", "p"] = paused
         want["spilled", "c"] = want["spilled", "c"] + more
         # a consumer that takes four messages and never finishes them
-        holder = await connect(nsqd.tcp)
-        await holder.send(encode_sub("mixed", "c1"))
-        await holder.expect_response(b"OK")
-        await holder.send(encode_rdy(4))
+        holder = await subscriber(nsqd, "mixed", "c1", rdy=4)
         for msg in await holder.read_messages(4):
             in_flight[msg.id] = msg.attempts
     finally:
@@ -119,27 +113,15 @@ async def _drain(address: tuple[str, int], http: tuple[str, int], want: Delivery
     """Subscribe to every channel of ``want``, take as many messages as it must deliver and FIN
     them; then every queue of the broker must be empty."""
     await _post(http, "/channel/unpause?topic=paused&channel=p")
-    got: dict[tuple[str, str], list] = {}
-    for (topic, channel), bodies in want.items():
-        client = await connect(address, timeout=10.0)
-        await client.send(encode_sub(topic, channel))
-        await client.expect_response(b"OK")
-        await client.send(encode_rdy(len(bodies) + 10))
-        messages = await client.read_messages(len(bodies))
-        for msg in messages:
-            await client.send(encode_fin(msg.id))
-        extra = await client.sync()
-        got[topic, channel] = messages + extra
-        await client.aclose()
-    with trio.fail_after(10):
-        while True:
-            stats = (await request(http, "GET", "/stats?format=json")).json()
-            left = [(t["topic_name"], t["depth"], [(c["channel_name"], c["depth"], c["in_flight_count"],
-                                                     c["deferred_count"]) for c in t["channels"]])
-                    for t in stats["topics"]]
-            if all(depth == 0 and all(c[1:] == (0, 0, 0) for c in chans) for _, depth, chans in left):
-                break
-            await trio.sleep(0.05)
+    got = {(topic, channel): await _drain_many(address, topic, channel, len(bodies))
+           for (topic, channel), bodies in want.items()}
+
+    async def all_empty() -> bool:
+        stats = (await request(http, "GET", "/stats?format=json")).json()
+        return all(t["depth"] == 0 and all((c["depth"], c["in_flight_count"], c["deferred_count"]) == (0, 0, 0)
+                                           for c in t["channels"]) for t in stats["topics"])
+
+    await wait_until(all_empty, timeout=10)
     return got
 
 
@@ -197,16 +179,11 @@ async def test_pynsqd_delivers_everything_nsqd_left_queued(tmp_path, mode):
 
 
 async def _drain_many(address: tuple[str, int], topic: str, channel: str, count: int) -> list:
-    """``count`` messages of a channel, FIN'd in batches; then nothing more arrives."""
-    client = await connect(address, timeout=10.0)
-    await client.send(encode_sub(topic, channel))
-    await client.expect_response(b"OK")
-    await client.send(encode_rdy(2000))
+    """``count`` messages of a channel, each FIN'd, and whatever else arrives with them (nothing,
+    if the broker delivers each message once)."""
+    client = await subscriber(address, topic, channel, rdy=2000, timeout=10.0)
     got: list = []
-    while len(got) < count:
-        batch = await client.read_messages(min(1000, count - len(got)))
-        await client.send(b"".join(encode_fin(m.id) for m in batch))
-        got.extend(batch)
+    await drain(client, lambda: len(got) >= count, on_message=lambda _, msg: got.append(msg))
     got.extend(await client.sync())
     await client.aclose()
     return got
@@ -231,7 +208,7 @@ async def test_kill_9_during_the_import_loses_and_duplicates_nothing(tmp_path):
     quiet = [b"quiet-%06d" % i for i in range(10_000)]
     nsqd = _nsqd(data, tmp_path / "nsqd.log", "--mem-queue-size=0", "--max-bytes-per-file=1048576").start()
     try:
-        await _create_channel(nsqd.http, "big", "c")
+        await create_channel(nsqd.http, "big", "c")
         await _post(nsqd.http, "/topic/create?topic=quiet")
         client = await connect(nsqd.tcp, timeout=30.0)
         for start in range(0, len(big), 20_000):
@@ -293,14 +270,16 @@ async def test_damaged_nsqd_files_are_read_as_nsqd_reads_them(tmp_path):
     bodies = [b"damaged-%03d-" % i + b"x" * 60 for i in range(60)]
     nsqd = _nsqd(data, tmp_path / "nsqd.log", "--mem-queue-size=0", "--max-bytes-per-file=1024").start()
     try:
-        await _create_channel(nsqd.http, "d", "c")
+        await create_channel(nsqd.http, "d", "c")
         client = await connect(nsqd.tcp)
         await _mpub(client, "d", bodies)
         await client.aclose()
-        with trio.fail_after(20):  # every message reached the channel's files
-            while (await request(nsqd.http, "GET", "/stats?format=json&topic=d")).json()["topics"][0][
-                    "channels"][0]["depth"] < len(bodies):
-                await trio.sleep(0.01)
+
+        async def all_on_disk() -> bool:  # every message reached the channel's files
+            stats = (await request(nsqd.http, "GET", "/stats?format=json&topic=d")).json()
+            return stats["topics"][0]["channels"][0]["depth"] >= len(bodies)
+
+        await wait_until(all_on_disk, timeout=20, poll=0.01)
     finally:
         assert nsqd.terminate() == 0
     segments = sorted(data.glob("d:c.diskqueue.0*.dat"))
@@ -340,7 +319,7 @@ async def test_export_nsqd_hands_a_stopped_pynsqds_queues_back_to_nsqd(tmp_path)
     pynsqd = BrokerProcess(data, "--mem-queue-size=5", log_path=tmp_path / "pynsqd.log").start()
     try:
         for channel in ("c1", "c2"):
-            await _create_channel(pynsqd.http, "x", channel)
+            await create_channel(pynsqd.http, "x", channel)
         await _post(pynsqd.http, "/topic/create?topic=solo")
         client = await connect(pynsqd.tcp)
         bodies = [b"x-%d" % i for i in range(30)]
@@ -350,10 +329,7 @@ async def test_export_nsqd_hands_a_stopped_pynsqds_queues_back_to_nsqd(tmp_path)
         solo = [b"solo-%d" % i for i in range(10)]
         await _mpub(client, "solo", solo)
         await client.aclose()
-        holder = await connect(pynsqd.tcp)
-        await holder.send(encode_sub("x", "c1"))
-        await holder.expect_response(b"OK")
-        await holder.send(encode_rdy(3))
+        holder = await subscriber(pynsqd, "x", "c1", rdy=3)
         held = {m.id: m.attempts for m in await holder.read_messages(3)}
     finally:
         assert pynsqd.terminate() == 0
@@ -380,7 +356,7 @@ async def test_export_nsqd_refuses_a_durable_data_directory(tmp_path):
     data = tmp_path / "data"
     pynsqd = BrokerProcess(data, "--durable", log_path=tmp_path / "pynsqd.log").start()
     try:
-        await _create_channel(pynsqd.http, "x", "c")
+        await create_channel(pynsqd.http, "x", "c")
         client = await connect(pynsqd.tcp)
         await _mpub(client, "x", [b"kept-%d" % i for i in range(5)])
         await client.aclose()
@@ -400,7 +376,7 @@ async def test_export_nsqd_writes_a_prioritised_channel_in_its_delivery_order(tm
     priorities = [7, 2, 2 ** 31, 0, 7, 1, 2 ** 32 - 1, 2]  # 2**31: the default, no priority
     pynsqd = BrokerProcess(data, "--mem-queue-size=3", log_path=tmp_path / "pynsqd.log").start()
     try:
-        await _create_channel(pynsqd.http, "p", "c")
+        await create_channel(pynsqd.http, "p", "c")
         client = await connect(pynsqd.tcp)
         await client.identify(feature_negotiation=True, priorities=True)
         await _mpub(client, "p", [prefix_priority(p, b"p-%d" % i) for i, p in enumerate(priorities)])

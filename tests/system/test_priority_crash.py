@@ -13,40 +13,18 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 
 import pytest
 
-from broker.protocol import encode_fin, encode_rdy
-from tests.integration.test_priorities import create_channel, expected_order, publish_prioritised, random_priorities
-from tests.support.v2client import connect
+from tests.support.http_client import create_channel
+from tests.support.priorities import expected_order, publish_prioritised, random_priorities
+from tests.support.v2client import consume_new
 
 pytestmark = pytest.mark.slow
 
 SEED = int(os.environ.get("PYNSQD_PRIORITY_CRASH_SEED", "20261127"))
 COUNT = 3000
 KILLS = 3
-
-
-async def drain_until(address, want: int | None, seen: set[bytes], order: list[list[bytes]]) -> int:
-    """Consume with RDY 1 until ``want`` new messages came (None: every message), FINning each;
-    new bodies go to ``order[-1]``; returns how many repeats came."""
-    client = await connect(address)
-    await client.send(b"SUB t c\n")
-    await client.expect_response(b"OK")
-    await client.send(encode_rdy(1))
-    repeats = new = 0
-    while want is None and len(seen) < COUNT or want is not None and new < want:
-        msg = await client.read_message()
-        await client.send(encode_fin(msg.id))
-        if msg.body in seen:
-            repeats += 1
-            continue
-        seen.add(msg.body)
-        order[-1].append(msg.body)
-        new += 1
-    await client.aclose()
-    return repeats
 
 
 async def test_kill_9_while_draining_loses_nothing_and_keeps_order(broker_process):
@@ -56,16 +34,15 @@ async def test_kill_9_while_draining_loses_nothing_and_keeps_order(broker_proces
     await create_channel(proc.http)
     await publish_prioritised(proc.tcp, "t", priorities)
     seen: set[bytes] = set()
-    order: list[list[bytes]] = [[]]
+    first: list[bytes] = []  # each message's first delivery, across the crashes
     repeats = 0
-    for _ in range(KILLS):
-        repeats += await drain_until(proc.tcp, rng.randrange(50, 600), seen, order)
-        proc.proc.send_signal(signal.SIGKILL)
-        proc.proc.wait()
-        proc.start()
-        order.append([])
-    repeats += await drain_until(proc.tcp, None, seen, order)
+    for want in [rng.randrange(50, 600) for _ in range(KILLS)] + [None]:
+        bodies, again = await consume_new(proc, "t", "c", COUNT - len(seen) if want is None else want, seen)
+        first += bodies
+        repeats += again
+        if want is not None:
+            proc.kill()
+            proc.start()
     assert len(seen) == COUNT  # none lost
-    # first deliveries, across the crashes, in (priority, arrival) order
-    assert [body for run in order for body in run] == expected_order(priorities)
+    assert first == expected_order(priorities)  # in (priority, arrival) order
     assert repeats <= KILLS * 600, repeats

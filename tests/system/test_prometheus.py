@@ -13,14 +13,14 @@ import subprocess
 import urllib.parse
 
 import pytest
-import trio
 
-from broker.protocol import encode_fin, encode_rdy, encode_sub
+from broker.protocol import encode_fin
 from tests.support.http_client import request
 from tests.support.paths import DEPLOY
 from tests.support.processes import stop_process
 from tests.support.snapshots import MIXIN_NAMES
-from tests.support.v2client import connect
+from tests.support.v2client import subscriber
+from tests.support.waiting import wait_until
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
@@ -52,10 +52,7 @@ async def generate_traffic(broker) -> None:
         assert reply.status == 200
     assert (await request(broker.http, "POST", "/mpub?topic=audit", b"a\nb\nc")).status == 200
     assert (await request(broker.http, "POST", "/channel/create?topic=audit&channel=archive")).status == 200
-    consumer = await connect(broker.tcp)
-    await consumer.send(encode_sub("orders", "billing"))
-    await consumer.expect_response(b"OK")
-    await consumer.send(encode_rdy(20))
+    consumer = await subscriber(broker, "orders", "billing", rdy=20)
     for msg in await consumer.read_messages(20):
         await consumer.send(encode_fin(msg.id))
     await consumer.aclose()
@@ -82,19 +79,17 @@ async def test_prometheus_scrapes_the_dashboard_series(broker_process, tmp_path)
         stdout=log, stderr=log, stdin=subprocess.DEVNULL,
     )
     try:
-        with trio.fail_after(60):
-            while True:
-                if proc.poll() is not None:
-                    raise AssertionError((tmp_path / "prometheus.log").read_text())
-                try:
-                    result = await query(address, 'up{job="pynsqd"}')
-                    if result and result[0]["value"][1] == "1":
-                        found = await query(address, "nsq_topic_channel_message_count")
-                        if found:
-                            break
-                except OSError:
-                    pass
-                await trio.sleep(0.2)
+        async def scraped() -> bool:
+            """Prometheus is up, has scraped pynsqd and holds its series."""
+            assert proc.poll() is None, (tmp_path / "prometheus.log").read_text()
+            try:
+                result = await query(address, 'up{job="pynsqd"}')
+                return bool(result and result[0]["value"][1] == "1"
+                            and await query(address, "nsq_topic_channel_message_count"))
+            except OSError:  # not listening yet
+                return False
+
+        await wait_until(scraped, timeout=60, poll=0.2)
 
         for name in MIXIN_NAMES:
             assert await query(address, name), f"{name} was not scraped"

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from broker.protocol import FRAME_TYPE_ERROR, encode_fin, encode_pub, encode_rdy, encode_sub
+from broker.protocol import FRAME_TYPE_ERROR, encode_fin, encode_pub
 from diskqueue import DiskQueue
 from tests.support.http_client import request
 from tests.support.mounts import abort_ext4, ext4_image, remount, reset_ext4, tmpfs
 from tests.support.paths import nsq_bin
 from tests.support.processes import BrokerProcess, run_to_exit
-from tests.support.v2client import connect
+from tests.support.v2client import connect, publish, subscriber
 
 COUNT = 300
 
@@ -67,16 +67,6 @@ async def test_a_read_only_data_path_is_refused_at_start_with_nsqds_line(tmp_pat
                 [f"failed to persist metadata - open {used}/nsqd.dat.tmp: read-only file system"]
 
 
-async def _publish_all(address, topic: str, count: int) -> list[bytes]:
-    bodies = [b"%s-%04d" % (topic.encode(), i) for i in range(count)]
-    client = await connect(address)
-    for body in bodies:
-        await client.send(encode_pub(topic, body))
-        await client.expect_response(b"OK")
-    await client.aclose()
-    return bodies
-
-
 @pytest.mark.parametrize("mode", ["default", "durable"])
 async def test_a_data_path_turning_read_only_refuses_publishes_and_loses_nothing_accepted(
         tmp_path: Path, mode: str) -> None:
@@ -87,7 +77,8 @@ async def test_a_data_path_turning_read_only_refuses_publishes_and_loses_nothing
             await request(proc.http, "POST", "/topic/create?topic=t")
             for channel in ("c", "idle"):
                 await request(proc.http, "POST", f"/channel/create?topic=t&channel={channel}")
-            accepted = await _publish_all(proc.tcp, "t", COUNT)
+            accepted = [b"t-%04d" % i for i in range(COUNT)]
+            await publish(proc, "t", *accepted)
 
             abort_ext4(disk)
             publisher = await connect(proc.tcp)
@@ -104,10 +95,7 @@ async def test_a_data_path_turning_read_only_refuses_publishes_and_loses_nothing
             assert ping.body.endswith(b"read-only file system"), ping.body
 
             # everything accepted is still delivered: the disk still reads
-            consumer = await connect(proc.tcp)
-            await consumer.send(encode_sub("t", "c"))
-            await consumer.expect_response(b"OK")
-            await consumer.send(encode_rdy(COUNT))
+            consumer = await subscriber(proc, "t", "c", rdy=COUNT)
             received = await consumer.read_messages(COUNT)
             assert sorted(m.body for m in received) == accepted
             kept = received[-50:]  # still in flight at the shutdown
@@ -141,10 +129,7 @@ async def test_a_data_path_turning_read_only_refuses_publishes_and_loses_nothing
         again = BrokerProcess(disk / "data", *flags, log_path=tmp_path / "again.log").start()
         try:
             for channel in ("c", "idle"):
-                consumer = await connect(again.tcp)
-                await consumer.send(encode_sub("t", channel))
-                await consumer.expect_response(b"OK")
-                await consumer.send(encode_rdy(COUNT))
+                consumer = await subscriber(again, "t", channel, rdy=COUNT)
                 delivered = {m.body for m in await consumer.read_messages(COUNT)}
                 assert delivered == set(accepted), channel
             assert again.terminate() == 0

@@ -35,6 +35,7 @@ import pytest
 from tests.support.nsq_programs import nsq_bin, nsq_bin_missing
 from tests.support.paths import REPO
 from tests.support.processes import BrokerProcess
+from tests.support.waiting import wait_sync
 
 pytestmark = pytest.mark.skipif(nsq_bin_missing() is not None, reason=nsq_bin_missing() or "")
 
@@ -537,10 +538,8 @@ def _same_metadata(brokers, steps, expected: bytes) -> None:
         for method, target, body in steps:
             assert _http(proc.http, method, target, body)[0] == 200
     for proc in brokers:
-        deadline = time.monotonic() + 10
-        while _metadata(proc.data_path) != expected and time.monotonic() < deadline:
-            time.sleep(0.05)  # nsqd rewrites its file after it answers: wait for the file, not a time
-        assert _metadata(proc.data_path) == expected, proc.program
+        # nsqd rewrites its file after it answers: wait for the file, not a time
+        wait_sync(lambda proc=proc: _metadata(proc.data_path) == expected, 10, report=lambda proc=proc: str(proc.program))
 
 
 def test_the_data_directory_is_nsqds(tmp_path):

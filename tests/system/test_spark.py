@@ -26,18 +26,19 @@ from broker.protocol import (
     decode_message,
     encode_cls,
     encode_fin,
-    encode_mpub,
     encode_nop,
     encode_rdy,
     encode_req,
     encode_sub,
 )
 from pyspark_nsq import SOURCE_SCHEMA, NsqDataSource
+from tests.support.http_client import create_channel as http_create_channel
 from tests.support.http_client import request
 from tests.support.paths import REPO, nsq_bin
 from tests.support.processes import BrokerProcess
 from tests.support.spark_queries import start_copy
-from tests.support.v2client import connect
+from tests.support.v2client import connect, publish_batch
+from tests.support.waiting import wait_sync
 from tests.support.wiretap import wiretap
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -105,24 +106,12 @@ def address(broker: BrokerProcess) -> str:
 
 def create_channel(broker: BrokerProcess, topic: str, channel: str) -> None:
     """Create ``topic`` and ``channel`` over HTTP, so the channel gets every later message."""
-    host, port = broker.http
-    for path in (f"/topic/create?topic={topic}", f"/channel/create?topic={topic}&channel={channel}"):
-        request = urllib.request.Request(f"http://{host}:{port}{path}", method="POST")
-        with urllib.request.urlopen(request, timeout=10) as response:
-            assert response.status == 200
+    trio.run(http_create_channel, broker.http, topic, channel)
 
 
 def publish(broker: BrokerProcess, topic: str, bodies: list[bytes]) -> None:
     """MPUB ``bodies`` in chunks with the plain test client."""
-
-    async def run():
-        client = await connect(broker.tcp)
-        for start in range(0, len(bodies), 1000):
-            await client.send(encode_mpub(topic, bodies[start:start + 1000]))
-            await client.expect_response()
-        await client.aclose()
-
-    trio.run(run)
+    trio.run(lambda: publish_batch(broker, topic, *bodies, per_mpub=1000))
 
 
 def consume(broker: BrokerProcess, topic: str, channel: str, *, expect: int,
@@ -409,11 +398,12 @@ def test_stats_names_each_partitions_connection_by_query_batch_and_partition(spa
                            trigger={"availableNow": True}, drainTimeoutMs=str(DEADLINE_S * 1000))
     try:
         pattern = re.compile(r"stream (\w+) batch (\d+) partition (\d+)")
-        deadline = time.monotonic() + DEADLINE_S
-        while len(named := [c for c in channel_clients(nsqd, "named_in", "spark")
-                            if pattern.fullmatch(c["client_id"])]) < 2:
-            assert time.monotonic() < deadline, channel_clients(nsqd, "named_in", "spark")
-            time.sleep(0.1)  # the executors connect in their own time; /stats is the only witness
+
+        def both_named() -> list[dict] | None:  # the executors connect in their own time; /stats is the only witness
+            named = [c for c in channel_clients(nsqd, "named_in", "spark") if pattern.fullmatch(c["client_id"])]
+            return named if len(named) >= 2 else None
+
+        named = wait_sync(both_named, DEADLINE_S, poll=0.1, report=lambda: str(channel_clients(nsqd, "named_in", "spark")))
         # the plan of the batch: in the checkpoint before its tasks run
         offset = json.loads((tmp_path / "checkpoint" / "offsets" / "0").read_text().splitlines()[2])
         assert sorted(c["client_id"] for c in named) == [

@@ -15,7 +15,6 @@ import json
 import random
 import re
 import socket
-import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 
 from tests.support.processes import BrokerProcess
 from tests.support.spark_queries import EXACTLY_ONCE_KEY, kill_group, run_copy_process
+from tests.support.waiting import wait_sync
 from tests.system.test_spark import (  # noqa: F401  (fixtures, shared with test_spark)
     DEADLINE_S,
     WORKER_PATH,
@@ -55,12 +55,9 @@ def channel_stats(broker: BrokerProcess, topic: str, channel: str) -> dict:
 
 
 def wait_for(condition, what: str, log: Path, timeout: float = DEADLINE_S) -> None:
-    """Return once ``condition()`` holds; fails naming ``what``, with the end of the copy's log."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} within {timeout:g} s\n" + log.read_text(errors="replace")[-3000:])
-        time.sleep(0.05)  # the broker and Spark are other processes: /stats is the only witness
+    """Return once ``condition()`` holds; fails naming ``what``, with the end of the copy's log.
+    (The broker and Spark are other processes: /stats is the only witness.)"""
+    wait_sync(condition, timeout, report=lambda: f"{what}\n" + log.read_text(errors="replace")[-3000:])
 
 
 def copied(broker: BrokerProcess, sink: str, at_least: int):

@@ -34,9 +34,9 @@ from datetime import UTC, datetime
 import pytest
 import trio
 
-from broker.protocol import encode_fin, encode_rdy, encode_sub
 from tests.support.paths import REPO
-from tests.support.v2client import connect
+from tests.support.v2client import consume
+from tests.support.waiting import wait_for
 from tests.system.test_documented_commands import assert_prints_expected, prepare_block, shell_blocks
 
 EXAMPLES = REPO / "spark" / "examples"
@@ -126,19 +126,6 @@ def expected_counts(events: list[dict]) -> dict[tuple[str, str], tuple[int, floa
     return {key: (n, amount) for key, (n, amount) in counts.items()}
 
 
-async def drain(tcp: tuple[str, int], topic: str, channel: str, n: int) -> list[bytes]:
-    client = await connect(tcp, timeout=30)
-    await client.send(encode_sub(topic, channel))
-    await client.expect_response(b"OK")
-    await client.send(encode_rdy(n))
-    bodies = []
-    for msg in await client.read_messages(n):
-        bodies.append(msg.body)
-        await client.send(encode_fin(msg.id))
-    await client.aclose()
-    return bodies
-
-
 class Example:
     """A long-running example script in its own process group, as a shell runs a foreground job
     (Ctrl-C signals the whole group); its stderr in a file, read as it grows."""
@@ -155,31 +142,32 @@ class Example:
 
     async def wait_for_line(self, start: str, timeout: float = 180) -> str:
         """The first line of its output that starts with ``start``; fails if it exits first."""
-        with trio.fail_after(timeout):
-            while True:
-                for line in self.text().splitlines():
-                    if line.startswith(start):
-                        return line
-                assert self.process.poll() is None, self.text()
-                await trio.sleep(0.2)  # another process's output: only polling sees it
+
+        def found() -> str | None:  # another process's output: only polling sees it
+            for line in self.text().splitlines():
+                if line.startswith(start):
+                    return line
+            assert self.process.poll() is None, self.text()
+            return None
+
+        return await wait_for(found, timeout, poll=0.2)
 
     async def ctrl_c(self, timeout: float = 60) -> str:
         """SIGINT to its process group, as Ctrl-C in a terminal; what it printed after, once it exited."""
         before = self.log_path.stat().st_size
         os.killpg(self.process.pid, signal.SIGINT)
-        with trio.fail_after(timeout):
-            while self.process.poll() is None:
-                await trio.sleep(0.2)
+        await wait_for(lambda: self.process.poll() is not None, timeout, poll=0.2)
         return self.log_path.read_bytes()[before:].decode(errors="replace")
 
     def kill(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
-            self.process.wait()
+            self.process.wait(10)
 
 
 @pytest.mark.spark
 @pytest.mark.slow
+@pytest.mark.deadline(1200)  # two Spark queries started one after the other, each waited for up to minutes
 async def test_readme_sequence_counts_every_event_and_ctrl_c_is_quiet(broker_process, tmp_path):
     """The README's steps in order: the streaming copy first (channel ``spark`` of ``events``),
     stopped with Ctrl-C; then the pipeline, publishing as soon as ``windowed_counts.py`` has
@@ -214,15 +202,17 @@ async def test_readme_sequence_counts_every_event_and_ctrl_c_is_quiet(broker_pro
         assert published.stderr.decode().count(" events sent in ") == SECONDS // 5
         await query.wait_for_line("windowed_counts.py: ready: counting topic events (channel windowed_counts) "
                                   "into topic event_counts; Ctrl-C to stop")
-        events = [json.loads(body) for body in await drain(broker.tcp, "events", "audit", RATE * SECONDS + 1)]
+        events = [json.loads(body) for body in await consume(broker, "events", "audit", RATE * SECONDS + 1, timeout=30)]
         assert events[-1]["kind"] == "drain"
         expected = expected_counts(events)
         assert sum(n for n, _ in expected.values()) == RATE * SECONDS  # every event but the drain event
 
-        with trio.fail_after(180):
-            while topic_message_count(broker.http, "event_counts") < len(expected):
-                assert query.process.poll() is None, query.text()
-                await trio.sleep(1)
+
+        def all_windows_counted() -> bool:
+            assert query.process.poll() is None, query.text()
+            return topic_message_count(broker.http, "event_counts") >= len(expected)
+
+        await wait_for(all_windows_counted, 180, poll=1)
         after_stop = await query.ctrl_c()
     finally:
         query.kill()
@@ -283,7 +273,7 @@ async def test_documented_keyed_copy_run_twice_stores_each_message_once(broker_p
     assert sink["message_count"] == stored
     assert sink.get("duplicate_count") == (count if keyed else None)
     # a consumer of the copy gets each order once with the key (twice without), and nothing more
-    got = await drain(broker.tcp, "orders_copy", "check", stored)
+    got = await consume(broker, "orders_copy", "check", stored, timeout=30)
     assert Counter(got) == {body: stored // count for body in bodies}
     [sink] = topic_stats(broker.http, "orders_copy")
     assert [(c["depth"], c["in_flight_count"], c["message_count"]) for c in sink["channels"]] == [(0, 0, stored)]

@@ -11,9 +11,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from broker.protocol import encode_fin, encode_rdy, encode_sub
-from tests.support.processes import BrokerProcess
-from tests.support.v2client import connect
+from tests.support.priorities import DEFAULT
+from tests.support.v2client import consume
 from tests.system.test_spark import (  # noqa: F401  (fixtures, shared with test_spark)
     DEADLINE_S,
     address,
@@ -24,31 +23,8 @@ from tests.system.test_spark import (  # noqa: F401  (fixtures, shared with test
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-#: pynsqd's --default-priority: what a row with a null priority is published with.
-DEFAULT = 1 << 31
 #: The rows' priorities, in publish order: ties, nulls, both ends of the range, the default itself.
 PRIORITIES = [5, None, 0, 5, 4294967295, None, 0, DEFAULT, 7, None, 2147483647, 5, 1, 4294967295, 0, None]
-
-
-def consume_in_order(broker: BrokerProcess, topic: str, channel: str, count: int) -> list[bytes]:
-    """The bodies of ``count`` messages in the order ``channel`` delivers them: RDY 1, each
-    FIN'd before the next comes; then nothing more arrives."""
-
-    async def run():
-        client = await connect(broker.tcp, timeout=DEADLINE_S)
-        await client.send(encode_sub(topic, channel))
-        await client.expect_response()
-        await client.send(encode_rdy(1))
-        bodies = []
-        while len(bodies) < count:
-            message = await client.read_message()
-            await client.send(encode_fin(message.id))
-            bodies.append(message.body)
-        await client.expect_quiet()
-        await client.aclose()
-        return bodies
-
-    return trio.run(run)
 
 
 def test_a_priority_column_orders_delivery_and_reads_back_as_the_priority_column(spark, nsqd):  # noqa: F811
@@ -62,7 +38,9 @@ def test_a_priority_column_orders_delivery_and_reads_back_as_the_priority_column
         .option("batchSize", "4").mode("append").save()
 
     ranked = sorted(range(len(rows)), key=lambda i: (DEFAULT if PRIORITIES[i] is None else PRIORITIES[i], i))
-    assert consume_in_order(nsqd, topic, "check", len(rows)) == [rows[i][0].encode() for i in ranked]
+    # RDY 1, each finished before the next comes: the order the channel delivers in; then nothing more
+    in_order = trio.run(lambda: consume(nsqd, topic, "check", len(rows), rdy=1, quiet=True, timeout=DEADLINE_S))
+    assert in_order == [rows[i][0].encode() for i in ranked]
 
     read = (spark.read.format("nsq").option("nsqd", address(nsqd)).option("topic", topic)
             .option("channel", "spark").option("drainTimeoutMs", "300").load())

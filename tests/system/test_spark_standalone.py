@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections import Counter
 
 import pytest
@@ -19,6 +18,7 @@ import pytest
 from tests.support.paths import REPO
 from tests.support.spark_queries import start_copy
 from tests.support.spark_standalone import StandaloneCluster, java_missing
+from tests.support.waiting import wait_sync
 from tests.system.test_spark import DEADLINE_S, WORKER_PATH, address, create_channel, nsqd  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow,
@@ -52,10 +52,8 @@ def cluster_spark(tmp_path_factory):
                        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
                        .getOrCreate())
             session.sparkContext.setLogLevel("ERROR")
-            deadline = time.monotonic() + DEADLINE_S
-            while executor_count(session) < 2:
-                assert time.monotonic() < deadline, cluster.logs()
-                time.sleep(0.2)  # executors register with the driver in their own time
+            # executors register with the driver in their own time
+            wait_sync(lambda: executor_count(session) >= 2, DEADLINE_S, poll=0.2, report=cluster.logs)
             yield session
     finally:
         if session is not None:

@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 import pytest
 import trio
 
-from broker.protocol import encode_fin, encode_rdy, encode_req, encode_sub
+from broker.protocol import encode_fin, encode_rdy, encode_req
 from tests.support.http_client import request
 from tests.support.nsq_programs import nsq_bin, nsq_bin_missing
 from tests.support.paths import REPO
 from tests.support.processes import BrokerProcess
-from tests.support.v2client import V2Client, connect
+from tests.support.v2client import V2Client, subscriber
+from tests.support.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.skipif(nsq_bin_missing() is not None, reason=str(nsq_bin_missing()))
 
@@ -83,17 +84,10 @@ async def _settled(http: tuple[str, int]) -> bool:
     }
 
 
-async def _subscribe(tcp: tuple[str, int], topic: str, channel: str) -> V2Client:
-    client = await connect(tcp)
-    await client.send(encode_sub(topic, channel))
-    await client.expect_response(b"OK")
-    return client
-
-
 async def _apply_load(tcp: tuple[str, int], http: tuple[str, int]) -> list[V2Client]:
     """Topics with a consumed channel, an idle one and ephemeral ones; FIN 6, REQ 2, 2 left in flight."""
-    consumer = await _subscribe(tcp, "t1", "c1")
-    idle = [await _subscribe(tcp, "t1", "e#ephemeral"), await _subscribe(tcp, "eph#ephemeral", "c")]
+    consumer = await subscriber(tcp, "t1", "c1")
+    idle = [await subscriber(tcp, "t1", "e#ephemeral"), await subscriber(tcp, "eph#ephemeral", "c")]
     for target in ("/channel/create?topic=t1&channel=c2", f"/topic/create?topic={LONG_TOPIC}", f"/channel/create?topic={LONG_TOPIC}&channel={LONG_CHANNEL}"):
         assert (await request(http, "POST", target)).status == 200
     bodies = b"\n".join(b"message-%d" % i for i in range(MESSAGES))
@@ -133,12 +127,10 @@ async def _observe(program: list[str], tmp_path, name: str, *flags: str) -> Obse
                 nursery.start_soon(receiver.run)
                 await trio.to_thread.run_sync(proc.start)
                 clients = await _apply_load(proc.tcp, proc.http)
-                while not await _settled(proc.http):
-                    await trio.sleep(0.02)
+                await wait_until(lambda: _settled(proc.http), timeout=30, poll=0.02)
                 settled_at = len(receiver.pushes)
                 # the push that completes first may have been taken before the load settled
-                while len(receiver.pushes) < settled_at + 2:
-                    await trio.sleep(0.02)
+                await wait_for(lambda: len(receiver.pushes) >= settled_at + 2, timeout=30, poll=0.02)
                 for client in clients:
                     await client.aclose()
                 nursery.cancel_scope.cancel()

@@ -16,11 +16,11 @@ import sys
 import pytest
 import trio
 
-from broker.protocol import FRAME_TYPE_MESSAGE, decode_message, encode_mpub, encode_rdy
+from broker.protocol import FRAME_TYPE_MESSAGE, decode_message, encode_rdy
 from tests.support.draining import drain
 from tests.support.http_client import request
-from tests.support.v2client import connect, subscriber
-from tests.support.waiting import wait_for
+from tests.support.v2client import publish_batch, subscriber
+from tests.support.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the broker's RSS from /proc")
 
@@ -41,14 +41,6 @@ def _bodies(n: int) -> list[bytes]:
     return [b"%06d" % i + b"x" * (BODY_SIZE - 6) for i in range(n)]
 
 
-async def _publish(address, bodies: list[bytes]) -> None:
-    producer = await connect(address, timeout=30)
-    for start in range(0, len(bodies), MPUB_COUNT):
-        await producer.send(encode_mpub("t", bodies[start:start + MPUB_COUNT]))
-        await producer.expect_response()
-    await producer.aclose()
-
-
 async def _channel(proc) -> dict:
     stats = (await request(proc.http, "GET", "/stats?format=json&topic=t&channel=c")).json()
     return stats["topics"][0]["channels"][0]
@@ -61,9 +53,7 @@ async def _fanned_out(proc, n: int) -> None:
         topic = stats["topics"][0]
         return topic["depth"] == 0 and topic["channels"][0]["depth"] == n
 
-    with trio.fail_after(30):
-        while not await done():
-            await trio.sleep(0.05)
+    await wait_until(done, timeout=30)
 
 
 class _Proc:
@@ -83,7 +73,7 @@ async def _stuck(proc, **identify):
 async def _stuck_then_healthy(proc, bodies: list[bytes]):
     """``bodies`` published, a stuck consumer that the broker drops once its writes time out,
     then a healthy consumer with RDY 50: (stuck, healthy)."""
-    await _publish(proc.tcp, bodies)
+    await publish_batch(proc, "t", *bodies, per_mpub=MPUB_COUNT, timeout=30)
     stuck = await _stuck(proc, heartbeat_interval=1000)
     await wait_for(lambda: "write timed out; closing" in proc.log_text(), timeout=10)
     return stuck, await subscriber(_Proc(proc), rdy=50)
@@ -95,7 +85,7 @@ async def test_memory_levels_off_while_a_consumer_does_not_read(broker_process):
         # the channel exists first, so that publishing is what the baseline includes
         await request(proc.http, "POST", "/topic/create?topic=t")
         await request(proc.http, "POST", "/channel/create?topic=t&channel=c")
-        await _publish(proc.tcp, _bodies(3000))
+        await publish_batch(proc, "t", *_bodies(3000), per_mpub=MPUB_COUNT, timeout=30)
         await _fanned_out(proc, 3000)
         baseline = proc.rss()
         stuck = await _stuck(proc)

@@ -13,6 +13,7 @@ from diskqueue import DirectoryListing, DiskQueue, fileops
 from diskqueue.__main__ import main as check_main
 from diskqueue.check import check
 from diskqueue.format import meta_filename, segment_filename
+from tests.support.diskqueues import read_all
 
 #: queue names as a broker makes them, one holding the file names' own infix
 NAMES = ["t", "t:c", "t:c#buried", "a.b", "x.diskqueue.000000.dat", "q"]
@@ -43,13 +44,6 @@ async def populate(path: Path, names: list[str], records: int = 3) -> None:
         q.put_many([f"{name}-{i}".encode().ljust(40, b".") for i in range(records)])
         q.read_many(1)
         await q.close()
-
-
-def read_all(q: DiskQueue) -> list[bytes]:
-    out = []
-    while q.depth:
-        out += q.read_many(100)
-    return out
 
 
 async def test_queues_opened_from_one_listing_hold_what_they_hold_alone(tmp_path: Path) -> None:

@@ -9,12 +9,9 @@ import pytest
 
 from diskqueue import DiskQueue, DiskQueueClosed
 from diskqueue.format import segment_filename
+from tests.support.diskqueues import records
 
 NAME = "topic:channel"
-
-
-def records(n: int, start: int = 0, size: int = 20) -> list[bytes]:
-    return [(b"%08d" % i).ljust(size, b".") for i in range(start, start + n)]
 
 
 def state(q: DiskQueue) -> tuple:

@@ -16,21 +16,11 @@ import trio
 from diskqueue import DiskQueue, DiskQueueIOError, fileops
 from diskqueue.format import HEADER_SIZE, RECORD_HEADER_SIZE, segment_filename
 from tests.support.diskfaults import FaultyDisk
+from tests.support.diskqueues import read_all, records
 
 NAME = "q"
 PREALLOCATE = 4096
 SEGMENT = 2000
-
-
-def records(n: int, start: int = 0) -> list[bytes]:
-    return [b"record %06d" % i for i in range(start, start + n)]
-
-
-def drain(q: DiskQueue) -> list[bytes]:
-    out: list[bytes] = []
-    while got := q.read_many(100):
-        out += got
-    return out
 
 
 def open_queue(path: Path, **options) -> DiskQueue:
@@ -70,7 +60,7 @@ async def test_the_segment_being_written_runs_ahead_and_every_file_ends_with_its
     await q.close()
     assert segment(tmp_path, 1).stat().st_size == data_end(3)
     q = open_queue(tmp_path)
-    assert drain(q) == records(per_segment() + 3)
+    assert read_all(q) == records(per_segment() + 3)
     await q.close()
     assert warnings() == []
 
@@ -84,12 +74,12 @@ async def test_a_kill_leaves_a_zero_filled_rest_that_is_read_as_the_end(tmp_path
     assert segment(copy, 1).stat().st_size == SEGMENT
     await q.close()
     q = open_queue(copy)
-    assert drain(q) == records(per_segment() + 5)
+    assert read_all(q) == records(per_segment() + 5)
     assert segment(copy, 1).stat().st_size == data_end(5)
     q.put_many(records(1, 1000))  # written after the data, not after the zeros
     await q.close()
     q = open_queue(copy)
-    assert drain(q) == records(1, 1000)  # what was read before was consumed
+    assert read_all(q) == records(1, 1000)  # what was read before was consumed
     await q.close()
     assert warnings() == []
     assert any("interrupted write" in r.getMessage() for r in caplog.records)
@@ -111,7 +101,7 @@ async def test_an_older_segment_whose_cut_did_not_reach_the_disk_loses_nothing(t
     q = open_queue(tmp_path)
     assert segment(tmp_path, 0).stat().st_size == data_end(per_segment())
     assert q.depth == 2 * per_segment() + 4
-    assert drain(q) == records(2 * per_segment() + 4)
+    assert read_all(q) == records(2 * per_segment() + 4)
     await q.close()
     assert warnings() == []
     assert any("zero byte(s) after the last record" in r.getMessage() for r in caplog.records)
@@ -128,7 +118,7 @@ async def test_zeros_where_the_next_segment_says_records_were_are_damage(tmp_pat
         file.seek(data_end(per_segment() - 2))
         file.write(bytes(2 * (RECORD_HEADER_SIZE + len(records(1)[0]))))
     q = open_queue(tmp_path)
-    assert drain(q) == records(per_segment() - 2) + records(per_segment(), per_segment())
+    assert read_all(q) == records(per_segment() - 2) + records(per_segment(), per_segment())
     await q.close()
     assert any("2 record(s) lost" in w for w in warnings())
 
@@ -145,7 +135,7 @@ async def test_a_file_system_without_preallocation_writes_as_before(tmp_path, wa
         await q.sync()
         await q.close()
         q = open_queue(tmp_path)
-        assert drain(q) == records(3)
+        assert read_all(q) == records(3)
         await q.close()
     finally:
         fileops.substitute(previous)
@@ -176,7 +166,7 @@ async def test_a_roll_that_cannot_cut_the_rest_off_refuses_the_write_and_loses_n
     finally:
         fileops.substitute(previous)
     q = open_queue(tmp_path)
-    assert drain(q) == records(per_segment() + 2)
+    assert read_all(q) == records(per_segment() + 2)
     await q.close()
 
 
@@ -194,7 +184,7 @@ async def test_a_full_disk_refuses_the_extension_and_the_write_alike(tmp_path):
         await q.sync()
         await q.close()
     q = open_queue(tmp_path)
-    got = drain(q)
+    got = read_all(q)
     await q.close()
     assert got[:2] == records(2) and got[-1] == records(1, 100)[0]
 
@@ -216,6 +206,6 @@ async def test_an_extension_refused_half_way_is_cut_off_with_the_rest(tmp_path, 
     finally:
         fileops.substitute(previous)
     q = open_queue(tmp_path)
-    assert drain(q) == records(per_segment() + 2)
+    assert read_all(q) == records(per_segment() + 2)
     await q.close()
     assert warnings() == []

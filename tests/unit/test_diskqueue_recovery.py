@@ -17,28 +17,13 @@ from diskqueue import DiskQueue, DiskQueueIOError, FormatVersionError, fileops
 from diskqueue.__main__ import main as check_main
 from diskqueue.check import check
 from diskqueue.format import HEADER_SIZE, meta_filename, segment_filename
+from tests.support.diskqueues import read_all, records
 from tests.support.mounts import tmpfs
 from tests.support.paths import REPO
 
 NAME = "topic"
 RECORD = 28  # 20-byte payloads + 8-byte frame
 PER_SEGMENT = 9  # with max_bytes_per_file=300: (300 - 32) // 28
-
-
-def records(n: int, start: int = 0) -> list[bytes]:
-    return [(b"%08d" % i).ljust(20, b".") for i in range(start, start + n)]
-
-
-def drain(q: DiskQueue, batch: int = 5) -> list[bytes]:
-    out: list[bytes] = []
-    while True:
-        depth, lost = q.depth, q.statistics().records_lost
-        got = q.read_many(batch)
-        # each record read or found lost leaves the depth exactly once
-        assert q.depth == depth - len(got) - (q.statistics().records_lost - lost)
-        if not got:
-            return out
-        out += got
 
 
 def seg(path: Path, number: int) -> Path:
@@ -82,7 +67,7 @@ async def test_unsynced_tail_is_kept(tmp_path: Path) -> None:
         await q.close()
         q = reopen(tmp_path / "crash")
         assert q.depth == 40 and q.statistics().records_lost == 0
-        assert drain(q) == sent
+        assert read_all(q, 5) == sent
         await q.close()
 
 
@@ -92,7 +77,7 @@ async def test_records_without_any_checkpoint_are_kept(tmp_path: Path) -> None:
         await written(tmp_path / "q", sent, sync=False)
         assert not (tmp_path / "q" / meta_filename(NAME)).exists()
         q = reopen(tmp_path / "q")
-        assert q.depth == 30 and drain(q) == sent
+        assert q.depth == 30 and read_all(q, 5) == sent
         await q.close()
 
 
@@ -114,7 +99,7 @@ async def test_torn_final_record_is_cut_off(tmp_path: Path, cut: int) -> None:
         q.put(b"new")  # lands on the record boundary, not inside the torn record
         await q.close()
         q = reopen(tmp_path / "c")
-        assert drain(q) == sent[:24] + [b"new"]
+        assert read_all(q, 5) == sent[:24] + [b"new"]
         await q.close()
 
 
@@ -127,7 +112,7 @@ async def test_zero_filled_tail_is_cut_off(tmp_path: Path) -> None:
         q = reopen(tmp_path / "q")
         assert q.depth == 12
         q.put(b"next")
-        assert drain(q) == sent + [b"next"]
+        assert read_all(q, 5) == sent + [b"next"]
         await q.close()
 
 
@@ -140,7 +125,7 @@ async def test_truncated_synced_segment(tmp_path: Path) -> None:
         assert q.depth == 28
         assert q.statistics().records_lost == 2
         q.put(b"more")
-        assert drain(q) == sent[:28] + [b"more"]
+        assert read_all(q, 5) == sent[:28] + [b"more"]
         await q.close()
 
 
@@ -158,7 +143,7 @@ async def test_corrupt_record_in_the_middle(tmp_path: Path, field: str) -> None:
 
         q = reopen(tmp_path / "q")
         depth_at_open = q.depth
-        got = drain(q)
+        got = read_all(q, 5)
         assert got == sent[:12] + sent[13:]  # only the damaged record is skipped
         lost = q.statistics().records_lost
         assert lost == 1 and depth_at_open == len(got) + lost and q.depth == 0
@@ -180,7 +165,7 @@ async def test_corruption_in_the_segment_being_written(tmp_path: Path) -> None:
         patch(seg(tmp_path / "q", 1), offset(2) + 6, b"\x00\x00")
         q = reopen(tmp_path / "q")
         q.put_many(records(3, start=100))
-        got = drain(q)
+        got = read_all(q, 5)
         assert got == sent[:11] + sent[12:] + records(3, start=100)
         assert q.statistics().records_lost == 1 and q.depth == 0
         await q.close()
@@ -193,13 +178,13 @@ async def test_corruption_found_with_uncommitted_records_before_it(tmp_path: Pat
         await written(tmp_path / "q", sent)
         patch(seg(tmp_path / "q", 1), offset(5) + 4, b"\xde\xad")
         q = reopen(tmp_path / "q", auto_commit=False)
-        assert drain(q) == sent[:14] + sent[15:]
+        assert read_all(q, 5) == sent[:14] + sent[15:]
         q.commit(3)
         await q.close()  # the corrupt segment still holds uncommitted records: it is kept
         assert seg(tmp_path / "q", 1).exists()
         q = reopen(tmp_path / "q", auto_commit=False)
         assert q.depth == 26
-        assert drain(q) == sent[3:14] + sent[15:]
+        assert read_all(q, 5) == sent[3:14] + sent[15:]
         assert q.statistics().records_lost == 0  # already counted: not counted twice
         q.commit()
         await q.close()
@@ -217,7 +202,7 @@ async def test_deleted_segment(tmp_path: Path) -> None:
         q = reopen(tmp_path / "q")
         assert q.depth == 36  # the checkpoint does not match: records were counted
         assert q.statistics().records_lost == 9
-        assert drain(q) == sent[:18] + sent[27:]
+        assert read_all(q, 5) == sent[:18] + sent[27:]
         await q.close()
 
 
@@ -228,7 +213,7 @@ async def test_garbled_segment_header(tmp_path: Path) -> None:
         patch(seg(tmp_path / "q", 1), 10, b"\xff")
         q = reopen(tmp_path / "q")
         assert q.depth == 36
-        assert drain(q) == sent[:9] + sent[18:]
+        assert read_all(q, 5) == sent[:9] + sent[18:]
         assert q.statistics().records_lost == 9
         await q.close()
         assert (tmp_path / "q" / (segment_filename(NAME, 1) + ".bad")).exists()
@@ -244,7 +229,7 @@ async def test_garbled_checkpoint_replays_from_oldest_segment(tmp_path: Path) ->
         patch(tmp_path / meta_filename(NAME), 3, b"garbage")
         q = reopen(tmp_path)
         assert q.depth == 32  # counted from the start of segment 2: 4 consumed records come back
-        assert drain(q) == sent[18:]
+        assert read_all(q, 5) == sent[18:]
         await q.close()
         assert (tmp_path / (meta_filename(NAME) + ".bad")).exists()
         q = reopen(tmp_path)
@@ -266,7 +251,7 @@ async def test_a_directory_in_place_of_the_checkpoint_is_set_aside(tmp_path: Pat
         await written(tmp_path, sent)
         replace_with_directory(tmp_path / meta_filename(NAME))
         q = reopen(tmp_path)  # nothing consumed yet: replaying every segment loses nothing
-        assert q.depth == 20 and drain(q) == sent
+        assert q.depth == 20 and read_all(q, 5) == sent
         await q.close()
         assert (tmp_path / (meta_filename(NAME) + ".bad") / "inside").exists()
         q = reopen(tmp_path)
@@ -280,7 +265,7 @@ async def test_a_directory_in_place_of_the_temporary_checkpoint_is_set_aside(tmp
         await written(tmp_path, sent)
         replace_with_directory(tmp_path / (meta_filename(NAME) + ".tmp"))
         q = reopen(tmp_path)
-        assert drain(q) == sent
+        assert read_all(q, 5) == sent
         await q.close()  # writes the checkpoint through the temporary file
         assert (tmp_path / (meta_filename(NAME) + ".tmp.bad") / "inside").exists()
         q = reopen(tmp_path)
@@ -296,10 +281,10 @@ async def test_a_directory_in_place_of_a_segment_costs_its_records_only(tmp_path
         replace_with_directory(seg(tmp_path, number))
         q = reopen(tmp_path)
         kept = sent[: number * PER_SEGMENT] + sent[(number + 1) * PER_SEGMENT:]
-        assert drain(q) == kept
+        assert read_all(q, 5) == kept
         assert q.statistics().records_lost == PER_SEGMENT
         q.put(b"after")
-        assert drain(q) == [b"after"]
+        assert read_all(q, 5) == [b"after"]
         await q.close()
         assert (tmp_path / (segment_filename(NAME, number) + ".bad") / "inside").exists()
 
@@ -310,7 +295,7 @@ async def test_missing_checkpoint_keeps_everything_on_disk(tmp_path: Path) -> No
         await written(tmp_path, sent)
         os.unlink(tmp_path / meta_filename(NAME))
         q = reopen(tmp_path)
-        assert q.depth == 20 and drain(q) == sent
+        assert q.depth == 20 and read_all(q, 5) == sent
         await q.close()
 
 
@@ -403,12 +388,12 @@ async def test_full_disk_loses_nothing_accepted(tmp_path: Path, monkeypatch: pyt
                 assert (os.path.getsize(path) - HEADER_SIZE) % RECORD == 0  # no partial batch left behind
         disk.free = 10**9  # space freed
         q.put(b"after")
-        assert drain(q) == accepted + [b"after"]
+        assert read_all(q, 5) == accepted + [b"after"]
         await q.close()
     monkeypatch.undo()
     with trio.fail_after(10):
         q = reopen(tmp_path / "crash")
-        assert drain(q) == accepted
+        assert read_all(q, 5) == accepted
         await q.close()
 
 
@@ -434,7 +419,7 @@ async def test_permission_denied_creating_a_segment(tmp_path: Path, monkeypatch:
         denied[0] = False
         q.put_many(records(3, start=9))
         monkeypatch.undo()
-        assert drain(q) == records(12)
+        assert read_all(q, 5) == records(12)
         await q.close()
 
 

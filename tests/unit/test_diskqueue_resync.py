@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import random
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import trio
 from diskqueue import DiskQueue
 from diskqueue.check import check
 from diskqueue.format import HEADER_SIZE, RECORD_HEADER_SIZE, segment_filename
+from tests.support.diskqueues import flip, read_all, record_spans
 from tests.support.paths import REPO
 
 NAME = "q"
@@ -24,32 +24,6 @@ COUNT = 3000
 def bodies(seed: int) -> list[bytes]:
     rng = random.Random(seed)
     return [b"%06d:" % i + rng.randbytes(rng.randrange(0, 120)) for i in range(COUNT)]
-
-
-def record_spans(segment: Path) -> list[tuple[int, int]]:
-    """``[start, end)`` of every record in an intact segment, read straight from the bytes."""
-    data = segment.read_bytes()
-    spans, pos = [], HEADER_SIZE
-    while pos < len(data):
-        (length,) = struct.unpack_from(">I", data, pos)
-        spans.append((pos, pos + RECORD_HEADER_SIZE + length))
-        pos += RECORD_HEADER_SIZE + length
-    return spans
-
-
-def flip(segment: Path, at: int, size: int = 8) -> None:
-    with open(segment, "r+b") as f:
-        f.seek(at)
-        old = f.read(size)
-        f.seek(at)
-        f.write(bytes(b ^ 0xFF for b in old))
-
-
-def drain(q: DiskQueue) -> list[bytes]:
-    out: list[bytes] = []
-    while got := q.read_many(500):
-        out += got
-    return out
 
 
 async def write_queue(path: Path, sent: list[bytes]) -> Path:
@@ -92,7 +66,7 @@ async def test_eight_flipped_bytes_cost_only_the_records_they_touch(
             caplog.clear()
             with caplog.at_level(logging.WARNING, logger="diskqueue"):
                 q = DiskQueue(NAME, path)
-                got = drain(q)
+                got = read_all(q, 500)
                 assert got == [body for i, body in enumerate(sent) if i not in touched]
                 assert q.statistics().records_lost == len(touched) and q.depth == 0
                 await q.close()
@@ -114,7 +88,7 @@ async def test_a_zeroed_run_across_records_is_read_past(tmp_path: Path) -> None:
         q = DiskQueue(NAME, tmp_path)
         kept = [body for i, body in enumerate(sent) if i not in touched]
         assert q.peek_many(COUNT) == kept  # a peek reads past the damage as reading does
-        assert drain(q) == kept
+        assert read_all(q, 500) == kept
         assert q.statistics().records_lost == 41
         await q.close()
 
@@ -145,7 +119,7 @@ async def test_a_damaged_length_that_reaches_the_end_exactly_does_not_skip_the_r
     report = check(tmp_path, NAME)
     q = DiskQueue(NAME, tmp_path)
     try:
-        assert drain(q) == [b"\0\0\0"]
+        assert read_all(q, 500) == [b"\0\0\0"]
         assert q.statistics().records_lost == 1
     finally:
         await q.close()

@@ -31,7 +31,8 @@ from diskqueue import DiskQueue
 from diskqueue.check import check
 from diskqueue.checkpoint import load_checkpoint
 from diskqueue.format import HEADER_SIZE, RECORD_HEADER_SIZE, meta_filename, segment_filename
-from tests.unit.test_fuzz_protocol import FUZZ, fuzz
+from tests.support.diskqueues import read_all
+from tests.support.fuzzing import FUZZ, fuzz
 
 NAME = "q"
 MAX_BYTES = 2000
@@ -80,9 +81,7 @@ def _apply(path: Path, damage: list[Damage], segments: int, seed: bytes) -> dict
 async def _drain(path: Path) -> tuple[list[bytes], int, int]:
     q = DiskQueue(NAME, path, max_bytes_per_file=MAX_BYTES, min_msg_size=1, logger=logging.getLogger("fuzz.diskqueue"))
     depth_at_open = q.depth
-    out: list[bytes] = []
-    while got := q.read_many(37):
-        out += got
+    out = read_all(q, 37)
     lost = q.statistics().records_lost
     assert q.depth == 0
     await q.close()
@@ -148,9 +147,7 @@ def test_a_forged_empty_record_is_refused_by_a_minimum_size(tmp_path: Path) -> N
 
     async def drain(path: Path, min_size: int) -> tuple[list[bytes], int]:
         q = DiskQueue(NAME, path, max_bytes_per_file=MAX_BYTES, min_msg_size=min_size)
-        out: list[bytes] = []
-        while got := q.read_many(10):
-            out += got
+        out = read_all(q, 10)
         lost = q.statistics().records_lost
         await q.close()
         return out, lost

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.http.parser import RequestParser
-from tests.unit.test_fuzz_protocol import FUZZ
+from tests.support.fuzzing import FUZZ
 from tests.unit.test_http_parser import CASES, LIMIT, _events
 
 _PIECES = [data for data, _ in CASES.values()]

@@ -12,10 +12,9 @@ is random, otherwise derandomized (the same inputs every run).
 from __future__ import annotations
 
 import json
-import os
 import struct
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.protocol import ServerConnection
@@ -24,22 +23,7 @@ from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import MAGIC_V2
 from broker.protocol.identify import decode_identify
 from broker.protocol.limits import Limits
-
-_LONG_RUN = os.environ.get("PYNSQD_FUZZ_EXAMPLES")
-
-
-def fuzz(ci_examples: int) -> settings:
-    """Hypothesis settings: ``ci_examples`` derandomized inputs, or a random long run."""
-    return settings(
-        max_examples=int(_LONG_RUN or ci_examples),
-        derandomize=not _LONG_RUN,
-        database=None,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-
-
-FUZZ = fuzz(300)
+from tests.support.fuzzing import FUZZ, fuzz  # noqa: F401  (fuzz: tests/unit/test_replication_wire.py imports it from here)
 
 # Small bounds so that generated input reaches the "too big" paths too.
 LIMITS = Limits(max_msg_size=64, max_body_size=256, max_rdy_count=50, max_req_timeout_ms=5000, max_line_length=80)

@@ -62,8 +62,9 @@ import pytest
 import trio
 
 from diskqueue import DiskQueue
+from tests.support.diskqueues import read_all
 from tests.support.paths import REPO
-from tests.support.powercut import Disk, Op, Recorder, crash_points, first_seed, write_directory
+from tests.support.powercut import Disk, Op, Recorder, check_model, crash_points, first_seed, write_directory
 
 NAME = "q"
 #: Crash points tried on each recorded run.
@@ -180,13 +181,6 @@ def cut(disk: Disk, rng: random.Random, mode: str | None = None) -> tuple[dict[s
     return files, choices, mode
 
 
-def drain(q: DiskQueue) -> list[bytes]:
-    out: list[bytes] = []
-    while batch := q.read_many(64):
-        out += batch
-    return out
-
-
 async def restart_cut(path: Path, shape: Shape, rng: random.Random, target: Path, disk: Disk) -> tuple[Path, str]:
     """Record a recovery of ``path`` (open, read everything without committing, close) on
     top of ``disk``, the model of ``path``; cut it at a random point into ``target``.
@@ -194,7 +188,7 @@ async def restart_cut(path: Path, shape: Shape, rng: random.Random, target: Path
     recorder = Recorder(path)
     with recorder.installed():
         q = dataclasses.replace(shape, auto_commit=False).open(path)  # reading must not consume them
-        drain(q)
+        read_all(q, 64, exact=False)
         await q.close()
     point = rng.randrange(len(recorder.ops) + 1)
     disk.advance(recorder.ops, point)
@@ -208,7 +202,7 @@ async def check_recovery(path: Path, shape: Shape, written: list[bytes], owed: l
     """Open the queue in ``path``, read everything; returns the records read that were not owed."""
     index = {data: i for i, data in enumerate(written)}
     q = shape.open(path)
-    got = drain(q)
+    got = read_all(q, 64, exact=False)
     invented = [data[:16] for data in got if data not in index]
     assert not invented, f"records that were never written: {invented}"
     order = [index[data] for data in got]
@@ -219,7 +213,7 @@ async def check_recovery(path: Path, shape: Shape, written: list[bytes], owed: l
     q.put(b"after the restart")
     await q.close()
     q = shape.open(path)
-    assert drain(q) == [b"after the restart"], "the recovered queue did not keep a new record"
+    assert read_all(q, 64, exact=False) == [b"after the restart"], "the recovered queue did not keep a new record"
     await q.close()
     return len(order) - len(owed)
 
@@ -242,10 +236,7 @@ async def explore(tmp_path: Path, seed: int, points: int, recorder: type[Recorde
         base = tmp_path / f"run{run}"
         base.mkdir()
         record, shape, written = await record_run(base / "live", rng, recorder)
-        disk = Disk(record.initial)
-        disk.advance(record.ops, len(record.ops))
-        assert disk.files_now() == {p.name: p.read_bytes() for p in (base / "live").iterdir()}, \
-            "the recorder missed a change: the model of the directory differs from the directory"
+        check_model(Disk(record.initial), record, base / "live")
         disk = Disk(record.initial)
         marks = iter(record.marks())
         pending = next(marks, None)

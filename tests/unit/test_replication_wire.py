@@ -33,7 +33,7 @@ from broker.replication.wire import (
     pack,
     pack_entries,
 )
-from tests.unit.test_fuzz_protocol import fuzz
+from tests.support.fuzzing import fuzz
 
 LIMITS = WireLimits(max_msg_size=100)
 A, B = "a" * 32, "b" * 32

@@ -14,6 +14,7 @@ from broker.core.message import Message
 from broker.protocol import FRAME_TYPE_MESSAGE, FrameDecoder, State, decode_message
 from broker.server.connection import Client
 from broker.server.flush import DEFER_ROUNDS, Flusher
+from tests.support.socketpairs import read_ready, socket_pairs
 
 CONNECTIONS = 64
 
@@ -30,28 +31,10 @@ class _CountingSocket:
         return await self.sock.send(data)
 
 
-def _drain(sock: socket.socket) -> bytes:
-    data = b""
-    while True:
-        try:
-            chunk = sock.recv(1 << 20)
-        except BlockingIOError:
-            return data
-        if not chunk:
-            return data
-        data += chunk
-
-
 @pytest.fixture
 def pairs():
-    made = [socket.socketpair() for _ in range(CONNECTIONS)]
-    for a, b in made:
-        a.setblocking(False)
-        b.setblocking(False)
-    yield made
-    for a, b in made:
-        a.close()
-        b.close()
+    with socket_pairs(CONNECTIONS) as made:
+        yield made
 
 
 def _client(server_side: socket.socket, number: int, flusher: Flusher) -> tuple[Client, _CountingSocket]:
@@ -84,7 +67,7 @@ async def test_a_batch_for_many_connections_goes_out_in_one_write_each_and_wakes
                     sent.setdefault(i, []).extend(msgs)
             await trio.testing.wait_all_tasks_blocked()
             for i, (_, peer) in enumerate(pairs):
-                frames = FrameDecoder().feed(_drain(peer))
+                frames = FrameDecoder().feed(read_ready(peer))
                 assert [f.frame_type for f in frames] == [FRAME_TYPE_MESSAGE] * 3
                 got = [decode_message(f.data) for f in frames]
                 assert [(m.timestamp, m.attempts, m.id, m.body) for m in got] == [
@@ -157,10 +140,7 @@ async def test_a_stall_that_another_task_drains_still_asks_the_channel_for_more(
     # stalls, its writer woken). Before the writer runs, the flusher's non-blocking write
     # hands over the rest. The writer then has nothing to send, yet must ask the channel for
     # more: nothing else will, and the client would wait forever with its RDY unused.
-    server_side, peer = socket.socketpair()
-    server_side.setblocking(False)
-    peer.setblocking(False)
-    try:
+    with socket_pairs(1) as [(server_side, peer)]:
         client, counting = _client(server_side, 0, Flusher())
         channel = client.channel = _Channel()
         with trio.fail_after(5):
@@ -174,14 +154,11 @@ async def test_a_stall_that_another_task_drains_still_asks_the_channel_for_more(
                     client.send_messages([Message(b"%016d" % n, body, 1, attempts=1)])
                     n += 1
                 while client.output.size:  # the peer reads; the rest goes by non-blocking writes
-                    received += _drain(peer)
+                    received += read_ready(peer)
                     client._flush_now()
-                received += _drain(peer)
+                received += read_ready(peer)
                 await trio.testing.wait_all_tasks_blocked()
                 assert counting.sends == 0  # the writer task sent nothing itself
                 assert channel.dispatched == 1 and not client._stalled
                 assert len(FrameDecoder().feed(received)) == n
                 nursery.cancel_scope.cancel()
-    finally:
-        server_side.close()
-        peer.close()

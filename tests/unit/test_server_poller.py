@@ -10,30 +10,15 @@ import pytest
 import trio
 
 from broker.server.poller import ReadPoller, open_poller
+from tests.support.socketpairs import read_ready, socket_pairs
 
 pytestmark = pytest.mark.skipif(open_poller() is None, reason="epoll is Linux's")
 
 
 @pytest.fixture
 def pair():
-    a, b = socket.socketpair()
-    a.setblocking(False)
-    b.setblocking(False)
-    yield a, b
-    a.close()
-    b.close()
-
-
-def _drain(sock: socket.socket) -> bytes:
-    data = b""
-    while True:
-        try:
-            chunk = sock.recv(65536)
-        except BlockingIOError:
-            return data
-        if not chunk:
-            return data
-        data += chunk
+    with socket_pairs(1) as [made]:
+        yield made
 
 
 @asynccontextmanager
@@ -58,7 +43,7 @@ async def test_a_waiting_task_wakes_when_bytes_arrive(pair):
         async def reader() -> None:
             for _ in range(3):
                 await poller.wait_readable(b.fileno())
-                received.append(_drain(b))
+                received.append(read_ready(b))
 
         nursery.start_soon(reader)
         for count, chunk in enumerate((b"one", b"two", b"three")):
@@ -72,11 +57,11 @@ async def test_a_waiting_task_wakes_when_bytes_arrive(pair):
 async def test_bytes_that_arrive_while_nobody_waits_are_not_missed(pair):
     a, b = pair
     async with _running(b) as (poller, nursery):
-        assert _drain(b) == b""
+        assert read_ready(b) == b""
         a.send(b"early")  # the edge comes while the reader is busy elsewhere
         await trio.testing.wait_all_tasks_blocked()
         await poller.wait_readable(b.fileno())
-        assert _drain(b) == b"early"
+        assert read_ready(b) == b"early"
 
 
 async def test_a_closed_peer_wakes_the_reader(pair):
@@ -110,7 +95,7 @@ async def test_a_wait_can_be_cancelled_and_the_socket_waited_for_again(pair, aut
         assert scope.cancelled_caught
         a.send(b"later")
         await poller.wait_readable(b.fileno())
-        assert _drain(b) == b"later"
+        assert read_ready(b) == b"later"
 
 
 async def test_two_readers_of_one_socket_are_refused(pair):
@@ -130,7 +115,7 @@ async def test_an_unregistered_socket_leaves_no_edge_behind(pair, autojump_clock
         await trio.testing.wait_all_tasks_blocked()  # the edge is remembered for fd
         poller.unregister(fd)
         poller.register(fd)  # as a new connection that got the same number
-        assert _drain(b) == b"x"
+        assert read_ready(b) == b"x"
         with trio.move_on_after(0.01) as scope:
             await poller.wait_readable(fd)
         assert scope.cancelled_caught  # the old connection's edge is gone
@@ -141,7 +126,7 @@ async def test_an_input_handler_takes_the_input_until_it_says_the_task_must(pair
     handled = []
 
     def on_input() -> bool:
-        data = _drain(b)
+        data = read_ready(b)
         handled.append(data)
         return data != b"stop"  # False: the waiting task takes over
 
@@ -165,21 +150,17 @@ async def test_an_input_handler_takes_the_input_until_it_says_the_task_must(pair
 
 async def test_a_handler_that_fails_wakes_only_its_task_and_the_poller_serves_on():
     # the handler's contract: it never raises; a failure is state its own task acts on once woken
-    failing_pair, other_pair = socket.socketpair(), socket.socketpair()
-    try:
-        (a, b), (c, d) = failing_pair, other_pair
-        for sock in (a, b, c, d):
-            sock.setblocking(False)
+    with socket_pairs(2) as [(a, b), (c, d)]:
         failure: list[str] = []
         others: list[bytes] = []
 
         def failing() -> bool:
-            _drain(b)
+            read_ready(b)
             failure.append("bad input")  # kept for the waiting task, not raised
             return False
 
         def other() -> bool:
-            others.append(_drain(d))
+            others.append(read_ready(d))
             return True
 
         async with _running(b) as (poller, nursery):
@@ -201,9 +182,6 @@ async def test_a_handler_that_fails_wakes_only_its_task_and_the_poller_serves_on
             await trio.testing.wait_all_tasks_blocked()
             assert others == [b"one", b"two"]
             poller.unregister(d.fileno())
-    finally:
-        for sock in (*failing_pair, *other_pair):
-            sock.close()
 
 
 async def test_what_escapes_a_handler_ends_the_pollers_task_and_never_reaches_the_waiting_one(pair):

@@ -1,145 +1,19 @@
-"""The Spark sink's keyed publishes (the ``key`` column), against a fake broker in a thread.
-
-The fake reads the V2 commands a publisher sends off a plain socket, as a broker
-offering keyed publishes would (``publish_keys`` in IDENTIFY's answer) or as nsqd,
-which has none, does (it answers ``priorities`` in the same way, for the tests of
-:mod:`tests.unit.test_spark_priorities`). It keeps the keys each topic stored and answers ``OK``,
-``DUPLICATE`` or ``DUPLICATE <n>``, so the publisher's counts, its refusal of nsqd
-and its resend after a lost connection can be checked byte for byte without Spark.
-"""
+"""The Spark sink's keyed publishes (the ``key`` column), against a fake broker in a thread
+(:class:`tests.support.fake_nsqd.FakeBroker`): the publisher's counts, its refusal of nsqd and
+its resend after a lost connection, checked byte for byte without Spark."""
 
 from __future__ import annotations
-
-import json
-import socket
-import struct
-import threading
-from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pytest
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
 
-from broker.protocol import MAGIC_V2, encode_response
-from broker.protocol.keys import MAX_KEY_LENGTH, split_key
-from pyspark_nsq.options import Address, SinkOptions
-from pyspark_nsq.publisher import MAX_MPUB_BYTES, Publisher
+from broker.protocol.keys import MAX_KEY_LENGTH
+from pyspark_nsq.options import SinkOptions
+from pyspark_nsq.publisher import MAX_MPUB_BYTES
 from pyspark_nsq.schema import check_sink_schema, key_column
 from pyspark_nsq.writer import PublishReceipt, publish_batches
-
-_SIZE = struct.Struct(">I")
-
-
-@dataclass
-class Command:
-    """One publish the fake received: its name, topic, IDENTIFY of its connection, messages."""
-
-    name: bytes
-    topic: str
-    raw: list[bytes]  # the messages as sent (with their key prefix on a keyed connection)
-
-
-@dataclass
-class FakeBroker:
-    """Serves connections one after another on 127.0.0.1 until closed.
-
-    ``offers_keys``: answer IDENTIFY with ``publish_keys`` (a pynsqd) or without (nsqd);
-    ``offers_priorities`` the same for ``priorities``, with ``default_priority``.
-    ``drop_after``: close the connection, unanswered, right after storing that many
-    commands (once), as a broker whose connection is lost does.
-    """
-
-    offers_keys: bool = True
-    offers_priorities: bool = True
-    default_priority: int = 1 << 31
-    drop_after: int | None = None
-    identifies: list[dict] = field(default_factory=list)
-    commands: list[Command] = field(default_factory=list)
-    stored: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)  # topic: (key, body)
-    connections: int = 0
-
-    def __post_init__(self):
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.address = Address("127.0.0.1", self._listener.getsockname()[1])
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        # a shut-down listening socket wakes the accept() waiting in the thread (close alone does not)
-        self._listener.shutdown(socket.SHUT_RDWR)
-        self._listener.close()
-        self._thread.join(10)
-        assert not self._thread.is_alive()
-
-    def bodies(self, topic: str) -> list[bytes]:
-        return [body for _, body in self.stored.get(topic, [])]
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                return  # closed
-            self.connections += 1
-            with conn, conn.makefile("rb") as reader:
-                try:
-                    self._converse(conn, reader)
-                except (ConnectionError, EOFError):
-                    pass
-
-    def _converse(self, conn: socket.socket, reader) -> None:
-        assert reader.read(4) == MAGIC_V2
-        keyed = False
-        while line := reader.readline():
-            name, *params = line.rstrip(b"\n").split(b" ")
-            if name == b"IDENTIFY":
-                asked = json.loads(_sized(reader))
-                self.identifies.append(asked)
-                keyed = self.offers_keys and asked.get("publish_keys") is True
-                answer = {"max_msg_timeout": 900000, **({"publish_keys": True, "dedup_window": 600000}
-                                                        if keyed else {})}
-                if self.offers_priorities and asked.get("priorities") is True:
-                    answer.update(priorities=True, default_priority=self.default_priority)
-                conn.sendall(encode_response(json.dumps(answer).encode()))
-                continue
-            if name == b"MPUB":
-                body = _sized(reader)
-                (count,) = _SIZE.unpack_from(body)
-                raw, offset = [], 4
-                for _ in range(count):
-                    (size,) = _SIZE.unpack_from(body, offset)
-                    raw.append(body[offset + 4:offset + 4 + size])
-                    offset += 4 + size
-            elif name in (b"PUB", b"DPUB"):
-                raw = [_sized(reader)]
-            else:
-                raise AssertionError(f"unexpected command {line!r}")
-            topic = params[0].decode()
-            self.commands.append(Command(name, topic, raw))
-            duplicates = sum(self._store(topic, message, keyed) for message in raw)
-            if self.drop_after == len(self.commands):
-                self.drop_after = None
-                return
-            if not keyed or not duplicates:
-                conn.sendall(encode_response(b"OK"))
-            else:
-                conn.sendall(encode_response(b"DUPLICATE" if name != b"MPUB" else b"DUPLICATE %d" % duplicates))
-
-    def _store(self, topic: str, message: bytes, keyed: bool) -> bool:
-        """Store ``message`` unless its key is stored already; True for a duplicate."""
-        key, body = split_key(message) if keyed else (b"", message)
-        stored = self.stored.setdefault(topic, [])
-        if key and any(key == seen for seen, _ in stored):
-            return True
-        stored.append((key, body))
-        return False
-
-
-def _sized(reader) -> bytes:
-    header = reader.read(4)
-    if len(header) < 4:
-        raise EOFError
-    return reader.read(_SIZE.unpack(header)[0])
+from tests.support.fake_nsqd import FakeBroker, publish
 
 
 @pytest.fixture
@@ -147,17 +21,6 @@ def broker():
     fake = FakeBroker()
     yield fake
     fake.close()
-
-
-def publish(addresses, topic, bodies, keys=None, *, keyed=False, batch_size=100, defer_ms=0) -> Publisher:
-    """Publish ``bodies`` (keyed when ``keys`` or ``keyed`` is given) and wait for the answers."""
-    publisher = Publisher(addresses, batch_size=batch_size, defer_ms=defer_ms, keyed=keyed or keys is not None)
-    try:
-        publisher.publish(topic, bodies, keys)
-        publisher.flush()
-    finally:
-        publisher.close()
-    return publisher
 
 
 # -- the publisher ---------------------------------------------------------------

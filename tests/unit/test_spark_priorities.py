@@ -14,8 +14,6 @@ import json
 import pickle
 import socket
 import struct
-import threading
-import time
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -38,12 +36,13 @@ from broker.protocol.keys import prefix_key
 from broker.protocol.priorities import MAX_PRIORITY, prefix_priority
 from pyspark_nsq import SOURCE_SCHEMA
 from pyspark_nsq.batch_reader import DrainPartition, NsqBatchReader
-from pyspark_nsq.options import Address, BatchReadOptions, SinkOptions
+from pyspark_nsq.options import BatchReadOptions, SinkOptions
 from pyspark_nsq.publisher import MAX_MPUB_BYTES, Publisher
 from pyspark_nsq.schema import ARROW_SCHEMA, MessageColumns, check_sink_schema, check_source_schema, priority_column
 from pyspark_nsq.subscription import Message, Subscription, decode
 from pyspark_nsq.writer import PublishReceipt, publish_batches
-from tests.unit.test_spark_keys import FakeBroker
+from tests.support.fake_nsqd import FakeBroker, ThreadedPeer, publish, read_sized
+from tests.support.waiting import wait_sync
 
 _SIZE = struct.Struct(">I")
 #: pynsqd's --default-priority unless told otherwise.
@@ -57,17 +56,6 @@ def broker():
     fake = FakeBroker(default_priority=1000)
     yield fake
     fake.close()
-
-
-def publish(addresses, topic, bodies, priorities=None, keys=None, *, batch_size=100) -> Publisher:
-    """Publish ``bodies`` with ``priorities`` (and ``keys``, when given) and wait for the answers."""
-    publisher = Publisher(addresses, batch_size=batch_size, keyed=keys is not None, prioritised=True)
-    try:
-        publisher.publish(topic, bodies, keys, priorities)
-        publisher.flush()
-    finally:
-        publisher.close()
-    return publisher
 
 
 # -- the schemas -------------------------------------------------------------------
@@ -105,20 +93,20 @@ def test_a_priority_column_of_another_type_fails_at_write_start(kind, name):
 
 
 def test_each_message_carries_its_priority_and_a_null_one_the_brokers_default(broker):
-    publisher = publish([broker.address], "t", [b"a", b"b", b"c"], [0, None, MAX_PRIORITY])
+    publisher = publish([broker.address], "t", [b"a", b"b", b"c"], priorities=[0, None, MAX_PRIORITY], prioritised=True)
     assert broker.identifies[0]["priorities"] is True and "publish_keys" not in broker.identifies[0]
     assert broker.commands[0].raw == [b"\x00\x00\x00\x00a", b"\x00\x00\x03\xe8b", b"\xff\xff\xff\xffc"]
     assert publisher.published == 3
 
 
 def test_a_prioritised_publisher_given_no_priorities_sends_the_default_for_each(broker):
-    publish([broker.address], "t", [b"a", b"b"])
+    publish([broker.address], "t", [b"a", b"b"], prioritised=True)
     assert broker.commands[0].raw == [prefix_priority(1000, b"a"), prefix_priority(1000, b"b")]
 
 
 def test_with_keys_the_priority_comes_after_the_key(broker):
     bodies, keys = [b"a", b"b", b"c"], [b"k1", None, b"k1"]
-    publisher = publish([broker.address], "t", bodies, [5, 6, None], keys)
+    publisher = publish([broker.address], "t", bodies, priorities=[5, 6, None], keys=keys, prioritised=True)
     assert broker.identifies[0]["publish_keys"] is True and broker.identifies[0]["priorities"] is True
     assert broker.commands[0].raw == [prefix_key(b"k1", prefix_priority(5, b"a")),
                                       prefix_key(None, prefix_priority(6, b"b")),
@@ -153,15 +141,15 @@ def test_without_priorities_the_identify_and_the_bytes_are_unchanged(broker):
 @pytest.mark.parametrize("priority", [-1, MAX_PRIORITY + 1])
 def test_a_priority_out_of_range_fails_naming_it_before_anything_is_sent(broker, priority):
     with pytest.raises(ValueError) as caught:
-        publish([broker.address], "t", [b"a", b"b"], [1, priority])
+        publish([broker.address], "t", [b"a", b"b"], priorities=[1, priority], prioritised=True)
     assert str(caught.value) == f"nsq data source: a 'priority' must be 0 to 4294967295 or null, got {priority}"
     assert broker.commands == []
 
 
 def test_an_mpub_is_cut_with_the_priorities_counted_in_its_size(broker):
     quarter = MAX_MPUB_BYTES // 4 - 4  # four bodies of this size (and their sizes) fill an MPUB
-    publish([broker.address], "t", [b"x" * quarter] * 4, batch_size=10)
-    publish([broker.address], "t", [b"x" * (quarter - 4)] * 4, batch_size=10)
+    publish([broker.address], "t", [b"x" * quarter] * 4, batch_size=10, prioritised=True)
+    publish([broker.address], "t", [b"x" * (quarter - 4)] * 4, batch_size=10, prioritised=True)
     assert [len(c.raw) for c in broker.commands] == [3, 1, 4]
 
 
@@ -169,9 +157,9 @@ def test_nsqd_without_priorities_is_refused_with_its_address_before_anything_is_
     nsqd = FakeBroker(offers_priorities=False)
     try:
         with pytest.raises(ValueError) as caught:
-            publish([nsqd.address], "t", [b"a"], [1])
+            publish([nsqd.address], "t", [b"a"], priorities=[1], prioritised=True)
         with pytest.raises(ValueError, match="the 'priority' column needs prioritised messages"):
-            publish([nsqd.address], "t", [b"a"], [1], [b"k"])  # keyed publishes alone are not enough
+            publish([nsqd.address], "t", [b"a"], priorities=[1], keys=[b"k"], prioritised=True)  # keyed publishes alone are not enough
     finally:
         nsqd.close()
     assert str(caught.value) == (f"nsq data source: the 'priority' column needs prioritised messages, which "
@@ -244,7 +232,7 @@ def test_a_prioritised_frame_too_short_for_a_priority_is_refused():
 
 
 @dataclass
-class MessageServer:
+class MessageServer(ThreadedPeer):
     """Serves ``messages`` (body, priority) to the connections it accepts, one after another,
     on 127.0.0.1: IDENTIFY (answering ``priorities`` when asked, unless ``offers_priorities``
     is false, as nsqd), SUB, as many messages as RDY allows, FIN, REQ, CLS."""
@@ -255,37 +243,16 @@ class MessageServer:
     finished: list[bytes] = field(default_factory=list)
 
     def __post_init__(self):
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.address = Address("127.0.0.1", self._listener.getsockname()[1])
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        self.start_serving()
 
-    def close(self) -> None:
-        self._listener.shutdown(socket.SHUT_RDWR)
-        self._listener.close()
-        self._thread.join(10)
-        assert not self._thread.is_alive()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                return  # closed
-            with conn, conn.makefile("rb") as reader:
-                try:
-                    self._converse(conn, reader)
-                except (ConnectionError, EOFError):
-                    pass
-
-    def _converse(self, conn: socket.socket, reader) -> None:
+    def converse(self, conn: socket.socket, reader) -> None:
         assert reader.read(4) == MAGIC_V2
         prioritised = False
         waiting = list(enumerate(self.messages))
         while line := reader.readline():
             name, *params = line.rstrip(b"\n").split(b" ")
             if name == b"IDENTIFY":
-                asked = json.loads(reader.read(_SIZE.unpack(reader.read(4))[0]))
+                asked = json.loads(read_sized(reader))
                 self.identifies.append(asked)
                 prioritised = self.offers_priorities and asked.get("priorities") is True
                 answer = {"max_rdy_count": 2500, "msg_timeout": 60000,
@@ -329,9 +296,8 @@ def test_a_subscription_asks_for_priorities_and_cuts_them_off_when_granted(messa
     subscription = Subscription(server.address, "t", "c", max_in_flight=10, msg_timeout_ms=60000)
     subscription.start()
     try:
-        deadline = time.monotonic() + WAIT_S
-        while len(subscription.inbox) < len(MESSAGES) and time.monotonic() < deadline:
-            time.sleep(0.01)  # the subscription's own thread fills the inbox
+        # the subscription's own thread fills the inbox
+        wait_sync(lambda: len(subscription.inbox) >= len(MESSAGES), WAIT_S, poll=0.01)
         received = list(subscription.inbox)
     finally:
         subscription.close()

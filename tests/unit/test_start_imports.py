@@ -34,7 +34,7 @@ def test_a_start_leaves_what_it_does_not_use_unloaded():
             "import broker.cli, broker.daemon, broker.http.api\n"
             "print(json.dumps(sorted(sys.modules)))\n")
     loaded = json.loads(subprocess.run([sys.executable, "-P", "-c", code], cwd=REPO, env={"PYTHONPATH": str(REPO)},
-                                       capture_output=True, text=True, check=True).stdout)
+                                       capture_output=True, text=True, check=True, timeout=60).stdout)
     early = {name: why for name, why in LATER.items() if name in loaded}
     assert not early, early
     assert "broker.http.api" in loaded and "trio" in loaded  # the probe imported what a start does
@@ -61,6 +61,6 @@ def test_a_start_makes_only_the_dataclasses_it_must():
             "import broker.cli, broker.daemon, broker.http.api\n"
             "print(json.dumps(sorted(m for m in made if m.startswith(('broker', 'diskqueue')))))\n")
     made = json.loads(subprocess.run([sys.executable, "-P", "-c", code], cwd=REPO, env={"PYTHONPATH": str(REPO)},
-                                     capture_output=True, text=True, check=True).stdout)
+                                     capture_output=True, text=True, check=True, timeout=60).stdout)
     assert made, "the probe saw no dataclass made: it no longer counts"
     assert set(made) <= START_DATACLASSES, sorted(set(made) - START_DATACLASSES)

@@ -16,6 +16,7 @@ from tests.support.interop import (
     run_client,
     text,
 )
+from tests.support.waiting import wait_until
 
 
 async def http(broker, logs, *ops) -> list[dict]:
@@ -54,11 +55,11 @@ async def test_http_client_publish_multipublish_create_and_stats(broker, logs):
         assert channel["channel_name"] == "site"
         # the topic's pump copies to its channels after the publishes are answered (as nsqd's
         # messagePump does): wait until the channel holds all six
-        while True:
+        async def site_holds_six() -> dict | None:
             [channel] = (await request(broker.http, "GET", "/stats?format=json&topic=web")).json()["topics"][0]["channels"]
-            if channel["message_count"] == 6:
-                break
-            await trio.sleep(0.02)
+            return channel if channel["message_count"] == 6 else None
+
+        channel = await wait_until(site_holds_six, poll=0.02)
         assert channel["depth"] + channel["deferred_count"] == 6
         assert "[web" in stats_text and "[site" in stats_text
 

@@ -6,6 +6,7 @@ import trio
 
 from tests.support.http_client import request
 from tests.support.interop import GNSQ, PYNSQ, address, assert_no_errors, of_kind, run_client
+from tests.support.waiting import wait_until
 
 
 async def ship_channel(broker) -> dict:
@@ -45,8 +46,11 @@ async def test_published_messages_survive_sigterm_and_restart(broker_process, lo
         # What the broker holds once the consumer is gone: pynsq may finish a few more than
         # the 20 it waited for, and a FIN it logged may still be unsent when it exits.
         # (Its in-flight messages stay in flight until they time out; a restart makes them ready.)
-        while (channel := await ship_channel(first))["client_count"]:
-            await trio.sleep(0.05)
+        async def consumer_gone() -> dict | None:
+            channel = await ship_channel(first)
+            return None if channel["client_count"] else channel
+
+        channel = await wait_until(consumer_gone)
         held = channel["depth"] + channel["in_flight_count"] + channel["deferred_count"]
 
         assert first.terminate() == 0

@@ -17,21 +17,9 @@ from trio.testing import wait_all_tasks_blocked
 from diskqueue import DirectoryListing, DiskQueue, DiskQueueClosed, MessageSizeError, fileops
 from diskqueue.checkpoint import Cursor, load_checkpoint
 from diskqueue.format import HEADER_SIZE, meta_filename, segment_filename
+from tests.support.diskqueues import read_all, records
 
 NAME = "topic:channel"
-
-
-def records(n: int, start: int = 0, size: int = 20) -> list[bytes]:
-    return [(b"%08d" % i).ljust(size, b".") for i in range(start, start + n)]
-
-
-def drain(q: DiskQueue, batch: int = 7) -> list[bytes]:
-    out: list[bytes] = []
-    while True:
-        got = q.read_many(batch)
-        if not got:
-            return out
-        out += got
 
 
 @asynccontextmanager
@@ -104,7 +92,7 @@ async def test_segments_roll_before_passing_max_and_are_deleted_once_consumed(tm
         files = segment_files(tmp_path)
         assert files[0] == segment_filename(NAME, 0) and len(files) == 12
         assert all(os.path.getsize(tmp_path / f) <= 300 for f in files)
-        assert drain(q, 10) == sent
+        assert read_all(q, 10) == sent
         await q.sync()
         assert segment_files(tmp_path) == [segment_filename(NAME, 11)]
 
@@ -157,7 +145,7 @@ async def test_restart_at_every_cursor_position(tmp_path: Path, graceful: bool) 
                 path = tmp_path / f"crash{k}"
             q = DiskQueue(NAME, path, max_bytes_per_file=200)
             assert q.depth == len(sent) - k
-            assert drain(q, 4) == sent[k:]
+            assert read_all(q, 4) == sent[k:]
             assert q.depth == 0
             q.put(b"after")
             assert q.read_many(2) == [b"after"]
@@ -184,7 +172,7 @@ async def test_committed_cursor_contract(tmp_path: Path, graceful: bool) -> None
             path = tmp_path / "crash"
         q = DiskQueue(NAME, path, max_bytes_per_file=500, auto_commit=False)
         assert q.depth == 60 and q.uncommitted == 0
-        assert drain(q) == sent[40:]
+        assert read_all(q, 7) == sent[40:]
         await q.close()
 
 
@@ -210,12 +198,12 @@ async def test_commit_in_pieces_across_segments(tmp_path: Path) -> None:
         assert oldest == checkpoint_of(tmp_path).commit.file
         await q.close()
         q = DiskQueue(NAME, tmp_path, max_bytes_per_file=150, auto_commit=False)
-        assert drain(q) == sent[19:]
+        assert read_all(q, 7) == sent[19:]
         q.commit()
         assert q.uncommitted == 0
         await q.close()
         q = DiskQueue(NAME, tmp_path, max_bytes_per_file=150, auto_commit=False)
-        assert q.depth == 0 and drain(q) == []
+        assert q.depth == 0 and read_all(q, 7) == []
         await q.close()
 
 
@@ -245,10 +233,10 @@ async def test_empty_drops_everything(tmp_path: Path) -> None:
             q.commit(1)
         await q.close()
         q = DiskQueue(NAME, tmp_path / "q", max_bytes_per_file=200)
-        assert drain(q) == records(3, start=100)
+        assert read_all(q, 7) == records(3, start=100)
         await q.close()
         q = DiskQueue(NAME, tmp_path / "crash-before-sync")
-        assert q.depth == 0 and drain(q) == []
+        assert q.depth == 0 and read_all(q, 7) == []
         await q.close()
 
 
@@ -311,7 +299,7 @@ async def test_sync_of_new_records_alone_is_one_data_fsync(tmp_path: Path) -> No
         assert checkpoint_of(tmp_path / "q").commit.seq == 5
         await q.close()
         q = DiskQueue(NAME, tmp_path / "crash")
-        assert drain(q) == records(20)
+        assert read_all(q, 7) == records(20)
         await q.close()
 
 
@@ -330,7 +318,7 @@ async def test_sync_of_records_only_leaves_commits_to_the_policy(tmp_path: Path)
         assert checkpoint_of(tmp_path / "q").commit.seq == 15 and not q.sync_needed
         await q.close()
         q = DiskQueue(NAME, tmp_path / "crash")
-        assert drain(q) == records(20)  # committed records come back; nothing is lost
+        assert read_all(q, 7) == records(20)  # committed records come back; nothing is lost
         await q.close()
 
 
@@ -344,7 +332,7 @@ async def test_a_segment_a_sync_of_records_only_started_is_named_by_a_checkpoint
         await q.close()
         assert checkpoint_of(tmp_path / "q").write.seq == 10
         q = DiskQueue(NAME, tmp_path / "q")
-        assert drain(q) == records(10)
+        assert read_all(q, 7) == records(10)
         await q.close()
 
 
@@ -382,7 +370,7 @@ async def test_puts_and_reads_continue_while_sync_runs(tmp_path: Path, blocking_
         assert checkpoint_of(tmp_path).write.seq == 300
         await q.close()
         q = DiskQueue(NAME, tmp_path, max_bytes_per_file=1000)
-        assert drain(q, 100) == sent[50:]
+        assert read_all(q, 100) == sent[50:]
         await q.close()
 
 
@@ -403,7 +391,7 @@ async def test_empty_or_delete_during_sync(tmp_path: Path, blocking_fsync, actio
             q.put(b"new")
             await q.close()
             q = DiskQueue(NAME, tmp_path)
-            assert drain(q) == [b"new"]
+            assert read_all(q, 7) == [b"new"]
         await q.close()
 
 
@@ -433,7 +421,7 @@ async def test_records_moved_do_not_count_towards_sync_every(tmp_path: Path, moc
         assert not q.sync_needed
         await q.sync()
         assert q.statistics().syncs == 1
-        assert drain(q) == records(6)[::-1] + records(4, start=6)
+        assert read_all(q, 7) == records(6)[::-1] + records(4, start=6)
 
 
 async def test_run_syncs_within_sync_timeout_of_activity(tmp_path: Path, mock_clock) -> None:
@@ -521,7 +509,7 @@ async def test_max_bytes_per_file_may_change_between_runs(tmp_path: Path) -> Non
             await q.close()
         q = DiskQueue(NAME, tmp_path, max_bytes_per_file=300)
         assert q.depth == 75
-        assert drain(q) == sent[15:]
+        assert read_all(q, 7) == sent[15:]
         await q.close()
 
 
@@ -659,4 +647,4 @@ async def test_a_queue_deleted_from_a_listing_reopens_empty_without_listing(tmp_
     q.put(b"again")
     await q.close()
     monkeypatch.undo()
-    assert drain(DiskQueue(NAME, tmp_path)) == [b"again"]
+    assert read_all(DiskQueue(NAME, tmp_path)) == [b"again"]

@@ -18,10 +18,10 @@ import pytest
 import trio
 
 from broker.protocol import encode_pub
-from tests.integration.test_untrusted_input import no_traceback_logged
 from tests.support.diskfaults import FaultyDisk
 from tests.support.fake_lookupd import start_fake_lookupd
 from tests.support.http_client import request
+from tests.support.logs import no_traceback_logged
 from tests.support.v2client import connect, publish, subscriber
 from tests.support.waiting import wait_for
 

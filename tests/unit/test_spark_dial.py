@@ -1,4 +1,4 @@
-"""The ``client_id`` each connector connection IDENTIFYs with: readable, and within 64 characters."""
+"""The ``client_id`` each connector connection IDENTIFYs with (``pyspark_nsq/dial.py``): readable, and within 64 characters."""
 
 from __future__ import annotations
 
