@@ -167,7 +167,7 @@ class Holder:
         problem = None
         if type(request) is Add and (request.holders[0] != peer or self.node_id not in request.holders[1:]):
             problem = WireError("an ADD's holders must be its sender, then this node among others")
-        if type(request) is Taken and request.origin in (peer, self.node_id):
+        if type(request) is Taken and request.origin == peer:  # (from this node: told to every peer)
             problem = WireError("a node takes over from another node")
         if type(request) is Channels and self._held_log().channel_names.get(peer, 0) + len(request.channels) > \
                 MAX_CHANNEL_NAMES:

@@ -190,10 +190,12 @@ async def test_every_kind_of_forged_request_is_refused_before_it_is_written(tmp_
         assert error
         node = await node_replication(a)
         assert node["requests_refused"] == len(FORGED) + len(adds) + 1 and node["copies_held"] == 0
-        # the connection still works, and a good ADD is taken
+        # the connection still works, and a good ADD is taken; a TAKEN naming this node is news
+        # every peer gets (it took over this node's messages), not a fault
         assert (await _repl(client, [ADD, "t", [STRANGER, me], ids, entries]))[1] is None
+        assert (await _repl(client, [TAKEN, me, "t", [b"0" * 16]], [FIN, "t", "c", ids[:1]]))[1] is None
         assert (await node_replication(a))["copies_held"] == 2
-    assert await _log_depth(tmp_path / "a") == 1  # the good ADD alone reached the disk
+    assert await _log_depth(tmp_path / "a") == 2  # the good ADD and the good FIN alone reached the disk
     async with running_daemon(tmp_path / "a", *flags) as a:  # and the node starts again
         assert (await node_replication(a))["copies_held"] == 2
 
