@@ -188,6 +188,7 @@ class ReplicaCluster:
         # the nodes prove to each other that they hold the cluster's secret, as the README says to run them
         self.secret_file = root / "replication.secret"
         self.secret_file.write_text(os.urandom(16).hex() + "\n")
+        self.secret_file.chmod(0o600)
         ports = free_ports(2 * nodes + 2)
         self.nodes = [Node(self, n, ports[2 * n], ports[2 * n + 1]) for n in range(nodes)]
         # fixed ports too, so that it can be started again where the nodes look for it
