@@ -1,13 +1,18 @@
-"""The shell examples of README.md and spark/README.md, run as written against a real broker.
+"""The shell examples of the documents (README.md and the folders' README.md files), run as
+written against a real broker.
 
 A block fenced ```` ```sh ```` is run; one fenced ```` ```sh no-test ```` is not (it runs for
 long, installs things, starts a broker of its own or needs Spark). Each runnable block gets a
 fresh ``pynsqd`` process on ephemeral ports; ``127.0.0.1:4150``/``:4151`` in the block become
 its addresses. The block runs under ``bash -euo pipefail`` in a temporary directory that looks
 like a checkout after the README's set-up (the repository's files, and ``data`` as the broker's
-data directory), with ``python``, ``python3`` and ``pynsqd`` (also as ``.venv/bin/...``)
-meaning this interpreter and this code, and ``curl`` failing on an HTTP error status. A
-``# => TEXT`` comment in a block means its output contains TEXT.
+data directory), whichever document it is in, with ``python``, ``python3`` and ``pynsqd``
+(also as ``.venv/bin/...``) meaning this interpreter and this code, and ``curl`` failing on an
+HTTP error status. A ``# => TEXT`` comment in a block means its output contains TEXT.
+
+Every document's links to other documents and to their sections must lead somewhere, README.md
+stays a first look (under 400 lines), and no document with shell blocks is left out of
+:data:`DOCUMENTS`.
 """
 
 from __future__ import annotations
@@ -27,11 +32,22 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.installs import checkout_files
 from tests.support.nsq_programs import nsq_bin, nsq_bin_missing
 from tests.support.paths import DEPLOY, REPO
 from tests.support.waiting import wait_sync
 
-DOCUMENTS = ("README.md", "spark/README.md")
+#: The documents: README.md for a first look, and one beside the code of each folder.
+DOCUMENTS = (
+    "README.md",
+    "deploy/README.md",
+    "broker/protocol/README.md",
+    "spark/README.md",
+    "tests/README.md",
+    "broker/README.md",
+    "diskqueue/README.md",
+)
+README_LINES_UNDER = 400
 BLOCK_TIMEOUT = 60
 _FENCE = re.compile(r"^```(\S*)(.*)$")
 _SHELLS = {"sh", "bash", "shell"}
@@ -134,11 +150,80 @@ def assert_prints_expected(block: ShellBlock, stdout: str, report: str) -> None:
         position = found + len(expected)
 
 
-def test_the_readme_has_runnable_examples():
-    """The extraction finds the README's blocks; an empty parametrization would pass silently."""
+def test_the_documents_have_runnable_examples():
+    """The extraction finds the documents' blocks; an empty parametrization would pass silently."""
+    assert [document for document in DOCUMENTS if not (REPO / document).is_file()] == []
     readme = [block for block in RUNNABLE if block.document == "README.md"]
-    assert len(readme) >= 5
     assert any("# => OK" in block.text for block in readme)
+    for document in ("deploy/README.md", "broker/protocol/README.md", "spark/README.md", "tests/README.md"):
+        assert any(block.document == document for block in RUNNABLE), document
+    assert len(RUNNABLE) >= 9
+
+
+def repository_documents() -> list[str]:
+    """Every Markdown document of the repository, relative to it: as git sees them (tracked, or
+    new and not ignored), or, outside a git checkout, every ``*.md`` but in hidden, build and
+    dependency folders."""
+    files = checkout_files()
+    if files is None:
+        skipped = {"node_modules", "build", "dist"}
+        files = tuple(path.relative_to(REPO).as_posix() for path in REPO.rglob("*.md")
+                      if not any(part.startswith(".") or part in skipped for part in path.relative_to(REPO).parts[:-1]))
+    return sorted(name for name in files if name.endswith(".md"))
+
+
+def test_every_document_with_shell_blocks_is_run():
+    """A document with a shell block is one of DOCUMENTS, so a new document's examples cannot
+    escape this file's run."""
+    with_blocks = [document for document in repository_documents() if shell_blocks(document)]
+    assert "README.md" in with_blocks
+    assert sorted(set(with_blocks) - set(DOCUMENTS)) == []
+
+
+def test_the_readme_stays_a_first_look():
+    """README.md is a newcomer's first screen and what follows it; the rest is in the folders'
+    documents."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) < README_LINES_UNDER, f"README.md has {len(lines)} lines"
+
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def heading_anchors(document: str) -> set[str]:
+    """The anchors GitHub gives the headings of ``document`` (outside code blocks): lower case,
+    punctuation but ``-`` and ``_`` dropped, spaces as ``-``, a repeated one numbered."""
+    anchors: set[str] = set()
+    in_code = False
+    for line in (REPO / document).read_text().splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        elif not in_code and (heading := re.match(r"#{1,6} (.+)", line)):
+            anchor = re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-")
+            numbered, n = anchor, 0
+            while numbered in anchors:
+                n += 1
+                numbered = f"{anchor}-{n}"
+            anchors.add(numbered)
+    return anchors
+
+
+def test_every_link_of_the_documents_leads_somewhere():
+    """Each relative link of a document names a file of the repository and, for a section, a
+    heading of that document: a section that moves to another document takes its links along."""
+    broken = []
+    for document in DOCUMENTS:
+        text = re.sub(r"(?ms)^```.*?^```", "", (REPO / document).read_text())
+        for target in _LINK.findall(text):
+            if re.match(r"[a-z]+:", target):
+                continue  # https://, mailto:
+            path, _, anchor = target.partition("#")
+            linked = (REPO / document).parent / path if path else REPO / document
+            if not linked.exists():
+                broken.append(f"{document}: {target} (no such file)")
+            elif anchor and anchor not in heading_anchors(linked.resolve().relative_to(REPO).as_posix()):
+                broken.append(f"{document}: {target} (no such section)")
+    assert broken == []
 
 
 @pytest.mark.parametrize("block", RUNNABLE, ids=[f"{b.document}:{b.line}" for b in RUNNABLE])
@@ -203,10 +288,10 @@ def _stop_group(group: int, grace: float = 20.0) -> None:
 
 
 def test_the_cluster_block_runs_as_pasted(tmp_path):
-    """The README's local cluster, pasted into a shell with nsq's programs on the PATH: three
+    """deploy/README.md's local cluster, pasted into a shell with nsq's programs on the PATH: three
     nodes on their fixed ports, nsqlookupd and nsqadmin; its curls wait for the listeners and
     nsq_tail prints the message through nsqlookupd. Everything the block started is stopped."""
-    [block] = [b for b in shell_blocks("README.md") if "deploy/cluster/node-$node.toml" in b.text]
+    [block] = [b for b in shell_blocks("deploy/README.md") if "deploy/cluster/node-$node.toml" in b.text]
     out = _run_pasted(block, (4150, 4151, 4160, 4161, 4171, 4250, 4251, 4350, 4351), tmp_path)
     assert '"broadcast_address":"127.0.0.1"' in out and '"http_port":4251' in out, out
     assert out.rstrip().endswith("hello"), out
@@ -214,10 +299,10 @@ def test_the_cluster_block_runs_as_pasted(tmp_path):
 
 
 def test_the_replication_walkthrough_runs_as_pasted(tmp_path):
-    """The README's replication walkthrough as pasted: its own nsqlookupd and secret, three nodes
+    """deploy/README.md's replication walkthrough as pasted: its own nsqlookupd and secret, three nodes
     with --replicas=2, a publish retried until acknowledged, one node holding its copy, node 1
     killed and the message read through nsqlookupd from the node that took it over."""
-    [block] = [b for b in shell_blocks("README.md") if "--replication-secret-file=replication.secret" in b.text]
+    [block] = [b for b in shell_blocks("deploy/README.md") if "--replication-secret-file=replication.secret" in b.text]
     out = _run_pasted(block, (4150, 4151, 4160, 4161, 4250, 4251, 4350, 4351), tmp_path, timeout=120)
     assert out.startswith("published hello"), out
     assert sorted(line for line in out.splitlines() if line.startswith("copies held")) == [
@@ -227,12 +312,12 @@ def test_the_replication_walkthrough_runs_as_pasted(tmp_path):
 
 
 def test_the_tls_blocks_run_as_pasted(tmp_path):
-    """The README's TLS try-out: the openssl line makes a pair the broker starts with, and the
+    """deploy/README.md's TLS try-out: the openssl line makes a pair the broker starts with, and the
     client block publishes over HTTPS and consumes over TLS, checking the certificate."""
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed")
-    [start] = [b for b in shell_blocks("README.md") if "openssl req" in b.text]
-    [client] = [b for b in shell_blocks("README.md") if "tls_v1=True" in b.text]
+    [start] = [b for b in shell_blocks("deploy/README.md") if "openssl req" in b.text]
+    [client] = [b for b in shell_blocks("deploy/README.md") if "tls_v1=True" in b.text]
     _checkout(tmp_path)
     env = dict(os.environ)
     env["PATH"] = f"{_shims(tmp_path / '.venv' / 'bin')}{os.pathsep}{env.get('PATH', '')}"
