@@ -12,7 +12,7 @@ Series are named the way existing NSQ dashboards and alerts query them:
   ``nsq_topic_channel_e2e_processing_latency_seconds``, fed by each channel's :class:`~broker.core.latency.LatencyHistogram`;
 * prometheus-client's process, platform and Python GC collectors.
 
-Every family is documented in the README's "Metrics" section.
+Every family is documented in deploy/README.md's "Metrics" section.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ alternately (nsqd first, then pynsqd first, ...), and time from ``exec`` to
 With ``--from-nsqd`` pynsqd is not restarted on its own directory: the topics are created
 and the messages published by nsqd alone, and each round starts pynsqd on a fresh copy of
 the directory nsqd left, so every round is a first start that imports nsqd's queues (see
-"Moving from nsqd" in the README); ``import`` is the duration the import logs. nsqd, if
+"Moving from nsqd" in deploy/README.md); ``import`` is the duration the import logs. nsqd, if
 run, restarts on its own copy as before, for comparison.
 
 Then, loaded and with no client connected, each broker's idle CPU: its user + system

@@ -35,7 +35,7 @@ spilling fan-out run writes one copy of every message per channel to disk):
   ``nsq MPUB200 100B both 10 channels``: the 10 channels nobody reads, plus bench_reader on
   one more (``ch``) while the writer writes, so that a broker cannot keep one copy for the
   unread channels (pynsqd's topic holds one copy only while none of its channels is read;
-  README, "How a topic's messages reach its channels"). These rows
+  broker/README.md, "How a topic's messages reach its channels"). These rows
   also measure the bytes written to disk per published message (tests/bench/matrix/disk.py):
   once the writer is done and the broker has settled (every channel holds every message), the
   growth of the data path's files (the sum of their sizes, the broker's log left out) and of

@@ -14,7 +14,7 @@ cannot know what the cut kept retry what they sent. The promises:
 * any other message sent before the cut is delivered at least once: a retry answered as a
   duplicate must have a stored message behind it (a key kept without its message would lose
   it). One stored twice (its message kept, its key not: a publish the cut left unanswered)
-  is counted, as the README allows.
+  is counted, as broker/protocol/README.md allows ("What survives").
 """
 
 from __future__ import annotations

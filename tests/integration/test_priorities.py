@@ -218,7 +218,7 @@ async def test_stats_and_metrics_show_ready_messages_per_priority(daemon):
 
 
 async def test_with_rdy_n_at_most_n_go_ahead_of_a_more_urgent_message(daemon):
-    """What the README promises: a consumer with RDY n holds at most n messages in flight, so
+    """What broker/protocol/README.md promises: a consumer with RDY n holds at most n messages in flight, so
     at most n go out ahead of a more urgent message published after them."""
     await publish_prioritised(daemon.addresses.tcp, "t", [50] * 20)  # m0..m19
     reader = await subscriber(daemon, "t", "c", rdy=5)
@@ -233,7 +233,7 @@ async def test_with_rdy_n_at_most_n_go_ahead_of_a_more_urgent_message(daemon):
 
 
 async def test_a_stream_of_urgent_messages_starves_a_less_urgent_one(daemon):
-    """The starvation the README describes (there is no aging): while more urgent messages keep
+    """The starvation broker/protocol/README.md describes (there is no aging): while more urgent messages keep
     coming, a less urgent one waits; it goes out once they stop."""
     address = daemon.addresses.tcp
     await publish_prioritised(address, "t", [100])  # m0, the patient one

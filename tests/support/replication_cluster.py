@@ -185,7 +185,7 @@ class ReplicaCluster:
         self.durable = durable
         self.extra = list(extra)
         root.mkdir(parents=True, exist_ok=True)
-        # the nodes prove to each other that they hold the cluster's secret, as the README says to run them
+        # the nodes prove to each other that they hold the cluster's secret, as deploy/README.md says to run them
         self.secret_file = root / "replication.secret"
         self.secret_file.write_text(os.urandom(16).hex() + "\n")
         self.secret_file.chmod(0o600)

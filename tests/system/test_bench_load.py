@@ -1,7 +1,7 @@
 """CI-sized runs of ``tests/bench/bench_load.py`` against real ``pynsqd`` processes.
 
 The full sizes (10,000 idle connections, 1,000 consumers, a bigger backlog) are
-the script's defaults, documented in its docstring and in the README; here each
+the script's defaults, documented in its docstring and in deploy/README.md; here each
 scenario runs small enough to take seconds, and what its JSON reports is checked.
 """
 

@@ -1,6 +1,6 @@
 """The crash matrix (``tests/bench/crash_matrix.py``) at CI size: two SIGKILL rounds in each of its 12 cells.
 
-The full run (100 rounds per cell) is documented in the script and the README; here
+The full run (100 rounds per cell) is documented in the script and in deploy/README.md; here
 every cell runs briefly against real ``pynsqd --durable`` processes, and what its
 clients saw is checked: nothing acknowledged lost, no message delivered twice in a
 run after its FIN, no deferred message early.

@@ -4,7 +4,7 @@
 consumer with RDY 1 finishes them one by one while the broker is killed at seeded random
 points of the drain (in the middle of sweeps, of their write-backs, of commits), three
 times. Durable delivery is at least once: a message finished since the last commit may
-come again after a crash. So the test checks what the README promises: no message is
+come again after a crash. So the test checks what broker/protocol/README.md promises: no message is
 lost, and after every restart the messages not delivered yet come in (priority, arrival)
 order; repeats of delivered messages are counted, and bounded.
 """

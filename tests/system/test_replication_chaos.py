@@ -34,7 +34,7 @@ def check(report: dict) -> None:
     assert summary["acknowledged"] > 0, summary
     # duplicates are bounded and counted: a message in flight on a node that dies, or finished
     # in the FIN batch that had not left it, comes again from the taker. The 100-round runs in
-    # the README stay under 1 %; two short rounds (one of them two nodes killed at once) vary
+    # deploy/README.md stay under 1 %; two short rounds (one of them two nodes killed at once) vary
     # more, so the bound here is looser
     if summary["deliveries"] >= 1000:
         assert summary["duplicate_ratio"] < 0.05, summary

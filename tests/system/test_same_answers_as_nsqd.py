@@ -12,7 +12,7 @@ The same goes for the data directory (``nsqd.dat`` byte for byte, every file's m
 a start refused: the line nsqd prints for a bad flag, an option its ``New()`` refuses or a
 listen address it cannot bind is pynsqd's too.
 
-Known differences on purpose are in README's "Differences from nsqd on purpose" and are
+Known differences on purpose are in deploy/README.md's "Differences from nsqd on purpose" and are
 left out here; so is ``PUT /config/nsqlookupd_tcp_addresses`` with ``null`` (nsqd then shows
 ``null``, pynsqd ``[]``).
 """

@@ -1,11 +1,11 @@
-"""The README's example pipeline, run as a user runs it: three scripts against a real pynsqd.
+"""spark/README.md's example pipeline, run as a user runs it: three scripts against a real pynsqd.
 
 ``publish_events.py`` posts JSON events over HTTP, ``windowed_counts.py`` (a Spark
 Structured Streaming query, nsq in and nsq out) counts them per event-time window,
 and ``show_topic.py`` prints the counts with Spark's batch reader. An extra
 channel on the source topic sees every event, so the test computes the counts the
 pipeline must publish and compares them with what ``show_topic.py`` prints:
-after ``--drain``, every published event is in a window shown. The README's order
+after ``--drain``, every published event is in a window shown. The document's order
 is kept: the streaming copy (``copy_topic.py``, channel ``spark`` of the same topic)
 runs first, and events are published while ``windowed_counts.py`` still starts
 Spark. Ctrl-C, as a terminal sends it to the foreground process group, stops each
@@ -169,7 +169,7 @@ class Example:
 @pytest.mark.slow
 @pytest.mark.deadline(1200)  # two Spark queries started one after the other, each waited for up to minutes
 async def test_readme_sequence_counts_every_event_and_ctrl_c_is_quiet(broker_process, tmp_path):
-    """The README's steps in order: the streaming copy first (channel ``spark`` of ``events``),
+    """spark/README.md's steps in order: the streaming copy first (channel ``spark`` of ``events``),
     stopped with Ctrl-C; then the pipeline, publishing as soon as ``windowed_counts.py`` has
     created its channel, while Spark still starts."""
     broker = broker_process()
