@@ -79,6 +79,7 @@ class Delivery:
     buried: BuriedSet
     bury_after: int
     taken: set[bytes] | None
+    topic_name: str
     _host: CoreHost
     _upstream: Upstream
     _rr: int
@@ -112,7 +113,7 @@ class Delivery:
             # nothing to hand out (or nobody to take it): whoever has room keeps it
             self._all_full = False
             return
-        if self._host.fence.holds():
+        if self._host.fence.holds(self.topic_name):
             self._all_full = False  # the replication dispatches every channel when it opens
             return
         ranked = self.ranked

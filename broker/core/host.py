@@ -12,7 +12,6 @@ The broker itself receives its data directory as a :class:`BrokerStorage`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
     from broker.core.message import Message
     from diskqueue import DiskQueue
 
-__all__ = ["BrokerStorage", "ClockFence", "Copies", "CopiesRefused", "CoreHost", "Fence", "MetadataStore", "NoCopies",
+__all__ = ["BrokerStorage", "Copies", "CopiesRefused", "CoreHost", "Fence", "MetadataStore", "NoCopies",
            "OPEN", "OpenFence", "PeerState", "QueueStore", "RegistryChange", "RegistryListener", "Subscriber"]
 
 
@@ -233,10 +232,10 @@ class NoCopies:
 
 
 class Fence(Protocol):
-    """Whether channels may deliver now (``--replicas``); chosen when the broker is made:
-    :data:`OPEN` for one replica."""
+    """Whether a topic's channels may deliver now (``--replicas``); chosen when the broker is
+    made: :data:`OPEN` for one replica."""
 
-    def holds(self) -> bool: ...
+    def holds(self, topic: str) -> bool: ...
 
 
 class OpenFence:
@@ -244,35 +243,12 @@ class OpenFence:
 
     __slots__ = ()
 
-    def holds(self) -> bool:
+    def holds(self, topic: str) -> bool:
         return False
 
 
 #: The fence of every node without replication.
 OPEN = OpenFence()
-
-
-class ClockFence:
-    """The :class:`Fence` of a replicating node: channels deliver nothing while this node may
-    have been taken for gone by its peers, until it has heard from them what they took over.
-
-    ``starting`` holds delivery from the start until the owner has heard what its peers took
-    over meanwhile; ``armed`` is set by the owner while it asks again; ``last_tick`` is when
-    the owner's clock task last ran (``time.monotonic``), and a tick older than ``limit``
-    seconds means the process was stopped (SIGSTOP) or starved, so delivery waits until the
-    owner has looked.
-    """
-
-    __slots__ = ("starting", "armed", "last_tick", "limit")
-
-    def __init__(self, limit: float):
-        self.starting = True
-        self.armed = False
-        self.last_tick = time.monotonic()
-        self.limit = limit
-
-    def holds(self) -> bool:
-        return self.starting or self.armed or time.monotonic() - self.last_tick > self.limit
 
 
 def _nobody_listens(change: RegistryChange) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -55,8 +55,10 @@ class PeerCopies:
     node holds for others, and the node's block of ``/stats``."""
 
     def __init__(self, options: Options, peers: Peers, held_for_topic: Callable[[str], int],
-                 node_stats: Callable[[], dict]):
+                 node_stats: Callable[[], dict],
+                 settle_refused: Callable[[str, list[bytes]], Awaitable[bool]] | None = None):
         self.options = options
+        self._settle_refused = settle_refused
         self.node_id = ""  # this node's, once the replicator has read it
         self._peers = peers
         self._held_for_topic = held_for_topic
@@ -104,6 +106,9 @@ class PeerCopies:
             stats.copies_waiting -= waiting
         stored = [link for link, waiter in zip(links, waiters) if waiter.done.is_set() and waiter.error is None]
         if len(stored) < need and not best_effort:
+            unsure = any(not waiter.done.is_set() for waiter in waiters)  # may have stored, unheard
+            if unsure and self._settle_refused is not None and await self._settle_refused(topic, ids):
+                return  # a holder took them over meanwhile: delivered there, so stored after all
             for link in links:  # those that answer late drop theirs too
                 link.post(Drop(topic, ids))
             stats.publishes_refused += 1

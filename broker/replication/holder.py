@@ -33,6 +33,7 @@ from broker.replication.wire import (
     Drop,
     Fin,
     Forget,
+    Gone,
     Hello,
     Request,
     Taken,
@@ -55,10 +56,11 @@ MAX_CHANNEL_NAMES = 1 << 20
 
 class Holder:
     """What other nodes' connections reach of this node; ``secret`` is the cluster's,
-    ``take_over_now`` the replicator's (takes over a node's copies at once)."""
+    ``take_over_now`` and ``proven`` the replicator's (take over a node's copies at once; a
+    node proved itself)."""
 
     def __init__(self, options: Options, peers: Peers, secret: bytes,
-                 take_over_now: Callable[[str], Awaitable[None]]):
+                 take_over_now: Callable[[str], Awaitable[None]], proven: Callable[[str], None]):
         self.options = options
         self.node_id = ""  # this node's, once the replicator has read it
         #: this node's address as the lookupds list it (``host:port``); None: not serving nodes yet
@@ -67,6 +69,7 @@ class Holder:
         self._peers = peers
         self._secret = secret
         self._take_over_now = take_over_now
+        self._proven = proven  # a node's connection to this one was proven: it is a member
         self._limits = WireLimits(options.max_msg_size)
         self._notices = Notices(log)
         #: connections from others that failed to prove they come from a node of the cluster, since start
@@ -107,6 +110,7 @@ class Holder:
 
     def opened(self, peer: str, link: object) -> None:
         self._peers.opened(peer, link)
+        self._proven(peer)
 
     def closed(self, peer: str, link: object, last_heard: float) -> None:
         self._peers.closed(peer, link, last_heard)
@@ -128,6 +132,8 @@ class Holder:
             if requests[0].lost_memory:
                 return self._hello_after_loss(peer, seq)
             return pack([seq, None, self.taken_from(peer)])
+        if requests and type(requests[0]) is Gone:  # alone too
+            return pack([seq, None, self._gone_answer(requests[0].node)])
         if len(requests) > APPLY_PIECE:
             return self._apply_in_pieces(peer, seq, requests)
         try:
@@ -175,6 +181,13 @@ class Holder:
         if problem is not None:
             problem.seq = seq
             raise problem
+
+    def _gone_answer(self, node: str) -> list:
+        """GONE's answer: whether this node reaches ``node``, and for how long it has not heard from it."""
+        if self._peers.reachable(node):
+            return [True, 0.0]
+        heard = self._peers.last_heard(node, -1.0)
+        return [False, None if heard < 0 else trio.current_time() - heard]
 
     def taken_from(self, peer: str) -> list:
         """HELLO's answer: what this node took over from ``peer``, and from every node (so that a

@@ -118,9 +118,13 @@ class PeerLink:
 
     def __init__(self, address: tuple[str, int], node_id: str, connect_timeout: float,
                  on_hello: Callable[[PeerLink, Any], None], on_connected: Callable[[PeerLink], None],
-                 *, secret: bytes = b"", ssl_context: ssl.SSLContext | None = None, lost_memory: bool = False):
+                 *, secret: bytes = b"", ssl_context: ssl.SSLContext | None = None, lost_memory: bool = False,
+                 local_address: str | None = None):
         self.address = address
         self.me = node_id
+        #: the address this node dials from (its own, when it listens on one): peers see the node
+        #: where it is, and a firewall can tell nodes apart
+        self._local_address = local_address
         self._secret = secret  # the cluster's: proves each side to the other, never sent
         self._notices = Notices(log, REFUSAL_LOG)
         #: attempts that ended because this node and the peer did not accept each other
@@ -309,7 +313,7 @@ class PeerLink:
         the TLS stream when this node has TLS. Raises :class:`LinkBroken` (or what the
         connection raised) when the peer is not a proven node of this cluster."""
         host, port = self.address
-        stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+        stream: trio.abc.Stream = await trio.open_tcp_stream(host, port, local_address=self._local_address)
         address = f"{host}:{port}"  # as the lookupds list the peer: bound into both proofs
         try:
             reader = FrameDecoder(_MAX_UNPROVEN_FRAME)

@@ -23,6 +23,7 @@ links, the peers, the held log and the wire format; none imports the replicator.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import secrets
 import ssl
@@ -34,13 +35,16 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from broker.config.options import Options
-from broker.core.host import ClockFence, PeerState, RegistryChange
+from broker.core.host import PeerState, RegistryChange
 from broker.protocol.replica import is_valid_node_id
 from broker.replication.copies import PeerCopies
+from broker.replication.fence import ClockFence
 from broker.replication.held import HeldCopies
 from broker.replication.holder import Holder
 from broker.replication.links import PeerLink
+from broker.replication.members import Members
 from broker.replication.peers import Peers
+from broker.replication.quorum import Quorum
 from broker.replication.takeover import Takeover
 from broker.replication.wire import Channels, Forget, decode_hello_answer
 from diskqueue.checkpoint import replace_durably
@@ -84,11 +88,12 @@ class Replicator:
         self.node_id = ""  # read (or made) by run, once the data directory is locked
         self.peers = Peers()
         #: the sending side, the core's Copies
-        self.copies = PeerCopies(options, self.peers, self._held_for_topic, self.node_stats)
+        self.copies = PeerCopies(options, self.peers, self._held_for_topic, self.node_stats, self._settle_refused)
         #: channels hold delivery while this node may have been taken for gone
-        self.fence = ClockFence(max(1.0, options.replica_timeout / 2))
+        self.fence = ClockFence(max(1.0, options.replica_timeout / 2), lambda topic: self.copies.replicas(topic) > 1)
         #: the holding side, the TCP server's ReplicaReceiver
-        self.holder = Holder(options, self.peers, secret, self._take_over_now)
+        self.holder = Holder(options, self.peers, secret, self._take_over_now, self._proven)
+        self._quorum: Quorum | None = None
         self._broker: Broker | None = None
         self._takeover: Takeover | None = None
         self._own: tuple[str, int] | None = None
@@ -96,6 +101,7 @@ class Replicator:
         self._nodes: Nodes | None = None
         self._nursery: trio.Nursery | None = None
         self._lost_memory = False
+        self._local_address: str | None = None
         #: takeovers and compactions read the log through and change it: one at a time
         self._log_lock = trio.Lock()
 
@@ -107,6 +113,7 @@ class Replicator:
         ``own`` is this node's entry), hold copies for them and take over from the gone,
         until cancelled. Reports started once peers may connect; the fence opens later."""
         self.node_id = self.copies.node_id = self.holder.node_id = _node_id(self._data_path)
+        self._quorum = Quorum(Members(self._data_path, self.node_id), self.peers, self.options.replica_timeout)
         held = await HeldCopies.open(self._data_path, durable=self.options.durable,
                                      max_record=self.options.max_body_size * 2 + (1 << 20))
         self._broker = broker
@@ -118,6 +125,7 @@ class Replicator:
         running.touch()
         self._nodes = nodes
         self._own = own
+        self._local_address = _dial_from(self.options.tcp_address)
         self.holder.own_address = f"{own[0]}:{own[1]}"  # from now on, peers' handshakes are answered
         self._takeover.wait_for(list(held.origins), trio.current_time())
         log.info("REPLICATION: node %s, %d replicas, holding %d copies for %d nodes", self.node_id,
@@ -148,6 +156,24 @@ class Replicator:
     def broker(self) -> Broker:
         assert self._broker is not None, "run gives the broker"
         return self._broker
+
+    @property
+    def quorum(self) -> Quorum:
+        assert self._quorum is not None, "run makes the quorum"
+        return self._quorum
+
+    def _proven(self, node: str) -> None:
+        """A node's connection to this one was proven: it is a member of the cluster."""
+        if self._quorum is not None:
+            self._quorum.members.proven(node, "")
+
+    async def _settle_refused(self, topic: str, ids: list[bytes]) -> bool:
+        """A publish is refused while a holder may have stored its copies: once this node reaches a
+        majority again (until then that holder might take them over), whether they were taken
+        over (then they are delivered: the publish is acknowledged after all)."""
+        await self.quorum.wait_majority()
+        found = self.broker.topics.get(topic)
+        return found is not None and found.taken is not None and found.taken.issuperset(ids)
 
     @property
     def takeover(self) -> Takeover:
@@ -199,7 +225,7 @@ class Replicator:
                 continue
             link = PeerLink(address, self.node_id, self.options.replica_timeout, self._hello_answered,
                             self._link_connected, secret=self._secret, ssl_context=self._ssl_context,
-                            lost_memory=self._lost_memory)
+                            lost_memory=self._lost_memory, local_address=self._local_address)
             links[address] = link
             self._nursery.start_soon(link.run)
         now = trio.current_time()
@@ -231,6 +257,7 @@ class Replicator:
         mine, everything = decode_hello_answer(answer)
         if link.peer_id is not None:
             self.takeover.heard_from(link.peer_id)
+            self.quorum.members.proven(link.peer_id, f"{link.address[0]}:{link.address[1]}")
         held = self.holder.held
         assert held is not None
         for origin, topics in everything.items():
@@ -274,6 +301,11 @@ class Replicator:
             now = time.monotonic()
             stopped = now - fence.last_tick > fence.limit
             fence.last_tick = now
+            minority = self.quorum.tick() > fence.limit and not stopped  # a stop is the clock's to judge
+            if minority != fence.minority:
+                fence.minority = minority
+                if not minority:
+                    self._dispatch_all()
             if stopped and not fence.armed:
                 fence.armed = True
                 try:
@@ -313,6 +345,8 @@ class Replicator:
         """Take over what the nodes gone for ``--replica-timeout`` left to this node; compact the log."""
         takeover = self.takeover
         for origin in takeover.gone(trio.current_time()):
+            if not await self.quorum.agree_gone(origin):
+                continue  # no majority of the cluster says so: it may be on the other side of a partition
             async with self._log_lock:
                 await takeover.take_over(origin, takeover.mine(origin))
         held = self.holder.held
@@ -352,6 +386,18 @@ class Replicator:
                     link.refusals for link in self.peers.links.values()),
                 "requests_refused": self.holder.requests_refused,
                 "takeover_failures": sum(stats.takeover_failures for stats in self.copies.stats.values())}
+
+
+def _dial_from(tcp_address: str) -> str | None:
+    """The address links dial from: the IP address the TCP listener binds, when it binds one
+    (not every address, not a name, not a unix socket)."""
+    host, _, _ = tcp_address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return None if address.is_unspecified else str(address)
 
 
 def _node_id(data_path: Path) -> str:

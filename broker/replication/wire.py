@@ -27,6 +27,9 @@ true}]``                                answer's ``extra`` is ``[{topic: [id, ..
 ``[FORGET, topic, [id, ...]]``          :class:`Forget`: the sender learnt (in a HELLO's
                                         answer) that the receiver took these over from it,
                                         and skips them: the receiver need not say so again
+``[GONE, node]``                        :class:`Gone`: does the receiver reach ``node``? The
+                                        answer's ``extra`` is ``[reachable, seconds since it
+                                        last heard from it or nil]`` (comes alone in its body)
 ======================================  ==================================================
 
 An entry is ``[id, body, timestamp, attempts, due_ns, priority, done]``: a message as the
@@ -52,13 +55,13 @@ from broker.protocol.names import is_valid_name
 from broker.protocol.priorities import MAX_PRIORITY
 from broker.protocol.replica import is_valid_node_id
 
-__all__ = ["HELLO", "ADD", "FIN", "DROP", "CHANNELS", "TAKEN", "FORGET", "Hello", "Add", "Fin", "Drop", "Channels",
-           "Taken", "Forget",
+__all__ = ["HELLO", "ADD", "FIN", "DROP", "CHANNELS", "TAKEN", "FORGET", "GONE", "Hello", "Add", "Fin", "Drop", "Channels",
+           "Taken", "Forget", "Gone", "decode_gone_answer",
            "Request", "WireLimits", "encode_request", "decode_request", "decode_requests", "decode_hello_answer", "pack", "unpack",
            "pack_entries", "unpack_entries", "check_entries", "check_topic", "check_channel", "check_channels",
            "check_node", "check_ids", "check_holders", "message_of", "WireError"]
 
-HELLO, ADD, FIN, DROP, CHANNELS, TAKEN, FORGET = range(1, 8)
+HELLO, ADD, FIN, DROP, CHANNELS, TAKEN, FORGET, GONE = range(1, 9)
 
 #: Ids one request names at most (a FIN batch of a busy channel, an ADD of a large MPUB).
 MAX_IDS = 1 << 20
@@ -123,6 +126,11 @@ class Channels:
 
 
 @dataclass(frozen=True, slots=True)
+class Gone:
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
 class Forget:
     topic: str
     ids: list[bytes]
@@ -135,7 +143,7 @@ class Taken:
     ids: list[bytes]
 
 
-Request = Hello | Add | Fin | Drop | Channels | Taken | Forget
+Request = Hello | Add | Fin | Drop | Channels | Taken | Forget | Gone
 
 
 def pack(value: Any) -> bytes:
@@ -164,6 +172,8 @@ def encode_request(request: Request) -> list:
         return [TAKEN, request.origin, request.topic, request.ids]
     if type(request) is Forget:
         return [FORGET, request.topic, request.ids]
+    if type(request) is Gone:
+        return [GONE, request.node]
     if type(request) is Hello:
         return [HELLO, {"lost_memory": True}] if request.lost_memory else [HELLO]
     raise TypeError(f"not a request: {request!r}")
@@ -286,6 +296,8 @@ def decode_request(item: object, limits: WireLimits) -> Request:
         return Taken(check_node(args[0]), check_topic(args[1]), check_ids(args[2]))
     if kind == FORGET:
         return Forget(check_topic(args[0]), check_ids(args[1]))
+    if kind == GONE:
+        return Gone(check_node(args[0]))
     flags = args[0] if args else {}
     if type(flags) is not dict:
         raise WireError("HELLO's flags must be a map")
@@ -293,7 +305,7 @@ def decode_request(item: object, limits: WireLimits) -> Request:
 
 
 #: Each kind's fewest and most fields after the kind.
-_SHAPES = {HELLO: (0, 1), ADD: (4, 4), FIN: (3, 3), DROP: (2, 2), CHANNELS: (2, 2), TAKEN: (3, 3), FORGET: (2, 2)}
+_SHAPES = {HELLO: (0, 1), ADD: (4, 4), FIN: (3, 3), DROP: (2, 2), CHANNELS: (2, 2), TAKEN: (3, 3), FORGET: (2, 2), GONE: (1, 1)}
 
 
 def decode_requests(body: bytes, limits: WireLimits) -> tuple[int, list[Request]]:
@@ -306,8 +318,8 @@ def decode_requests(body: bytes, limits: WireLimits) -> tuple[int, list[Request]
         if type(items) is not list or len(items) > MAX_REQUESTS:
             raise WireError(f"a REPL body is [seq, [request, ...]] with at most {MAX_REQUESTS} requests")
         requests = [decode_request(item, limits) for item in items]
-        if sum(type(request) is Hello for request in requests) > (1 if len(requests) == 1 else 0):
-            raise WireError("a HELLO comes alone in its body")
+        if sum(type(request) in (Hello, Gone) for request in requests) > (1 if len(requests) == 1 else 0):
+            raise WireError("a HELLO or a GONE comes alone in its body")
         return seq, requests
     except WireError as exc:
         exc.seq = seq
@@ -321,6 +333,15 @@ def decode_hello_answer(extra: object) -> tuple[dict[str, list[bytes]], dict[str
     mine, everything = extra
     return _taken_topics(mine), {check_node(origin): _taken_topics(topics)
                                  for origin, topics in _map(everything).items()}
+
+
+def decode_gone_answer(extra: object) -> tuple[bool, float | None]:
+    """GONE's answer: whether the peer reaches the node, and how long it has not heard from it
+    (None: never); raises :class:`WireError`."""
+    if type(extra) is not list or len(extra) != 2 or type(extra[0]) is not bool or not (
+            extra[1] is None or type(extra[1]) in (int, float)):
+        raise WireError("GONE's answer is [reachable, seconds or nil]")
+    return extra[0], None if extra[1] is None else float(extra[1])
 
 
 def _map(value: object) -> dict:

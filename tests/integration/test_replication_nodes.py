@@ -19,6 +19,7 @@ from tests.support.http_client import request
 from tests.support.nsq_programs import nsq_bin_missing
 from tests.support.replica_nodes import (
     copies_held,
+    holder_of,
     linked,
     lookupd_running,
     node_flags,
@@ -81,23 +82,28 @@ async def test_a_publish_too_few_nodes_can_hold_is_refused_and_the_connection_st
 
 
 async def test_a_stopped_node_is_taken_over_and_skips_what_was_taken_when_it_returns(tmp_path, lookupd):
+    """Three nodes: a publishes, its copies go to b or c; a stops; the holder, with the third node
+    a majority that does not reach a, takes a's messages over; a comes back and skips them."""
     bodies = [b"m%d" % i for i in range(20)]
-    async with running_daemon(tmp_path / "b", *node_flags(lookupd, "--replicas=2", "--durable")) as b:
-        async with running_daemon(tmp_path / "a", *node_flags(lookupd, "--replicas=2", "--durable")) as a:
-            await wait_until(lambda: linked(a, b))
+    flags = node_flags(lookupd, "--replicas=2", "--durable")
+    async with AsyncExitStack() as stack:
+        b = await stack.enter_async_context(running_daemon(tmp_path / "b", *flags))
+        c = await stack.enter_async_context(running_daemon(tmp_path / "c", *flags))
+        async with running_daemon(tmp_path / "a", *flags) as a:
+            await wait_until(lambda: linked(a, b, c))
             client = await connect(a.addresses.tcp)
             await client.send(encode_sub("t", "c"))
             await client.expect_response(b"OK")
             await client.aclose()
             await publish(a, "t", *bodies)
-            await wait_until(lambda: copies_held(b, "t", 20))
-        # a stopped; after --replica-timeout b queues a's messages in its own channel c
-        await wait_until(lambda: _taken_over(b, "t", 20))
+            holder = await holder_of([b, c], "t", 20)
+        # a stopped; after --replica-timeout the holder queues a's messages in its own channel c
+        await wait_until(lambda: _taken_over(holder, "t", 20))
         with trio.fail_after(15):
-            assert sorted(await consume(b.addresses.tcp, "t", "c", 20)) == sorted(bodies)
+            assert sorted(await consume(holder.addresses.tcp, "t", "c", 20)) == sorted(bodies)
 
-        async with running_daemon(tmp_path / "a", *node_flags(lookupd, "--replicas=2", "--durable")) as a:
-            # a kept its 20 messages on disk; b took them over, so a's consumer gets none
+        async with running_daemon(tmp_path / "a", *flags) as a:
+            # a kept its 20 messages on disk; the holder took them over, so a's consumer gets none
             stats = await topic_stats(a, "t")
             assert stats["channels"][0]["depth"] == 20
             client = await connect(a.addresses.tcp)
@@ -105,8 +111,8 @@ async def test_a_stopped_node_is_taken_over_and_skips_what_was_taken_when_it_ret
             await client.expect_response(b"OK")
             await wait_until(lambda: _channel_empty(a, "t", "c"))
             await client.expect_quiet()
-            # a learnt of the takeover: b need not remember it for a any more
-            await wait_until(lambda: _remembered(b, 0))
+            # a learnt of the takeover: the holder need not remember it for a any more
+            await wait_until(lambda: _remembered(holder, 0))
 
 
 async def _remembered(node, count: int) -> bool:

@@ -25,6 +25,7 @@ from tests.support.http_client import request
 from tests.support.nsq_programs import nsq_bin_missing
 from tests.support.replica_nodes import (
     copies_held,
+    holder_of,
     linked,
     lookupd_running,
     node_flags,
@@ -290,14 +291,15 @@ async def test_nodes_that_require_tls_replicate_over_tls_and_take_over(tmp_path,
                                                                  "--tls-required=tcp-https"))
     async with AsyncExitStack() as outer:
         b = await outer.enter_async_context(running_daemon(tmp_path / "b", *flags))
+        c = await outer.enter_async_context(running_daemon(tmp_path / "c", *flags))
         async with running_daemon(tmp_path / "a", *flags) as a:
-            await wait_until(lambda: linked(a, b))
+            await wait_until(lambda: linked(a, b, c))
             assert (await node_replication(a))["tls"] is True
             reply = await request(a.addresses.http, "POST", "/mpub?topic=t", b"one\ntwo\nthree")
             assert reply.status == 200, reply.body
-            await wait_until(lambda: copies_held(b, "t", 3))
-        # a is gone: b takes its messages over through what it learnt over TLS
-        await wait_until(lambda: _taken(b, "t", 3))
+            holder = await holder_of([b, c], "t", 3)
+        # a is gone: its holder takes its messages over through what it learnt over TLS
+        await wait_until(lambda: _taken(holder, "t", 3))
 
 
 async def test_a_peer_whose_certificate_does_not_verify_gets_no_copies(tmp_path, lookupd, caplog):

@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.support.http_client import request
 from tests.support.nsq_programs import NsqProgram
 
-__all__ = ["copies_held", "linked", "lookupd_running", "node_flags", "node_replication", "topic_replication",
+__all__ = ["copies_held", "holder_of", "linked", "lookupd_running", "node_flags", "node_replication", "topic_replication",
            "topic_stats"]
 
 
@@ -63,3 +63,18 @@ async def copies_held(node, topic: str, count: int) -> bool:
     if stats is not None:
         return stats["replication"]["copies_held"] == count
     return (await node_replication(node)).get("copies_held") == count
+
+
+async def holder_of(nodes, topic: str, count: int, timeout: float = 15.0):
+    """The one of ``nodes`` that holds ``count`` copies of ``topic`` (the peers a topic's copies
+    go to are chosen by hashing: a test does not know which)."""
+    found: list = []
+
+    async def one_holds() -> bool:
+        found[:] = [node for node in nodes if await copies_held(node, topic, count)]
+        return len(found) == 1
+
+    from tests.support.waiting import wait_until
+
+    await wait_until(one_holds, timeout)
+    return found[0]

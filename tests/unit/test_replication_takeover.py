@@ -12,9 +12,9 @@ import trio
 
 from broker.config.options import parse_args
 from broker.core.guid import GuidFactory
-from broker.core.host import ClockFence
 from broker.core.message import Message
 from broker.replication.copies import ReplicaStats
+from broker.replication.fence import ClockFence
 from broker.replication.held import HeldCopies
 from broker.replication.peers import Peers
 from broker.replication.takeover import Takeover
@@ -152,11 +152,14 @@ async def test_one_topics_failed_takeover_does_not_hold_up_anothers(tmp_path):
     await held.close()
 
 
-@pytest.mark.parametrize("starting, armed, stale, holds", [
-    (True, False, False, True), (False, True, False, True), (False, False, True, True), (False, False, False, False)])
-def test_the_fence_holds_from_the_start_while_asking_and_after_a_stall(starting, armed, stale, holds):
-    fence = ClockFence(limit=1.0)
-    fence.starting, fence.armed = starting, armed
+@pytest.mark.parametrize("starting, armed, minority, stale, holds", [
+    (True, False, False, False, True), (False, True, False, False, True), (False, False, True, False, True),
+    (False, False, False, True, True), (False, False, False, False, False)])
+def test_the_fence_holds_from_the_start_while_asking_in_a_minority_and_after_a_stall(starting, armed, minority,
+                                                                                     stale, holds):
+    fence = ClockFence(limit=1.0, replicated=lambda topic: topic != "single")
+    fence.starting, fence.armed, fence.minority = starting, armed, minority
     if stale:
         fence.last_tick -= 2.0  # the clock task last ran two seconds ago: the process was stopped
-    assert fence.holds() is holds
+    assert fence.holds("t") is holds
+    assert fence.holds("single") is False  # a topic with one replica: nobody else delivers it
