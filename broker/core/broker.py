@@ -341,24 +341,28 @@ class Broker:
         """Queue messages taken over from a node that is gone (``--replicas``): the topic and
         ``channels`` are created if missing (and so announced to nsqlookupd); a message
         given None goes through the topic to every channel, one given channel names only to
-        those channels (the others had finished it). Returns once they are stored as any
-        publish is (on stable storage with ``--durable``)."""
+        those channels (the others had finished it, or get their own copy of it: a message
+        is queued with its attempts and due time, which may differ between channels).
+        Returns once they are stored as any publish is (on stable storage with ``--durable``)."""
         topic = self.get_topic(topic_name)
         for name in channels:
             topic.get_channel(name)
         whole = [msg for msg, only in messages if only is None]
         if whole:
             await self._publisher.put_in_pieces(topic, [], 0, messages=whole)
-        touched = set()
+        ready: dict[Channel, list[Message]] = {}  # each channel's, put in one go
         for msg, only in messages:
             for name in only or ():
                 channel = topic.get_channel(name)
                 if msg.due_ns:
                     channel.put_deferred(msg.copy())
+                    ready.setdefault(channel, [])
                 else:
-                    channel.put_many([msg.copy()])
-                touched.add(channel)
-        for channel in touched:
+                    ready.setdefault(channel, []).append(msg.copy())
+        for channel, msgs in ready.items():
+            if msgs:
+                channel.put_many(msgs)
+        for channel in ready:
             await channel.wait_durable()
 
     def disk_written(self, topic: Topic, written: int) -> None:

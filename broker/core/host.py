@@ -180,7 +180,8 @@ class Copies(Protocol):
     A publish to a topic with more than one replica waits for :meth:`store` (its messages,
     ids given, held by that many nodes) before it is queued here; :meth:`abandon` takes
     back the copies of messages that were then not queued. Channels report what they
-    finished, so that the other holders can drop their copies.
+    finished, so that the other holders can drop their copies, and what they delivered or
+    requeued, so that a takeover queues each message with its attempts and due time.
     """
 
     def replicas(self, topic: str) -> int: ...
@@ -193,6 +194,17 @@ class Copies(Protocol):
 
     def finished(self, topic: str, channel: str, messages: list[Message]) -> None:
         """The channel finished ``messages`` (the other holders drop their copies)."""
+        ...
+
+    def delivered(self, topic: str, channel: str, messages: list[Message]) -> None:
+        """The channel delivered ``messages`` (their attempts counted): should this node die
+        before they are finished, they come back with that attempt counted, as a timeout here
+        would count it."""
+        ...
+
+    def requeued(self, topic: str, channel: str, messages: list[Message]) -> None:
+        """``messages`` went back to the channel's queue (REQ, a timeout, a kick), ready or
+        deferred: their attempts and due times as they are now."""
         ...
 
     def counters(self, topic: str) -> tuple[int, int, int, int, int] | None:
@@ -222,6 +234,12 @@ class NoCopies:
         pass
 
     def finished(self, topic: str, channel: str, messages: list[Message]) -> None:
+        pass
+
+    def delivered(self, topic: str, channel: str, messages: list[Message]) -> None:
+        pass
+
+    def requeued(self, topic: str, channel: str, messages: list[Message]) -> None:
         pass
 
     def counters(self, topic: str) -> None:

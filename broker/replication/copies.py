@@ -10,12 +10,23 @@ that did take a copy are then told to drop it.
 Finishing: every FIN of a channel of a replicated topic is batched and posted to every peer
 each :data:`FIN_INTERVAL` (:meth:`PeerCopies.run_fins`); a holder drops a copy once every
 channel it knows of the topic finished it.
+
+Attempts and due times: what a channel puts back in its queue (REQ with or without a delay,
+a timeout, a kick) is posted the same way, one UPDATE per channel each interval with every
+such message's attempts and due time as they are then (the latest state of each; a message
+finished within the interval is left out: its FIN says all). What it delivers is posted one
+interval later, if it is not finished by then: most messages are finished within
+milliseconds, and cost nothing more. A takeover then queues each message in each channel as
+it stood there: a message in flight when this node died comes back with that delivery
+counted, as a timeout here would have counted it (unless it was delivered in the last
+0.1-0.2 s: then with the attempts it had before).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import operator
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 
@@ -24,9 +35,10 @@ import trio
 from broker.config.options import Options
 from broker.core.host import CopiesRefused
 from broker.core.message import Message
+from broker.protocol import MAX_ATTEMPTS
 from broker.replication.links import PeerLink
 from broker.replication.peers import Peers
-from broker.replication.wire import Add, Drop, Fin, pack_entries
+from broker.replication.wire import Add, Drop, Fin, Update, pack_entries
 
 __all__ = ["PeerCopies", "ReplicaStats", "FIN_INTERVAL"]
 
@@ -34,6 +46,8 @@ log = logging.getLogger("pynsqd.replication")
 
 #: Seconds between two batches of FINs posted to the peers.
 FIN_INTERVAL = 0.1
+_ID = operator.attrgetter("id")
+_ATTEMPTS = operator.attrgetter("attempts")
 
 
 class ReplicaStats:
@@ -65,6 +79,13 @@ class PeerCopies:
         self._node_stats = node_stats
         self.stats: dict[str, ReplicaStats] = defaultdict(ReplicaStats)
         self._fins: dict[tuple[str, str], list[bytes]] = defaultdict(list)
+        # (topic, channel) -> id -> what the next batch posts: (attempts, due) of the messages
+        # requeued since the last batch, the attempts of those delivered since (and not requeued
+        # after), and of those delivered before the last batch and not finished in it (ints only:
+        # nothing the cyclic garbage collector has to walk)
+        self._moved: dict[tuple[str, str], dict[bytes, tuple[int, int]]] = {}
+        self._delivered: dict[tuple[str, str], dict[bytes, int]] = {}
+        self._aged: dict[tuple[str, str], dict[bytes, int]] = {}
 
     def replicas(self, topic: str) -> int:
         return self.options.replicas
@@ -123,17 +144,73 @@ class PeerCopies:
     def finished(self, topic: str, channel: str, messages: list[Message]) -> None:
         self._fins[(topic, channel)].extend(m.id for m in messages)
 
+    def requeued(self, topic: str, channel: str, messages: list[Message]) -> None:
+        """Posted with the next batch, the newest state of each id."""
+        key = (topic, channel)
+        moved = self._moved.get(key)
+        if moved is None:
+            moved = self._moved[key] = {}
+        delivered = self._delivered.get(key)
+        for msg in messages:
+            moved[msg.id] = (msg.attempts, msg.due_ns)
+            if delivered:
+                delivered.pop(msg.id, None)  # delivered, then requeued: the requeue is newer
+
+    def delivered(self, topic: str, channel: str, messages: list[Message]) -> None:
+        """Posted with the batch after next (the attempt counted, due at once) unless finished by then."""
+        key = (topic, channel)
+        delivered = self._delivered.get(key)
+        if delivered is None:
+            delivered = self._delivered[key] = {}
+        delivered.update(zip(map(_ID, messages), map(_ATTEMPTS, messages)))
+
     def _holders_for(self, topic: str) -> list[PeerLink]:
         """The connected peers in the topic's rendezvous order."""
         return sorted(self._peers.connected(), key=lambda link: _rank(topic, link.peer_id or ""))
 
     async def run_fins(self) -> None:
-        """Post the FINs batched since the last batch to every peer, each :data:`FIN_INTERVAL`."""
+        """Post the FINs batched since the last batch to every peer, each :data:`FIN_INTERVAL`,
+        after the UPDATEs of the same batch."""
         while True:
             await trio.sleep(FIN_INTERVAL)
             fins, self._fins = self._fins, defaultdict(list)
+            if self._moved or self._delivered or self._aged:  # before the FINs: a peer that applied them applied these
+                self._post_updates(fins)
             for (topic, channel), ids in fins.items():
                 self._peers.post(Fin(topic, channel, ids), 17 * len(ids))
+
+    def _post_updates(self, fins: dict[tuple[str, str], list[bytes]]) -> None:
+        """One UPDATE per channel with the state of what it requeued since the last batch, or
+        delivered before it, and has not finished since (``fins``: this batch's); what it
+        delivered since the last batch (and did not requeue before) waits for the next one."""
+        moved, self._moved = self._moved, {}
+        delivered, self._delivered = self._delivered, {}
+        aged, self._aged = self._aged, {}
+        finished = {key: set(ids) for key, ids in fins.items() if key in moved or key in delivered or key in aged}
+        for key, tried in delivered.items():
+            left = tried.keys() - finished.get(key, set())
+            new = moved.get(key)
+            if new:  # requeued, then delivered again (a requeue forgets an earlier delivery): posted now
+                again = left & new.keys()
+                for msg_id in again:
+                    new[msg_id] = (tried[msg_id], 0)
+                left -= again
+            if left:
+                self._aged[key] = {msg_id: tried[msg_id] for msg_id in left}
+        for key in moved.keys() | aged.keys():
+            done = finished.get(key, set())
+            states: dict[bytes, tuple[int, int]] = {}
+            old = aged.get(key)
+            if old:
+                states.update((msg_id, (old[msg_id], 0)) for msg_id in old.keys() - done)
+            new = moved.get(key)
+            if new:  # requeued since: newer
+                states.update((msg_id, new[msg_id]) for msg_id in new.keys() - done)
+            if states:
+                topic, channel = key
+                attempts = [min(max(state[0], 0), MAX_ATTEMPTS) for state in states.values()]
+                dues = [max(state[1], 0) for state in states.values()]
+                self._peers.post(Update(topic, channel, list(states), attempts, dues), 30 * len(states))
 
     # ---------------------------------------------------------------- stats
 

@@ -13,13 +13,19 @@ msgpack arrays replayed in order at start:
   (``time_ns``, when: a takeover is remembered for :data:`TAKEN_RETENTION`)
 - ``["U", origin, topic, [id, ...]]``              ``origin`` learnt of those takeovers: no
   need to say them again
+- ``["S", origin, topic, channel, [id, ...], attempts, due_ns]`` where these copies stand in
+  ``origin``'s channel (an UPDATE's: delivered, or back in its queue); ``attempts`` and
+  ``due_ns`` are columns as :mod:`.wire` sends them (one value for all, or one per id)
 
 Memory holds, per copy, its holders and the channels that finished it, never its body: a
 takeover reads the bodies back from the log, a batch of records at a time
-(:meth:`HeldCopies.entries`), so neither a start nor a takeover holds the whole log.
+(:meth:`HeldCopies.entries`), so neither a start nor a takeover holds the whole log. It also
+holds, per copy and per channel that said so, the copy's attempts and due time there (the
+takeover queues it in that channel as it stood), only while the copy is held and that channel
+has not finished it.
 
 When the log holds four times more records than a compaction would write (live copies,
-and the channel lists and takeovers kept), and more than :data:`COMPACT_MIN`, it is
+and the channel lists, channel states and takeovers kept), and more than :data:`COMPACT_MIN`, it is
 rewritten in one pass with only what is still needed: the new log is written and synced in
 ``replication.new`` beside it, then replaces it (a start finds at most one whole log and
 finishes an interrupted swap). Records written while a compaction runs go to the new log
@@ -51,11 +57,14 @@ from broker.replication.wire import (
     check_ids,
     check_node,
     check_topic,
+    check_update,
     message_of,
     pack,
     pack_entries,
+    packed_column,
     unpack,
     unpack_entries,
+    unpacked_column,
 )
 from diskqueue import DiskQueue, DiskQueueError
 
@@ -72,18 +81,22 @@ SCAN_BATCH = 512
 TAKEN_RETENTION = 24 * 3600.0
 #: Ids of one takeover record a compaction writes at most.
 TAKEN_PIECE = 100_000
+#: Ids of one ``S`` record at most (about 30 bytes each: well within a record's bound).
+STATE_PIECE = 20_000
 _QUEUE = "replicas"
 
 
 class TopicCopies:
     """The copies of one topic held for one origin: each id's holders (one tuple shared by a
-    whole ADD) and, for those some channel finished, which channels did."""
+    whole ADD), for those some channel finished, which channels did, and for those a channel
+    delivered or requeued, their ``(attempts, due_ns)`` there (``state``: channel -> id ->)."""
 
-    __slots__ = ("holders", "done")
+    __slots__ = ("holders", "done", "state")
 
     def __init__(self) -> None:
         self.holders: dict[bytes, tuple[str, ...]] = {}
         self.done: dict[bytes, set[str]] = {}
+        self.state: dict[str, dict[bytes, tuple[int, int]]] = {}
 
     def __len__(self) -> int:
         return len(self.holders)
@@ -91,6 +104,18 @@ class TopicCopies:
     def discard(self, msg_id: bytes) -> None:
         if self.holders.pop(msg_id, None) is not None:
             self.done.pop(msg_id, None)
+            if self.state:
+                for channel in list(self.state):
+                    self.forget_state(channel, msg_id)
+
+    def forget_state(self, channel: str, msg_id: bytes) -> None:
+        states = self.state.get(channel)
+        if states is not None and states.pop(msg_id, None) is not None and not states:
+            del self.state[channel]
+
+    def states_of(self, msg_id: bytes) -> dict[str, tuple[int, int]]:
+        """The copy's ``(attempts, due_ns)`` in each channel that reported one."""
+        return {channel: states[msg_id] for channel, states in self.state.items() if msg_id in states}
 
 
 class HeldCopies:
@@ -195,6 +220,22 @@ class HeldCopies:
         if any(msg_id in copies.holders for msg_id in ids):
             self._write(["D", origin, topic, ids])
 
+    def update(self, origin: str, topic: str, channel: str, ids: list[bytes], attempts: list[int],
+               dues: list[int]) -> None:
+        """Where copies stand in ``origin``'s ``channel``: their attempts and due times there
+        (those the channel finished already, or not held, are left out)."""
+        copies = self.copies(origin, topic)
+        if not copies:
+            return
+        holders, done = copies.holders, copies.done
+        kept = [n for n, msg_id in enumerate(ids) if msg_id in holders and channel not in done.get(msg_id, ())]
+        if len(kept) != len(ids):
+            ids, attempts, dues = [ids[n] for n in kept], [attempts[n] for n in kept], [dues[n] for n in kept]
+        for start in range(0, len(ids), STATE_PIECE):
+            end = start + STATE_PIECE
+            self._write(["S", origin, topic, channel, ids[start:end], packed_column(attempts[start:end]),
+                         packed_column(dues[start:end])])
+
     def set_channels(self, origin: str, topic: str, channels: list[str]) -> None:
         if self.channels.get(origin, {}).get(topic) != channels:
             self._write(["C", origin, topic, channels])
@@ -238,6 +279,7 @@ class HeldCopies:
             if copies:
                 channels = self.channels.get(origin, {}).get(topic, [])
                 channel = record[3]
+                stated = channel in copies.state
                 for msg_id in record[4]:
                     if msg_id not in copies.holders:
                         continue
@@ -245,8 +287,23 @@ class HeldCopies:
                     if done is None:
                         done = copies.done[msg_id] = set()
                     done.add(channel)
+                    if stated:
+                        copies.forget_state(channel, msg_id)
                     if channels and done.issuperset(channels):
                         copies.discard(msg_id)
+        elif kind == "S":
+            if copies:
+                channel, ids = record[3], record[4]
+                holders, done = copies.holders, copies.done
+                if type(record[5]) is int and type(record[6]) is int:  # one state for all: one tuple
+                    found = dict.fromkeys([msg_id for msg_id in ids if msg_id in holders
+                                           and channel not in done.get(msg_id, ())], (record[5], record[6]))
+                else:
+                    found = {msg_id: (attempts, due) for msg_id, attempts, due in zip(
+                        ids, unpacked_column(record[5], len(ids)), unpacked_column(record[6], len(ids)))
+                        if msg_id in holders and channel not in done.get(msg_id, ())}
+                if found:
+                    copies.state.setdefault(channel, {}).update(found)
         elif kind in ("D", "T"):
             if copies:
                 for msg_id in record[3]:
@@ -314,10 +371,13 @@ class HeldCopies:
 
     def _kept(self) -> int:
         """Records a compaction would write besides the copies: channel lists of topics with
-        copies, and takeovers."""
+        copies, channel states, and takeovers."""
         channels = sum(1 for origin, topics in self.channels.items() for topic in topics
                        if self.copies(origin, topic))
-        return channels + sum(len(ids) // TAKEN_PIECE + 1 for topics in self.taken.values() for ids in topics.values())
+        states = sum(len(ids) // STATE_PIECE + 1 for topics in self.origins.values() for copies in topics.values()
+                     for ids in copies.state.values())
+        return channels + states + sum(len(ids) // TAKEN_PIECE + 1 for topics in self.taken.values()
+                                       for ids in topics.values())
 
     def needs_compaction(self) -> bool:
         depth = self.queue.depth
@@ -348,6 +408,7 @@ class HeldCopies:
                 for data in records:
                     written += self._copy_live(data, fresh)
                 await trio.lowlevel.checkpoint()
+            written += self._copy_states(fresh)
             fresh.put_many(self._tail)  # what was written meanwhile, in its order
             written += len(self._tail)
             self._tail = None
@@ -405,6 +466,22 @@ class HeldCopies:
             written += 1
         return written
 
+    def _copy_states(self, fresh: DiskQueue) -> int:
+        """Write the channel states of the copies held (after their ``A`` records); how many
+        records that took."""
+        written = 0
+        for origin, topics in self.origins.items():
+            for topic, copies in topics.items():
+                for channel, states in copies.state.items():
+                    items = list(states.items())
+                    for start in range(0, len(items), STATE_PIECE):
+                        piece = items[start:start + STATE_PIECE]
+                        fresh.put(pack(["S", origin, topic, channel, [msg_id for msg_id, _ in piece],
+                                        packed_column([state[0] for _, state in piece]),
+                                        packed_column([state[1] for _, state in piece])]))
+                        written += 1
+        return written
+
     async def close(self) -> None:
         try:
             await self.queue.sync()
@@ -427,6 +504,12 @@ _RECORD_FIELDS = {
 def _checked(record: object) -> list:
     """``record`` when it is one this module writes (see the module docstring); else raises
     :class:`WireError`. An ``A`` record's entries were checked when they arrived."""
+    if type(record) is list and record[:1] == ["S"]:
+        if len(record) != 7:
+            raise WireError(f"a S record with {len(record)} fields")
+        check_node(record[1])
+        check_update(record[2:])  # topic, channel, ids, attempts, due times
+        return record
     if type(record) is not list or len(record) < 3 or record[0] not in _RECORD_FIELDS:
         raise WireError(f"not a record: {record!r:.80}")
     checks = _RECORD_FIELDS[record[0]]

@@ -37,6 +37,7 @@ from broker.replication.wire import (
     Hello,
     Request,
     Taken,
+    Update,
     WireError,
     WireLimits,
     decode_requests,
@@ -78,6 +79,7 @@ class Holder:
         self.requests_refused = 0
         self._handlers: dict[type, Callable[[HeldCopies, str, Any], None]] = {
             Add: _add, Fin: _fin, Drop: _drop, Channels: _channels, Taken: _taken, Forget: _forget}
+        self._handlers[Update] = _update
 
     # ---------------------------------------------------------------- the handshake
 
@@ -222,6 +224,10 @@ def _add(held: HeldCopies, peer: str, request: Add) -> None:
 
 def _fin(held: HeldCopies, peer: str, request: Fin) -> None:
     held.finish(peer, request.topic, request.channel, request.ids)
+
+
+def _update(held: HeldCopies, peer: str, request: Update) -> None:
+    held.update(peer, request.topic, request.channel, request.ids, request.attempts, request.dues)
 
 
 def _drop(held: HeldCopies, peer: str, request: Drop) -> None:

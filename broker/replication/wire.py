@@ -30,6 +30,10 @@ true}]``                                answer's ``extra`` is ``[{topic: [id, ..
 ``[GONE, node]``                        :class:`Gone`: does the receiver reach ``node``? The
                                         answer's ``extra`` is ``[reachable, seconds since it
                                         last heard from it or nil]`` (comes alone in its body)
+``[UPDATE, topic, channel, [id, ...],   :class:`Update`: where these messages stand in the
+attempts, due_ns]``                     channel (delivered, or back in its queue): their
+                                        attempts and due times (0: ready), a column each
+                                        (one value for all, or one per id)
 ======================================  ==================================================
 
 An entry is ``[id, body, timestamp, attempts, due_ns, priority, done]``: a message as the
@@ -56,12 +60,13 @@ from broker.protocol.priorities import MAX_PRIORITY
 from broker.protocol.replica import is_valid_node_id
 
 __all__ = ["HELLO", "ADD", "FIN", "DROP", "CHANNELS", "TAKEN", "FORGET", "GONE", "Hello", "Add", "Fin", "Drop", "Channels",
-           "Taken", "Forget", "Gone", "decode_gone_answer",
+           "Taken", "Forget", "Gone", "decode_gone_answer", "UPDATE", "Update", "check_update", "packed_column", "unpacked_column",
            "Request", "WireLimits", "encode_request", "decode_request", "decode_requests", "decode_hello_answer", "pack", "unpack",
            "pack_entries", "unpack_entries", "check_entries", "check_topic", "check_channel", "check_channels",
            "check_node", "check_ids", "check_holders", "message_of", "WireError"]
 
 HELLO, ADD, FIN, DROP, CHANNELS, TAKEN, FORGET, GONE = range(1, 9)
+UPDATE = 10
 
 #: Ids one request names at most (a FIN batch of a busy channel, an ADD of a large MPUB).
 MAX_IDS = 1 << 20
@@ -114,6 +119,18 @@ class Fin:
 
 
 @dataclass(frozen=True, slots=True)
+class Update:
+    """Where messages of a channel stand: delivered (their attempts counted, due 0) or back in
+    its queue, ready (due 0) or deferred until ``dues`` (wall-clock ns); one value per id."""
+
+    topic: str
+    channel: str
+    ids: list[bytes]
+    attempts: list[int]
+    dues: list[int]
+
+
+@dataclass(frozen=True, slots=True)
 class Drop:
     topic: str
     ids: list[bytes]
@@ -143,7 +160,7 @@ class Taken:
     ids: list[bytes]
 
 
-Request = Hello | Add | Fin | Drop | Channels | Taken | Forget | Gone
+Request = Hello | Add | Fin | Drop | Channels | Taken | Forget | Gone | Update
 
 
 def pack(value: Any) -> bytes:
@@ -174,6 +191,9 @@ def encode_request(request: Request) -> list:
         return [FORGET, request.topic, request.ids]
     if type(request) is Gone:
         return [GONE, request.node]
+    if type(request) is Update:
+        return [UPDATE, request.topic, request.channel, request.ids, packed_column(request.attempts),
+                packed_column(request.dues)]
     if type(request) is Hello:
         return [HELLO, {"lost_memory": True}] if request.lost_memory else [HELLO]
     raise TypeError(f"not a request: {request!r}")
@@ -298,6 +318,8 @@ def decode_request(item: object, limits: WireLimits) -> Request:
         return Forget(check_topic(args[0]), check_ids(args[1]))
     if kind == GONE:
         return Gone(check_node(args[0]))
+    if kind == UPDATE:
+        return check_update(args)
     flags = args[0] if args else {}
     if type(flags) is not dict:
         raise WireError("HELLO's flags must be a map")
@@ -306,6 +328,32 @@ def decode_request(item: object, limits: WireLimits) -> Request:
 
 #: Each kind's fewest and most fields after the kind.
 _SHAPES = {HELLO: (0, 1), ADD: (4, 4), FIN: (3, 3), DROP: (2, 2), CHANNELS: (2, 2), TAKEN: (3, 3), FORGET: (2, 2), GONE: (1, 1)}
+_SHAPES[UPDATE] = (5, 5)
+
+
+def check_update(args: list) -> Update:
+    """The :class:`Update` of an UPDATE's fields ``[topic, channel, ids, attempts, dues]`` (the
+    wire's, or a log record's); raises :class:`WireError`: attempts within ``MAX_ATTEMPTS``,
+    due times within int64."""
+    topic, channel, ids = check_topic(args[0]), check_channel(args[1]), check_ids(args[2])
+    count = len(ids)
+    _column(args[3], count, 0, MAX_ATTEMPTS, "attempts")
+    _column(args[4], count, 0, _INT64, "due time")
+    return Update(topic, channel, ids, unpacked_column(args[3], count), unpacked_column(args[4], count))
+
+
+def packed_column(values: list[int]) -> int | list[int]:
+    """A column as it travels: one value when every one is the same."""
+    first = values[0]
+    return first if values.count(first) == len(values) else values
+
+
+def unpacked_column(value: object, count: int) -> list[int]:
+    """A column as :func:`_column` checked it, one value per message."""
+    if isinstance(value, list):
+        return value
+    assert isinstance(value, int)
+    return [value] * count
 
 
 def decode_requests(body: bytes, limits: WireLimits) -> tuple[int, list[Request]]:

@@ -1,8 +1,11 @@
 """The sending side (broker/replication/copies.py) on Trio's mock clock: a publish waits for its
 copies and for peers to hold them, within --replica-timeout; too few are refused and the copies
-taken back; each topic's copies go to the same peers."""
+taken back; each topic's copies go to the same peers; FINs, and the attempts and due times of what
+a real channel delivers and requeues, are posted in batches."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import trio
@@ -13,7 +16,8 @@ from broker.core.message import Message
 from broker.replication.copies import PeerCopies
 from broker.replication.links import Waiter
 from broker.replication.peers import Peers
-from broker.replication.wire import Add, Drop
+from broker.replication.wire import Add, Drop, Fin, Update
+from tests.support.fakes import FakeHost, FakeSubscriber
 
 ME = "a" * 32
 
@@ -118,3 +122,88 @@ async def test_fins_are_posted_to_every_peer_in_batches(autojump_clock):
     for link in links:
         [fin] = link.posted
         assert (fin.topic, fin.channel, fin.ids) == ("t", "c", [b"1" * 16, b"2" * 16])
+
+
+def _states(link: FakeLink) -> list[dict[bytes, tuple[int, int]]]:
+    """The UPDATEs posted to ``link`` since the last call, each as id -> (attempts, due)."""
+    updates = [request for request in link.posted if isinstance(request, Update)]
+    assert all((update.topic, update.channel) == ("t", "c") for update in updates)
+    link.posted = [request for request in link.posted if not isinstance(request, Update)]
+    return [dict(zip(update.ids, zip(update.attempts, update.dues))) for update in updates]
+
+
+def _replicated_channel(tmp_path, copies: PeerCopies, *flags: str):
+    """A real channel ``t:c`` whose replication is ``copies``."""
+    host = FakeHost(tmp_path, *flags)
+    host.core = dataclasses.replace(host.core, copies=copies)
+    return host.channel()
+
+
+async def test_what_a_channel_delivers_and_requeues_is_posted_once_per_interval_in_its_latest_state(
+        tmp_path, autojump_clock):
+    copies, peers = _copies()
+    link = _link(peers, "b" * 32)
+    channel = _replicated_channel(tmp_path, copies)
+    consumer = FakeSubscriber(rdy=3, msg_timeout=30.0)
+    channel.add_client(consumer)
+    fast, later, slow = [Message(b"%016d" % i, b"m%d" % i, 1) for i in range(3)]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(copies.run_fins)
+        await trio.sleep(0.05)
+        channel.put_many([fast, later, slow])
+        channel.finish_many(consumer, [fast.id])  # finished within the interval: its FIN says all
+        channel.requeue(consumer, later.id, 60_000)
+        due = channel.deferred.get(later.id).due_ns
+        await trio.sleep(0.1)
+        assert [type(request) for request in link.posted] == [Update, Fin]  # a FIN applied: the UPDATE was too
+        assert _states(link) == [{later.id: (1, due)}]
+        assert link.posted == [Fin("t", "c", [fast.id])]
+        await trio.sleep(0.1)  # still in flight a batch later: its delivery counted
+        assert _states(link) == [{slow.id: (1, 0)}]
+
+        await trio.sleep(30)  # the slow one timed out and went out again, in one interval: posted once
+        channel.process_timers()
+        await trio.sleep(0.1)
+        assert consumer.deliveries[-1] == (b"m2", 2)
+        assert _states(link) == [{slow.id: (2, 0)}]
+        await trio.sleep(1)
+        assert _states(link) == []  # nothing changed: nothing posted
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_delivery_finished_within_two_batches_is_never_posted(tmp_path, autojump_clock):
+    copies, peers = _copies()
+    link = _link(peers, "b" * 32)
+    channel = _replicated_channel(tmp_path, copies)
+    consumer = FakeSubscriber(rdy=10)
+    channel.add_client(consumer)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(copies.run_fins)
+        await trio.sleep(0.09)
+        channel.put_many([Message(b"%016d" % i, b"m", 1) for i in range(3)])
+        await trio.sleep(0.05)  # a batch went in between
+        channel.finish_many(consumer, [msg.id for msg in consumer.received])
+        await trio.sleep(0.5)
+        assert _states(link) == [] and [type(request) for request in link.posted] == [Fin]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_kick_is_posted_with_its_attempts_reset(tmp_path, autojump_clock):
+    copies, peers = _copies()
+    link = _link(peers, "b" * 32)
+    channel = _replicated_channel(tmp_path, copies, "--max-attempts=1")
+    consumer = FakeSubscriber(rdy=1)
+    channel.add_client(consumer)
+    poison = Message(b"p" * 16, b"poison", 1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(copies.run_fins)
+        channel.put_many([poison])
+        channel.requeue(consumer, poison.id, 0)  # its next delivery buries it
+        channel.dispatch()
+        await trio.sleep(0.15)
+        assert len(channel.buried) == 1 and _states(link) == [{poison.id: (1, 0)}]
+        channel.remove_client(consumer)
+        assert channel.kick(n=1) == 1
+        await trio.sleep(0.1)
+        assert _states(link) == [{poison.id: (0, 0)}]
+        nursery.cancel_scope.cancel()

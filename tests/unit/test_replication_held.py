@@ -11,7 +11,7 @@ import trio
 from broker.core.message import Message
 from broker.replication import held as held_module
 from broker.replication.held import HeldCopies
-from broker.replication.wire import pack_entries
+from broker.replication.wire import pack, pack_entries
 
 ORIGIN, OTHER = "a" * 32, "b" * 32
 
@@ -230,4 +230,89 @@ async def test_a_takeover_of_millions_is_compacted_in_records_the_log_takes(tmp_
     await held.close()
     again = await _open(tmp_path)
     assert again.taken == {ORIGIN: {"t": set(ids)}}
+    await again.close()
+
+
+def _id(n: int) -> bytes:
+    return b"%016d" % n
+
+
+async def test_channel_states_are_replayed_at_a_start_and_go_with_the_channels_fin_or_the_copy(tmp_path):
+    held = await _open(tmp_path)
+    held.set_channels(ORIGIN, "t", ["c1", "c2"])
+    _add(held, "t", 4)
+    held.update(ORIGIN, "t", "c1", [_id(0), _id(1), _id(2)], [2, 1, 3], [0, 5_000, 0])
+    held.update(ORIGIN, "t", "c2", [_id(0), _id(3)], [1, 1], [0, 0])
+    held.update(ORIGIN, "t", "c1", [_id(0)], [3], [7_000])  # the latest state wins
+    held.finish(ORIGIN, "t", "c1", [_id(1)])  # c1 finished it: nothing of it left in c1
+    held.finish(ORIGIN, "t", "c1", [_id(3)])
+    held.finish(ORIGIN, "t", "c2", [_id(3)])  # both channels: the copy and its states go
+    held.drop(ORIGIN, "t", [_id(2)])
+    await held.close()
+
+    again = await _open(tmp_path)
+    copies = again.origins[ORIGIN]["t"]
+    assert copies.state == {"c1": {_id(0): (3, 7_000)}, "c2": {_id(0): (1, 0)}}
+    assert copies.states_of(_id(0)) == {"c1": (3, 7_000), "c2": (1, 0)} and copies.states_of(_id(1)) == {}
+    await again.close()
+
+
+async def test_an_update_of_copies_not_held_or_finished_in_that_channel_writes_nothing(tmp_path):
+    held = await _open(tmp_path)
+    held.set_channels(ORIGIN, "t", ["c1", "c2"])
+    _add(held, "t", 2)
+    held.finish(ORIGIN, "t", "c1", [_id(0)])
+    depth = held.queue.depth
+    held.update(ORIGIN, "t", "c1", [_id(0), _id(9)], [1, 1], [0, 0])  # finished there; never held
+    held.update(ORIGIN, "u", "c1", [_id(1)], [1], [0])  # a topic with no copies
+    held.update(OTHER, "t", "c1", [_id(1)], [1], [0])  # another node's word on the origin's copies
+    assert held.queue.depth == depth and held.origins[ORIGIN]["t"].state == {}
+    held.update(ORIGIN, "t", "c1", [_id(0), _id(1)], [4, 2], [0, 9])  # the copy c1 has not finished is kept
+    assert held.queue.depth == depth + 1 and held.origins[ORIGIN]["t"].state == {"c1": {_id(1): (2, 9)}}
+    await held.close()
+
+
+async def test_an_update_of_many_ids_is_written_in_records_the_log_takes(tmp_path, monkeypatch):
+    monkeypatch.setattr(held_module, "STATE_PIECE", 100)
+    held = await _open(tmp_path)
+    _add(held, "t", 250)
+    held.update(ORIGIN, "t", "c", [_id(n) for n in range(250)], [n % 7 for n in range(250)], [0] * 250)
+    assert held.queue.depth == 1 + 3
+    await held.close()
+    again = await _open(tmp_path)
+    assert again.origins[ORIGIN]["t"].state == {"c": {_id(n): (n % 7, 0) for n in range(250)}}
+    await again.close()
+
+
+async def test_compaction_keeps_the_states_of_the_copies_held_and_no_others(tmp_path, monkeypatch):
+    monkeypatch.setattr(held_module, "COMPACT_MIN", 50)
+    monkeypatch.setattr(held_module, "STATE_PIECE", 3)
+    held = await _open(tmp_path)
+    held.set_channels(ORIGIN, "t", ["c"])
+    for i in range(100):
+        _add(held, "t", 1, i)
+        held.update(ORIGIN, "t", "c", [_id(i)], [1], [0])
+        held.update(ORIGIN, "t", "c", [_id(i)], [2], [i])
+        if i % 20:  # one in twenty stays, with its state
+            held.finish(ORIGIN, "t", "c", [_id(i)])
+    assert held.needs_compaction()
+    await held.compact()
+    # the channel list, 5 copies, their 5 states in records of 3
+    assert held.queue.depth == 1 + 5 + 2 and not held.needs_compaction()
+    await held.close()
+    again = await _open(tmp_path)
+    assert again.origins[ORIGIN]["t"].state == {"c": {_id(i): (2, i) for i in range(0, 100, 20)}}
+    await again.close()
+
+
+async def test_a_state_record_that_is_not_what_this_node_writes_is_skipped(tmp_path):
+    held = await _open(tmp_path)
+    _add(held, "t", 1)
+    for record in (["S", ORIGIN, "t", "c", [_id(0)], 70_000, 0], ["S", ORIGIN, "t", "bad/name", [_id(0)], 1, 0],
+                   ["S", ORIGIN, "t", "c", [_id(0)], 1, -5], ["S", ORIGIN, "t", "c", [_id(0)], 1]):
+        held.queue.put(pack(record))
+    held.queue.put(pack(["S", ORIGIN, "t", "c", [_id(0)], 2, 0]))
+    await held.close()
+    again = await _open(tmp_path)
+    assert again.records_skipped == 4 and again.origins[ORIGIN]["t"].state == {"c": {_id(0): (2, 0)}}
     await again.close()

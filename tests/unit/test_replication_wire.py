@@ -18,12 +18,14 @@ from broker.replication.wire import (
     FIN,
     HELLO,
     TAKEN,
+    UPDATE,
     Add,
     Channels,
     Drop,
     Fin,
     Hello,
     Taken,
+    Update,
     WireError,
     WireLimits,
     decode_hello_answer,
@@ -52,6 +54,7 @@ def _entries(n: int = 2, size: int = 5, **fields) -> tuple[list[bytes], bytes]:
     Hello(), Hello(lost_memory=True), Fin("t", "c", [ID]), Drop("t", [ID, ID]), Channels("t", []),
     Channels("t#ephemeral", ["c", "d#ephemeral"]), Taken(A, "t", [ID]), Add("t", (A, B), *_entries()),
     Add("t", (A, B), *_entries(priority=7, attempts=3, due_ns=5)),
+    Update("t", "c", [ID, ID], [3, 3], [0, 0]), Update("t", "c#ephemeral", [ID, ID], [1, 65535], [0, (1 << 63) - 1]),
 ])
 def test_every_request_round_trips_through_its_wire_form(request_):
     wire = msgpack.unpackb(pack(encode_request(request_)), raw=False)
@@ -99,10 +102,26 @@ def _columns(**change) -> bytes:
     (_add(entries=_columns(priorities=5)), "priorities must be a list"),
     (_add(entries=_columns(dones=[["c"]])), "done channels: one list"),
     (_add(entries=_columns(dones=[None, ["bad/name"]])), "bad channel name"),
+    ([UPDATE, "t", "c", [ID], 1], "request 10 has 4 fields"), ([UPDATE, "t", "c", [ID], 1, 0, 0], "has 6 fields"),
+    ([UPDATE, "bad/name", "c", [ID], 1, 0], "bad topic name"), ([UPDATE, "t", "c" * 65, [ID], 1, 0], "bad channel name"),
+    ([UPDATE, "t", None, [ID], 1, 0], "bad channel name"), ([UPDATE, "t", "c", [], 1, 0], "ids must be a list"),
+    ([UPDATE, "t", "c", [b"x" * 17], 1, 0], "bad message id"), ([UPDATE, "t", "c", [ID], 65536, 0], "bad attempts"),
+    ([UPDATE, "t", "c", [ID], -1, 0], "bad attempts"), ([UPDATE, "t", "c", [ID], True, 0], "bad attempts"),
+    ([UPDATE, "t", "c", [ID, ID], [1, 65536], 0], "bad attempts"),
+    ([UPDATE, "t", "c", [ID, ID], [1], 0], "attempts: 1 values for 2"), ([UPDATE, "t", "c", [ID], "1", 0], "bad attempts"),
+    ([UPDATE, "t", "c", [ID], 1, -1], "bad due time"), ([UPDATE, "t", "c", [ID], 1, 1 << 63], "bad due time"),
+    ([UPDATE, "t", "c", [ID], 1, 1.5], "bad due time"), ([UPDATE, "t", "c", [ID, ID], 1, [0, 0, 0]], "due time: 3 values"),
 ])
 def test_each_field_of_each_kind_is_checked(item, problem):
     with pytest.raises(WireError, match=problem.replace("(", r"\(")):
         decode_request(item, LIMITS)
+
+
+def test_an_update_sends_a_column_of_equal_values_as_one():
+    wire = msgpack.unpackb(pack(encode_request(Update("t", "c", [ID, ID, ID], [2, 2, 2], [0, 0, 0]))), raw=False)
+    assert wire == [UPDATE, "t", "c", [ID, ID, ID], 2, 0]
+    wire = msgpack.unpackb(pack(encode_request(Update("t", "c", [ID, ID], [2, 3], [0, 5]))), raw=False)
+    assert wire == [UPDATE, "t", "c", [ID, ID], [2, 3], [0, 5]]
 
 
 def test_one_bad_request_spoils_its_body_and_the_error_names_its_sequence_number():
@@ -134,7 +153,7 @@ def test_a_hello_answer_is_checked_as_a_request_is():
 _LEAF = st.none() | st.booleans() | st.integers(-(1 << 63), (1 << 64) - 1) | st.text(max_size=40) | st.binary(max_size=40)
 _VALUE = st.recursive(_LEAF, lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=5), inner,
                                                                                           max_size=3), max_leaves=8)
-_KIND = st.sampled_from([HELLO, ADD, FIN, DROP, CHANNELS, TAKEN, 0, 99])
+_KIND = st.sampled_from([HELLO, ADD, FIN, DROP, CHANNELS, TAKEN, UPDATE, 0, 99])
 
 
 @fuzz(150)
