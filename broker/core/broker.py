@@ -330,10 +330,10 @@ class Broker:
             self.metadata_changed()
         self._registry_changed(RegistryChange(name, None, created=False))
 
-    def publish(self, topic: Topic, request: Publish) -> tuple[int, Awaitable[None] | None]:
+    def publish(self, topic: Topic, request: Publish) -> tuple[int, Awaitable[int | None] | None]:
         """Publish ``request`` to ``topic`` (see :meth:`Publisher.publish`): how many of its
         messages were duplicates of keys the topic stored, and what to await before the
-        answer (None: nothing)."""
+        answer (None: nothing; it returns how many more were duplicates, or None)."""
         return self._publisher.publish(topic, request)
 
     async def put_taken(self, topic_name: str, channels: list[str],

@@ -185,8 +185,11 @@ class Copies(Protocol):
 
     def replicas(self, topic: str) -> int: ...
 
-    async def store(self, topic: str, messages: list[Message]) -> None:
-        """Returns once every copy is held; raises :class:`CopiesRefused`."""
+    async def store(self, topic: str, messages: list[Message], *, keys: list[bytes] | None = None,
+                    expires: int = 0) -> set[bytes]:
+        """Returns once every copy is held; raises :class:`CopiesRefused`. With ``keys`` (one per
+        message, ``b""``: none; the window ends at ``expires``): returns those of them another
+        node, or this one's copies of others' messages, knows (their messages are duplicates)."""
         ...
 
     def abandon(self, topic: str, messages: list[Message]) -> None: ...
@@ -215,7 +218,8 @@ class NoCopies:
     def replicas(self, topic: str) -> int:
         return 1
 
-    async def store(self, topic: str, messages: list[Message]) -> None:
+    async def store(self, topic: str, messages: list[Message], *, keys: list[bytes] | None = None,
+                    expires: int = 0) -> set[bytes]:
         raise AssertionError("a topic with one replica stores no copies")
 
     def abandon(self, topic: str, messages: list[Message]) -> None:

@@ -7,7 +7,8 @@ holders that see the same nodes never both take a copy. The taker gives the mess
 id (ids of different nodes may collide), stores copies of it on its own peers as for a
 publish (keeping the channels that had finished it), queues it in the channels that had not
 (creating the topic and those channels, which registers them with nsqlookupd), records the
-takeover and tells the other holders to drop theirs.
+takeover and tells the other holders to drop theirs. The publish keys of the copies go with
+the new copies, and this node goes on knowing them until their window ends.
 
 The copies of an origin are read back from the log in one pass for all its topics, and each
 topic's are queued :data:`TAKEOVER_PIECE` at a time; a failure is its topic's alone (logged
@@ -151,6 +152,8 @@ class Takeover:
         new_ids = self.broker.guid.next_ids(len(items))
         messages: list[tuple[Message, list[str] | None]] = []
         dones: list[list[str] | None] = []
+        keys: list[bytes] = []  # the keys travel with the new copies (b"": none)
+        expiries: list[int] = []
         for item, new_id in zip(items, new_ids):
             if not _takeable(item):
                 held.copies_lost += 1
@@ -163,8 +166,13 @@ class Takeover:
                 continue
             messages.append((message_of(item, new_id), only))
             dones.append(sorted(done) if done else None)
+            key = held.key_of(origin, topic, item[0])
+            keys.append(key[0] if key is not None else b"")
+            expiries.append(key[1] if key is not None else 0)
         if messages:
-            await self._copies.store(topic, [msg for msg, _ in messages], dones, best_effort=True)
+            keyed = any(keys)
+            await self._copies.store(topic, [msg for msg, _ in messages], dones, best_effort=True,
+                                     keys=keys if keyed else None, expires=expiries if keyed else 0)
             await self.broker.put_taken(topic, channels, messages)
         held.mark_taken(origin, topic, ids)
         if self.options.durable:

@@ -13,7 +13,7 @@ from broker.core.message import Message
 from broker.replication.copies import PeerCopies
 from broker.replication.links import Waiter
 from broker.replication.peers import Peers
-from broker.replication.wire import Add, Drop
+from broker.replication.wire import Add, Drop, Keys
 
 ME = "a" * 32
 
@@ -21,10 +21,11 @@ ME = "a" * 32
 class FakeLink:
     """A link to node ``peer_id`` that answers each request as ``answer`` says (None: never)."""
 
-    def __init__(self, peer_id: str, answer: str | None = "ok"):
+    def __init__(self, peer_id: str, answer: str | None = "ok", known: set[bytes] = frozenset()):
         self.peer_id = peer_id
         self.connected = True
         self.answer = answer
+        self.known = known  # the publish keys it says it knows
         self.requests: list = []
         self.posted: list = []
 
@@ -32,7 +33,8 @@ class FakeLink:
         self.requests.append(request)
         waiter = Waiter()
         if self.answer is not None:
-            waiter.settle(None if self.answer == "ok" else self.answer)
+            found = sorted(self.known.intersection(request.keys)) if isinstance(request, Keys) else []
+            waiter.settle(None if self.answer == "ok" else self.answer, {request.topic: found} if found else None)
         return waiter
 
     async def flush(self) -> None:
@@ -42,15 +44,16 @@ class FakeLink:
         self.posted.append(request)
 
 
-def _copies(replicas: int = 2) -> tuple[PeerCopies, Peers]:
+def _copies(replicas: int = 2, known_here: set[bytes] = frozenset()) -> tuple[PeerCopies, Peers]:
     peers = Peers()
-    copies = PeerCopies(parse_args([f"--replicas={replicas}", "--replica-timeout=5s"]), peers, lambda t: 0, dict)
+    copies = PeerCopies(parse_args([f"--replicas={replicas}", "--replica-timeout=5s"]), peers, lambda t: 0, dict,
+                        known_keys=lambda topic, keys: [key for key in keys if key in known_here])
     copies.node_id = ME
     return copies, peers
 
 
-def _link(peers: Peers, node: str, answer: str | None = "ok") -> FakeLink:
-    link = FakeLink(node, answer)
+def _link(peers: Peers, node: str, answer: str | None = "ok", known: set[bytes] = frozenset()) -> FakeLink:
+    link = FakeLink(node, answer, known)
     peers.links[("127.0.0.1", len(peers.links) + 1)] = link  # type: ignore[assignment]
     return link
 
@@ -118,3 +121,31 @@ async def test_fins_are_posted_to_every_peer_in_batches(autojump_clock):
     for link in links:
         [fin] = link.posted
         assert (fin.topic, fin.channel, fin.ids) == ("t", "c", [b"1" * 16, b"2" * 16])
+
+
+async def test_a_keyed_publish_asks_every_peer_which_keys_it_knows_and_its_holders_get_the_keys(autojump_clock):
+    copies, peers = _copies(known_here={b"here"})
+    links = [_link(peers, "b" * 32, known={b"b"}), _link(peers, "c" * 32, known={b"c", b"zzz"}),
+             _link(peers, "d" * 32, answer=None)]  # d never answers: it knows nothing, as far as this goes
+    keys = [b"b", b"", b"c", b"here", b"new"]
+    messages = [Message(b"%016d" % i, b"m", 1, 0, 0, None) for i in range(5)]
+    started = trio.current_time()
+    known = await copies.store("t", messages, keys=keys, expires=77)
+    assert known == {b"b", b"c", b"here"}
+    assert trio.current_time() - started == pytest.approx(5)  # d was waited for, within the timeout
+    asked = Keys("t", [b"b", b"c", b"here", b"new"])
+    for link in links:
+        assert link.requests[0] == asked
+    [holder] = [link for link in links if len(link.requests) == 2]
+    add = holder.requests[1]  # after the question: its own keys are not found by it
+    assert isinstance(add, Add) and (add.keys, add.expires) == (keys, 77)
+
+
+async def test_a_publish_without_keys_or_window_and_a_takeover_ask_nothing(autojump_clock):
+    copies, peers = _copies()
+    link = _link(peers, "b" * 32, known={b"k"})
+    assert await copies.store("t", MESSAGES[:1]) == set()
+    assert await copies.store("t", MESSAGES[:1], keys=[b"k"], expires=0) == set()  # --dedup-window=0
+    assert await copies.store("t", MESSAGES[:1], keys=[b"k"], expires=[9], best_effort=True) == set()
+    assert [type(request) for request in link.requests] == [Add, Add, Add]
+    assert [request.keys for request in link.requests] == [None, None, [b"k"]]  # a takeover's keys go along
