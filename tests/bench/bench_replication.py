@@ -6,8 +6,9 @@ directories), creates the topic with one channel nobody reads on the first node,
 until that node is linked to its peers, then drives it with ``python -m broker.bench
 writer``. Two workloads: MPUB of 200 x 100 B bodies (two connections), and one PUB in
 flight on one connection (its round trip includes the copy's). With ``--keyed`` the same two
-again with a new publish key on every message (each keyed publish also asks every peer
-whether it knows the keys), a fixed number of messages each. Runs alternate between the
+again from another client (tests/bench/bench_keys.py's), a fixed number of messages each,
+with and without a new publish key on every message (a keyed publish also asks every peer
+whether it knows its keys). Runs alternate between the
 replica counts, round after round; the table reports medians and the ratio to
 ``--replicas=1``.
 
@@ -39,18 +40,22 @@ WORKLOADS = {
     "MPUB 200 x 100 B": {"connections": 2, "batch_size": 200, "size": 100},
     "PUB 1 in flight": {"connections": 1, "batch_size": 1, "size": 100},
 }
-#: With --keyed: the same with a key on every message, this many messages a run.
+#: With --keyed: the same with a key on every message, and without, from the same client
+#: (tests/bench/bench_keys.py's), this many messages a run.
 KEYED = {
-    "keyed MPUB 200 x 100 B": {"connections": 2, "batch_size": 200, "messages": 200_000},
-    "keyed PUB 1 in flight": {"connections": 1, "batch_size": 1, "messages": 3_000},
+    f"{kind} MPUB 200 x 100 B": {"connections": 2, "batch_size": 200, "messages": 200_000, "keyed": kind == "keyed"}
+    for kind in ("unkeyed", "keyed")
+} | {
+    f"{kind} PUB 1 in flight": {"connections": 1, "batch_size": 1, "messages": 3_000, "keyed": kind == "keyed"}
+    for kind in ("unkeyed", "keyed")
 }
 
 
 def _keyed_run(node: BrokerProcess, workload: dict) -> dict:
-    connections, batch = workload["connections"], workload["batch_size"]
+    connections, batch, keyed = workload["connections"], workload["batch_size"], workload["keyed"]
     per = workload["messages"] // connections
-    payloads = [bench_keys._payloads(per, True, c, batch, TOPIC) for c in range(connections)]
-    socks = [bench_keys._connect(node.tcp, True) for _ in range(connections)]
+    payloads = [bench_keys._payloads(per, keyed, c, batch, TOPIC) for c in range(connections)]
+    socks = [bench_keys._connect(node.tcp, keyed) for _ in range(connections)]
     elapsed = bench_keys.publish_all(socks, payloads, 1)
     return {"msgs_per_s": per * connections / elapsed}
 
@@ -119,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 order = args.replicas if round_ % 2 == 0 else args.replicas[::-1]
                 for replicas in order:
-                    root = Path(tmp) / f"{round_}-{name.split()[0]}-{replicas}"
+                    root = Path(tmp) / f"{round_}-{'-'.join(name.split()[:2])}-{replicas}"  # fresh data each run
                     result = run_once(root, replicas, args.durable, workload, args.runfor)
                     rows.append({"workload": name, "replicas": replicas, "round": round_,
                                  "msgs_per_s": result["msgs_per_s"]})
