@@ -73,9 +73,16 @@ class PeerCopies:
         self._node_stats = node_stats
         self.stats: dict[str, ReplicaStats] = defaultdict(ReplicaStats)
         self._fins: dict[tuple[str, str], list[bytes]] = defaultdict(list)
+        self._own_replicas: dict[str, int] = {}  # the topics with a number of their own
 
     def replicas(self, topic: str) -> int:
-        return self.options.replicas
+        return self._own_replicas.get(topic, self.options.replicas)
+
+    def configure(self, topic: str, replicas: int | None) -> None:
+        if replicas is None:
+            self._own_replicas.pop(topic, None)
+        else:
+            self._own_replicas[topic] = replicas
 
     async def store(self, topic: str, messages: list[Message], dones: list[list[str] | None] | None = None,
                     *, best_effort: bool = False, keys: list[bytes] | None = None,
