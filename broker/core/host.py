@@ -169,6 +169,10 @@ class RegistryListener(Protocol):
     def peer_states(self) -> list[PeerState]: ...
 
 
+#: The most nodes a topic's messages can be held by (``POST /topic/create?replicas=``).
+MAX_REPLICAS = 64
+
+
 class CopiesRefused(Exception):
     """A publish could not be stored on as many nodes as its topic's replicas; the message says how many took it."""
 
@@ -186,8 +190,16 @@ class Copies(Protocol):
 
     def replicas(self, topic: str) -> int: ...
 
-    async def store(self, topic: str, messages: list[Message]) -> None:
-        """Returns once every copy is held; raises :class:`CopiesRefused`."""
+    def configure(self, topic: str, replicas: int | None) -> None:
+        """Give ``topic`` a number of replicas of its own (None: the node's ``--replicas``).
+        Raises ValueError for more than one where this node keeps no copies."""
+        ...
+
+    async def store(self, topic: str, messages: list[Message], *, keys: list[bytes] | None = None,
+                    expires: int = 0) -> set[bytes]:
+        """Returns once every copy is held; raises :class:`CopiesRefused`. With ``keys`` (one per
+        message, ``b""``: none; the window ends at ``expires``): returns those of them another
+        node, or this one's copies of others' messages, knows (their messages are duplicates)."""
         ...
 
     def abandon(self, topic: str, messages: list[Message]) -> None: ...
@@ -227,7 +239,12 @@ class NoCopies:
     def replicas(self, topic: str) -> int:
         return 1
 
-    async def store(self, topic: str, messages: list[Message]) -> None:
+    def configure(self, topic: str, replicas: int | None) -> None:
+        if replicas is not None and replicas > 1:
+            raise ValueError("this node keeps no copies: start it with --replicas or --replication-secret-file")
+
+    async def store(self, topic: str, messages: list[Message], *, keys: list[bytes] | None = None,
+                    expires: int = 0) -> set[bytes]:
         raise AssertionError("a topic with one replica stores no copies")
 
     def abandon(self, topic: str, messages: list[Message]) -> None:

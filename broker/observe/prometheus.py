@@ -261,6 +261,8 @@ _NODE_REPLICA_COUNTERS = (
      "request was not what a node sends (counter; pynsqd)."),
     ("takeover_failures", "nsq_replication_takeover_failures", "Topics whose takeover failed and was tried "
      "again (counter; pynsqd)."),
+    ("keys_evicted", "nsq_replication_keys_evicted", "Publish keys of other nodes' copies forgotten before their "
+     "dedup window ended, to stay within --dedup-max-keys (counter; pynsqd)."),
 )
 
 
@@ -272,7 +274,10 @@ def _node_replica_families(replication: dict | None) -> list[Metric]:
                    "else 0 (pynsqd).", ("peer", "node_id"))
     for peer in replication["peers"]:
         peers.add_metric([peer["address"], peer["node_id"]], 1 if peer["connected"] else 0)
-    out: list[Metric] = [peers]
+    keys = _gauge("nsq_replication_keys_held", "Publish keys of other nodes' copies this node remembers within "
+                  "their dedup window (pynsqd).", ())
+    keys.add_metric([], replication["keys_held"])
+    out: list[Metric] = [peers, keys]
     for key, name, doc in _NODE_REPLICA_COUNTERS:
         counter = _untyped(name, doc, ())
         counter.add_metric([], replication[key])

@@ -7,6 +7,12 @@ when too few are connected or answer within ``--replica-timeout`` (a publish tha
 before the node has found enough peers waits for them, within the same time). The peers
 that did take a copy are then told to drop it.
 
+Keys: a keyed publish's ADD carries the keys, which its holders remember until their dedup
+window ends, and every connected peer is asked (KEYS, before the ADD in the same body for
+the holders) which of them it knows: one round trip to each peer, at the same time as the
+copies'. The keys this node or a peer knows are returned, and the publisher drops their
+messages as duplicates (their copies too).
+
 Finishing: every FIN of a channel of a replicated topic is batched and posted to every peer
 each :data:`FIN_INTERVAL` (:meth:`PeerCopies.run_fins`); a holder drops a copy once every
 channel it knows of the topic finished it.
@@ -36,9 +42,9 @@ from broker.config.options import Options
 from broker.core.host import CopiesRefused
 from broker.core.message import Message
 from broker.protocol import MAX_ATTEMPTS
-from broker.replication.links import PeerLink
+from broker.replication.links import PeerLink, Waiter
 from broker.replication.peers import Peers
-from broker.replication.wire import Add, Drop, Fin, Update, pack_entries
+from broker.replication.wire import Add, Drop, Fin, Keys, Update, WireError, decode_keys_answer, pack_entries
 
 __all__ = ["PeerCopies", "ReplicaStats", "FIN_INTERVAL"]
 
@@ -70,9 +76,11 @@ class PeerCopies:
 
     def __init__(self, options: Options, peers: Peers, held_for_topic: Callable[[str], int],
                  node_stats: Callable[[], dict],
-                 settle_refused: Callable[[str, list[bytes]], Awaitable[bool]] | None = None):
+                 settle_refused: Callable[[str, list[bytes]], Awaitable[bool]] | None = None,
+                 known_keys: Callable[[str, list[bytes]], list[bytes]] | None = None):
         self.options = options
         self._settle_refused = settle_refused
+        self._known_keys = known_keys
         self.node_id = ""  # this node's, once the replicator has read it
         self._peers = peers
         self._held_for_topic = held_for_topic
@@ -86,15 +94,28 @@ class PeerCopies:
         self._moved: dict[tuple[str, str], dict[bytes, tuple[int, int]]] = {}
         self._delivered: dict[tuple[str, str], dict[bytes, int]] = {}
         self._aged: dict[tuple[str, str], dict[bytes, int]] = {}
+        self._own_replicas: dict[str, int] = {}  # the topics with a number of their own
 
     def replicas(self, topic: str) -> int:
-        return self.options.replicas
+        return self._own_replicas.get(topic, self.options.replicas)
+
+    def configure(self, topic: str, replicas: int | None) -> None:
+        if replicas is None:
+            self._own_replicas.pop(topic, None)
+        else:
+            self._own_replicas[topic] = replicas
 
     async def store(self, topic: str, messages: list[Message], dones: list[list[str] | None] | None = None,
-                    *, best_effort: bool = False) -> None:
+                    *, best_effort: bool = False, keys: list[bytes] | None = None,
+                    expires: int | list[int] = 0) -> set[bytes]:
         """Hold copies of ``messages`` on ``replicas - 1`` peers (see the module docstring);
         ``dones``: the channels that finished each already (a takeover's). ``best_effort``
-        (a takeover's): as many as are connected, none refused."""
+        (a takeover's): as many as are connected, none refused. ``keys`` (one per message,
+        ``b""``: none) and ``expires`` (when their window ends): the holders remember them; a
+        publish (not ``best_effort``) also asks every connected peer which it knows, and
+        returns those this node or a peer knows (their messages are duplicates)."""
+        asked = [key for key in keys if key] if keys is not None and not best_effort and expires else []
+        known = set(self._known_keys(topic, asked)) if asked and self._known_keys is not None else set()
         need = self.replicas(topic) - 1
         deadline = trio.current_time() + self.options.replica_timeout
         links = self._holders_for(topic)[:need]
@@ -109,11 +130,17 @@ class PeerCopies:
             raise CopiesRefused(f"only {len(links) + 1} of {need + 1} copies: "
                                 f"{len(links)} of {len(self._peers.links)} peers connected")
         if not links:
-            return
+            return known
         holders = (self.node_id, *(link.peer_id or "" for link in links))
         entries = pack_entries(messages, dones, published=dones is None)
         ids = [msg.id for msg in messages]
-        add = Add(topic, holders, ids, entries)
+        add = Add(topic, holders, ids, entries, None, keys, expires) if keys is not None and expires else \
+            Add(topic, holders, ids, entries)
+        asking: list[Waiter] = []
+        if asked:
+            question = Keys(topic, asked)
+            size = sum(map(len, asked))
+            asking = [link.request(question, size, inline=link in links) for link in self._peers.connected()]
         waiters = [link.request(add, len(entries), inline=True) for link in links]
         for link in links:
             await link.flush()
@@ -121,15 +148,21 @@ class PeerCopies:
         stats.copies_waiting += waiting
         try:
             with trio.move_on_at(deadline):
-                for waiter in waiters:
+                for waiter in (*waiters, *asking):
                     await waiter.done.wait()
         finally:
             stats.copies_waiting -= waiting
+        for answer in asking:  # a peer that did not answer in time knows nothing, as far as this publish goes
+            if answer.done.is_set() and answer.error is None:
+                try:
+                    known |= decode_keys_answer(answer.extra, topic, asked)
+                except WireError as exc:
+                    log.warning("REPLICATION: a peer's answer to KEYS is not one: %s", exc)
         stored = [link for link, waiter in zip(links, waiters) if waiter.done.is_set() and waiter.error is None]
         if len(stored) < need and not best_effort:
             unsure = any(not waiter.done.is_set() for waiter in waiters)  # may have stored, unheard
             if unsure and self._settle_refused is not None and await self._settle_refused(topic, ids):
-                return  # a holder took them over meanwhile: delivered there, so stored after all
+                return known  # a holder took them over meanwhile: delivered there, so stored after all
             for link in links:  # those that answer late drop theirs too
                 link.post(Drop(topic, ids))
             stats.publishes_refused += 1
@@ -137,6 +170,7 @@ class PeerCopies:
             log.warning("REPLICATION: publish to %s refused: %d of %d copies (%s)", topic, len(stored) + 1, need + 1,
                         ", ".join(errors))
             raise CopiesRefused(f"only {len(stored) + 1} of {need + 1} copies: {', '.join(errors)}")
+        return known
 
     def abandon(self, topic: str, messages: list[Message]) -> None:
         self._peers.post(Drop(topic, [msg.id for msg in messages]))
@@ -145,7 +179,9 @@ class PeerCopies:
         self._fins[(topic, channel)].extend(m.id for m in messages)
 
     def requeued(self, topic: str, channel: str, messages: list[Message]) -> None:
-        """Posted with the next batch, the newest state of each id."""
+        """Posted with the next batch, the newest state of each id (a topic with replicas only)."""
+        if self.replicas(topic) < 2:
+            return
         key = (topic, channel)
         moved = self._moved.get(key)
         if moved is None:
@@ -157,7 +193,10 @@ class PeerCopies:
                 delivered.pop(msg.id, None)  # delivered, then requeued: the requeue is newer
 
     def delivered(self, topic: str, channel: str, messages: list[Message]) -> None:
-        """Posted with the batch after next (the attempt counted, due at once) unless finished by then."""
+        """Posted with the batch after next (the attempt counted, due at once) unless finished by
+        then (a topic with replicas only)."""
+        if self.replicas(topic) < 2:
+            return
         key = (topic, channel)
         delivered = self._delivered.get(key)
         if delivered is None:

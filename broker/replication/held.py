@@ -7,7 +7,12 @@ msgpack arrays replayed in order at start:
   msgpack array of their entries (see :mod:`.wire`), kept as the origin packed it; a
   seventh item, when there, is the channels that had finished each copy already
 - ``["F", origin, topic, channel, [id, ...]]``     a channel of ``origin`` finished them
-- ``["D", origin, topic, [id, ...]]``              copies dropped
+- ``["D", origin, topic, [id, ...]]``              copies dropped (their publish failed: their
+  keys are forgotten); ``["D", origin, topic, [id, ...], 1]``: dropped because another
+  holder took them over (their keys stay)
+- ``["K", origin, topic, [id, ...], [key, ...], expires]``  the publish keys of copies just
+  added, and when their dedup window ends (nanoseconds since the epoch; one for all, or one
+  each)
 - ``["C", origin, topic, [channel, ...]]``         ``origin``'s channels of the topic
 - ``["T", origin, topic, [id, ...], time_ns]``     this node took these over from ``origin``
   (``time_ns``, when: a takeover is remembered for :data:`TAKEN_RETENTION`)
@@ -23,6 +28,11 @@ takeover reads the bodies back from the log, a batch of records at a time
 holds, per copy and per channel that said so, the copy's attempts and due time there (the
 takeover queues it in that channel as it stood), only while the copy is held and that channel
 has not finished it.
+
+The publish keys of the copies (:attr:`HeldCopies.keys`) are kept until their dedup window
+ends, after their copies are finished or taken over, so that this node can say a retry of
+the publish on any node is a duplicate (a KEYS request); at most ``max_keys`` of them (the
+oldest go first, counted in :attr:`HeldCopies.keys_evicted`).
 
 When the log holds four times more records than a compaction would write (live copies,
 and the channel lists, channel states and takeovers kept), and more than :data:`COMPACT_MIN`, it is
@@ -42,6 +52,7 @@ import logging
 import os
 import shutil
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
@@ -55,6 +66,7 @@ from broker.replication.wire import (
     check_channels,
     check_holders,
     check_ids,
+    check_keys,
     check_node,
     check_topic,
     check_update,
@@ -88,14 +100,16 @@ _QUEUE = "replicas"
 
 class TopicCopies:
     """The copies of one topic held for one origin: each id's holders (one tuple shared by a
-    whole ADD), for those some channel finished, which channels did, and for those a channel
-    delivered or requeued, their ``(attempts, due_ns)`` there (``state``: channel -> id ->)."""
+    whole ADD), for those some channel finished, which channels did, for keyed ones their
+    publish key, and for those a channel delivered or requeued, their ``(attempts, due_ns)``
+    there (``state``: channel -> id ->)."""
 
-    __slots__ = ("holders", "done", "state")
+    __slots__ = ("holders", "done", "keys", "state")
 
     def __init__(self) -> None:
         self.holders: dict[bytes, tuple[str, ...]] = {}
         self.done: dict[bytes, set[str]] = {}
+        self.keys: dict[bytes, bytes] = {}
         self.state: dict[str, dict[bytes, tuple[int, int]]] = {}
 
     def __len__(self) -> int:
@@ -104,6 +118,7 @@ class TopicCopies:
     def discard(self, msg_id: bytes) -> None:
         if self.holders.pop(msg_id, None) is not None:
             self.done.pop(msg_id, None)
+            self.keys.pop(msg_id, None)
             if self.state:
                 for channel in list(self.state):
                     self.forget_state(channel, msg_id)
@@ -122,7 +137,7 @@ class HeldCopies:
     """The copies held for every origin node, replayed from ``<data>/replication`` (see the
     module docstring). Made by :meth:`open`; the owner closes it with :meth:`close`."""
 
-    def __init__(self, data_path: Path, *, durable: bool, max_record: int):
+    def __init__(self, data_path: Path, *, durable: bool, max_record: int, max_keys: int = 1_000_000):
         self.path = data_path / "replication"
         self._new_path = data_path / "replication.new"
         self._max_record = max_record
@@ -135,6 +150,13 @@ class HeldCopies:
         #: origin -> topic -> ids this node took over from it, and when it last took some
         self.taken: dict[str, dict[str, set[bytes]]] = {}
         self.taken_at: dict[tuple[str, str], int] = {}
+        #: topic -> publish key -> (expires_ns, origin, id) of the copy it came with
+        self.keys: dict[str, dict[bytes, tuple[int, str, bytes]]] = {}
+        self.max_keys = max_keys
+        #: keys forgotten before their window ended, to stay within max_keys, since start
+        self.keys_evicted = 0
+        self._key_order: deque[tuple[int, str, bytes]] = deque()  # (expires_ns, topic, key) as they came
+        self._key_groups: dict[tuple[str, str], int] = {}  # (origin, topic) -> keys remembered
         #: records of the log that could not be read back (damaged on disk), since start
         self.records_lost = 0
         #: records read back that could not be applied (not what this node writes), since start
@@ -152,9 +174,9 @@ class HeldCopies:
         self.commit = GroupCommit(self.queue)
 
     @classmethod
-    async def open(cls, data_path: Path, *, durable: bool, max_record: int) -> HeldCopies:
+    async def open(cls, data_path: Path, *, durable: bool, max_record: int, max_keys: int = 1_000_000) -> HeldCopies:
         """The copies held under ``data_path``, the log replayed a batch at a time."""
-        held = cls(data_path, durable=durable, max_record=max_record)
+        held = cls(data_path, durable=durable, max_record=max_record, max_keys=max_keys)
         try:
             depth = held.queue.depth
             read = 0
@@ -197,13 +219,23 @@ class HeldCopies:
     # ---------------------------------------------------------------- changes
 
     def add(self, origin: str, topic: str, holders: list[str], ids: list[bytes], entries: bytes,
-            dones: list[list[str] | None] | None = None) -> None:
+            dones: list[list[str] | None] | None = None, keys: list[bytes] | None = None,
+            expires: int | list[int] = 0) -> None:
         """Hold copies: ``entries`` is the msgpack array of their entries (see :mod:`.wire`);
-        ``dones``: the channels that finished each already (a copy made at a takeover)."""
+        ``dones``: the channels that finished each already (a copy made at a takeover);
+        ``keys``: their publish keys (``b""``: none), remembered until ``expires``."""
         record = ["A", origin, topic, holders, ids, entries]
         if dones is not None and any(dones):
             record.append([done or [] for done in dones])
         self._write(record)
+        if keys is not None and any(keys):
+            if all(keys):
+                self._write(["K", origin, topic, ids, keys, expires])
+            else:
+                each = expires if isinstance(expires, list) else [expires] * len(ids)
+                kept = [i for i, key in enumerate(keys) if key]
+                self._write(["K", origin, topic, [ids[i] for i in kept], [keys[i] for i in kept],
+                             [each[i] for i in kept]])
 
     def finish(self, origin: str, topic: str, channel: str, ids: list[bytes]) -> None:
         copies = self.copies(origin, topic)
@@ -211,14 +243,90 @@ class HeldCopies:
             self._write(["F", origin, topic, channel, ids])
 
     def drop(self, origin: str, topic: str, ids: list[bytes], *, by: str | None = None) -> None:
-        """Drop copies; with ``by``, only those ``by`` holds too (what it may say it took over)."""
+        """Drop copies whose publish failed (their keys are forgotten); with ``by``, those that
+        ``by`` took over: only those it holds too (what it may say it took over), their keys kept."""
         copies = self.copies(origin, topic)
         if not copies:
             return
         if by is not None:
             ids = [msg_id for msg_id in ids if by in copies.holders.get(msg_id, ())]
         if any(msg_id in copies.holders for msg_id in ids):
-            self._write(["D", origin, topic, ids])
+            self._write(["D", origin, topic, ids] if by is None else ["D", origin, topic, ids, 1])
+
+    # ---------------------------------------------------------------- keys
+
+    def known(self, topic: str, keys: list[bytes], now_ns: int) -> list[bytes]:
+        """Which of ``keys`` came with copies of ``topic`` held here, within their window."""
+        index = self.keys.get(topic)
+        if not index:
+            return []
+        found = []
+        for key in keys:
+            entry = index.get(key)
+            if entry is not None and entry[0] > now_ns:
+                found.append(key)
+        return found
+
+    def key_of(self, origin: str, topic: str, msg_id: bytes) -> tuple[bytes, int] | None:
+        """The publish key of a copy held here, and when its window ends (None: it has none)."""
+        copies = self.copies(origin, topic)
+        key = copies.keys.get(msg_id) if copies is not None else None
+        if key is None:
+            return None
+        entry = self.keys.get(topic, {}).get(key)
+        return None if entry is None else (key, entry[0])
+
+    def _remember_key(self, origin: str, topic: str, key: bytes, expires: int, msg_id: bytes) -> None:
+        """Remember ``key`` of ``origin``'s copy ``msg_id``. A key remembered already stays the
+        first copy's (a retry's copies, dropped as duplicates, do not take it away), until the
+        later of the two windows ends."""
+        index = self.keys.setdefault(topic, {})
+        old = index.get(key)
+        if old is None:
+            index[key] = (expires, origin, msg_id)
+            self._count_key(origin, topic, 1)
+        elif expires > old[0]:
+            index[key] = (expires, old[1], old[2])
+        else:
+            return
+        self._key_order.append((expires, topic, key))
+
+    def _forget_key(self, topic: str, key: bytes, origin: str, msg_id: bytes) -> None:
+        """Forget ``key`` if it is the one of ``origin``'s copy ``msg_id``."""
+        index = self.keys.get(topic)
+        entry = index.get(key) if index is not None else None
+        if entry is not None and entry[1] == origin and entry[2] == msg_id:
+            self._drop_key(topic, key, entry)
+
+    def _drop_key(self, topic: str, key: bytes, entry: tuple[int, str, bytes]) -> None:
+        index = self.keys[topic]
+        del index[key]
+        if not index:
+            del self.keys[topic]
+        self._count_key(entry[1], topic, -1)
+
+    def _count_key(self, origin: str, topic: str, change: int) -> None:
+        group = (origin, topic)
+        count = self._key_groups.get(group, 0) + change
+        if count:
+            self._key_groups[group] = count
+        else:
+            self._key_groups.pop(group, None)
+
+    def expire_keys(self, now_ns: int) -> None:
+        """Forget the keys whose window ended, and the oldest past ``max_keys``."""
+        order = self._key_order
+        while order and (order[0][0] <= now_ns or len(order) > self.max_keys):
+            expires, topic, key = order.popleft()
+            entry = self.keys.get(topic, {}).get(key)
+            if entry is not None and entry[0] == expires:
+                if expires > now_ns:
+                    self.keys_evicted += 1
+                self._drop_key(topic, key, entry)
+
+    @property
+    def keys_held(self) -> int:
+        return sum(self._key_groups.values())
 
     def update(self, origin: str, topic: str, channel: str, ids: list[bytes], attempts: list[int],
                dues: list[int]) -> None:
@@ -306,6 +414,11 @@ class HeldCopies:
                     copies.state.setdefault(channel, {}).update(found)
         elif kind in ("D", "T"):
             if copies:
+                if kind == "D" and len(record) < 5:  # a publish that failed: its keys go too
+                    for msg_id in record[3]:
+                        key = copies.keys.get(msg_id)
+                        if key is not None:
+                            self._forget_key(topic, key, origin, msg_id)
                 for msg_id in record[3]:
                     copies.discard(msg_id)
             if kind == "T":
@@ -322,6 +435,17 @@ class HeldCopies:
                     self.taken_at.pop((origin, topic), None)
                     if not topics:
                         del self.taken[origin]
+        elif kind == "K":
+            now = time.time_ns()
+            expires = record[5]
+            for index, (msg_id, key) in enumerate(zip(record[3], record[4])):
+                expiry = expires if type(expires) is int else expires[index]
+                if expiry <= now:
+                    continue
+                self._remember_key(origin, topic, key, expiry, msg_id)
+                if copies is not None and msg_id in copies.holders:
+                    copies.keys[msg_id] = key
+            self.expire_keys(now)
         elif kind == "C":
             channels = list(record[3])
             lists = self.channels.setdefault(origin, {})
@@ -376,8 +500,9 @@ class HeldCopies:
                        if self.copies(origin, topic))
         states = sum(len(ids) // STATE_PIECE + 1 for topics in self.origins.values() for copies in topics.values()
                      for ids in copies.state.values())
-        return channels + states + sum(len(ids) // TAKEN_PIECE + 1 for topics in self.taken.values()
-                                       for ids in topics.values())
+        return (channels + states + sum(len(ids) // TAKEN_PIECE + 1 for topics in self.taken.values()
+                                        for ids in topics.values())
+                + sum(count // TAKEN_PIECE + 1 for count in self._key_groups.values()))
 
     def needs_compaction(self) -> bool:
         depth = self.queue.depth
@@ -409,6 +534,7 @@ class HeldCopies:
                     written += self._copy_live(data, fresh)
                 await trio.lowlevel.checkpoint()
             written += self._copy_states(fresh)
+            written += self._copy_keys(fresh)  # after the copies: a K record names copies held
             fresh.put_many(self._tail)  # what was written meanwhile, in its order
             written += len(self._tail)
             self._tail = None
@@ -438,6 +564,23 @@ class HeldCopies:
                 topics.pop(topic, None)
                 if not topics:
                     self.taken.pop(origin, None)
+
+    def _copy_keys(self, fresh: DiskQueue) -> int:
+        """Write the keys still within their window to ``fresh``; how many records that took."""
+        now = time.time_ns()
+        groups: dict[tuple[str, str], list[tuple[bytes, bytes, int]]] = {}
+        for topic, index in self.keys.items():
+            for key, (expires, origin, msg_id) in index.items():
+                if expires > now:
+                    groups.setdefault((origin, topic), []).append((msg_id, key, expires))
+        written = 0
+        for (origin, topic), entries in groups.items():
+            for start in range(0, len(entries), TAKEN_PIECE):
+                piece = entries[start:start + TAKEN_PIECE]
+                fresh.put(pack(["K", origin, topic, [e[0] for e in piece], [e[1] for e in piece],
+                                [e[2] for e in piece]]))
+                written += 1
+        return written
 
     def _copy_live(self, data: bytes, fresh: DiskQueue) -> int:
         """Copy the live copies of an ``A`` record to ``fresh``, with the channels that finished
@@ -494,7 +637,8 @@ class HeldCopies:
 _RECORD_FIELDS = {
     "A": (check_holders, check_ids, bytes, None),
     "F": (check_channel, check_ids),
-    "D": (check_ids,),
+    "D": (check_ids, int),
+    "K": (check_ids, list, list),
     "C": (check_channels,),
     "T": (lambda ids: check_ids(ids, MAX_ANSWER_IDS), int),
     "U": (lambda ids: check_ids(ids, MAX_ANSWER_IDS),),
@@ -525,7 +669,13 @@ def _checked(record: object) -> list:
                 raise WireError("entries must be bytes")
         elif check is int:
             if type(value) is not int:
-                raise WireError("a takeover's time must be an integer")
+                raise WireError(f"a {record[0]} record's last field must be an integer")
+        elif check is list:  # a K record's keys, then their expiry (one, or one each)
+            if value is rest[1]:
+                check_keys(value, len(rest[0]))
+            elif type(value) is not int and (type(value) is not list or len(value) != len(rest[0])
+                                             or any(type(item) is not int for item in value)):
+                raise WireError("a K record's expiry: one integer, or one per key")
         elif check is None:  # an A record's done channels, one list per copy
             if type(value) is not list or len(value) != len(record[4]):
                 raise WireError("done channels: one list per copy")

@@ -7,7 +7,8 @@ holders that see the same nodes never both take a copy. The taker gives the mess
 id (ids of different nodes may collide), stores copies of it on its own peers as for a
 publish (keeping the channels that had finished it), queues it in the channels that had not
 (creating the topic and those channels, which registers them with nsqlookupd), records the
-takeover and tells the other holders to drop theirs.
+takeover and tells the other holders to drop theirs. The publish keys of the copies go with
+the new copies, and this node goes on knowing them until their window ends.
 
 A message goes back to each channel as it stood there when its origin last said (an UPDATE,
 see :mod:`.copies`): with its attempts (a delivery counted) and its due time (a REQ's delay),
@@ -163,6 +164,8 @@ class Takeover:
         dones: list[list[str] | None] = []
         stated: list[tuple[str, Message]] = []  # a channel, and its own copy of a message (for the peers)
         stateful = copies is not None and bool(copies.state) and bool(channels)
+        keys: list[bytes] = []  # the keys travel with the new copies (b"": none)
+        expiries: list[int] = []
         for item, new_id in zip(items, new_ids):
             if not _takeable(item):
                 held.copies_lost += 1
@@ -184,8 +187,13 @@ class Takeover:
                 queued.append((message, only))
             messages.append(message)
             dones.append(sorted(done) if done else None)
+            key = held.key_of(origin, topic, item[0])
+            keys.append(key[0] if key is not None else b"")
+            expiries.append(key[1] if key is not None else 0)
         if messages:
-            await self._copies.store(topic, messages, dones, best_effort=True)
+            keyed = any(keys)
+            await self._copies.store(topic, messages, dones, best_effort=True,
+                                     keys=keys if keyed else None, expires=expiries if keyed else 0)
             for name, msg in stated:  # before the channels have them: what they report next is newer
                 self._copies.requeued(topic, name, [msg])
             await self.broker.put_taken(topic, channels, queued)

@@ -5,6 +5,7 @@ broker, the sending side and the other nodes are fakes that record what they are
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 import pytest
@@ -38,9 +39,12 @@ class FakeCopies:
         self.stats = defaultdict(ReplicaStats)
         self.stored: list[tuple[str, list[Message], list, bool]] = []
         self.requeued_states: list[tuple[str, str, bytes, int, int]] = []
+        self.keys: list[tuple[list[bytes] | None, int | list[int]]] = []
 
-    async def store(self, topic, messages, dones=None, *, best_effort=False):
+    async def store(self, topic, messages, dones=None, *, best_effort=False, keys=None, expires=0):
         self.stored.append((topic, messages, dones, best_effort))
+        self.keys.append((keys, expires))
+        return set()
 
     def requeued(self, topic, channel, messages):
         self.requeued_states.extend((topic, channel, m.id, m.attempts, m.due_ns) for m in messages)
@@ -212,4 +216,19 @@ async def test_without_the_origins_channels_a_takeover_queues_messages_as_their_
     await takeover.take_over(ORIGIN, takeover.mine(ORIGIN))
     [(_, _, [(msg, only)])] = broker.taken
     assert (msg.attempts, msg.due_ns, only) == (0, 0, None) and copies.requeued_states == []
+    await held.close()
+
+
+async def test_publish_keys_go_with_the_new_copies_and_stay_known_here_after_a_takeover(tmp_path):
+    takeover, held, broker, copies, _ = await _takeover(tmp_path)
+    messages = _messages(3)
+    window_end = time.time_ns() + 3600 * 10**9
+    held.add(ORIGIN, "t", [ORIGIN, ME], [m.id for m in messages], pack_entries(messages), None,
+             [b"k0", b"", b"k2"], window_end)
+    await takeover.take_over(ORIGIN, takeover.mine(ORIGIN))
+
+    [(_, stored, _, _)] = copies.stored
+    assert [m.body for m in stored] == [b"body 0", b"body 1", b"body 2"]
+    assert copies.keys == [([b"k0", b"", b"k2"], [window_end, 0, window_end])]
+    assert held.known("t", [b"k0", b"k2", b"other"], time.time_ns()) == [b"k0", b"k2"]  # a retry here is a duplicate
     await held.close()

@@ -17,6 +17,7 @@ from broker.replication.wire import (
     DROP,
     FIN,
     HELLO,
+    KEYS,
     TAKEN,
     UPDATE,
     Add,
@@ -24,11 +25,13 @@ from broker.replication.wire import (
     Drop,
     Fin,
     Hello,
+    Keys,
     Taken,
     Update,
     WireError,
     WireLimits,
     decode_hello_answer,
+    decode_keys_answer,
     decode_request,
     decode_requests,
     encode_request,
@@ -54,6 +57,8 @@ def _entries(n: int = 2, size: int = 5, **fields) -> tuple[list[bytes], bytes]:
     Hello(), Hello(lost_memory=True), Fin("t", "c", [ID]), Drop("t", [ID, ID]), Channels("t", []),
     Channels("t#ephemeral", ["c", "d#ephemeral"]), Taken(A, "t", [ID]), Add("t", (A, B), *_entries()),
     Add("t", (A, B), *_entries(priority=7, attempts=3, due_ns=5)),
+    Add("t", (A, B), *_entries(), None, [b"k1", b""], 99), Add("t", (A, B), *_entries(), None, [b"k", b"l"], [5, 6]),
+    Keys("t", [b"k", b"x" * 128]),
     Update("t", "c", [ID, ID], [3, 3], [0, 0]), Update("t", "c#ephemeral", [ID, ID], [1, 65535], [0, (1 << 63) - 1]),
 ])
 def test_every_request_round_trips_through_its_wire_form(request_):
@@ -65,6 +70,10 @@ def _add(**change) -> list:
     ids, entries = _entries()
     fields = {"topic": "t", "holders": [A, B], "ids": ids, "entries": entries, **change}
     return [ADD, fields["topic"], fields["holders"], fields["ids"], fields["entries"]]
+
+
+def _keyed_add(keys: object = (b"k", b"l"), expires: object = 9) -> list:
+    return [*_add(), list(keys) if isinstance(keys, tuple) else keys, expires]
 
 
 def _columns(**change) -> bytes:
@@ -102,6 +111,13 @@ def _columns(**change) -> bytes:
     (_add(entries=_columns(priorities=5)), "priorities must be a list"),
     (_add(entries=_columns(dones=[["c"]])), "done channels: one list"),
     (_add(entries=_columns(dones=[None, ["bad/name"]])), "bad channel name"),
+    ([*_add(), [b"k", b"l"]], "keys come with their expiry"), (_keyed_add(keys=(b"k",)), "keys must be a list of 2"),
+    (_keyed_add(keys="kl"), "keys must be a list"), (_keyed_add(keys=(b"k", "l")), "bad publish key"),
+    (_keyed_add(keys=(b"k", b"x" * 129)), "bad publish key"), (_keyed_add(expires=-1), "bad key expiry"),
+    (_keyed_add(expires=[1]), "key expiry: 1 values for 2"), (_keyed_add(expires="later"), "bad key expiry"),
+    ([KEYS, "t", []], "keys must be a list of 1 to"), ([KEYS, "t", [b""]], "bad publish key"),
+    ([KEYS, "t", [b"x" * 129]], "bad publish key"), ([KEYS, "bad/name", [b"k"]], "bad topic name"),
+    ([KEYS, "t", b"k"], "keys must be a list"),
     ([UPDATE, "t", "c", [ID], 1], "request 10 has 4 fields"), ([UPDATE, "t", "c", [ID], 1, 0, 0], "has 6 fields"),
     ([UPDATE, "bad/name", "c", [ID], 1, 0], "bad topic name"), ([UPDATE, "t", "c" * 65, [ID], 1, 0], "bad channel name"),
     ([UPDATE, "t", None, [ID], 1, 0], "bad channel name"), ([UPDATE, "t", "c", [], 1, 0], "ids must be a list"),
@@ -150,10 +166,19 @@ def test_a_hello_answer_is_checked_as_a_request_is():
             decode_hello_answer(bad)
 
 
+def test_a_keys_answer_names_only_keys_that_were_asked():
+    assert decode_keys_answer(None, "t", [b"k"]) == set()
+    assert decode_keys_answer({"u": [b"k"]}, "t", [b"k"]) == set()
+    assert decode_keys_answer({"t": [b"k"], "u": [b"z"]}, "t", [b"k", b"l"]) == {b"k"}
+    for bad in ({"t": [b"z"]}, {"t": b"k"}, {"t": [b""]}, [b"k"], "t"):
+        with pytest.raises(WireError):
+            decode_keys_answer(bad, "t", [b"k"])
+
+
 _LEAF = st.none() | st.booleans() | st.integers(-(1 << 63), (1 << 64) - 1) | st.text(max_size=40) | st.binary(max_size=40)
 _VALUE = st.recursive(_LEAF, lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=5), inner,
                                                                                           max_size=3), max_leaves=8)
-_KIND = st.sampled_from([HELLO, ADD, FIN, DROP, CHANNELS, TAKEN, UPDATE, 0, 99])
+_KIND = st.sampled_from([HELLO, ADD, FIN, DROP, CHANNELS, TAKEN, KEYS, UPDATE, 0, 99])
 
 
 @fuzz(150)
