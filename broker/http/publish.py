@@ -19,6 +19,7 @@ import trio
 
 from broker.core.broker import PublishStopped
 from broker.core.host import CopiesRefused
+from broker.core.maybe import Maybe
 from broker.gocompat import MILLISECOND, parse_int64, to_ns, wrap_int64
 from broker.http.query import first, parse_bool, query_params, request_params
 from broker.http.responses import OK, APIError
@@ -71,10 +72,10 @@ class PublishEndpoints:
             data = await body.read(max_size + 1)
         except BodyReadError:
             raise APIError(500, "INTERNAL_ERROR") from None
-        answer = self.pub_now(request, data)
+        answer = self.pub_whole(request, data)
         return answer if isinstance(answer, Response) else await answer
 
-    def pub_now(self, request: Request, data: bytes) -> Response | Awaitable[Response]:
+    def pub_whole(self, request: Request, data: bytes) -> Maybe[Response]:
         """:meth:`pub` for a request whose whole body is ``data``: the answer, or what to
         await for it (a durable publish, the first to a new topic). Raises :class:`APIError`
         as :meth:`pub` does."""

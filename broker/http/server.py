@@ -24,7 +24,7 @@ a small response are built once per second and reused.
 
 A plain socket waits for input on the server's :class:`~broker.server.poller.ReadPoller`
 (one edge-triggered epoll set), as TCP connections do. A server given an ``inline``
-handler (``(Request, bytes) -> Response | Awaitable[Response] | None``) lets the poller's
+handler (``(Request, bytes) -> Maybe[Response] | None``) lets the poller's
 task answer requests whose body is all there as their bytes arrive: the handler answers at
 once, or returns what to await (the connection's task then awaits it), or None to leave
 the request to the connection's task and its ``handler``. A ``/pub`` answered at once then
@@ -45,6 +45,7 @@ from typing import NamedTuple
 
 import trio
 
+from broker.core.maybe import Maybe
 from broker.http.parser import HeadError, ParsedRequest, RequestParser
 from broker.http.transport import RECEIVE_SIZE, SocketTransport, Transport, open_transport
 from broker.server.net import ConnectionServer, peer_address
@@ -135,7 +136,7 @@ Handler = Callable[[Request, "RequestBody"], Awaitable[Response]]
 #: Answers a request whose whole body is given, in the poller's task: a response, what to
 #: await for one (in the connection's task), or None to leave the request to the
 #: :data:`Handler`, which then sees it as if nothing had happened. Never raises.
-InlineHandler = Callable[[Request, bytes], "Response | Awaitable[Response] | None"]
+InlineHandler = Callable[[Request, bytes], Maybe[Response] | None]
 
 
 _REASONS = {status.value: status.phrase.encode() for status in http.HTTPStatus}
