@@ -29,6 +29,7 @@ from broker.core.channel import Channel
 from broker.core.dedup import KeyStore, TopicKeys, decode_record, encode_record, record_expiry
 from broker.core.guid import GuidFactory
 from broker.core.host import BrokerStorage, Copies, CoreHost, RegistryChange, RegistryListener, Subscriber
+from broker.core.maybe import Maybe
 from broker.core.message import Message, decode_each, now_ns
 from broker.core.topic import Topic
 from broker.gocompat import go_quote_str
@@ -298,7 +299,7 @@ class Broker:
         if not topic.exiting:
             await topic.run()
 
-    def subscribe(self, topic_name: str, channel_name: str, client: Subscriber) -> tuple[Channel, Awaitable[None] | None]:
+    def subscribe(self, topic_name: str, channel_name: str, client: Subscriber) -> tuple[Channel, Maybe[None]]:
         """Subscribe ``client`` to a channel (SUB), creating the topic and the channel if new.
 
         Returns the channel and what must be awaited before the subscription is answered,
@@ -364,7 +365,7 @@ class Broker:
         self._registry_changed(RegistryChange(name, None, created=False))
 
     def publish(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0,
-                priorities: list[int] | None = None) -> Awaitable[None] | None:
+                priorities: list[int] | None = None) -> Maybe[None]:
         """Publish ``bodies`` to ``topic`` as one batch of new messages (PUB, MPUB, DPUB, ``/pub``, ``/mpub``).
 
         Each gets a fresh id and the current wall-clock timestamp; ``defer_ns`` > 0 makes
@@ -416,7 +417,7 @@ class Broker:
         return [None if p == default else p for p in priorities]
 
     def publish_keyed(self, topic: Topic, bodies: list[bytes], keys: list[bytes],
-                      defer_ns: int = 0, priorities: list[int] | None = None) -> tuple[int, Awaitable[None] | None]:
+                      defer_ns: int = 0, priorities: list[int] | None = None) -> tuple[int, Maybe[None]]:
         """:meth:`publish` for messages with keys (``b""``: unkeyed): those whose key ``topic``
         stored within ``--dedup-window`` are not stored. Returns how many were such
         duplicates, and what must be awaited before the answer, as :meth:`publish` does.
