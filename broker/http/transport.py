@@ -14,8 +14,9 @@ Three kinds, chosen by :func:`open_transport`:
 * :class:`Transport`, any other stream (TLS), through Trio's stream methods.
 
 All of them read ``b""`` at EOF or when the peer reset, end a wait on :meth:`Transport.wake`
-(the server's shutdown, for a connection between requests), and raise :class:`trio.BrokenResourceError`
-when a write cannot be done. ``receive`` and ``send`` are async (they wait for the socket);
+(the server's shutdown, for a connection between requests), and raise
+:class:`trio.BrokenResourceError` when a write cannot be done. ``receive`` and ``send`` are
+async (they wait for the socket);
 :meth:`Transport.receive_ready` and :meth:`Transport.send_some` are plain, for the poller's
 task, which cannot wait. Imported by :mod:`broker.http.server` only; the server closes the
 stream, the transport only stops watching it (:meth:`Transport.close`).
