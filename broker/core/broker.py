@@ -18,7 +18,6 @@ the owner; topics and channels get a :class:`~broker.core.host.CoreHost`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
 from operator import itemgetter
 from typing import Any
 
@@ -39,6 +38,7 @@ from broker.core.host import (
     Subscriber,
 )
 from broker.core.keys import KeyStore, TopicKeys
+from broker.core.maybe import Maybe
 from broker.core.message import Message, now_ns
 from broker.core.publishing import PUBLISH_PIECE, Publisher, PublishStopped, write_seq
 from broker.core.topic import Topic
@@ -265,7 +265,7 @@ class Broker:
         if not topic.exiting:
             await topic.run()
 
-    def subscribe(self, topic_name: str, channel_name: str, client: Subscriber) -> tuple[Channel, Awaitable[None] | None]:
+    def subscribe(self, topic_name: str, channel_name: str, client: Subscriber) -> tuple[Channel, Maybe[None]]:
         """Subscribe ``client`` to a channel (SUB), creating the topic and the channel if new.
 
         Returns the channel and what must be awaited before the subscription is answered,
@@ -330,7 +330,7 @@ class Broker:
             self.metadata_changed()
         self._registry_changed(RegistryChange(name, None, created=False))
 
-    def publish(self, topic: Topic, request: Publish) -> tuple[int, Awaitable[None] | None]:
+    def publish(self, topic: Topic, request: Publish) -> tuple[int, Maybe[None]]:
         """Publish ``request`` to ``topic`` (see :meth:`Publisher.publish`): how many of its
         messages were duplicates of keys the topic stored, and what to await before the
         answer (None: nothing)."""

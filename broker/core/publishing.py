@@ -20,6 +20,7 @@ import trio
 from broker.core.guid import GuidFactory
 from broker.core.host import Copies, CoreHost
 from broker.core.keys import KeyStore, TopicKeys
+from broker.core.maybe import Maybe
 from broker.core.message import Message, now_ns
 from broker.core.topic import Topic
 from broker.protocol import Publish
@@ -72,7 +73,7 @@ class Publisher:
         self._starting = starting
         self.exiting = False
 
-    def publish(self, topic: Topic, request: Publish) -> tuple[int, Awaitable[None] | None]:
+    def publish(self, topic: Topic, request: Publish) -> tuple[int, Maybe[None]]:
         """Publish ``request`` (PUB, MPUB, DPUB, ``/pub``, ``/mpub``) to ``topic`` as one batch of
         new messages: each gets a fresh id and the current wall-clock timestamp; ``defer_ms`` > 0
         makes them deferred by that long; with ``keys``, a message whose key ``topic`` stored
@@ -107,7 +108,7 @@ class Publisher:
         return 0, self._put(topic, request.bodies, defer_ns, request.priorities)
 
     def _put(self, topic: Topic, bodies: list[bytes], defer_ns: int,
-             priorities: list[int] | None) -> Awaitable[None] | None:
+             priorities: list[int] | None) -> Maybe[None]:
         """Queue ``bodies`` (see :meth:`publish`): None when they are queued, else what to await."""
         ranks = self._ranks(topic, priorities) if priorities is not None else None
         copies = self._host.copies
@@ -134,7 +135,7 @@ class Publisher:
         return [None if p == default else p for p in priorities]
 
     def _put_keyed(self, topic: Topic, bodies: list[bytes], keys: list[bytes], defer_ns: int,
-                   priorities: list[int] | None) -> tuple[int, Awaitable[None] | None]:
+                   priorities: list[int] | None) -> tuple[int, Maybe[None]]:
         """:meth:`_put` for messages with keys (``b""``: unkeyed): those whose key ``topic``
         stored within ``--dedup-window`` are not stored. Returns how many were such
         duplicates, and what must be awaited before the answer, as :meth:`publish` does.
