@@ -24,6 +24,7 @@ from broker.core.host import CopiesRefused
 from broker.protocol import ProtocolError
 from broker.protocol.keys import DUPLICATE
 from broker.protocol.replica import Repl
+from broker.server.identify import identify as apply_identify
 from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ AnswerHandler = Callable[["Broker", "Client", Any], Answer]
 
 def identify(broker: Broker, client: Client, cmd: p.Identify) -> None:
     assert cmd.data is not None, "the connection decodes a large body first"
-    client.send_response(client.identify(cmd.data))
+    client.send_response(apply_identify(client, cmd.data))
     client.mark_upgrade()
 
 

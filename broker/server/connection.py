@@ -37,7 +37,6 @@ import trio
 
 from broker.protocol import HEARTBEAT_FRAME, OK_FRAME, ProtocolError, State, encode_error, encode_response
 from broker.server.deadline import STALL_TOLERANCE, Deadline
-from broker.server.identify import DEFAULT_OUTPUT_BUFFER_SIZE, identify
 from broker.server.output import OutputBuffer
 from broker.server.peer import PeerRole, ReplicaReceiver
 from broker.server.transport import Transport
@@ -52,6 +51,9 @@ if TYPE_CHECKING:
 __all__ = ["Client", "ReplicaReceiver"]
 
 log = logging.getLogger("pynsqd.client")
+
+#: nsqd's output buffer size until IDENTIFY sets one (:mod:`broker.server.identify`).
+DEFAULT_OUTPUT_BUFFER_SIZE = 16 * 1024
 
 
 class Client:
@@ -127,15 +129,6 @@ class Client:
         self.auth_state: AuthState | None = None
 
     # ---------------------------------------------------------------- IDENTIFY, AUTH, transport
-
-    def identify(self, data: dict) -> bytes:
-        """Apply an IDENTIFY body; returns the response payload (see :mod:`broker.server.identify`).
-
-        ``data`` comes from the parser with nsqd's field types already checked
-        (:class:`~broker.protocol.Identify`); raises fatal ``E_BAD_BODY`` errors with
-        nsqd's wording for out-of-range values.
-        """
-        return identify(self, data)
 
     def stop_plain_writes(self) -> None:
         """IDENTIFY agreed an upgrade: output must now go through the upgraded stream, never
@@ -357,7 +350,7 @@ class Client:
                     self._out_event = trio.Event()
                 upgrade = transport.upgrade
                 if upgrade is not None and output.chunks:
-                    from broker.server.upgrade import perform  # loaded by the first upgrade, as IDENTIFY loads it
+                    from broker.server.upgrade import perform  # loaded by the first upgrade: a start does not load TLS
 
                     await perform(self, upgrade)
                     continue

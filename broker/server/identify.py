@@ -8,7 +8,7 @@ extensions (lease, keyed publishes, the node-to-node role, priorities) only for 
 that asked for them. TLS and compression agreed here are performed by the connection's
 writer after the answer (:mod:`broker.server.upgrade`).
 
-Plain functions: :meth:`Client.identify` calls :func:`identify` for the command handler.
+Plain functions: the command handler (:mod:`broker.server.commands`) calls :func:`identify`.
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ from broker.protocol import ProtocolError
 from broker.protocol.keys import DEDUP_WINDOW_FIELD, KEYS_IDENTIFY_FIELD
 from broker.protocol.lease import LEASE_IDENTIFY_FIELD, is_valid_lease_token
 from broker.protocol.priorities import DEFAULT_PRIORITY_FIELD, PRIORITIES_IDENTIFY_FIELD
+from broker.server.transport import Upgrade
 
 if TYPE_CHECKING:
     from broker.server.compression import Codec
     from broker.server.connection import Client
 
-__all__ = ["identify", "DEFAULT_OUTPUT_BUFFER_SIZE", "MIN_OUTPUT_BUFFER_SIZE", "DEFAULT_DEFLATE_LEVEL"]
+__all__ = ["identify", "MIN_OUTPUT_BUFFER_SIZE", "DEFAULT_DEFLATE_LEVEL"]
 
-#: nsqd's output buffer size until IDENTIFY sets one, and the least IDENTIFY may set.
-DEFAULT_OUTPUT_BUFFER_SIZE = 16 * 1024
+#: The least output buffer size IDENTIFY may set (nsqd's).
 MIN_OUTPUT_BUFFER_SIZE = 64
 #: nsqd's deflate level when IDENTIFY asks for deflate without a level.
 DEFAULT_DEFLATE_LEVEL = 6
@@ -117,9 +117,8 @@ def identify(client: Client, data: dict) -> bytes:
         raise ProtocolError("E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression")
     response = _answer(client, tls, deflate, deflate_level, snappy)
     if tls or deflate or snappy:
-        # loaded by the first client that upgrades: a start does not pay for TLS and compression
+        # loaded by the first client that upgrades: a start does not pay for compression
         from broker.server.compression import DeflateCodec, SnappyCodec
-        from broker.server.upgrade import Upgrade
 
         codec: Codec | None = DeflateCodec(deflate_level) if deflate else SnappyCodec() if snappy else None
         transport.upgrade = Upgrade(tls, codec)

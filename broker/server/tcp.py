@@ -51,7 +51,7 @@ from diskqueue import DiskQueueError
 if TYPE_CHECKING:
     from broker.core.broker import Broker
     from broker.server.auth import AuthClient
-    from broker.server.upgrade import Upgrade
+    from broker.server.transport import Upgrade
 
 __all__ = ["TCPServer"]
 

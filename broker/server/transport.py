@@ -3,28 +3,47 @@
 A connection starts plain, on its socket. A negotiating IDENTIFY may agree TLS and then
 snappy or deflate (:mod:`broker.server.upgrade` performs them, in nsqd's order); this holds
 the stream as it is now, the server's TLS context (None: TLS is not offered), the upgrade
-agreed and not yet performed, the codec of a compressed stream, and the facts ``/stats``,
+agreed and not yet performed (:class:`Upgrade`), the codec of a compressed stream, and the facts ``/stats``,
 ``/metrics`` and AUTH report: TLS (its version, cipher suite and the client certificate's
 common name), snappy, deflate and its level.
 
 Plain data, no I/O and no imports of TLS or compression (loaded by the first upgrade): owned
-by its :class:`~broker.server.connection.Client`, changed by :mod:`broker.server.connection`
-(IDENTIFY) and :mod:`broker.server.upgrade`, read by :mod:`broker.server.tcp`.
+by its :class:`~broker.server.connection.Client`, changed by :mod:`broker.server.identify`
+and :mod:`broker.server.upgrade`, read by :mod:`broker.server.tcp`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import trio
+
 if TYPE_CHECKING:
     import ssl
 
-    import trio
-
     from broker.server.compression import Codec
-    from broker.server.upgrade import Upgrade
 
-__all__ = ["Transport"]
+__all__ = ["Transport", "Upgrade"]
+
+
+class Upgrade:
+    """What one IDENTIFY agreed, handed from the reader to the writer.
+
+    ``plain_frames`` is how many queued output items (up to the IDENTIFY response) go out
+    before the upgrade; ``leftover`` the bytes the reader had received past IDENTIFY,
+    which belong to the upgraded stream. ``done`` is set once the writer has finished
+    (``failed`` tells how).
+    """
+
+    __slots__ = ("tls", "codec", "plain_frames", "leftover", "failed", "done")
+
+    def __init__(self, tls: bool, codec: Codec | None):
+        self.tls = tls
+        self.codec = codec
+        self.plain_frames = 0
+        self.leftover = b""
+        self.failed = False
+        self.done = trio.Event()
 
 
 class Transport:

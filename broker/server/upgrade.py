@@ -6,31 +6,32 @@ stream and sends a framed ``OK`` through it. Here the connection's writer task p
 those steps (:func:`perform`, awaited from ``Client.run_writer`` in
 :mod:`broker.server.connection`) when it reaches the IDENTIFY response in its output, so
 that everything queued before it goes out plain and everything after through the upgraded
-stream (:mod:`broker.server.transport` holds the result); the reader waits for
-:attr:`Upgrade.done` before reading again.
+stream (:mod:`broker.server.transport` holds what was agreed, the
+:class:`~broker.server.transport.Upgrade`, and the result); the reader waits for
+:attr:`~broker.server.transport.Upgrade.done` before reading again.
 
-Loaded by the first connection that upgrades (:mod:`broker.server.identify`), so that a
-start does not pay for TLS and compression.
+Loaded by the writer of the first connection that upgrades, so that a start does not pay
+for TLS (as :mod:`broker.server.identify` loads compression).
 """
 
 from __future__ import annotations
 
 import logging
 import ssl
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from broker.protocol import encode_error, encode_response
-from broker.server.compression import Codec, DeflateCodec
+from broker.server.compression import DeflateCodec
 from broker.server.net import describe_address
 from broker.server.tls import describe_session
 
 if TYPE_CHECKING:
-    from broker.server.connection import Client
+    from broker.server.output import OutputBuffer
+    from broker.server.transport import Transport, Upgrade
 
-__all__ = ["Upgrade", "PrefixedStream", "UpgradeFailed", "TLS_HANDSHAKE_TIMEOUT", "UPGRADE_ERROR_GRACE", "perform",
+__all__ = ["Upgrading", "PrefixedStream", "UpgradeFailed", "TLS_HANDSHAKE_TIMEOUT", "UPGRADE_ERROR_GRACE", "perform",
            "tls_handshake"]
 
 log = logging.getLogger("pynsqd.client")
@@ -41,26 +42,17 @@ TLS_HANDSHAKE_TIMEOUT = 5.0
 UPGRADE_ERROR_GRACE = 1.0
 
 
+class Upgrading(Protocol):
+    """What an upgrade touches of its connection (a :class:`~broker.server.connection.Client`)."""
+
+    transport: Transport
+    output: OutputBuffer
+    remote_address: str
+    closing: bool
+
+
 class UpgradeFailed(Exception):
     """The TLS handshake failed; the message is the cause nsqd puts after ``IDENTIFY failed``."""
-
-
-@dataclass(eq=False)
-class Upgrade:
-    """What one IDENTIFY agreed, handed from the reader to the writer.
-
-    ``plain_frames`` is how many queued output items (up to the IDENTIFY response) go out
-    before the upgrade; ``leftover`` the bytes the reader had received past IDENTIFY,
-    which belong to the upgraded stream. ``done`` is set once the writer has finished
-    (``failed`` tells how).
-    """
-
-    tls: bool
-    codec: Codec | None
-    plain_frames: int = 0
-    leftover: bytes = b""
-    failed: bool = False
-    done: trio.Event = field(default_factory=trio.Event)
 
 
 class PrefixedStream(trio.abc.Stream):
@@ -131,7 +123,7 @@ def _connection_text(stream: trio.abc.Stream) -> str:
     return f"{describe_address(local)}->{describe_address(remote)}"
 
 
-async def perform(client: Client, upgrade: Upgrade) -> None:
+async def perform(client: Upgrading, upgrade: Upgrade) -> None:
     """Send ``client``'s output queued up to the IDENTIFY response plain, then upgrade its
     transport and send the framed ``OK`` of each step; the writer calls this. Marks the
     upgrade done either way (``failed``: the connection ends)."""
@@ -179,7 +171,7 @@ async def perform(client: Client, upgrade: Upgrade) -> None:
         upgrade.done.set()
 
 
-async def _refuse(client: Client, cause: str) -> None:
+async def _refuse(client: Upgrading, cause: str) -> None:
     """Tell the client its handshake failed, in plain text as nsqd does, and close."""
     log.info("TCP: client(%s) error: E_IDENTIFY_FAILED IDENTIFY failed %s", client.remote_address, cause)
     client.closing = True
