@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker import protocol as p
 from broker.core.host import CopiesRefused
+from broker.core.maybe import Maybe
 from broker.protocol import ProtocolError
 from broker.protocol.keys import DUPLICATE
 from broker.protocol.replica import Repl
@@ -38,7 +39,7 @@ log = logging.getLogger("pynsqd.tcp")
 #: A command applied at once; the command argument is the event type the handler is registered for.
 SyncHandler = Callable[["Broker", "Client", Any], None]
 #: A command's answer: the response to queue, or what to await for it.
-Answer = bytes | Awaitable[bytes]
+Answer = Maybe[bytes]
 #: A command that answers (see :data:`Answer`).
 AnswerHandler = Callable[["Broker", "Client", Any], Answer]
 
