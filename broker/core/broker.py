@@ -40,6 +40,7 @@ from broker.core.host import (
     Subscriber,
 )
 from broker.core.keys import KeyStore, TopicKeys
+from broker.core.maybe import Maybe
 from broker.core.message import Message, now_ns
 from broker.core.publishing import PUBLISH_PIECE, Publisher, PublishStopped, write_seq
 from broker.core.topic import Topic
@@ -271,7 +272,7 @@ class Broker:
         if not topic.exiting:
             await topic.run()
 
-    def subscribe(self, topic_name: str, channel_name: str, client: Subscriber) -> tuple[Channel, Awaitable[None] | None]:
+    def subscribe(self, topic_name: str, channel_name: str, client: Subscriber) -> tuple[Channel, Maybe[None]]:
         """Subscribe ``client`` to a channel (SUB), creating the topic and the channel if new.
 
         Returns the channel and what must be awaited before the subscription is answered,

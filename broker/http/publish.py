@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NoReturn
 import trio
 
 from broker.core.host import CopiesRefused
+from broker.core.maybe import Maybe
 from broker.core.publishing import PublishStopped
 from broker.gocompat import MILLISECOND, parse_int64, to_ns, wrap_int64
 from broker.http.query import first, parse_bool, query_params, request_params
@@ -71,10 +72,10 @@ class PublishEndpoints:
             data = await body.read(max_size + 1)
         except BodyReadError:
             raise APIError(500, "INTERNAL_ERROR") from None
-        answer = self.pub_now(request, data)
+        answer = self.pub_whole(request, data)
         return answer if isinstance(answer, Response) else await answer
 
-    def pub_now(self, request: Request, data: bytes) -> Response | Awaitable[Response]:
+    def pub_whole(self, request: Request, data: bytes) -> Maybe[Response]:
         """:meth:`pub` for a request whose whole body is ``data``: the answer, or what to
         await for it (a durable publish, the first to a new topic). Raises :class:`APIError`
         as :meth:`pub` does."""
@@ -162,7 +163,7 @@ class PublishEndpoints:
         answer = self._put(topic, Mpub(topic.name, bodies, keys, priorities))
         return answer if isinstance(answer, Response) else await answer
 
-    def _put(self, topic: Topic, request: Publish) -> Response | Awaitable[Response]:
+    def _put(self, topic: Topic, request: Publish) -> Maybe[Response]:
         """Queue ``request`` as one batch, as the TCP publishes are queued: the answer, or what
         to await for it (when the publish must be awaited); 503 EXITING if that fails, as nsqd
         answers every failed put.

@@ -27,6 +27,7 @@ from typing import Any
 import trio
 
 from broker.config.options import Options
+from broker.core.maybe import Maybe
 from broker.protocol.replica import ACCEPTOR, CONNECTOR, Challenge, new_nonce, proof, proof_holds
 from broker.replication.held import HeldCopies
 from broker.replication.notice import Notices, printable
@@ -126,7 +127,7 @@ class Holder:
 
     # ---------------------------------------------------------------- requests
 
-    def receive(self, peer: str, body: bytes) -> bytes | Awaitable[bytes]:
+    def receive(self, peer: str, body: bytes) -> Maybe[bytes]:
         """Apply the requests of a ``REPL`` from ``peer`` (see the module docstring); the answer,
         or what to await for it."""
         try:

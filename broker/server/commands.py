@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from broker import protocol as p
 from broker.core.host import CopiesRefused
+from broker.core.maybe import Maybe
 from broker.protocol import ProtocolError
 from broker.protocol.keys import DUPLICATE
 from broker.protocol.replica import Repl
+from broker.server.identify import identify as apply_identify
 from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
@@ -37,14 +39,14 @@ log = logging.getLogger("pynsqd.tcp")
 #: A command applied at once; the command argument is the event type the handler is registered for.
 SyncHandler = Callable[["Broker", "Client", Any], None]
 #: A command's answer: the response to queue, or what to await for it.
-Answer = bytes | Awaitable[bytes]
+Answer = Maybe[bytes]
 #: A command that answers (see :data:`Answer`).
 AnswerHandler = Callable[["Broker", "Client", Any], Answer]
 
 
 def identify(broker: Broker, client: Client, cmd: p.Identify) -> None:
     assert cmd.data is not None, "the connection decodes a large body first"
-    client.send_response(client.identify(cmd.data))
+    client.send_response(apply_identify(client, cmd.data))
     client.mark_upgrade()
 
 

@@ -1,4 +1,4 @@
-"""One V2 connection's negotiated state, RDY window, output buffer and counters.
+"""One V2 connection's state: what it negotiated, its RDY window, output buffer and counters.
 
 Frames are appended to an output buffer (:mod:`broker.server.output`) by
 synchronous code (command handlers, channel dispatch) and handed to the socket
@@ -12,107 +12,48 @@ not drain) is given no more messages. A timer task sends heartbeats every
 heartbeat interval, drops a client that sends nothing for two intervals and
 one whose socket does not drain within one interval, as nsqd does (a stall of
 the broker's own making does not count: :mod:`broker.server.deadline`).
+
+A :class:`Client` keeps flat what the hot paths touch (delivery, FIN, PUB: the RDY window,
+the counters, the negotiated sizes and flags, the writer's state) and groups the rest:
+its stream and what IDENTIFY made of it (:class:`~broker.server.transport.Transport`), and
+its part in the node-to-node role (:class:`~broker.server.peer.PeerRole`). IDENTIFY itself
+is applied by :mod:`broker.server.identify`, an upgrade performed by
+:mod:`broker.server.upgrade`. Owned by its connection handler in :mod:`broker.server.tcp`;
+the command handlers (:mod:`broker.server.commands`) and the channels (as a
+:class:`~broker.core.host.Subscriber`) act on it. The writer and timer tasks are async
+(they wait for the socket and the clock); everything else is plain.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import os
 import time
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import trio
 
-from broker.config.options import NSQD_COMPAT_VERSION
 from broker.protocol import HEARTBEAT_FRAME, OK_FRAME, ProtocolError, State, encode_error, encode_response
-from broker.protocol.keys import DEDUP_WINDOW_FIELD, KEYS_IDENTIFY_FIELD
-from broker.protocol.lease import LEASE_IDENTIFY_FIELD, is_valid_lease_token
-from broker.protocol.priorities import DEFAULT_PRIORITY_FIELD, PRIORITIES_IDENTIFY_FIELD
-from broker.protocol.replica import (
-    REPLICA_ADDRESS_FIELD,
-    REPLICA_IDENTIFY_FIELD,
-    REPLICA_NONCE_FIELD,
-    REPLICA_PROOF_FIELD,
-    Challenge,
-    is_valid_node_id,
-    is_valid_nonce,
-)
 from broker.server.deadline import STALL_TOLERANCE, Deadline
 from broker.server.output import OutputBuffer
-from broker.server.tls import describe_session
+from broker.server.peer import PeerRole, ReplicaReceiver
+from broker.server.transport import Transport
 
 if TYPE_CHECKING:
-    import ssl
-
     from broker.core.broker import Broker
     from broker.core.channel import Channel
     from broker.core.message import Message
     from broker.server.auth import AuthClient, AuthState
-    from broker.server.compression import Codec
     from broker.server.flush import Flusher
-    from broker.server.upgrade import Upgrade
 
 __all__ = ["Client", "ReplicaReceiver"]
 
 log = logging.getLogger("pynsqd.client")
 
-#: nsqd's output buffer size until IDENTIFY sets one, and the least IDENTIFY may set.
+#: nsqd's output buffer size until IDENTIFY sets one (:mod:`broker.server.identify`).
 DEFAULT_OUTPUT_BUFFER_SIZE = 16 * 1024
-MIN_OUTPUT_BUFFER_SIZE = 64
-#: nsqd's deflate level when IDENTIFY asks for deflate without a level.
-DEFAULT_DEFLATE_LEVEL = 6
-#: Seconds to try telling a client its TLS handshake failed, in plain text as nsqd does.
-UPGRADE_ERROR_GRACE = 1.0
-
-class ReplicaReceiver(Protocol):
-    """The node's replication as its TCP server sees it (:mod:`broker.replication`): the
-    connections of peer nodes (the node-to-node role, :mod:`broker.protocol.replica`) open,
-    send ``REPL`` bodies, and close."""
-
-    node_id: str
-
-    def challenge(self, peer: str, peer_nonce: str, address: str, remote: str) -> Challenge | None:
-        """The challenge for a connecting node that dialled ``address``; None (logged and
-        counted) when that is not this node's address, or the node is not ready."""
-        ...
-
-    def accepting_proof(self, challenge: Challenge) -> str:
-        """This node's proof, for the answer to the connecting node's first IDENTIFY."""
-        ...
-
-    def proven(self, challenge: Challenge | None, peer: str, given: object, remote: str) -> bool:
-        """Whether ``given`` proves that the connecting node ``peer`` holds the cluster's secret,
-        in answer to ``challenge`` (None: none was made); a failure is logged and counted."""
-        ...
-
-    def opened(self, peer: str, link: object) -> None: ...
-
-    def receive(self, peer: str, body: bytes) -> bytes | Awaitable[bytes]: ...
-
-    def closed(self, peer: str, link: object, last_heard: float) -> None:
-        """The connection ended; ``last_heard``: when it last received bytes (trio time)."""
-        ...
-
-
-def _identify_seconds(data: dict, key: str, low: float, high: float, what: str, *,
-                      can_disable: bool = True) -> float | None:
-    """An IDENTIFY duration (milliseconds) in seconds, checked against ``low``..``high`` seconds.
-
-    None when absent or 0 (keep the default); 0.0 for -1 (turned off) where
-    ``can_disable``; otherwise a fatal ``E_BAD_BODY`` naming ``what``.
-    """
-    value = data.get(key) or 0
-    if value == 0:
-        return None
-    if value == -1 and can_disable:
-        return 0.0
-    if low * 1000 <= value <= high * 1000:
-        return value / 1000
-    raise ProtocolError("E_BAD_BODY", f"IDENTIFY {what} ({value}) is invalid")
 
 
 class Client:
@@ -122,23 +63,26 @@ class Client:
         opts = broker.options
         self.broker = broker
         self.options = opts
-        self.stream = stream
         self.number = client_number
         self.remote_address = remote_address
+        self.connect_ts = int(time.time())
+
+        # what IDENTIFY sets (:mod:`broker.server.identify`), nsqd's defaults until then
         host = remote_address.rsplit(":", 1)[0]
         self.client_id = host
         self.hostname = host
         self.user_agent = ""
+        self.feature_negotiation = False
         self.heartbeat_interval = opts.client_timeout / 2
         self.output_buffer_size = DEFAULT_OUTPUT_BUFFER_SIZE
         self.output_buffer_timeout = opts.output_buffer_timeout
         self.msg_timeout = opts.msg_timeout
         self.sample_rate = 0
-        self.feature_negotiation = False
         self.lease: str | None = None  # pynsqd's lease extension (broker.protocol.lease)
         self.publish_keys = False  # pynsqd's keyed publishes (broker.protocol.keys)
         self.priorities = False  # pynsqd's prioritised messages (broker.protocol.priorities)
-        self.connect_ts = int(time.time())
+
+        # the subscription: its RDY window and counters, kept by the channel (a Subscriber)
         self.state = State.INIT
         self.channel: Channel | None = None
         self.rdy = 0
@@ -148,14 +92,9 @@ class Client:
         self.requeue_count = 0
         self.timeout_count = 0
         self.pub_counts: dict[str, int] = {}
+
+        # output, and who hands it to the socket when (see the module docstring)
         self.output = OutputBuffer()
-        self._stalled = False  # refused messages while the output buffer was full
-        self._out_event = trio.Event()
-        self._closed = trio.Event()
-        self._timer_scope: trio.CancelScope | None = None
-        self._clock = trio.lowlevel.current_clock()
-        self.last_read = self._clock.current_time()
-        self.send_started: float | None = None
         self.closing = False
         self.batching = False  # the reader is applying a chunk of commands
         self.unapplied: list = []  # the answer of a command to await, then the rest of its turn's commands
@@ -163,175 +102,74 @@ class Client:
         self._sending = False  # the writer task is in a send: only it may write now
         self.flusher: Flusher | None = None  # the server's, which sends what other tasks queue
         self._marked = False  # the flusher is to flush this connection
+        self._stalled = False  # refused messages while the output buffer was full
+        self._out_event = trio.Event()
+        self._closed = trio.Event()
         sock = getattr(stream, "socket", None)
         self.fd = sock.fileno() if sock is not None else -1  # the socket's, for the life of the connection
-        self._fd = self.fd  # while output may go straight to the socket (no upgrade)
-        # transport upgrades: the server's TLS context (None: no TLS), what IDENTIFY agreed
-        self.ssl_context: ssl.SSLContext | None = None
-        self.upgrade: Upgrade | None = None
-        self.codec: Codec | None = None
-        self.tls = False
-        self.tls_version = ""
-        self.tls_cipher_suite = ""
-        self.tls_common_name = ""
-        self.snappy = False
-        self.deflate = False
-        self.deflate_level = 0
-        # AUTH: the secret the client sent and what the auth server answered
-        self.authd: AuthClient | None = None
-        #: the node's replication (None: it does not replicate), and the peer node this
-        #: connection comes from once IDENTIFY negotiated the node-to-node role
-        self.replicas: ReplicaReceiver | None = None
-        self.replica: str | None = None
-        #: the handshake's first step was answered and waits for the proof (None: no handshake)
-        self.replica_challenge: Challenge | None = None
-        self._challenge_issued = False  # the IDENTIFY being answered began a handshake
-        self.auth_secret = ""
-        self.auth_state: AuthState | None = None
-        # the raw socket while the connection is plain: sends count the bytes handed over
+        # the fast ways out while the connection is plain (no upgrade): writes straight to the
+        # descriptor, and the raw socket whose sends count the bytes handed over
+        self._fd = self.fd
         self._socket = sock
 
-    # ---------------------------------------------------------------- IDENTIFY
+        # the deadlines' clock (run_timers)
+        self._timer_scope: trio.CancelScope | None = None
+        self._clock = trio.lowlevel.current_clock()
+        self.last_read = self._clock.current_time()
+        self.send_started: float | None = None
 
-    def identify(self, data: dict) -> bytes:
-        """Apply an IDENTIFY body; returns the response payload.
+        #: the stream and what IDENTIFY made of it (TLS, compression); the server sets its TLS context
+        self.transport = Transport(stream)
+        #: the node-to-node role (the server sets the node's replication, when it replicates)
+        self.peer = PeerRole()
+        # AUTH: the server's auth client (None: AUTH is disabled), the secret the client sent and
+        # what the auth server answered (the command handlers keep them)
+        self.authd: AuthClient | None = None
+        self.auth_secret = ""
+        self.auth_state: AuthState | None = None
 
-        ``data`` comes from the parser with nsqd's field types already checked
-        (:class:`~broker.protocol.Identify`); raises fatal ``E_BAD_BODY`` errors with
-        nsqd's wording for out-of-range values.
-        """
-        opts = self.options
-        self.client_id = data.get("client_id") or ""
-        self.hostname = data.get("hostname") or ""
-        self.user_agent = data.get("user_agent") or ""
+    # ---------------------------------------------------------------- IDENTIFY, AUTH, transport
 
-        heartbeat = _identify_seconds(data, "heartbeat_interval", 1.0, opts.max_heartbeat_interval,
-                                      "heartbeat interval")
-        if heartbeat is not None:
-            self.heartbeat_interval = heartbeat
+    def stop_plain_writes(self) -> None:
+        """IDENTIFY agreed an upgrade: output must now go through the upgraded stream, never
+        straight to the socket."""
+        self._fd = -1
+        self._socket = None
 
-        timeout = _identify_seconds(data, "output_buffer_timeout", opts.min_output_buffer_timeout,
-                                    opts.max_output_buffer_timeout, "output buffer timeout")
-        if timeout is not None:
-            self.output_buffer_timeout = timeout
-        size = data.get("output_buffer_size") or 0
-        if size == -1:
-            self.output_buffer_size = 1
-            self.output_buffer_timeout = 0.0
-        elif size == 0:
-            pass
-        elif MIN_OUTPUT_BUFFER_SIZE <= size <= opts.max_output_buffer_size:
-            self.output_buffer_size = size
-        else:
-            raise ProtocolError("E_BAD_BODY", f"IDENTIFY output buffer size ({size}) is invalid")
+    @property
+    def replicas(self) -> ReplicaReceiver | None:
+        """The node's replication (None: it does not replicate)."""
+        return self.peer.replicas
 
-        sample_rate = data.get("sample_rate") or 0
-        if not 0 <= sample_rate <= 99:
-            raise ProtocolError("E_BAD_BODY", f"IDENTIFY sample rate ({sample_rate}) is invalid")
-        self.sample_rate = sample_rate
+    @property
+    def replica(self) -> str | None:
+        """The peer node this connection comes from, once IDENTIFY proved it (None: a client)."""
+        return self.peer.node
 
-        msg_timeout = _identify_seconds(data, "msg_timeout", 1.0, opts.max_msg_timeout, "msg timeout",
-                                        can_disable=False)
-        if msg_timeout is not None:
-            self.msg_timeout = msg_timeout
+    # what /stats, /metrics and AUTH read of the transport
+    @property
+    def tls(self) -> bool:
+        return self.transport.tls
 
-        lease = data.get(LEASE_IDENTIFY_FIELD)
-        if lease is not None:
-            if not is_valid_lease_token(lease):
-                raise ProtocolError("E_BAD_BODY", f"IDENTIFY lease ({json.dumps(lease)}) is invalid")
-            self.lease = lease
-        if data.get(KEYS_IDENTIFY_FIELD):
-            self.publish_keys = True
-        if data.get(PRIORITIES_IDENTIFY_FIELD):
-            self.priorities = True
-        self._identify_replica(data)
+    @property
+    def tls_version(self) -> str:
+        return self.transport.tls_version
 
-        self.feature_negotiation = bool(data.get("feature_negotiation"))
-        self.wake_timers()
-        if not self.feature_negotiation:
-            return b"OK"
-        tls = self.ssl_context is not None and bool(data.get("tls_v1"))
-        deflate = opts.deflate and bool(data.get("deflate"))
-        deflate_level = DEFAULT_DEFLATE_LEVEL
-        if deflate and (data.get("deflate_level") or 0) > 0:
-            deflate_level = data["deflate_level"]
-        deflate_level = min(deflate_level, opts.max_deflate_level)
-        snappy = opts.snappy and bool(data.get("snappy"))
-        if deflate and snappy:
-            raise ProtocolError("E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression")
-        response = self.identify_response(tls, deflate, deflate_level, snappy)
-        if tls or deflate or snappy:
-            # loaded by the first client that upgrades: a start does not pay for TLS and compression
-            from broker.server.compression import DeflateCodec, SnappyCodec
-            from broker.server.upgrade import Upgrade
+    @property
+    def tls_cipher_suite(self) -> str:
+        return self.transport.tls_cipher_suite
 
-            codec: Codec | None = DeflateCodec(deflate_level) if deflate else SnappyCodec() if snappy else None
-            self.upgrade = Upgrade(tls, codec)
-            self._fd = -1  # output must now go through the upgraded stream, never straight to the socket
-            self._socket = None
-        return response
+    @property
+    def tls_common_name(self) -> str:
+        return self.transport.tls_common_name
 
-    def _identify_replica(self, data: dict) -> None:
-        """The node-to-node handshake (:mod:`broker.protocol.replica`): a first IDENTIFY naming a
-        node is challenged, and the connection becomes that node's only when a later one
-        proves it. Until then nothing changes: REPL stays an unknown command."""
-        self._challenge_issued = False
-        replicas = self.replicas
-        replica = data.get(REPLICA_IDENTIFY_FIELD)
-        if replica is None or replicas is None or self.replica is not None:
-            return
-        given, nonce = data.get(REPLICA_PROOF_FIELD), data.get(REPLICA_NONCE_FIELD)
-        if given is None and nonce is None:
-            return  # no handshake asked for: the key alone is ignored, as nsqd ignores it
-        if not is_valid_node_id(replica) or replica == replicas.node_id:
-            raise ProtocolError("E_BAD_BODY", f"IDENTIFY replica ({json.dumps(replica)}) is invalid")
-        challenge, self.replica_challenge = self.replica_challenge, None  # one answer per challenge
-        if given is not None:
-            if replicas.proven(challenge, replica, given, self.remote_address):
-                self.replica = replica
-                replicas.opened(replica, self)
-            return
-        if not is_valid_nonce(nonce):
-            raise ProtocolError("E_BAD_BODY", f"IDENTIFY replica_nonce ({json.dumps(nonce)}) is invalid")
-        address = data.get(REPLICA_ADDRESS_FIELD)
-        if not isinstance(address, str):
-            raise ProtocolError("E_BAD_BODY", f"IDENTIFY replica_address ({json.dumps(address)}) is invalid")
-        self.replica_challenge = replicas.challenge(replica, str(nonce), address, self.remote_address)
-        self._challenge_issued = self.replica_challenge is not None
+    @property
+    def snappy(self) -> bool:
+        return self.transport.snappy
 
-    def identify_response(self, tls: bool = False, deflate: bool = False, deflate_level: int = DEFAULT_DEFLATE_LEVEL,
-                          snappy: bool = False) -> bytes:
-        """The feature-negotiation JSON, in nsqd's key order, with what was agreed."""
-        opts = self.options
-        answer = {
-            "max_rdy_count": opts.max_rdy_count,
-            "version": NSQD_COMPAT_VERSION,
-            "max_msg_timeout": int(opts.max_msg_timeout * 1000),
-            "msg_timeout": int(self.msg_timeout * 1000),
-            "tls_v1": tls,
-            "deflate": deflate,
-            "deflate_level": min(deflate_level, opts.max_deflate_level),
-            "max_deflate_level": opts.max_deflate_level,
-            "snappy": snappy,
-            "sample_rate": self.sample_rate,
-            "auth_required": bool(opts.auth_http_addresses),
-            "output_buffer_size": self.output_buffer_size,
-            "output_buffer_timeout": int(self.output_buffer_timeout * 1000),
-        }
-        if self.lease is not None:  # only a client that asked learns of the extension
-            answer[LEASE_IDENTIFY_FIELD] = self.lease
-        if self.publish_keys:  # the same for keyed publishes
-            answer[KEYS_IDENTIFY_FIELD] = True
-            answer[DEDUP_WINDOW_FIELD] = round(opts.dedup_window * 1000)
-        if self.replicas is not None and (self.replica is not None or self._challenge_issued):
-            answer[REPLICA_IDENTIFY_FIELD] = self.replicas.node_id
-            if self._challenge_issued and self.replica_challenge is not None:
-                answer[REPLICA_NONCE_FIELD] = self.replica_challenge.nonce
-                answer[REPLICA_PROOF_FIELD] = self.replicas.accepting_proof(self.replica_challenge)
-        if self.priorities:
-            answer[PRIORITIES_IDENTIFY_FIELD] = True
-            answer[DEFAULT_PRIORITY_FIELD] = opts.default_priority
-        return json.dumps(answer, separators=(",", ":")).encode()
+    @property
+    def deflate(self) -> bool:
+        return self.transport.deflate
 
     @property
     def authed(self) -> bool:
@@ -362,65 +200,9 @@ class Client:
     def mark_upgrade(self) -> None:
         """The IDENTIFY response is queued: what IDENTIFY agreed starts after it (see
         :mod:`broker.server.upgrade`)."""
-        if self.upgrade is not None:
-            self.upgrade.plain_frames = len(self.output.chunks)
-
-    async def _perform_upgrade(self, upgrade: Upgrade) -> None:
-        """Send the output queued up to the IDENTIFY response plain, then upgrade and send the
-        framed ``OK`` of each step; the writer calls this. Marks the upgrade done either way."""
-        from broker.server.compression import DeflateCodec
-        from broker.server.upgrade import UpgradeFailed, tls_handshake
-
-        chunks = self.output.chunks
-        plain = b"".join(chunks[:upgrade.plain_frames])
-        del chunks[:upgrade.plain_frames]
-        try:
-            if plain:
-                # a second IDENTIFY's answer goes through the stream it replaces, as nsqd's does
-                await self.stream.send_all(plain if self.codec is None else self.codec.compress(plain))
-                self.output.handed(len(plain))
-            if upgrade.tls:
-                assert self.ssl_context is not None
-                log.info("PROTOCOL(V2): [%s] upgrading connection to TLS", self.remote_address)
-                try:
-                    tls_stream = await tls_handshake(self.stream, upgrade.leftover, self.ssl_context)
-                except UpgradeFailed as exc:
-                    upgrade.failed = True
-                    await self._refuse_upgrade(str(exc))
-                    return
-                upgrade.leftover = b""
-                self.stream = tls_stream
-                self.tls_version, self.tls_cipher_suite, self.tls_common_name = describe_session(tls_stream)
-                self.tls = True
-                await tls_stream.send_all(encode_response(b"OK"))
-            codec = upgrade.codec
-            if codec is not None:
-                if isinstance(codec, DeflateCodec):
-                    log.info("PROTOCOL(V2): [%s] upgrading connection to deflate (level %d)", self.remote_address,
-                             codec.level)
-                    self.deflate, self.deflate_level = True, codec.level
-                else:
-                    log.info("PROTOCOL(V2): [%s] upgrading connection to snappy", self.remote_address)
-                    self.snappy = True
-                self.codec = codec
-                await self.stream.send_all(codec.compress(encode_response(b"OK")))
-        except BaseException:
-            upgrade.failed = True
-            raise
-        finally:
-            self.upgrade = None
-            upgrade.done.set()
-
-    async def _refuse_upgrade(self, cause: str) -> None:
-        """Tell the client its handshake failed, in plain text as nsqd does, and close."""
-        log.info("TCP: client(%s) error: E_IDENTIFY_FAILED IDENTIFY failed %s", self.remote_address, cause)
-        self.closing = True
-        self.output.chunks.clear()
-        with trio.move_on_after(UPGRADE_ERROR_GRACE):
-            try:
-                await self.stream.send_all(encode_error(b"E_IDENTIFY_FAILED IDENTIFY failed " + cause.encode()))
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
+        upgrade = self.transport.upgrade
+        if upgrade is not None:
+            upgrade.plain_frames = len(self.output.chunks)
 
     # ---------------------------------------------------------------- output
 
@@ -560,13 +342,17 @@ class Client:
         the channel is asked for more messages.
         """
         output = self.output
+        transport = self.transport
         try:
             while True:
                 if not output.chunks and not self.closing:
                     await self._out_event.wait()
                     self._out_event = trio.Event()
-                if self.upgrade is not None and output.chunks:
-                    await self._perform_upgrade(self.upgrade)
+                upgrade = transport.upgrade
+                if upgrade is not None and output.chunks:
+                    from broker.server.upgrade import perform  # loaded by the first upgrade: a start does not load TLS
+
+                    await perform(self, upgrade)
                     continue
                 if output.chunks:
                     data = output.take()
@@ -575,9 +361,10 @@ class Client:
                     self.send_started = trio.current_time()
                     if sock is None:
                         size = len(data)
-                        if self.codec is not None:  # the whole chunk at once: one sync flush, one snappy frame run
-                            data = self.codec.compress(data)
-                        await self.stream.send_all(data)
+                        codec = transport.codec
+                        if codec is not None:  # the whole chunk at once: one sync flush, one snappy frame run
+                            data = codec.compress(data)
+                        await transport.stream.send_all(data)
                         output.handed(size)
                     else:
                         view = memoryview(data)
