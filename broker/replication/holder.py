@@ -1,5 +1,5 @@
 """The holding side of replication: the node's TCP server hands it the connections of other
-nodes (:class:`~broker.server.connection.ReplicaReceiver`), from the handshake that proves
+nodes (:class:`~broker.server.client.ReplicaReceiver`), from the handshake that proves
 them (:mod:`broker.protocol.replica`) to the ``REPL`` requests they send.
 
 Every request of a body is checked (:func:`~broker.replication.wire.decode_requests`, then

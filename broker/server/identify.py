@@ -2,13 +2,13 @@
 
 The parser (:mod:`broker.protocol`) has already checked the body's field types; here the
 values are checked against nsqd's ranges (a fatal ``E_BAD_BODY`` with nsqd's wording),
-applied to the :class:`~broker.server.connection.Client`, and answered: ``OK``, or with
+applied to the :class:`~broker.server.client.Client`, and answered: ``OK``, or with
 ``feature_negotiation`` the JSON of what was agreed, in nsqd's key order, pynsqd's
 extensions (lease, keyed publishes, the node-to-node role, priorities) only for a client
 that asked for them. TLS and compression agreed here are performed by the connection's
 writer after the answer (:mod:`broker.server.upgrade`).
 
-Plain functions: the command handler (:mod:`broker.server.commands`) calls :func:`identify`.
+Plain functions: the command handler (:mod:`broker.server.handlers`) calls :func:`identify`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from broker.protocol.priorities import DEFAULT_PRIORITY_FIELD, PRIORITIES_IDENTI
 from broker.server.transport import Upgrade
 
 if TYPE_CHECKING:
+    from broker.server.client import Client
     from broker.server.compression import Codec
-    from broker.server.connection import Client
 
 __all__ = ["identify", "MIN_OUTPUT_BUFFER_SIZE", "DEFAULT_DEFLATE_LEVEL"]
 

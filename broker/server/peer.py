@@ -7,7 +7,7 @@ holds the cluster's secret. Until then nothing changes: ``REPL`` stays an unknow
 :class:`ReplicaReceiver` is the node's replication as the TCP server sees it;
 :class:`PeerRole` is one connection's part in the handshake.
 
-Plain functions of the IDENTIFY body: :mod:`broker.server.connection` applies them while it
+Plain functions of the IDENTIFY body: :mod:`broker.server.client` applies them while it
 applies an IDENTIFY; the replication (:mod:`broker.replication`) implements the receiver.
 """
 

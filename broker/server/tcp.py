@@ -39,10 +39,10 @@ import trio
 
 from broker.config.tls import TLS_NOT_REQUIRED
 from broker.protocol import FinRun, Identify, ProtocolError, ServerConnection, finish_identify
-from broker.server.commands import ANSWER_HANDLERS, SYNC_HANDLERS, fin_run
+from broker.server.client import Client
 from broker.server.compression import MAX_PIECE, CompressionError
-from broker.server.connection import Client
 from broker.server.flush import Flusher
+from broker.server.handlers import ANSWER_HANDLERS, SYNC_HANDLERS, fin_run
 from broker.server.net import ConnectionServer, peer_address
 from broker.server.peer import ReplicaReceiver
 from broker.server.poller import ReadPoller

@@ -8,7 +8,7 @@ agreed and not yet performed (:class:`Upgrade`), the codec of a compressed strea
 common name), snappy, deflate and its level.
 
 Plain data, no I/O and no imports of TLS or compression (loaded by the first upgrade): owned
-by its :class:`~broker.server.connection.Client`, changed by :mod:`broker.server.identify`
+by its :class:`~broker.server.client.Client`, changed by :mod:`broker.server.identify`
 and :mod:`broker.server.upgrade`, read by :mod:`broker.server.tcp`.
 """
 

@@ -4,7 +4,7 @@ nsqd answers a negotiating IDENTIFY in plain text, then (if agreed) completes th
 handshake and sends a framed ``OK`` inside TLS, then (if agreed) starts the compressed
 stream and sends a framed ``OK`` through it. Here the connection's writer task performs
 those steps (:func:`perform`, awaited from ``Client.run_writer`` in
-:mod:`broker.server.connection`) when it reaches the IDENTIFY response in its output, so
+:mod:`broker.server.client`) when it reaches the IDENTIFY response in its output, so
 that everything queued before it goes out plain and everything after through the upgraded
 stream (:mod:`broker.server.transport` holds what was agreed, the
 :class:`~broker.server.transport.Upgrade`, and the result); the reader waits for
@@ -43,7 +43,7 @@ UPGRADE_ERROR_GRACE = 1.0
 
 
 class Upgrading(Protocol):
-    """What an upgrade touches of its connection (a :class:`~broker.server.connection.Client`)."""
+    """What an upgrade touches of its connection (a :class:`~broker.server.client.Client`)."""
 
     transport: Transport
     output: OutputBuffer

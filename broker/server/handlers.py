@@ -8,7 +8,7 @@ A publish returns its ``OK`` when it is queued at once, the usual case, costing 
 coroutine, or a coroutine to await for it when it must wait: for an auth server, for
 the disk in durable mode (the group fsync), or for the pieces of a huge batch. The
 connection queues the response, so that it goes out with the rest of the chunk's output
-(see :mod:`broker.server.connection` and :mod:`broker.server.tcp`).
+(see :mod:`broker.server.client` and :mod:`broker.server.tcp`).
 Errors are raised as :class:`~broker.protocol.ProtocolError`.
 """
 
@@ -30,7 +30,7 @@ from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
-    from broker.server.connection import Client
+    from broker.server.client import Client
 
 __all__ = ["SYNC_HANDLERS", "ANSWER_HANDLERS", "Answer", "SyncHandler", "AnswerHandler", "fin_run", "check_auth"]
 

@@ -19,7 +19,7 @@ its stream and what IDENTIFY made of it (:class:`~broker.server.transport.Transp
 its part in the node-to-node role (:class:`~broker.server.peer.PeerRole`). IDENTIFY itself
 is applied by :mod:`broker.server.identify`, an upgrade performed by
 :mod:`broker.server.upgrade`. Owned by its connection handler in :mod:`broker.server.tcp`;
-the command handlers (:mod:`broker.server.commands`) and the channels (as a
+the command handlers (:mod:`broker.server.handlers`) and the channels (as a
 :class:`~broker.core.host.Subscriber`) act on it. The writer and timer tasks are async
 (they wait for the socket and the clock); everything else is plain.
 """
