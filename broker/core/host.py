@@ -195,9 +195,10 @@ class Copies(Protocol):
         """The channel finished ``messages`` (the other holders drop their copies)."""
         ...
 
-    def counters(self, topic: str) -> tuple[int, int, int, int, int] | None:
+    def counters(self, topic: str) -> tuple[int, int, int, int, int, int] | None:
         """For ``/stats``: replicas, copies held for other nodes, copies waiting for
-        confirmation, messages taken over, publishes refused (None: no replication)."""
+        confirmation, messages taken over, publishes refused, copies missing (None: no
+        replication)."""
         ...
 
     def node_stats(self) -> dict | None:

@@ -10,6 +10,9 @@ that did take a copy are then told to drop it.
 Finishing: every FIN of a channel of a replicated topic is batched and posted to every peer
 each :data:`FIN_INTERVAL` (:meth:`PeerCopies.run_fins`); a holder drops a copy once every
 channel it knows of the topic finished it.
+
+Where the copies are: :attr:`PeerCopies.placed` says, by topic, which peers took copies (and
+about how many), so that those a gone peer held can be made again elsewhere (:mod:`.recopy`).
 """
 
 from __future__ import annotations
@@ -28,21 +31,26 @@ from broker.replication.links import PeerLink
 from broker.replication.peers import Peers
 from broker.replication.wire import Add, Drop, Fin, pack_entries
 
-__all__ = ["PeerCopies", "ReplicaStats", "FIN_INTERVAL"]
+__all__ = ["PeerCopies", "ReplicaStats", "FIN_INTERVAL", "UNKNOWN"]
 
 log = logging.getLogger("pynsqd.replication")
 
 #: Seconds between two batches of FINs posted to the peers.
 FIN_INTERVAL = 0.1
+#: Where :attr:`PeerCopies.placed` counts copies that could not be made, or whose holders are
+#: not known (not a node id: never reachable)
+UNKNOWN = "?"
 
 
 class ReplicaStats:
     """One topic's replication counters, for ``/stats`` and ``/metrics``."""
 
-    __slots__ = ("copies_waiting", "takeovers", "publishes_refused", "takeover_failures")
+    __slots__ = ("copies_waiting", "takeovers", "publishes_refused", "takeover_failures", "copies_missing")
 
     def __init__(self) -> None:
         self.copies_waiting = 0
+        #: copies a gone peer held that are not made again elsewhere yet (see :mod:`.recopy`)
+        self.copies_missing = 0
         self.takeovers = 0
         self.publishes_refused = 0
         self.takeover_failures = 0
@@ -65,6 +73,10 @@ class PeerCopies:
         self._node_stats = node_stats
         self.stats: dict[str, ReplicaStats] = defaultdict(ReplicaStats)
         self._fins: dict[tuple[str, str], list[bytes]] = defaultdict(list)
+        #: topic -> peer -> copies of the topic's messages it took since start (or said it held)
+        self.placed: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        #: topic -> what is told of its FINs while its copies are made again (see :mod:`.recopy`)
+        self.watches: dict[str, Callable[[str, list[Message]], None]] = {}
 
     def replicas(self, topic: str) -> int:
         return self.options.replicas
@@ -88,6 +100,7 @@ class PeerCopies:
             raise CopiesRefused(f"only {len(links) + 1} of {need + 1} copies: "
                                 f"{len(links)} of {len(self._peers.links)} peers connected")
         if not links:
+            self.took(topic, [], len(messages), need)
             return
         holders = (self.node_id, *(link.peer_id or "" for link in links))
         entries = pack_entries(messages, dones, published=dones is None)
@@ -116,16 +129,33 @@ class PeerCopies:
             log.warning("REPLICATION: publish to %s refused: %d of %d copies (%s)", topic, len(stored) + 1, need + 1,
                         ", ".join(errors))
             raise CopiesRefused(f"only {len(stored) + 1} of {need + 1} copies: {', '.join(errors)}")
+        self.took(topic, [link.peer_id or "" for link in stored], len(messages), need - len(stored))
+
+    def took(self, topic: str, peers: list[str], count: int, short: int = 0) -> None:
+        """``peers`` took copies of ``count`` messages of ``topic``; ``short`` copies fewer than
+        the topic's replicas were made (a takeover's): the topic has copies missing."""
+        placed = self.placed[topic]
+        for peer in peers:
+            placed[peer] += count
+        if short > 0:
+            placed[UNKNOWN] += count
 
     def abandon(self, topic: str, messages: list[Message]) -> None:
         self._peers.post(Drop(topic, [msg.id for msg in messages]))
 
     def finished(self, topic: str, channel: str, messages: list[Message]) -> None:
         self._fins[(topic, channel)].extend(m.id for m in messages)
+        watch = self.watches.get(topic)
+        if watch is not None:
+            watch(channel, messages)
 
     def _holders_for(self, topic: str) -> list[PeerLink]:
         """The connected peers in the topic's rendezvous order."""
         return sorted(self._peers.connected(), key=lambda link: _rank(topic, link.peer_id or ""))
+
+    def holders_for(self, topic: str) -> list[PeerLink]:
+        """The connected peers in the topic's rendezvous order: where its copies go."""
+        return self._holders_for(topic)
 
     async def run_fins(self) -> None:
         """Post the FINs batched since the last batch to every peer, each :data:`FIN_INTERVAL`."""
@@ -137,10 +167,10 @@ class PeerCopies:
 
     # ---------------------------------------------------------------- stats
 
-    def counters(self, topic: str) -> tuple[int, int, int, int, int]:
+    def counters(self, topic: str) -> tuple[int, int, int, int, int, int]:
         stats = self.stats.get(topic) or ReplicaStats()
         return (self.replicas(topic), self._held_for_topic(topic), stats.copies_waiting, stats.takeovers,
-                stats.publishes_refused)
+                stats.publishes_refused, stats.copies_missing)
 
     def node_stats(self) -> dict:
         return self._node_stats()

@@ -17,16 +17,20 @@ from broker.replication.wire import (
     DROP,
     FIN,
     HELLO,
+    HOLDS,
     TAKEN,
     Add,
     Channels,
     Drop,
     Fin,
     Hello,
+    Holds,
     Taken,
     WireError,
     WireLimits,
     decode_hello_answer,
+    decode_hello_holding,
+    decode_holds_answer,
     decode_request,
     decode_requests,
     encode_request,
@@ -51,7 +55,7 @@ def _entries(n: int = 2, size: int = 5, **fields) -> tuple[list[bytes], bytes]:
 @pytest.mark.parametrize("request_", [
     Hello(), Hello(lost_memory=True), Fin("t", "c", [ID]), Drop("t", [ID, ID]), Channels("t", []),
     Channels("t#ephemeral", ["c", "d#ephemeral"]), Taken(A, "t", [ID]), Add("t", (A, B), *_entries()),
-    Add("t", (A, B), *_entries(priority=7, attempts=3, due_ns=5)),
+    Add("t", (A, B), *_entries(priority=7, attempts=3, due_ns=5)), Holds("t", [ID]), Holds("t", [ID, ID], (A, B)),
 ])
 def test_every_request_round_trips_through_its_wire_form(request_):
     wire = msgpack.unpackb(pack(encode_request(request_)), raw=False)
@@ -99,6 +103,10 @@ def _columns(**change) -> bytes:
     (_add(entries=_columns(priorities=5)), "priorities must be a list"),
     (_add(entries=_columns(dones=[["c"]])), "done channels: one list"),
     (_add(entries=_columns(dones=[None, ["bad/name"]])), "bad channel name"),
+    ([HOLDS, "t"], "request 11 has 1 fields"), ([HOLDS, "t", [ID], [A, B], 1], "request 11 has 4 fields"),
+    ([HOLDS, "bad/name", [ID]], "bad topic name"), ([HOLDS, "t", []], "ids must be a list"),
+    ([HOLDS, "t", [ID], [A]], "holders must be a list of 2"), ([HOLDS, "t", [ID], None], "holders must be a list"),
+    ([HOLDS, "t", [ID], [A, "x"]], "bad node id"),
 ])
 def test_each_field_of_each_kind_is_checked(item, problem):
     with pytest.raises(WireError, match=problem.replace("(", r"\(")):
@@ -119,22 +127,40 @@ def test_one_bad_request_spoils_its_body_and_the_error_names_its_sequence_number
 
 def test_a_hello_answer_may_name_millions_of_ids_taken_over():
     many = [b"%016d" % i for i in range((1 << 20) + 1)]
-    mine, _ = decode_hello_answer(msgpack.unpackb(pack([{"t": many}, {}]), raw=False))
+    mine, _ = decode_hello_answer(msgpack.unpackb(pack([{"t": many}, {}, {}]), raw=False))
     assert len(mine["t"]) == len(many)
 
 
 def test_a_hello_answer_is_checked_as_a_request_is():
-    mine, everything = decode_hello_answer([{"t": [ID]}, {A: {"t": [ID], "u": []}}])
+    answer = [{"t": [ID]}, {A: {"t": [ID], "u": []}}, {"t": 3, "u#ephemeral": 1 << 40}]
+    mine, everything = decode_hello_answer(answer)
     assert mine == {"t": [ID]} and everything == {A: {"t": [ID], "u": []}}
-    for bad in ([{"bad/name": [ID]}, {}], [{}, {"nobody": {}}], [{"t": [b"x"]}, {}], [{}, []], "x", [{}]):
+    assert decode_hello_holding(answer) == {"t": 3, "u#ephemeral": 1 << 40}
+    for bad in ([{"bad/name": [ID]}, {}, {}], [{}, {"nobody": {}}, {}], [{"t": [b"x"]}, {}, {}], [{}, [], {}], "x",
+                [{}], [{}, {}], [{}, {}, {}, {}], [{}, {}, []], [{}, {}, {"bad/name": 1}], [{}, {}, {"t": 0}],
+                [{}, {}, {"t": -1}], [{}, {}, {"t": "1"}], [{}, {}, {"t": True}], [{}, {}, {"t": 1 << 63}]):
         with pytest.raises(WireError):
             decode_hello_answer(bad)
+
+
+def test_a_holds_answer_is_one_boolean_per_id_asked_about():
+    assert decode_holds_answer([True, False], 2) == [True, False]
+    for bad in ([True], [True, False, True], [1, 0], None, {"0": True}, [True, None]):
+        with pytest.raises(WireError, match="one boolean for each of 2 ids"):
+            decode_holds_answer(bad, 2)
+
+
+@pytest.mark.parametrize("alone", [Hello(), Holds("t", [ID]), Holds("t", [ID], (A, B))])
+def test_a_request_answered_with_data_of_its_own_comes_alone_in_its_body(alone):
+    assert decode_requests(pack([3, [encode_request(alone)]]), LIMITS) == (3, [alone])
+    with pytest.raises(WireError, match="comes alone in its body"):
+        decode_requests(pack([3, [encode_request(alone), encode_request(Drop("t", [ID]))]]), LIMITS)
 
 
 _LEAF = st.none() | st.booleans() | st.integers(-(1 << 63), (1 << 64) - 1) | st.text(max_size=40) | st.binary(max_size=40)
 _VALUE = st.recursive(_LEAF, lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=5), inner,
                                                                                           max_size=3), max_leaves=8)
-_KIND = st.sampled_from([HELLO, ADD, FIN, DROP, CHANNELS, TAKEN, 0, 99])
+_KIND = st.sampled_from([HELLO, ADD, FIN, DROP, CHANNELS, TAKEN, HOLDS, 0, 99])
 
 
 @fuzz(150)
