@@ -179,20 +179,23 @@ class PublishEndpoints:
             duplicates, pending = broker.publish(topic, request)
         except Exception as exc:
             _put_failed(topic, exc)
-        if request.keys is None:
-            answer = OK
-        else:
-            answer = OK._replace(headers=(*OK.headers, (DUPLICATES_HEADER, b"%d" % duplicates)))
-        return answer if pending is None else _stored(topic, pending, answer)
+        if pending is not None:
+            return _stored(topic, pending, request.keys is not None, duplicates)
+        return _answer(request.keys is not None, duplicates)
 
 
-async def _stored(topic: Topic, pending: Awaitable[None], answer: Response) -> Response:
-    """``answer`` once ``pending`` (a publish) is done; 503 EXITING if it fails."""
+def _answer(keyed: bool, duplicates: int) -> Response:
+    return OK._replace(headers=(*OK.headers, (DUPLICATES_HEADER, b"%d" % duplicates))) if keyed else OK
+
+
+async def _stored(topic: Topic, pending: Awaitable[int | None], keyed: bool, duplicates: int) -> Response:
+    """The answer once ``pending`` (a publish) is done (it may have found more duplicates: keys
+    other nodes know); 503 EXITING if it fails."""
     try:
-        await pending
+        duplicates += await pending or 0
     except Exception as exc:
         _put_failed(topic, exc)
-    return answer
+    return _answer(keyed, duplicates)
 
 
 def _put_failed(topic: Topic, exc: Exception) -> NoReturn:

@@ -265,6 +265,8 @@ _NODE_REPLICA_COUNTERS = (
      "again (counter; pynsqd)."),
     ("copies_restored", "nsq_replication_copies_restored", "Copies of this node's messages made again on another "
      "node because a node that held them was gone (counter; pynsqd)."),
+    ("keys_evicted", "nsq_replication_keys_evicted", "Publish keys of other nodes' copies forgotten before their "
+     "dedup window ended, to stay within --dedup-max-keys (counter; pynsqd)."),
 )
 
 
@@ -279,7 +281,10 @@ def _node_replica_families(replication: dict | None) -> list[Metric]:
     missing = _gauge("nsq_replication_copies_missing", "Copies of this node's messages that a node gone held and "
                      "that are not made again on another node yet, over all topics (pynsqd).", ())
     missing.add_metric([], replication["copies_missing"])
-    out: list[Metric] = [peers, missing]
+    keys = _gauge("nsq_replication_keys_held", "Publish keys of other nodes' copies this node remembers within "
+                  "their dedup window (pynsqd).", ())
+    keys.add_metric([], replication["keys_held"])
+    out: list[Metric] = [peers, missing, keys]
     for key, name, doc in _NODE_REPLICA_COUNTERS:
         counter = _untyped(name, doc, ())
         counter.add_metric([], replication[key])

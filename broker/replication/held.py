@@ -7,7 +7,12 @@ msgpack arrays replayed in order at start:
   msgpack array of their entries (see :mod:`.wire`), kept as the origin packed it; a
   seventh item, when there, is the channels that had finished each copy already
 - ``["F", origin, topic, channel, [id, ...]]``     a channel of ``origin`` finished them
-- ``["D", origin, topic, [id, ...]]``              copies dropped
+- ``["D", origin, topic, [id, ...]]``              copies dropped (their publish failed: their
+  keys are forgotten); ``["D", origin, topic, [id, ...], 1]``: dropped because another
+  holder took them over (their keys stay)
+- ``["K", origin, topic, [id, ...], [key, ...], expires]``  the publish keys of copies just
+  added, and when their dedup window ends (nanoseconds since the epoch; one for all, or one
+  each)
 - ``["C", origin, topic, [channel, ...]]``         ``origin``'s channels of the topic
 - ``["T", origin, topic, [id, ...], time_ns]``     this node took these over from ``origin``
   (``time_ns``, when: a takeover is remembered for :data:`TAKEN_RETENTION`)
@@ -15,13 +20,24 @@ msgpack arrays replayed in order at start:
   need to say them again
 - ``["H", origin, topic, holders, [id, ...]]``     these copies are held by ``holders`` now
   (``origin`` made copies again elsewhere: see :mod:`.recopy`)
+- ``["S", origin, topic, channel, [id, ...], attempts, due_ns]`` where these copies stand in
+  ``origin``'s channel (an UPDATE's: delivered, or back in its queue); ``attempts`` and
+  ``due_ns`` are columns as :mod:`.wire` sends them (one value for all, or one per id)
 
 Memory holds, per copy, its holders and the channels that finished it, never its body: a
 takeover reads the bodies back from the log, a batch of records at a time
-(:meth:`HeldCopies.entries`), so neither a start nor a takeover holds the whole log.
+(:meth:`HeldCopies.entries`), so neither a start nor a takeover holds the whole log. It also
+holds, per copy and per channel that said so, the copy's attempts and due time there (the
+takeover queues it in that channel as it stood), only while the copy is held and that channel
+has not finished it.
+
+The publish keys of the copies (:attr:`HeldCopies.keys`) are kept until their dedup window
+ends, after their copies are finished or taken over, so that this node can say a retry of
+the publish on any node is a duplicate (a KEYS request); at most ``max_keys`` of them (the
+oldest go first, counted in :attr:`HeldCopies.keys_evicted`).
 
 When the log holds four times more records than a compaction would write (live copies,
-and the channel lists and takeovers kept), and more than :data:`COMPACT_MIN`, it is
+and the channel lists, channel states and takeovers kept), and more than :data:`COMPACT_MIN`, it is
 rewritten in one pass with only what is still needed: the new log is written and synced in
 ``replication.new`` beside it, then replaces it (a start finds at most one whole log and
 finishes an interrupted swap). Records written while a compaction runs go to the new log
@@ -38,6 +54,7 @@ import logging
 import os
 import shutil
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
@@ -51,13 +68,17 @@ from broker.replication.wire import (
     check_channels,
     check_holders,
     check_ids,
+    check_keys,
     check_node,
     check_topic,
+    check_update,
     message_of,
     pack,
     pack_entries,
+    packed_column,
     unpack,
     unpack_entries,
+    unpacked_column,
 )
 from diskqueue import DiskQueue, DiskQueueError
 
@@ -74,18 +95,24 @@ SCAN_BATCH = 512
 TAKEN_RETENTION = 24 * 3600.0
 #: Ids of one takeover record a compaction writes at most.
 TAKEN_PIECE = 100_000
+#: Ids of one ``S`` record at most (about 30 bytes each: well within a record's bound).
+STATE_PIECE = 20_000
 _QUEUE = "replicas"
 
 
 class TopicCopies:
     """The copies of one topic held for one origin: each id's holders (one tuple shared by a
-    whole ADD) and, for those some channel finished, which channels did."""
+    whole ADD), for those some channel finished, which channels did, for keyed ones their
+    publish key, and for those a channel delivered or requeued, their ``(attempts, due_ns)``
+    there (``state``: channel -> id ->)."""
 
-    __slots__ = ("holders", "done")
+    __slots__ = ("holders", "done", "keys", "state")
 
     def __init__(self) -> None:
         self.holders: dict[bytes, tuple[str, ...]] = {}
         self.done: dict[bytes, set[str]] = {}
+        self.keys: dict[bytes, bytes] = {}
+        self.state: dict[str, dict[bytes, tuple[int, int]]] = {}
 
     def __len__(self) -> int:
         return len(self.holders)
@@ -93,13 +120,26 @@ class TopicCopies:
     def discard(self, msg_id: bytes) -> None:
         if self.holders.pop(msg_id, None) is not None:
             self.done.pop(msg_id, None)
+            self.keys.pop(msg_id, None)
+            if self.state:
+                for channel in list(self.state):
+                    self.forget_state(channel, msg_id)
+
+    def forget_state(self, channel: str, msg_id: bytes) -> None:
+        states = self.state.get(channel)
+        if states is not None and states.pop(msg_id, None) is not None and not states:
+            del self.state[channel]
+
+    def states_of(self, msg_id: bytes) -> dict[str, tuple[int, int]]:
+        """The copy's ``(attempts, due_ns)`` in each channel that reported one."""
+        return {channel: states[msg_id] for channel, states in self.state.items() if msg_id in states}
 
 
 class HeldCopies:
     """The copies held for every origin node, replayed from ``<data>/replication`` (see the
     module docstring). Made by :meth:`open`; the owner closes it with :meth:`close`."""
 
-    def __init__(self, data_path: Path, *, durable: bool, max_record: int):
+    def __init__(self, data_path: Path, *, durable: bool, max_record: int, max_keys: int = 1_000_000):
         self.path = data_path / "replication"
         self._new_path = data_path / "replication.new"
         self._max_record = max_record
@@ -112,6 +152,13 @@ class HeldCopies:
         #: origin -> topic -> ids this node took over from it, and when it last took some
         self.taken: dict[str, dict[str, set[bytes]]] = {}
         self.taken_at: dict[tuple[str, str], int] = {}
+        #: topic -> publish key -> (expires_ns, origin, id) of the copy it came with
+        self.keys: dict[str, dict[bytes, tuple[int, str, bytes]]] = {}
+        self.max_keys = max_keys
+        #: keys forgotten before their window ended, to stay within max_keys, since start
+        self.keys_evicted = 0
+        self._key_order: deque[tuple[int, str, bytes]] = deque()  # (expires_ns, topic, key) as they came
+        self._key_groups: dict[tuple[str, str], int] = {}  # (origin, topic) -> keys remembered
         #: records of the log that could not be read back (damaged on disk), since start
         self.records_lost = 0
         #: records read back that could not be applied (not what this node writes), since start
@@ -129,9 +176,9 @@ class HeldCopies:
         self.commit = GroupCommit(self.queue)
 
     @classmethod
-    async def open(cls, data_path: Path, *, durable: bool, max_record: int) -> HeldCopies:
+    async def open(cls, data_path: Path, *, durable: bool, max_record: int, max_keys: int = 1_000_000) -> HeldCopies:
         """The copies held under ``data_path``, the log replayed a batch at a time."""
-        held = cls(data_path, durable=durable, max_record=max_record)
+        held = cls(data_path, durable=durable, max_record=max_record, max_keys=max_keys)
         try:
             depth = held.queue.depth
             read = 0
@@ -174,13 +221,23 @@ class HeldCopies:
     # ---------------------------------------------------------------- changes
 
     def add(self, origin: str, topic: str, holders: list[str], ids: list[bytes], entries: bytes,
-            dones: list[list[str] | None] | None = None) -> None:
+            dones: list[list[str] | None] | None = None, keys: list[bytes] | None = None,
+            expires: int | list[int] = 0) -> None:
         """Hold copies: ``entries`` is the msgpack array of their entries (see :mod:`.wire`);
-        ``dones``: the channels that finished each already (a copy made at a takeover)."""
+        ``dones``: the channels that finished each already (a copy made at a takeover);
+        ``keys``: their publish keys (``b""``: none), remembered until ``expires``."""
         record = ["A", origin, topic, holders, ids, entries]
         if dones is not None and any(dones):
             record.append([done or [] for done in dones])
         self._write(record)
+        if keys is not None and any(keys):
+            if all(keys):
+                self._write(["K", origin, topic, ids, keys, expires])
+            else:
+                each = expires if isinstance(expires, list) else [expires] * len(ids)
+                kept = [i for i, key in enumerate(keys) if key]
+                self._write(["K", origin, topic, [ids[i] for i in kept], [keys[i] for i in kept],
+                             [each[i] for i in kept]])
 
     def finish(self, origin: str, topic: str, channel: str, ids: list[bytes]) -> None:
         copies = self.copies(origin, topic)
@@ -188,14 +245,106 @@ class HeldCopies:
             self._write(["F", origin, topic, channel, ids])
 
     def drop(self, origin: str, topic: str, ids: list[bytes], *, by: str | None = None) -> None:
-        """Drop copies; with ``by``, only those ``by`` holds too (what it may say it took over)."""
+        """Drop copies whose publish failed (their keys are forgotten); with ``by``, those that
+        ``by`` took over: only those it holds too (what it may say it took over), their keys kept."""
         copies = self.copies(origin, topic)
         if not copies:
             return
         if by is not None:
             ids = [msg_id for msg_id in ids if by in copies.holders.get(msg_id, ())]
         if any(msg_id in copies.holders for msg_id in ids):
-            self._write(["D", origin, topic, ids])
+            self._write(["D", origin, topic, ids] if by is None else ["D", origin, topic, ids, 1])
+
+    # ---------------------------------------------------------------- keys
+
+    def known(self, topic: str, keys: list[bytes], now_ns: int) -> list[bytes]:
+        """Which of ``keys`` came with copies of ``topic`` held here, within their window."""
+        index = self.keys.get(topic)
+        if not index:
+            return []
+        found = []
+        for key in keys:
+            entry = index.get(key)
+            if entry is not None and entry[0] > now_ns:
+                found.append(key)
+        return found
+
+    def key_of(self, origin: str, topic: str, msg_id: bytes) -> tuple[bytes, int] | None:
+        """The publish key of a copy held here, and when its window ends (None: it has none)."""
+        copies = self.copies(origin, topic)
+        key = copies.keys.get(msg_id) if copies is not None else None
+        if key is None:
+            return None
+        entry = self.keys.get(topic, {}).get(key)
+        return None if entry is None else (key, entry[0])
+
+    def _remember_key(self, origin: str, topic: str, key: bytes, expires: int, msg_id: bytes) -> None:
+        """Remember ``key`` of ``origin``'s copy ``msg_id``. A key remembered already stays the
+        first copy's (a retry's copies, dropped as duplicates, do not take it away), until the
+        later of the two windows ends."""
+        index = self.keys.setdefault(topic, {})
+        old = index.get(key)
+        if old is None:
+            index[key] = (expires, origin, msg_id)
+            self._count_key(origin, topic, 1)
+        elif expires > old[0]:
+            index[key] = (expires, old[1], old[2])
+        else:
+            return
+        self._key_order.append((expires, topic, key))
+
+    def _forget_key(self, topic: str, key: bytes, origin: str, msg_id: bytes) -> None:
+        """Forget ``key`` if it is the one of ``origin``'s copy ``msg_id``."""
+        index = self.keys.get(topic)
+        entry = index.get(key) if index is not None else None
+        if entry is not None and entry[1] == origin and entry[2] == msg_id:
+            self._drop_key(topic, key, entry)
+
+    def _drop_key(self, topic: str, key: bytes, entry: tuple[int, str, bytes]) -> None:
+        index = self.keys[topic]
+        del index[key]
+        if not index:
+            del self.keys[topic]
+        self._count_key(entry[1], topic, -1)
+
+    def _count_key(self, origin: str, topic: str, change: int) -> None:
+        group = (origin, topic)
+        count = self._key_groups.get(group, 0) + change
+        if count:
+            self._key_groups[group] = count
+        else:
+            self._key_groups.pop(group, None)
+
+    def expire_keys(self, now_ns: int) -> None:
+        """Forget the keys whose window ended, and the oldest past ``max_keys``."""
+        order = self._key_order
+        while order and (order[0][0] <= now_ns or len(order) > self.max_keys):
+            expires, topic, key = order.popleft()
+            entry = self.keys.get(topic, {}).get(key)
+            if entry is not None and entry[0] == expires:
+                if expires > now_ns:
+                    self.keys_evicted += 1
+                self._drop_key(topic, key, entry)
+
+    @property
+    def keys_held(self) -> int:
+        return sum(self._key_groups.values())
+
+    def update(self, origin: str, topic: str, channel: str, ids: list[bytes], attempts: list[int],
+               dues: list[int]) -> None:
+        """Where copies stand in ``origin``'s ``channel``: their attempts and due times there
+        (those the channel finished already, or not held, are left out)."""
+        copies = self.copies(origin, topic)
+        if not copies:
+            return
+        holders, done = copies.holders, copies.done
+        kept = [n for n, msg_id in enumerate(ids) if msg_id in holders and channel not in done.get(msg_id, ())]
+        if len(kept) != len(ids):
+            ids, attempts, dues = [ids[n] for n in kept], [attempts[n] for n in kept], [dues[n] for n in kept]
+        for start in range(0, len(ids), STATE_PIECE):
+            end = start + STATE_PIECE
+            self._write(["S", origin, topic, channel, ids[start:end], packed_column(attempts[start:end]),
+                         packed_column(dues[start:end])])
 
     def set_channels(self, origin: str, topic: str, channels: list[str]) -> None:
         if self.channels.get(origin, {}).get(topic) != channels:
@@ -256,6 +405,7 @@ class HeldCopies:
             if copies:
                 channels = self.channels.get(origin, {}).get(topic, [])
                 channel = record[3]
+                stated = channel in copies.state
                 for msg_id in record[4]:
                     if msg_id not in copies.holders:
                         continue
@@ -263,10 +413,30 @@ class HeldCopies:
                     if done is None:
                         done = copies.done[msg_id] = set()
                     done.add(channel)
+                    if stated:
+                        copies.forget_state(channel, msg_id)
                     if channels and done.issuperset(channels):
                         copies.discard(msg_id)
+        elif kind == "S":
+            if copies:
+                channel, ids = record[3], record[4]
+                holders, done = copies.holders, copies.done
+                if type(record[5]) is int and type(record[6]) is int:  # one state for all: one tuple
+                    found = dict.fromkeys([msg_id for msg_id in ids if msg_id in holders
+                                           and channel not in done.get(msg_id, ())], (record[5], record[6]))
+                else:
+                    found = {msg_id: (attempts, due) for msg_id, attempts, due in zip(
+                        ids, unpacked_column(record[5], len(ids)), unpacked_column(record[6], len(ids)))
+                        if msg_id in holders and channel not in done.get(msg_id, ())}
+                if found:
+                    copies.state.setdefault(channel, {}).update(found)
         elif kind in ("D", "T"):
             if copies:
+                if kind == "D" and len(record) < 5:  # a publish that failed: its keys go too
+                    for msg_id in record[3]:
+                        key = copies.keys.get(msg_id)
+                        if key is not None:
+                            self._forget_key(topic, key, origin, msg_id)
                 for msg_id in record[3]:
                     copies.discard(msg_id)
             if kind == "T":
@@ -285,10 +455,21 @@ class HeldCopies:
                         del self.taken[origin]
         elif kind == "H":
             if copies:
-                holders = tuple(record[3])
+                now_held_by = tuple(record[3])
                 for msg_id in record[4]:
                     if msg_id in copies.holders:
-                        copies.holders[msg_id] = holders
+                        copies.holders[msg_id] = now_held_by
+        elif kind == "K":
+            now = time.time_ns()
+            expires = record[5]
+            for index, (msg_id, key) in enumerate(zip(record[3], record[4])):
+                expiry = expires if type(expires) is int else expires[index]
+                if expiry <= now:
+                    continue
+                self._remember_key(origin, topic, key, expiry, msg_id)
+                if copies is not None and msg_id in copies.holders:
+                    copies.keys[msg_id] = key
+            self.expire_keys(now)
         elif kind == "C":
             channels = list(record[3])
             lists = self.channels.setdefault(origin, {})
@@ -338,10 +519,14 @@ class HeldCopies:
 
     def _kept(self) -> int:
         """Records a compaction would write besides the copies: channel lists of topics with
-        copies, and takeovers."""
+        copies, channel states, and takeovers."""
         channels = sum(1 for origin, topics in self.channels.items() for topic in topics
                        if self.copies(origin, topic))
-        return channels + sum(len(ids) // TAKEN_PIECE + 1 for topics in self.taken.values() for ids in topics.values())
+        states = sum(len(ids) // STATE_PIECE + 1 for topics in self.origins.values() for copies in topics.values()
+                     for ids in copies.state.values())
+        return (channels + states + sum(len(ids) // TAKEN_PIECE + 1 for topics in self.taken.values()
+                                        for ids in topics.values())
+                + sum(count // TAKEN_PIECE + 1 for count in self._key_groups.values()))
 
     def needs_compaction(self) -> bool:
         depth = self.queue.depth
@@ -372,6 +557,8 @@ class HeldCopies:
                 for data in records:
                     written += self._copy_live(data, fresh)
                 await trio.lowlevel.checkpoint()
+            written += self._copy_states(fresh)
+            written += self._copy_keys(fresh)  # after the copies: a K record names copies held
             fresh.put_many(self._tail)  # what was written meanwhile, in its order
             written += len(self._tail)
             self._tail = None
@@ -402,6 +589,23 @@ class HeldCopies:
                 if not topics:
                     self.taken.pop(origin, None)
 
+    def _copy_keys(self, fresh: DiskQueue) -> int:
+        """Write the keys still within their window to ``fresh``; how many records that took."""
+        now = time.time_ns()
+        groups: dict[tuple[str, str], list[tuple[bytes, bytes, int]]] = {}
+        for topic, index in self.keys.items():
+            for key, (expires, origin, msg_id) in index.items():
+                if expires > now:
+                    groups.setdefault((origin, topic), []).append((msg_id, key, expires))
+        written = 0
+        for (origin, topic), entries in groups.items():
+            for start in range(0, len(entries), TAKEN_PIECE):
+                piece = entries[start:start + TAKEN_PIECE]
+                fresh.put(pack(["K", origin, topic, [e[0] for e in piece], [e[1] for e in piece],
+                                [e[2] for e in piece]]))
+                written += 1
+        return written
+
     def _copy_live(self, data: bytes, fresh: DiskQueue) -> int:
         """Copy the live copies of an ``A`` record to ``fresh``, with the channels that finished
         each; 1 if a record was written."""
@@ -429,6 +633,22 @@ class HeldCopies:
             written += 1
         return written
 
+    def _copy_states(self, fresh: DiskQueue) -> int:
+        """Write the channel states of the copies held (after their ``A`` records); how many
+        records that took."""
+        written = 0
+        for origin, topics in self.origins.items():
+            for topic, copies in topics.items():
+                for channel, states in copies.state.items():
+                    items = list(states.items())
+                    for start in range(0, len(items), STATE_PIECE):
+                        piece = items[start:start + STATE_PIECE]
+                        fresh.put(pack(["S", origin, topic, channel, [msg_id for msg_id, _ in piece],
+                                        packed_column([state[0] for _, state in piece]),
+                                        packed_column([state[1] for _, state in piece])]))
+                        written += 1
+        return written
+
     async def close(self) -> None:
         try:
             await self.queue.sync()
@@ -441,7 +661,8 @@ class HeldCopies:
 _RECORD_FIELDS = {
     "A": (check_holders, check_ids, bytes, None),
     "F": (check_channel, check_ids),
-    "D": (check_ids,),
+    "D": (check_ids, int),
+    "K": (check_ids, list, list),
     "C": (check_channels,),
     "T": (lambda ids: check_ids(ids, MAX_ANSWER_IDS), int),
     "U": (lambda ids: check_ids(ids, MAX_ANSWER_IDS),),
@@ -452,6 +673,12 @@ _RECORD_FIELDS = {
 def _checked(record: object) -> list:
     """``record`` when it is one this module writes (see the module docstring); else raises
     :class:`WireError`. An ``A`` record's entries were checked when they arrived."""
+    if type(record) is list and record[:1] == ["S"]:
+        if len(record) != 7:
+            raise WireError(f"a S record with {len(record)} fields")
+        check_node(record[1])
+        check_update(record[2:])  # topic, channel, ids, attempts, due times
+        return record
     if type(record) is not list or len(record) < 3 or record[0] not in _RECORD_FIELDS:
         raise WireError(f"not a record: {record!r:.80}")
     checks = _RECORD_FIELDS[record[0]]
@@ -467,7 +694,13 @@ def _checked(record: object) -> list:
                 raise WireError("entries must be bytes")
         elif check is int:
             if type(value) is not int:
-                raise WireError("a takeover's time must be an integer")
+                raise WireError(f"a {record[0]} record's last field must be an integer")
+        elif check is list:  # a K record's keys, then their expiry (one, or one each)
+            if value is rest[1]:
+                check_keys(value, len(rest[0]))
+            elif type(value) is not int and (type(value) is not list or len(value) != len(rest[0])
+                                             or any(type(item) is not int for item in value)):
+                raise WireError("a K record's expiry: one integer, or one per key")
         elif check is None:  # an A record's done channels, one list per copy
             if type(value) is not list or len(value) != len(record[4]):
                 raise WireError("done channels: one list per copy")

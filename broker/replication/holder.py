@@ -9,6 +9,10 @@ here (:class:`~broker.replication.held.HeldCopies`) through a table by request t
 large body :data:`APPLY_PIECE` at a time, other tasks running between pieces; an ADD is
 answered once its record is on stable storage with ``--durable``.
 
+A KEYS is answered with the keys this node knows (``known_keys``, the replicator's: those of
+the copies held here and those its own topics stored), looked up where it stands among the
+body's requests.
+
 A HELLO is answered with what this node took over from the sender and from every node, and
 how many copies it holds for the sender by topic. A HOLDS (the sender makes copies again: see
 :mod:`.recopy`) is answered with which of its ids this node holds, once their new holders are
@@ -39,8 +43,10 @@ from broker.replication.wire import (
     Gone,
     Hello,
     Holds,
+    Keys,
     Request,
     Taken,
+    Update,
     WireError,
     WireLimits,
     decode_requests,
@@ -64,7 +70,8 @@ class Holder:
     node proved itself)."""
 
     def __init__(self, options: Options, peers: Peers, secret: bytes,
-                 take_over_now: Callable[[str], Awaitable[None]], proven: Callable[[str], None]):
+                 take_over_now: Callable[[str], Awaitable[None]], proven: Callable[[str], None],
+                 known_keys: Callable[[str, list[bytes]], list[bytes]]):
         self.options = options
         self.node_id = ""  # this node's, once the replicator has read it
         #: this node's address as the lookupds list it (``host:port``); None: not serving nodes yet
@@ -74,6 +81,7 @@ class Holder:
         self._secret = secret
         self._take_over_now = take_over_now
         self._proven = proven  # a node's connection to this one was proven: it is a member
+        self._known_keys = known_keys
         self._limits = WireLimits(options.max_msg_size)
         self._notices = Notices(log)
         #: connections from others that failed to prove they come from a node of the cluster, since start
@@ -81,7 +89,8 @@ class Holder:
         #: REPL bodies refused because a request was wrong, since start
         self.requests_refused = 0
         self._handlers: dict[type, Callable[[HeldCopies, str, Any], None]] = {
-            Add: _add, Fin: _fin, Drop: _drop, Channels: _channels, Taken: _taken, Forget: _forget}
+            Add: _add, Fin: _fin, Drop: _drop, Channels: _channels, Taken: _taken, Forget: _forget,
+            Update: _update}
 
     # ---------------------------------------------------------------- the handshake
 
@@ -142,33 +151,41 @@ class Holder:
             return self._holds(peer, seq, requests[0])
         if len(requests) > APPLY_PIECE:
             return self._apply_in_pieces(peer, seq, requests)
+        known: dict[str, set[bytes]] = {}
         try:
-            self._apply(peer, requests)
+            self._apply(peer, requests, known)
         except DiskQueueError as exc:
             log.error("REPLICATION: storing what node %s sent failed: %s", peer, exc)
             return pack([seq, f"storing failed: {exc}", None])
-        answer = pack([seq, None, None])
+        answer = pack([seq, None, _known_answer(known)])
         if self.options.durable and any(type(request) is Add for request in requests):
             return self._synced(seq, answer)
         return answer
 
-    def _apply(self, peer: str, requests: list[Request]) -> None:
+    def _apply(self, peer: str, requests: list[Request], known: dict[str, set[bytes]]) -> None:
+        """Apply ``requests`` in order; the keys each KEYS found known go to ``known``."""
         held, handlers = self._held_log(), self._handlers
         for request in requests:
+            if type(request) is Keys:
+                found = self._known_keys(request.topic, request.keys)
+                if found:
+                    known.setdefault(request.topic, set()).update(found)
+                continue
             handlers[type(request)](held, peer, request)
 
     async def _apply_in_pieces(self, peer: str, seq: int, requests: list[Request]) -> bytes:
         """A large body's requests, :data:`APPLY_PIECE` at a time with the other tasks running
         between pieces (its connection's next command waits for the answer, so order holds)."""
+        known: dict[str, set[bytes]] = {}
         try:
             for start in range(0, len(requests), APPLY_PIECE):
                 if start:
                     await trio.lowlevel.checkpoint()
-                self._apply(peer, requests[start:start + APPLY_PIECE])
+                self._apply(peer, requests[start:start + APPLY_PIECE], known)
         except DiskQueueError as exc:
             log.error("REPLICATION: storing what node %s sent failed: %s", peer, exc)
             return pack([seq, f"storing failed: {exc}", None])
-        answer = pack([seq, None, None])
+        answer = pack([seq, None, _known_answer(known)])
         if self.options.durable and any(type(request) is Add for request in requests):
             return await self._synced(seq, answer)
         return answer
@@ -241,12 +258,22 @@ class Holder:
 
 # What each request does to the copies held here (the table of Holder._handlers).
 
+def _known_answer(known: dict[str, set[bytes]]) -> dict[str, list[bytes]] | None:
+    """The ``extra`` of a body's answer: the keys its KEYS found known, by topic (None: none asked or found)."""
+    return {topic: sorted(keys) for topic, keys in known.items()} if known else None
+
+
 def _add(held: HeldCopies, peer: str, request: Add) -> None:
-    held.add(peer, request.topic, list(request.holders), request.ids, request.entries, request.dones)
+    held.add(peer, request.topic, list(request.holders), request.ids, request.entries, request.dones,
+             request.keys, request.expires)
 
 
 def _fin(held: HeldCopies, peer: str, request: Fin) -> None:
     held.finish(peer, request.topic, request.channel, request.ids)
+
+
+def _update(held: HeldCopies, peer: str, request: Update) -> None:
+    held.update(peer, request.topic, request.channel, request.ids, request.attempts, request.dues)
 
 
 def _drop(held: HeldCopies, peer: str, request: Drop) -> None:

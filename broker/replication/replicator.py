@@ -38,6 +38,7 @@ import trio
 
 from broker.config.options import Options
 from broker.core.host import PeerState, RegistryChange
+from broker.core.message import now_ns
 from broker.protocol.replica import is_valid_node_id
 from broker.replication.copies import PeerCopies
 from broker.replication.fence import ClockFence
@@ -91,11 +92,12 @@ class Replicator:
         self.node_id = ""  # read (or made) by run, once the data directory is locked
         self.peers = Peers()
         #: the sending side, the core's Copies
-        self.copies = PeerCopies(options, self.peers, self._held_for_topic, self.node_stats, self._settle_refused)
+        self.copies = PeerCopies(options, self.peers, self._held_for_topic, self.node_stats, self._settle_refused,
+                                 self.known_keys)
         #: channels hold delivery while this node may have been taken for gone
         self.fence = ClockFence(max(1.0, options.replica_timeout / 2), lambda topic: self.copies.replicas(topic) > 1)
         #: the holding side, the TCP server's ReplicaReceiver
-        self.holder = Holder(options, self.peers, secret, self._take_over_now, self._proven)
+        self.holder = Holder(options, self.peers, secret, self._take_over_now, self._proven, self.known_keys)
         self._quorum: Quorum | None = None
         self._broker: Broker | None = None
         self._takeover: Takeover | None = None
@@ -119,7 +121,8 @@ class Replicator:
         self.node_id = self.copies.node_id = self.holder.node_id = _node_id(self._data_path)
         self._quorum = Quorum(Members(self._data_path, self.node_id), self.peers, self.options.replica_timeout)
         held = await HeldCopies.open(self._data_path, durable=self.options.durable,
-                                     max_record=self.options.max_body_size * 2 + (1 << 20))
+                                     max_record=self.options.max_body_size * 2 + (1 << 20),
+                                     max_keys=self.options.dedup_max_keys)
         self._broker = broker
         self.holder.held = held
         self._takeover = Takeover(broker, self.node_id, self.peers, self.copies, held)
@@ -180,6 +183,23 @@ class Replicator:
         await self.quorum.wait_majority()
         found = self.broker.topics.get(topic)
         return found is not None and found.taken is not None and found.taken.issuperset(ids)
+
+    def known_keys(self, topic: str, keys: list[bytes]) -> list[bytes]:
+        """Which of ``keys`` this node knows for ``topic`` within their dedup window: those of
+        the copies it holds (and held: finished or taken over) and those its own topic stored,
+        not those of publishes still waiting for their copies (two nodes that take the same key
+        at the same moment both store it: a duplicate, never a loss)."""
+        now = now_ns()
+        held = self.holder.held
+        found = set(held.known(topic, keys, now)) if held is not None else set()
+        broker = self._broker
+        own = broker.topics.get(topic) if broker is not None else None
+        if own is not None and own.keys is not None:
+            assert broker is not None
+            broker.keys.expire(now)
+            stored, waiting = own.keys.held, own.keys.pending
+            found.update(key for key in keys if key in stored and key not in waiting)
+        return [key for key in keys if key in found]
 
     @property
     def takeover(self) -> Takeover:
@@ -393,6 +413,8 @@ class Replicator:
                 "log_records_lost": held.records_lost if held is not None else 0,
                 "log_records_skipped": held.records_skipped if held is not None else 0,
                 "copies_lost": held.copies_lost if held is not None else 0,
+                "keys_held": held.keys_held if held is not None else 0,
+                "keys_evicted": held.keys_evicted if held is not None else 0,
                 "takeovers_remembered": sum(len(ids) for topics in held.taken.values() for ids in topics.values())
                 if held is not None else 0,
                 "handshakes_refused": self.holder.handshakes_refused + sum(

@@ -32,6 +32,18 @@ true}]``                                answer's ``extra`` is ``[{topic: [id, ..
 ``[GONE, node]``                        :class:`Gone`: does the receiver reach ``node``? The
                                         answer's ``extra`` is ``[reachable, seconds since it
                                         last heard from it or nil]`` (comes alone in its body)
+``[KEYS, topic, [key, ...]]``           :class:`Keys`: which of these publish keys of the
+                                        topic does the receiver know (stored within their
+                                        dedup window, by it or by a node whose copies it
+                                        holds)? The answer's ``extra`` is ``{topic: [key,
+                                        ...]}``, the known keys of every KEYS of the body,
+                                        each looked up where it stands among the body's
+                                        requests (a KEYS before the ADD of the same publish
+                                        does not find that ADD's keys)
+``[UPDATE, topic, channel, [id, ...],   :class:`Update`: where these messages stand in the
+attempts, due_ns]``                     channel (delivered, or back in its queue): their
+                                        attempts and due times (0: ready), a column each
+                                        (one value for all, or one per id)
 ``[HOLDS, topic, [id, ...]]``,          :class:`Holds`: which of these copies of the sender's
 ``[HOLDS, topic, [id, ...], holders]``  messages does the receiver hold? The answer's
                                         ``extra`` is one boolean per id. With ``holders``
@@ -40,6 +52,12 @@ true}]``                                answer's ``extra`` is ``[{topic: [id, ..
                                         (answered once that is stored, as an ADD is). Comes
                                         alone in its body (see :mod:`.recopy`)
 ======================================  ==================================================
+
+An ADD of keyed messages carries two more fields, ``keys`` (one per id, ``b""`` for an
+unkeyed message) and ``expires`` (when each key's dedup window ends, in nanoseconds since
+the epoch: one for all, or one each): the holder remembers the keys until then, so that a
+retry of the publish on any node that reaches it is known as a duplicate after the origin
+is gone.
 
 An entry is ``[id, body, timestamp, attempts, due_ns, priority, done]``: a message as the
 core holds it, and the channels that finished it already (None: none). An ADD carries its
@@ -60,18 +78,20 @@ import msgpack
 
 from broker.core.message import Message
 from broker.protocol.frames import MAX_ATTEMPTS
+from broker.protocol.keys import MAX_KEY_LENGTH
 from broker.protocol.names import is_valid_name
 from broker.protocol.priorities import MAX_PRIORITY
 from broker.protocol.replica import is_valid_node_id
 
-__all__ = ["HELLO", "ADD", "FIN", "DROP", "CHANNELS", "TAKEN", "FORGET", "GONE", "Hello", "Add", "Fin", "Drop", "Channels",
-           "Taken", "Forget", "Gone", "decode_gone_answer", "HOLDS", "Holds", "decode_holds_answer", "decode_hello_holding",
-           "comes_alone",
+__all__ = ["HELLO", "ADD", "FIN", "DROP", "CHANNELS", "TAKEN", "FORGET", "GONE", "KEYS", "UPDATE", "Hello", "Add", "Fin",
+           "Drop", "Channels", "Taken", "Forget", "Gone", "Keys", "Update", "decode_gone_answer", "decode_keys_answer",
+           "check_update", "packed_column", "unpacked_column",
+           "HOLDS", "Holds", "decode_holds_answer", "decode_hello_holding", "comes_alone",
            "Request", "WireLimits", "encode_request", "decode_request", "decode_requests", "decode_hello_answer", "pack", "unpack",
            "pack_entries", "unpack_entries", "check_entries", "check_topic", "check_channel", "check_channels",
            "check_node", "check_ids", "check_holders", "message_of", "WireError"]
 
-HELLO, ADD, FIN, DROP, CHANNELS, TAKEN, FORGET, GONE = range(1, 9)
+HELLO, ADD, FIN, DROP, CHANNELS, TAKEN, FORGET, GONE, KEYS, UPDATE = range(1, 11)
 HOLDS = 11
 
 #: Ids one request names at most (a FIN batch of a busy channel, an ADD of a large MPUB).
@@ -115,6 +135,10 @@ class Add:
     entries: bytes
     #: the channels that finished each already (from the entries; None: none did)
     dones: list[list[str] | None] | None = None
+    #: each message's publish key (``b""``: none; None: no message has one), and when the
+    #: keys' dedup window ends (one for all, or one each)
+    keys: list[bytes] | None = None
+    expires: int | list[int] = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +146,18 @@ class Fin:
     topic: str
     channel: str
     ids: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """Where messages of a channel stand: delivered (their attempts counted, due 0) or back in
+    its queue, ready (due 0) or deferred until ``dues`` (wall-clock ns); one value per id."""
+
+    topic: str
+    channel: str
+    ids: list[bytes]
+    attempts: list[int]
+    dues: list[int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +184,12 @@ class Forget:
 
 
 @dataclass(frozen=True, slots=True)
+class Keys:
+    topic: str
+    keys: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
 class Taken:
     origin: str
     topic: str
@@ -162,7 +204,7 @@ class Holds:
     holders: tuple[str, ...] | None = None
 
 
-Request = Hello | Add | Fin | Drop | Channels | Taken | Forget | Gone | Holds
+Request = Hello | Add | Fin | Drop | Channels | Taken | Forget | Gone | Keys | Update | Holds
 
 
 def comes_alone(request: Request) -> bool:
@@ -185,7 +227,12 @@ def unpack(data: bytes) -> Any:
 def encode_request(request: Request) -> list:
     """The wire form of ``request``."""
     if type(request) is Add:
+        if request.keys is not None:
+            return [ADD, request.topic, list(request.holders), request.ids, request.entries, request.keys,
+                    request.expires]
         return [ADD, request.topic, list(request.holders), request.ids, request.entries]
+    if type(request) is Keys:
+        return [KEYS, request.topic, request.keys]
     if type(request) is Fin:
         return [FIN, request.topic, request.channel, request.ids]
     if type(request) is Drop:
@@ -198,6 +245,9 @@ def encode_request(request: Request) -> list:
         return [FORGET, request.topic, request.ids]
     if type(request) is Gone:
         return [GONE, request.node]
+    if type(request) is Update:
+        return [UPDATE, request.topic, request.channel, request.ids, packed_column(request.attempts),
+                packed_column(request.dues)]
     if type(request) is Hello:
         return [HELLO, {"lost_memory": True}] if request.lost_memory else [HELLO]
     if type(request) is Holds:
@@ -252,6 +302,17 @@ def check_holders(value: object) -> tuple[str, ...]:
     if len(set(holders)) != len(holders):
         raise WireError("a node is named twice among the holders")
     return holders
+
+
+def check_keys(value: object, count: int | None = None) -> list[bytes]:
+    """Publish keys: ``count`` of them (one per message, ``b""`` for none) or, without ``count``,
+    1 to :data:`MAX_IDS` keys none of which is empty; each at most :data:`MAX_KEY_LENGTH` bytes."""
+    if type(value) is not list or (len(value) != count if count is not None else not 1 <= len(value) <= MAX_IDS):
+        raise WireError(f"keys must be a list of {count if count is not None else f'1 to {MAX_IDS}'} keys")
+    for key in value:
+        if type(key) is not bytes or len(key) > MAX_KEY_LENGTH or (count is None and not key):
+            raise WireError(f"bad publish key {key!r:.80}")
+    return value
 
 
 def _column(value: object, count: int, low: int, high: int, what: str, *, optional: bool = False) -> None:
@@ -312,7 +373,16 @@ def decode_request(item: object, limits: WireLimits) -> Request:
         topic, holders, ids, entries = check_topic(args[0]), check_holders(args[1]), check_ids(args[2]), args[3]
         if type(entries) is not bytes:
             raise WireError("entries must be bytes")
-        return Add(topic, holders, ids, entries, check_entries(entries, ids, limits))
+        dones = check_entries(entries, ids, limits)
+        if len(args) == 4:
+            return Add(topic, holders, ids, entries, dones)
+        if len(args) != 6:
+            raise WireError("an ADD's keys come with their expiry")
+        keys, expires = check_keys(args[4], len(ids)), args[5]
+        _column(expires, len(ids), 0, _INT64, "key expiry")
+        return Add(topic, holders, ids, entries, dones, keys, expires)
+    if kind == KEYS:
+        return Keys(check_topic(args[0]), check_keys(args[1]))
     if kind == FIN:
         return Fin(check_topic(args[0]), check_channel(args[1]), check_ids(args[2]))
     if kind == DROP:
@@ -327,6 +397,8 @@ def decode_request(item: object, limits: WireLimits) -> Request:
         return Gone(check_node(args[0]))
     if kind == HOLDS:
         return Holds(check_topic(args[0]), check_ids(args[1]), check_holders(args[2]) if len(args) > 2 else None)
+    if kind == UPDATE:
+        return check_update(args)
     flags = args[0] if args else {}
     if type(flags) is not dict:
         raise WireError("HELLO's flags must be a map")
@@ -334,8 +406,33 @@ def decode_request(item: object, limits: WireLimits) -> Request:
 
 
 #: Each kind's fewest and most fields after the kind.
-_SHAPES = {HELLO: (0, 1), ADD: (4, 4), FIN: (3, 3), DROP: (2, 2), CHANNELS: (2, 2), TAKEN: (3, 3), FORGET: (2, 2), GONE: (1, 1),
-           HOLDS: (2, 3)}
+_SHAPES = {HELLO: (0, 1), ADD: (4, 6), FIN: (3, 3), DROP: (2, 2), CHANNELS: (2, 2), TAKEN: (3, 3), FORGET: (2, 2),
+           GONE: (1, 1), KEYS: (2, 2), UPDATE: (5, 5), HOLDS: (2, 3)}
+
+
+def check_update(args: list) -> Update:
+    """The :class:`Update` of an UPDATE's fields ``[topic, channel, ids, attempts, dues]`` (the
+    wire's, or a log record's); raises :class:`WireError`: attempts within ``MAX_ATTEMPTS``,
+    due times within int64."""
+    topic, channel, ids = check_topic(args[0]), check_channel(args[1]), check_ids(args[2])
+    count = len(ids)
+    _column(args[3], count, 0, MAX_ATTEMPTS, "attempts")
+    _column(args[4], count, 0, _INT64, "due time")
+    return Update(topic, channel, ids, unpacked_column(args[3], count), unpacked_column(args[4], count))
+
+
+def packed_column(values: list[int]) -> int | list[int]:
+    """A column as it travels: one value when every one is the same."""
+    first = values[0]
+    return first if values.count(first) == len(values) else values
+
+
+def unpacked_column(value: object, count: int) -> list[int]:
+    """A column as :func:`_column` checked it, one value per message."""
+    if isinstance(value, list):
+        return value
+    assert isinstance(value, int)
+    return [value] * count
 
 
 def decode_requests(body: bytes, limits: WireLimits) -> tuple[int, list[Request]]:
@@ -393,6 +490,20 @@ def decode_gone_answer(extra: object) -> tuple[bool, float | None]:
             extra[1] is None or type(extra[1]) in (int, float)):
         raise WireError("GONE's answer is [reachable, seconds or nil]")
     return extra[0], None if extra[1] is None else float(extra[1])
+
+
+def decode_keys_answer(extra: object, topic: str, asked: list[bytes]) -> set[bytes]:
+    """The keys of ``asked`` a KEYS' answer (see the table above) says are known in ``topic``;
+    raises :class:`WireError` for an answer that is not one, or names keys not asked."""
+    if extra is None:
+        return set()
+    found = _map(extra).get(topic)
+    if found is None:
+        return set()
+    known = set(check_keys(found)) if found else set()
+    if not known.issubset(asked):
+        raise WireError("a KEYS answer names keys that were not asked")
+    return known
 
 
 def _map(value: object) -> dict:

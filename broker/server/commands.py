@@ -217,24 +217,27 @@ def _queue(broker: Broker, client: Client, cmd: p.Publish) -> Answer:
         raise
     except Exception as exc:  # a failed disk write: the client must hear about it
         raise _publish_failed(verb, exc) from exc
-    answer = b"OK" if not duplicates else DUPLICATE if verb != "MPUB" else b"%s %d" % (DUPLICATE, duplicates)
-    stored = len(cmd.bodies) - duplicates
     if pending is not None:
-        return _published(pending, client, cmd, stored, answer)
-    client.published(cmd.topic, stored)
-    return answer
+        return _published(pending, client, cmd, duplicates)
+    client.published(cmd.topic, len(cmd.bodies) - duplicates)
+    return _answer(verb, duplicates)
 
 
-async def _published(pending: Awaitable[None], client: Client, cmd: p.Publish, stored: int, answer: bytes) -> bytes:
-    """``answer`` once ``pending`` (the rest of a publish) is done."""
+def _answer(verb: str, duplicates: int) -> bytes:
+    return b"OK" if not duplicates else DUPLICATE if verb != "MPUB" else b"%s %d" % (DUPLICATE, duplicates)
+
+
+async def _published(pending: Awaitable[int | None], client: Client, cmd: p.Publish, duplicates: int) -> bytes:
+    """The answer once ``pending`` (the rest of a publish) is done; it may have found more
+    duplicates (keys other nodes know)."""
     try:
-        await pending
+        duplicates += await pending or 0
     except ProtocolError:
         raise
     except Exception as exc:  # a failed disk write: the client must hear about it
         raise _publish_failed(cmd.verb, exc) from exc
-    client.published(cmd.topic, stored)
-    return answer
+    client.published(cmd.topic, len(cmd.bodies) - duplicates)
+    return _answer(cmd.verb, duplicates)
 
 
 def repl(broker: Broker, client: Client, cmd: Repl) -> Answer:

@@ -6,6 +6,8 @@ of nsq's ``nsqlookupd``, and consumers that follow it (``/lookup?topic=T``) as r
 - a publish that cannot get its copies is refused (non-fatal ``E_PUB_FAILED``, HTTP 503) and
   nothing of it is delivered later;
 - a node started again on its data after its copies were taken over does not deliver them again;
+- a takeover keeps each message's attempts and due time: ``--max-attempts`` and dead letters
+  count on where they were, a REQ's delay and a DPUB's deferral are not cut short;
 - with one replica (the default) nothing changes.
 
 Every wait is on a condition with a deadline; duplicates (a body delivered twice) are allowed
@@ -15,11 +17,24 @@ where the guarantee is at-least-once, and counted.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import trio
 
-from broker.protocol import FRAME_TYPE_ERROR, encode_dpub, encode_mpub, encode_rdy, encode_sub
+from broker.protocol import (
+    FRAME_TYPE_ERROR,
+    FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
+    decode_message,
+    encode_dpub,
+    encode_fin,
+    encode_mpub,
+    encode_nop,
+    encode_rdy,
+    encode_req,
+    encode_sub,
+)
 from tests.support.http_client import request
 from tests.support.nsq_programs import nsq_bin_missing
 from tests.support.processes import BrokerProcess
@@ -288,8 +303,10 @@ async def test_a_node_restarted_at_once_after_a_crash_without_durable_loses_noth
 
 
 async def published_in_batches(cluster: ReplicaCluster, label: str, count: int) -> tuple[Node, list[bytes]]:
-    """The cluster readied, and ``count`` bodies acknowledged by its first node, MPUB'd 500 at a time."""
+    """The cluster readied, each node linked to every other (all copies of the first node's topic
+    go to one peer), and ``count`` bodies acknowledged by its first node, MPUB'd 500 at a time."""
     await ready(cluster)
+    await cluster.wait_linked()
     first = cluster.nodes[0]
     sent = bodies(label, count)
     await publish_batch(first.tcp, TOPIC, *sent, per_mpub=500, timeout=TIMEOUT_S + 30)
@@ -335,7 +352,6 @@ async def test_copies_a_lost_holder_held_are_made_again_so_losing_the_origin_nex
     cluster = clusters(3, replicas=2, replica_timeout=TIMEOUT, durable=True)
     count = 10_000
     first, sent = await published_in_batches(cluster, "recopied", count)
-    await cluster.wait_linked()
     holder = await holder_of(cluster, first, count)
     [third] = [node for node in cluster.nodes if node not in (first, holder)]
 
@@ -418,6 +434,109 @@ async def _nothing_missing(node: Node, count: int) -> bool:
     """``node`` made at least ``count`` copies again and counts none missing."""
     replication = ((await node.stats()) or {}).get("replication", {})
     return replication.get("copies_missing") == 0 and replication.get("copies_restored", 0) >= count
+
+
+DEFER_S = 30
+
+
+@needs_nsq
+async def test_a_takeover_keeps_each_messages_attempts_and_due_time(clusters):
+    """A consumer REQs a message twice on its node (``--max-attempts=3``), REQs another with a
+    delay, and a third was published deferred; the node is killed and wiped. The taker delivers
+    the first with its third attempt and, REQ'd once more, buries it as the origin would have;
+    the others come when they were due, not at the takeover."""
+    cluster = clusters(3, replicas=2, replica_timeout=TIMEOUT, durable=True, extra=["--max-attempts=3"])
+    await ready(cluster)
+    origin = cluster.nodes[0]
+    publisher = await connect(origin.tcp, timeout=TIMEOUT_S + 10)
+    consumer = await connect(origin.tcp, timeout=10)
+    try:
+        await consumer.send(encode_sub(TOPIC, CHANNEL) + encode_rdy(1))
+        await consumer.expect_response(b"OK")
+        deferred_at = time.time()
+        await publisher.send(encode_dpub(TOPIC, DEFER_S * 1000, b"deferred"))
+        await publisher.expect_response(b"OK")
+        assert await pub(publisher, TOPIC, b"delayed", timeout=TIMEOUT_S + 10) == "OK"
+        msg = await consumer.read_message()
+        assert (msg.body, msg.attempts) == (b"delayed", 1)
+        delayed_at = time.time()
+        await consumer.send(encode_req(msg.id, DEFER_S * 1000))
+        assert await pub(publisher, TOPIC, b"poison", timeout=TIMEOUT_S + 10) == "OK"
+        for attempt in (1, 2):
+            msg = await consumer.read_message()
+            assert (msg.body, msg.attempts) == (b"poison", attempt)
+            if attempt == 1:
+                await consumer.send(encode_req(msg.id, 0))
+        # a marker behind it, finished after the second REQ: once the holder dropped its copy,
+        # it had the REQ's word too (a node posts a batch's states before its FINs)
+        assert await pub(publisher, TOPIC, b"marker", timeout=TIMEOUT_S + 10) == "OK"
+        holder = await wait_until(lambda: _holding(cluster.nodes[1:], 4), 15)
+        await consumer.send(encode_req(msg.id, 0))
+        marker = await consumer.read_message()
+        assert marker.body == b"marker"
+        await consumer.send(encode_rdy(0) + encode_fin(marker.id))
+        await consumer.expect_quiet()
+        await wait_until(lambda: _holding([holder], 3), 15)
+    finally:
+        await publisher.aclose()
+        await consumer.aclose()
+
+    origin.kill()
+    origin.wipe()
+    taken = await connect(holder.tcp, timeout=10)
+    try:
+        await taken.identify(heartbeat_interval=2000)
+        await taken.send(encode_sub(TOPIC, CHANNEL) + encode_rdy(10))
+        await taken.expect_response(b"OK")
+        with trio.fail_after(30):  # the takeover, after --replica-timeout
+            msg = await _next_message(taken)
+        assert (msg.body, msg.attempts) == (b"poison", 3), msg  # the origin's third attempt
+        await taken.send(encode_req(msg.id, 0))
+        await wait_until(lambda: _buried(holder, 1), 15)  # no fourth attempt: a dead letter, as at the origin
+        due = {b"deferred": deferred_at + DEFER_S, b"delayed": delayed_at + DEFER_S}
+        for _ in list(due):
+            with trio.fail_after(DEFER_S + 30):
+                msg = await _next_message(taken)
+            now = time.time()
+            assert msg.body in due, msg
+            # not before it was due (what the node counts from came after these times; a
+            # little slack for the node's conversion of due times to its own clock)
+            assert now >= due[msg.body] - 0.1, (msg.body, due[msg.body] - now)
+            assert msg.attempts == (1 if msg.body == b"deferred" else 2), msg  # the delayed one was tried once
+            await taken.send(encode_fin(msg.id))
+            del due[msg.body]
+    finally:
+        await taken.aclose()
+    assert_alive(cluster)
+
+
+async def _holding(nodes: list[Node], count: int) -> Node | None:
+    """The one of ``nodes`` that holds ``count`` copies of the topic."""
+    for node in nodes:
+        stats = await node.stats(TOPIC)
+        for topic in (stats or {}).get("topics") or []:
+            if topic.get("replication", {}).get("copies_held") == count:
+                return node
+    return None
+
+
+async def _buried(node: Node, count: int) -> bool:
+    stats = await node.stats(TOPIC)
+    for topic in (stats or {}).get("topics") or []:
+        for channel in topic["channels"]:
+            if channel["channel_name"] == CHANNEL and channel.get("buried_count") == count:
+                return True
+    return False
+
+
+async def _next_message(client: V2Client):
+    """The next message on ``client``, heartbeats answered on the way."""
+    while True:
+        frame = await client.read_frame(skip_heartbeats=False)
+        if frame.frame_type == FRAME_TYPE_MESSAGE:
+            return decode_message(frame.data)
+        assert frame.frame_type == FRAME_TYPE_RESPONSE and frame.data == b"_heartbeat_", frame
+        await client.send(encode_nop())
 
 
 async def test_one_replica_changes_nothing(tmp_path):

@@ -37,7 +37,7 @@ class PeerNode:
         self.peer_id = peer_id
         self.connected = True
         self.last_heard = 0.0
-        self.holder = Holder(options, Peers(), b"", _never, lambda node: None)
+        self.holder = Holder(options, Peers(), b"", _never, lambda node: None, lambda topic, keys: [])
         self.holder.node_id = peer_id
         self.holder.held = held
         self.requests: list = []
