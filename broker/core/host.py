@@ -219,9 +219,10 @@ class Copies(Protocol):
         deferred: their attempts and due times as they are now."""
         ...
 
-    def counters(self, topic: str) -> tuple[int, int, int, int, int] | None:
+    def counters(self, topic: str) -> tuple[int, int, int, int, int, int] | None:
         """For ``/stats``: replicas, copies held for other nodes, copies waiting for
-        confirmation, messages taken over, publishes refused (None: no replication)."""
+        confirmation, messages taken over, publishes refused, copies missing (None: no
+        replication)."""
         ...
 
     def node_stats(self) -> dict | None:

@@ -26,6 +26,9 @@ milliseconds, and cost nothing more. A takeover then queues each message in each
 it stood there: a message in flight when this node died comes back with that delivery
 counted, as a timeout here would have counted it (unless it was delivered in the last
 0.1-0.2 s: then with the attempts it had before).
+
+Where the copies are: :attr:`PeerCopies.placed` says, by topic, which peers took copies (and
+about how many), so that those a gone peer held can be made again elsewhere (:mod:`.recopy`).
 """
 
 from __future__ import annotations
@@ -46,12 +49,15 @@ from broker.replication.links import PeerLink, Waiter
 from broker.replication.peers import Peers
 from broker.replication.wire import Add, Drop, Fin, Keys, Update, WireError, decode_keys_answer, pack_entries
 
-__all__ = ["PeerCopies", "ReplicaStats", "FIN_INTERVAL"]
+__all__ = ["PeerCopies", "ReplicaStats", "FIN_INTERVAL", "UNKNOWN"]
 
 log = logging.getLogger("pynsqd.replication")
 
 #: Seconds between two batches of FINs posted to the peers.
 FIN_INTERVAL = 0.1
+#: Where :attr:`PeerCopies.placed` counts copies that could not be made, or whose holders are
+#: not known (not a node id: never reachable)
+UNKNOWN = "?"
 _ID = operator.attrgetter("id")
 _ATTEMPTS = operator.attrgetter("attempts")
 
@@ -59,10 +65,12 @@ _ATTEMPTS = operator.attrgetter("attempts")
 class ReplicaStats:
     """One topic's replication counters, for ``/stats`` and ``/metrics``."""
 
-    __slots__ = ("copies_waiting", "takeovers", "publishes_refused", "takeover_failures")
+    __slots__ = ("copies_waiting", "takeovers", "publishes_refused", "takeover_failures", "copies_missing")
 
     def __init__(self) -> None:
         self.copies_waiting = 0
+        #: copies a gone peer held that are not made again elsewhere yet (see :mod:`.recopy`)
+        self.copies_missing = 0
         self.takeovers = 0
         self.publishes_refused = 0
         self.takeover_failures = 0
@@ -87,6 +95,10 @@ class PeerCopies:
         self._node_stats = node_stats
         self.stats: dict[str, ReplicaStats] = defaultdict(ReplicaStats)
         self._fins: dict[tuple[str, str], list[bytes]] = defaultdict(list)
+        #: topic -> peer -> copies of the topic's messages it took since start (or said it held)
+        self.placed: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        #: topic -> what is told of its FINs while its copies are made again (see :mod:`.recopy`)
+        self.watches: dict[str, Callable[[str, list[Message]], None]] = {}
         # (topic, channel) -> id -> what the next batch posts: (attempts, due) of the messages
         # requeued since the last batch, the attempts of those delivered since (and not requeued
         # after), and of those delivered before the last batch and not finished in it (ints only:
@@ -130,6 +142,7 @@ class PeerCopies:
             raise CopiesRefused(f"only {len(links) + 1} of {need + 1} copies: "
                                 f"{len(links)} of {len(self._peers.links)} peers connected")
         if not links:
+            self.took(topic, [], len(messages), need)
             return known
         holders = (self.node_id, *(link.peer_id or "" for link in links))
         entries = pack_entries(messages, dones, published=dones is None)
@@ -170,13 +183,26 @@ class PeerCopies:
             log.warning("REPLICATION: publish to %s refused: %d of %d copies (%s)", topic, len(stored) + 1, need + 1,
                         ", ".join(errors))
             raise CopiesRefused(f"only {len(stored) + 1} of {need + 1} copies: {', '.join(errors)}")
+        self.took(topic, [link.peer_id or "" for link in stored], len(messages), need - len(stored))
         return known
+
+    def took(self, topic: str, peers: list[str], count: int, short: int = 0) -> None:
+        """``peers`` took copies of ``count`` messages of ``topic``; ``short`` copies fewer than
+        the topic's replicas were made (a takeover's): the topic has copies missing."""
+        placed = self.placed[topic]
+        for peer in peers:
+            placed[peer] += count
+        if short > 0:
+            placed[UNKNOWN] += count
 
     def abandon(self, topic: str, messages: list[Message]) -> None:
         self._peers.post(Drop(topic, [msg.id for msg in messages]))
 
     def finished(self, topic: str, channel: str, messages: list[Message]) -> None:
         self._fins[(topic, channel)].extend(m.id for m in messages)
+        watch = self.watches.get(topic)
+        if watch is not None:
+            watch(channel, messages)
 
     def requeued(self, topic: str, channel: str, messages: list[Message]) -> None:
         """Posted with the next batch, the newest state of each id (a topic with replicas only)."""
@@ -206,6 +232,10 @@ class PeerCopies:
     def _holders_for(self, topic: str) -> list[PeerLink]:
         """The connected peers in the topic's rendezvous order."""
         return sorted(self._peers.connected(), key=lambda link: _rank(topic, link.peer_id or ""))
+
+    def holders_for(self, topic: str) -> list[PeerLink]:
+        """The connected peers in the topic's rendezvous order: where its copies go."""
+        return self._holders_for(topic)
 
     async def run_fins(self) -> None:
         """Post the FINs batched since the last batch to every peer, each :data:`FIN_INTERVAL`,
@@ -253,10 +283,10 @@ class PeerCopies:
 
     # ---------------------------------------------------------------- stats
 
-    def counters(self, topic: str) -> tuple[int, int, int, int, int]:
+    def counters(self, topic: str) -> tuple[int, int, int, int, int, int]:
         stats = self.stats.get(topic) or ReplicaStats()
         return (self.replicas(topic), self._held_for_topic(topic), stats.copies_waiting, stats.takeovers,
-                stats.publishes_refused)
+                stats.publishes_refused, stats.copies_missing)
 
     def node_stats(self) -> dict:
         return self._node_stats()

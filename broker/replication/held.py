@@ -18,6 +18,8 @@ msgpack arrays replayed in order at start:
   (``time_ns``, when: a takeover is remembered for :data:`TAKEN_RETENTION`)
 - ``["U", origin, topic, [id, ...]]``              ``origin`` learnt of those takeovers: no
   need to say them again
+- ``["H", origin, topic, holders, [id, ...]]``     these copies are held by ``holders`` now
+  (``origin`` made copies again elsewhere: see :mod:`.recopy`)
 - ``["S", origin, topic, channel, [id, ...], attempts, due_ns]`` where these copies stand in
   ``origin``'s channel (an UPDATE's: delivered, or back in its queue); ``attempts`` and
   ``due_ns`` are columns as :mod:`.wire` sends them (one value for all, or one per id)
@@ -351,6 +353,22 @@ class HeldCopies:
     def mark_taken(self, origin: str, topic: str, ids: list[bytes]) -> None:
         self._write(["T", origin, topic, ids, time.time_ns()])
 
+    def relist(self, origin: str, topic: str, ids: list[bytes], holders: tuple[str, ...] | None) -> list[bool]:
+        """Which of ``ids`` this node holds for ``origin``; with ``holders``, those are held by
+        ``holders`` from now on (written only where that changes something)."""
+        copies = self.copies(origin, topic)
+        known = copies.holders if copies is not None else {}
+        found = [msg_id in known for msg_id in ids]
+        if holders is not None:
+            changed = [msg_id for msg_id in ids if known.get(msg_id, holders) != holders]
+            if changed:
+                self._write(["H", origin, topic, list(holders), changed])
+        return found
+
+    def held_for(self, origin: str) -> dict[str, int]:
+        """How many copies this node holds for ``origin``, by topic (its topics with none left out)."""
+        return {topic: len(copies) for topic, copies in self.origins.get(origin, {}).items() if len(copies)}
+
     def forget_taken(self, origin: str, topic: str, ids: list[bytes]) -> None:
         """``origin`` learnt that this node took ``ids`` over from it: they need not be said again."""
         taken = self.taken.get(origin, {}).get(topic)
@@ -435,6 +453,12 @@ class HeldCopies:
                     self.taken_at.pop((origin, topic), None)
                     if not topics:
                         del self.taken[origin]
+        elif kind == "H":
+            if copies:
+                now_held_by = tuple(record[3])
+                for msg_id in record[4]:
+                    if msg_id in copies.holders:
+                        copies.holders[msg_id] = now_held_by
         elif kind == "K":
             now = time.time_ns()
             expires = record[5]
@@ -642,6 +666,7 @@ _RECORD_FIELDS = {
     "C": (check_channels,),
     "T": (lambda ids: check_ids(ids, MAX_ANSWER_IDS), int),
     "U": (lambda ids: check_ids(ids, MAX_ANSWER_IDS),),
+    "H": (check_holders, check_ids),
 }
 
 

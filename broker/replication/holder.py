@@ -13,7 +13,10 @@ A KEYS is answered with the keys this node knows (``known_keys``, the replicator
 the copies held here and those its own topics stored), looked up where it stands among the
 body's requests.
 
-A HELLO is answered with what this node took over from the sender and from every node. A
+A HELLO is answered with what this node took over from the sender and from every node, and
+how many copies it holds for the sender by topic. A HOLDS (the sender makes copies again: see
+:mod:`.recopy`) is answered with which of its ids this node holds, once their new holders are
+stored. A
 HELLO from a node that lost its memory (a crash without ``--durable``) first has its copies
 taken over (``take_over_now``, the replicator's), so that what it kept on disk is skipped.
 """
@@ -40,6 +43,7 @@ from broker.replication.wire import (
     Forget,
     Gone,
     Hello,
+    Holds,
     Keys,
     Request,
     Taken,
@@ -144,6 +148,8 @@ class Holder:
             return pack([seq, None, self.taken_from(peer)])
         if requests and type(requests[0]) is Gone:  # alone too
             return pack([seq, None, self._gone_answer(requests[0].node)])
+        if requests and type(requests[0]) is Holds:  # alone too
+            return self._holds(peer, seq, requests[0])
         if len(requests) > APPLY_PIECE:
             return self._apply_in_pieces(peer, seq, requests)
         known: dict[str, set[bytes]] = {}
@@ -191,6 +197,9 @@ class Holder:
         problem = None
         if type(request) is Add and (request.holders[0] != peer or self.node_id not in request.holders[1:]):
             problem = WireError("an ADD's holders must be its sender, then this node among others")
+        if type(request) is Holds and request.holders is not None and (
+                request.holders[0] != peer or self.node_id not in request.holders[1:]):
+            problem = WireError("a HOLDS's holders must be its sender, then this node among others")
         if type(request) is Taken and request.origin == peer:  # (from this node: told to every peer)
             problem = WireError("a node takes over from another node")
         if type(request) is Channels and self._held_log().channel_names.get(peer, 0) + len(request.channels) > \
@@ -210,15 +219,31 @@ class Holder:
     def taken_from(self, peer: str) -> list:
         """HELLO's answer: what this node took over from ``peer``, and from every node (so that a
         peer that was down meanwhile drops the copies it holds of those before it acts on them)."""
+        held = self._held_log()
         everything = {origin: {topic: sorted(ids) for topic, ids in topics.items()}
-                      for origin, topics in self._held_log().taken.items()}
-        return [everything.get(peer, {}), everything]
+                      for origin, topics in held.taken.items()}
+        return [everything.get(peer, {}), everything, held.held_for(peer)]
 
     async def _hello_after_loss(self, peer: str, seq: int) -> bytes:
         log.warning("REPLICATION: node %s restarted after a crash without --durable: taking over its copies",
                     peer)
         await self._take_over_now(peer)
         return pack([seq, None, self.taken_from(peer)])
+
+    def _holds(self, peer: str, seq: int, request: Holds) -> bytes | Awaitable[bytes]:
+        """HOLDS's answer: which of its ids this node holds for ``peer`` (their new holders
+        written first, and synced with ``--durable``)."""
+        held = self._held_log()
+        depth = held.queue.write_seq
+        try:
+            found = held.relist(peer, request.topic, request.ids, request.holders)
+        except DiskQueueError as exc:
+            log.error("REPLICATION: storing what node %s sent failed: %s", peer, exc)
+            return pack([seq, f"storing failed: {exc}", None])
+        answer = pack([seq, None, found])
+        if self.options.durable and held.queue.write_seq != depth:
+            return self._synced(seq, answer)
+        return answer
 
     async def _synced(self, seq: int, answer: bytes) -> bytes:
         try:

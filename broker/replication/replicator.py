@@ -11,6 +11,8 @@ given the broker, does the rest:
   which says HELLO; the answer says what the peer took over from this node (its channels
   skip those messages) and from every node (copies held here of those are dropped);
 - **takeover** (:mod:`.takeover`): the copies of nodes gone for ``--replica-timeout``;
+- **copies made again** (:mod:`.recopy`): those of this node's messages that a peer gone for
+  ``--replica-timeout`` held (the HELLO answer also says what the peer holds for this node);
 - **the fence**: from the start, and whenever this node notices it was stopped (SIGSTOP) or
   starved, its channels deliver nothing until every peer answered a fresh HELLO, or failed
   to, within ``--replica-timeout``;
@@ -46,8 +48,9 @@ from broker.replication.links import PeerLink
 from broker.replication.members import Members
 from broker.replication.peers import Peers
 from broker.replication.quorum import Quorum
+from broker.replication.recopy import Recopy
 from broker.replication.takeover import Takeover
-from broker.replication.wire import Channels, Forget, decode_hello_answer
+from broker.replication.wire import Channels, Forget, decode_hello_answer, decode_hello_holding
 from diskqueue.checkpoint import replace_durably
 
 if TYPE_CHECKING:
@@ -98,6 +101,7 @@ class Replicator:
         self._quorum: Quorum | None = None
         self._broker: Broker | None = None
         self._takeover: Takeover | None = None
+        self._recopy: Recopy | None = None
         self._own: tuple[str, int] | None = None
         self._unlisted: dict[tuple[str, int], float] = {}  # links whose node the lookupds no longer list
         self._nodes: Nodes | None = None
@@ -122,6 +126,7 @@ class Replicator:
         self._broker = broker
         self.holder.held = held
         self._takeover = Takeover(broker, self.node_id, self.peers, self.copies, held)
+        self._recopy = Recopy(broker, self.node_id, self.peers, self.copies)
         running = self._data_path / _RUNNING_FILE
         # without --durable a crash loses what was in memory: the peers then take over at once
         self._lost_memory = running.exists() and not self.options.durable
@@ -143,6 +148,7 @@ class Replicator:
                 nursery.start_soon(self._discover_loop)
                 nursery.start_soon(self.copies.run_fins)
                 nursery.start_soon(self._takeover_loop)
+                nursery.start_soon(self.recopy.run)
                 nursery.start_soon(self._clock_loop)
                 task_status.started()
                 await self._catch_up()
@@ -199,6 +205,11 @@ class Replicator:
     def takeover(self) -> Takeover:
         assert self._takeover is not None, "run makes the takeovers"
         return self._takeover
+
+    @property
+    def recopy(self) -> Recopy:
+        assert self._recopy is not None, "run makes the restores"
+        return self._recopy
 
     async def _catch_up(self) -> None:
         """Return once every peer the lookupds list answered HELLO (or failed once), within
@@ -271,12 +282,14 @@ class Replicator:
 
     def _hello_answered(self, link: PeerLink, answer: Any) -> None:
         """The peer told what it took over from this node (those messages are not delivered
-        here) and from every node (copies held here of those are dropped). Raises
+        here), from every node (copies held here of those are dropped), and how many copies
+        it holds for this node (see :mod:`.recopy`). Raises
         :class:`~broker.replication.wire.WireError` (the link breaks) for an answer that is
         not what a node says."""
         mine, everything = decode_hello_answer(answer)
         if link.peer_id is not None:
             self.takeover.heard_from(link.peer_id)
+            self.recopy.heard(link.peer_id, decode_hello_holding(answer))
             self.quorum.members.proven(link.peer_id, f"{link.address[0]}:{link.address[1]}")
         held = self.holder.held
         assert held is not None
@@ -407,7 +420,9 @@ class Replicator:
                 "handshakes_refused": self.holder.handshakes_refused + sum(
                     link.refusals for link in self.peers.links.values()),
                 "requests_refused": self.holder.requests_refused,
-                "takeover_failures": sum(stats.takeover_failures for stats in self.copies.stats.values())}
+                "takeover_failures": sum(stats.takeover_failures for stats in self.copies.stats.values()),
+                "copies_missing": sum(stats.copies_missing for stats in self.copies.stats.values()),
+                "copies_restored": self._recopy.restored if self._recopy is not None else 0}
 
 
 def _dial_from(tcp_address: str) -> str | None:

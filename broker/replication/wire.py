@@ -8,9 +8,11 @@ Requests are arrays whose first item is their kind:
 ======================================  ==================================================
 ``[HELLO]``, ``[HELLO, {"lost_memory":  :class:`Hello`: the sender (re)connected: the
 true}]``                                answer's ``extra`` is ``[{topic: [id, ...]},
-                                        {origin: {topic: [id, ...]}}]``: the sender's
-                                        messages the peer took over while the sender was
-                                        gone, and all it took over from any node.
+                                        {origin: {topic: [id, ...]}}, {topic: count}]``:
+                                        the sender's messages the peer took over while the
+                                        sender was gone, all it took over from any node,
+                                        and how many copies of the sender's messages it
+                                        holds, by topic.
                                         ``lost_memory``: the sender crashed without
                                         ``--durable``; the peer first takes over its copies
 ``[ADD, topic, holders, ids, entries]``  :class:`Add`: hold copies of these messages
@@ -42,6 +44,13 @@ true}]``                                answer's ``extra`` is ``[{topic: [id, ..
 attempts, due_ns]``                     channel (delivered, or back in its queue): their
                                         attempts and due times (0: ready), a column each
                                         (one value for all, or one per id)
+``[HOLDS, topic, [id, ...]]``,          :class:`Holds`: which of these copies of the sender's
+``[HOLDS, topic, [id, ...], holders]``  messages does the receiver hold? The answer's
+                                        ``extra`` is one boolean per id. With ``holders``
+                                        (the sender first, the receiver among the others):
+                                        those it holds are held by ``holders`` from now on
+                                        (answered once that is stored, as an ADD is). Comes
+                                        alone in its body (see :mod:`.recopy`)
 ======================================  ==================================================
 
 An ADD of keyed messages carries two more fields, ``keys`` (one per id, ``b""`` for an
@@ -77,11 +86,13 @@ from broker.protocol.replica import is_valid_node_id
 __all__ = ["HELLO", "ADD", "FIN", "DROP", "CHANNELS", "TAKEN", "FORGET", "GONE", "KEYS", "UPDATE", "Hello", "Add", "Fin",
            "Drop", "Channels", "Taken", "Forget", "Gone", "Keys", "Update", "decode_gone_answer", "decode_keys_answer",
            "check_update", "packed_column", "unpacked_column",
+           "HOLDS", "Holds", "decode_holds_answer", "decode_hello_holding", "comes_alone",
            "Request", "WireLimits", "encode_request", "decode_request", "decode_requests", "decode_hello_answer", "pack", "unpack",
            "pack_entries", "unpack_entries", "check_entries", "check_topic", "check_channel", "check_channels",
            "check_node", "check_ids", "check_holders", "message_of", "WireError"]
 
 HELLO, ADD, FIN, DROP, CHANNELS, TAKEN, FORGET, GONE, KEYS, UPDATE = range(1, 11)
+HOLDS = 11
 
 #: Ids one request names at most (a FIN batch of a busy channel, an ADD of a large MPUB).
 MAX_IDS = 1 << 20
@@ -185,7 +196,20 @@ class Taken:
     ids: list[bytes]
 
 
-Request = Hello | Add | Fin | Drop | Channels | Taken | Forget | Gone | Keys | Update
+@dataclass(frozen=True, slots=True)
+class Holds:
+    topic: str
+    ids: list[bytes]
+    #: None: a question only; else those held are held by these nodes from now on
+    holders: tuple[str, ...] | None = None
+
+
+Request = Hello | Add | Fin | Drop | Channels | Taken | Forget | Gone | Keys | Update | Holds
+
+
+def comes_alone(request: Request) -> bool:
+    """Whether ``request`` is answered with an ``extra`` of its own, so comes alone in its body."""
+    return type(request) in (Hello, Gone, Holds)
 
 
 def pack(value: Any) -> bytes:
@@ -226,6 +250,9 @@ def encode_request(request: Request) -> list:
                 packed_column(request.dues)]
     if type(request) is Hello:
         return [HELLO, {"lost_memory": True}] if request.lost_memory else [HELLO]
+    if type(request) is Holds:
+        asked = [HOLDS, request.topic, request.ids]
+        return asked if request.holders is None else [*asked, list(request.holders)]
     raise TypeError(f"not a request: {request!r}")
 
 
@@ -368,6 +395,8 @@ def decode_request(item: object, limits: WireLimits) -> Request:
         return Forget(check_topic(args[0]), check_ids(args[1]))
     if kind == GONE:
         return Gone(check_node(args[0]))
+    if kind == HOLDS:
+        return Holds(check_topic(args[0]), check_ids(args[1]), check_holders(args[2]) if len(args) > 2 else None)
     if kind == UPDATE:
         return check_update(args)
     flags = args[0] if args else {}
@@ -378,7 +407,7 @@ def decode_request(item: object, limits: WireLimits) -> Request:
 
 #: Each kind's fewest and most fields after the kind.
 _SHAPES = {HELLO: (0, 1), ADD: (4, 6), FIN: (3, 3), DROP: (2, 2), CHANNELS: (2, 2), TAKEN: (3, 3), FORGET: (2, 2),
-           GONE: (1, 1), KEYS: (2, 2), UPDATE: (5, 5)}
+           GONE: (1, 1), KEYS: (2, 2), UPDATE: (5, 5), HOLDS: (2, 3)}
 
 
 def check_update(args: list) -> Update:
@@ -416,8 +445,8 @@ def decode_requests(body: bytes, limits: WireLimits) -> tuple[int, list[Request]
         if type(items) is not list or len(items) > MAX_REQUESTS:
             raise WireError(f"a REPL body is [seq, [request, ...]] with at most {MAX_REQUESTS} requests")
         requests = [decode_request(item, limits) for item in items]
-        if sum(type(request) in (Hello, Gone) for request in requests) > (1 if len(requests) == 1 else 0):
-            raise WireError("a HELLO or a GONE comes alone in its body")
+        if len(requests) > 1 and any(map(comes_alone, requests)):
+            raise WireError("a HELLO, a GONE or a HOLDS comes alone in its body")
         return seq, requests
     except WireError as exc:
         exc.seq = seq
@@ -425,12 +454,33 @@ def decode_requests(body: bytes, limits: WireLimits) -> tuple[int, list[Request]
 
 
 def decode_hello_answer(extra: object) -> tuple[dict[str, list[bytes]], dict[str, dict[str, list[bytes]]]]:
-    """HELLO's answer (see the table above), checked; raises :class:`WireError`."""
-    if type(extra) is not list or len(extra) != 2:
-        raise WireError("HELLO's answer is [mine, everything]")
-    mine, everything = extra
+    """HELLO's answer (see the table above), checked whole (its third item is
+    :func:`decode_hello_holding`'s); raises :class:`WireError`."""
+    decode_hello_holding(extra)
+    assert isinstance(extra, list)
+    mine, everything, _holding = extra
     return _taken_topics(mine), {check_node(origin): _taken_topics(topics)
                                  for origin, topics in _map(everything).items()}
+
+
+def decode_hello_holding(extra: object) -> dict[str, int]:
+    """The third item of HELLO's answer, checked: how many copies of the sender's messages the
+    peer holds, by topic; raises :class:`WireError`."""
+    if type(extra) is not list or len(extra) != 3:
+        raise WireError("HELLO's answer is [mine, everything, holding]")
+    holding = _map(extra[2])
+    for topic, count in holding.items():
+        check_topic(topic)
+        if type(count) is not int or not 0 < count <= _INT64:
+            raise WireError(f"bad count of copies {count!r:.80}")
+    return holding
+
+
+def decode_holds_answer(extra: object, count: int) -> list[bool]:
+    """HOLDS's answer: one boolean for each of the ``count`` ids asked about; raises :class:`WireError`."""
+    if type(extra) is not list or len(extra) != count or any(type(held) is not bool for held in extra):
+        raise WireError(f"HOLDS's answer is one boolean for each of {count} ids")
+    return extra
 
 
 def decode_gone_answer(extra: object) -> tuple[bool, float | None]:

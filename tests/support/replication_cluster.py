@@ -267,6 +267,25 @@ class ReplicaCluster:
                         pass
                     await trio.sleep(0.1)  # nodes look for peers every so often; no event to wait on
 
+    async def wait_linked(self, nodes: Iterable[Node] | None = None, timeout: float = 30.0) -> None:
+        """Return once each of ``nodes`` (default: every node that is up) has dialled every other one
+        of them and has its link up: each knows the others' addresses, so that a node that comes back
+        wiped at one of them replaces the member that was there (a node that was only dialled is
+        known without an address)."""
+        group = list(self.up() if nodes is None else nodes)
+
+        async def linked() -> bool:
+            for node in group:
+                peers = ((await node.stats()) or {}).get("replication", {}).get("peers", ())
+                up = {peer["address"] for peer in peers if peer["connected"]}
+                if not {other.address for other in group if other is not node} <= up:
+                    return False
+            return True
+
+        with trio.fail_after(timeout):
+            while not await linked():
+                await trio.sleep(0.1)  # nodes look for peers every second; no event to wait on
+
     def logs(self, lines: int = 30) -> str:
         """The last ``lines`` lines of every node's log, for a failure message."""
         return "\n".join(f"---- {node.name} ({node.state}) {node.log_path}\n{node.log_tail(lines)}"

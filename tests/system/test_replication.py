@@ -39,7 +39,7 @@ from tests.support.http_client import request
 from tests.support.nsq_programs import nsq_bin_missing
 from tests.support.processes import BrokerProcess
 from tests.support.replication_cluster import Consumer, Node, ReplicaCluster, pub
-from tests.support.v2client import V2Client, connect
+from tests.support.v2client import V2Client, connect, publish_batch
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -300,6 +300,140 @@ async def test_a_node_restarted_at_once_after_a_crash_without_durable_loses_noth
     assert any(node.log_lines("restarted after a crash without --durable") for node in cluster.nodes[1:])
     assert_alive(cluster)
     assert duplicates(consumer) <= count // 100, f"{duplicates(consumer)} duplicates\n{cluster.logs()}"
+
+
+async def published_in_batches(cluster: ReplicaCluster, label: str, count: int) -> tuple[Node, list[bytes]]:
+    """The cluster readied, each node linked to every other (all copies of the first node's topic
+    go to one peer), and ``count`` bodies acknowledged by its first node, MPUB'd 500 at a time."""
+    await ready(cluster)
+    await cluster.wait_linked()
+    first = cluster.nodes[0]
+    sent = bodies(label, count)
+    await publish_batch(first.tcp, TOPIC, *sent, per_mpub=500, timeout=TIMEOUT_S + 30)
+    return first, sent
+
+
+async def topic_replication_of(node: Node) -> dict:
+    """The topic's replication block of ``node``'s ``/stats`` ({} when it does not answer)."""
+    stats = await node.stats(TOPIC)
+    topics = (stats or {}).get("topics") or []
+    return topics[0].get("replication", {}) if topics else {}
+
+
+async def holder_of(cluster: ReplicaCluster, origin: Node, count: int) -> Node:
+    """The node other than ``origin`` that holds ``count`` copies of the topic's messages."""
+    found: list[Node] = []
+    held: dict[str, object] = {}
+
+    async def one_holds() -> bool:
+        for node in cluster.up():
+            if node is not origin:
+                held[node.name] = (await topic_replication_of(node)).get("copies_held")
+        found[:] = [node for node in cluster.up() if held.get(node.name) == count]
+        return len(found) == 1
+
+    with trio.move_on_after(30):
+        await wait_until(one_holds, 30)
+    assert len(found) == 1, f"copies held of {count}: {held}\n{cluster.logs()}"
+    return found[0]
+
+
+async def restored(origin: Node, holder: Node, count: int) -> bool:
+    """``origin`` made ``count`` copies of the topic's messages again, on ``holder``, and counts none missing."""
+    stats = await origin.stats()
+    node = (stats or {}).get("replication", {})
+    return (node.get("copies_missing") == 0 and node.get("copies_restored", 0) >= count
+            and (await topic_replication_of(origin)).get("copies_missing") == 0
+            and (await topic_replication_of(holder)).get("copies_held") == count)
+
+
+@needs_nsq
+async def test_copies_a_lost_holder_held_are_made_again_so_losing_the_origin_next_loses_nothing(clusters):
+    cluster = clusters(3, replicas=2, replica_timeout=TIMEOUT, durable=True)
+    count = 10_000
+    first, sent = await published_in_batches(cluster, "recopied", count)
+    holder = await holder_of(cluster, first, count)
+    [third] = [node for node in cluster.nodes if node not in (first, holder)]
+
+    holder.kill()
+    holder.wipe()
+    started = trio.current_time()
+    await wait_until(lambda: restored(first, third, count), 60)
+    print(f"{count} copies made again {trio.current_time() - started:.1f} s after the holder was killed")
+    assert_alive(cluster)
+    # the holder comes back as a new node (a majority again), then the origin is lost with its disk
+    await holder.astart()
+    await cluster.wait_replicating([holder])
+    await cluster.wait_linked()  # every node knows it replaced the holder lost
+    first.kill()
+    first.wipe()
+    consumer = Consumer(TOPIC, CHANNEL, lookupd_http=cluster.lookupd.http)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_delivered(consumer, sent, 120, cluster)
+        nursery.cancel_scope.cancel()
+    lost = len(consumer.deliveries.missing(sent))
+    print(f"{count} published, {lost} lost, {consumer.deliveries.total} deliveries, by node "
+          f"{dict(consumer.deliveries.by_node)}")
+    assert lost == 0
+    assert_alive(cluster)
+
+
+@needs_nsq
+async def test_publishes_are_acknowledged_quickly_while_a_large_backlog_is_copied_again(clusters):
+    cluster = clusters(3, replicas=2, replica_timeout=TIMEOUT, durable=True)
+    count = 100_000
+    first, _sent = await published_in_batches(cluster, "backlog", count)
+    holder = await holder_of(cluster, first, count)
+    client = await connect(first.tcp, timeout=10)
+    try:
+        baseline = [await _timed_pub(client, f"before-{n}".encode()) for n in range(50)]
+        holder.kill()
+        holder.wipe()
+        await wait_until(lambda: _missing_above_zero(first), 30)
+        started = trio.current_time()
+        during: list[float] = []
+        done = False
+
+        async def watch() -> None:
+            nonlocal done
+            await wait_until(lambda: _nothing_missing(first, count), 120, poll=0.2)
+            done = True
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            while not done:
+                during.append(await _timed_pub(client, f"during-{len(during)}".encode()))
+        took = trio.current_time() - started
+    finally:
+        await client.aclose()
+    during.sort()
+    baseline.sort()
+    print(f"{count} copies made again in {took:.1f} s; PUB latency before: median {baseline[25] * 1000:.1f} ms, "
+          f"max {baseline[-1] * 1000:.1f} ms; during ({len(during)} PUBs): median "
+          f"{during[len(during) // 2] * 1000:.1f} ms, p99 {during[len(during) * 99 // 100] * 1000:.1f} ms, "
+          f"max {during[-1] * 1000:.1f} ms")
+    assert len(during) >= 20, f"the copies were made again before publishes could be measured ({took:.1f} s)"
+    assert during[-1] < 1.0, f"a publish waited {during[-1]:.2f} s while copies were made again"
+    assert_alive(cluster)
+
+
+async def _timed_pub(client: V2Client, body: bytes) -> float:
+    """PUB ``body``, require ``OK``; how long the answer took."""
+    started = trio.current_time()
+    answer = await pub(client, TOPIC, body, timeout=TIMEOUT_S + 10)
+    assert answer == "OK", answer
+    return trio.current_time() - started
+
+
+async def _missing_above_zero(node: Node) -> bool:
+    return (await topic_replication_of(node)).get("copies_missing", 0) > 0
+
+
+async def _nothing_missing(node: Node, count: int) -> bool:
+    """``node`` made at least ``count`` copies again and counts none missing."""
+    replication = ((await node.stats()) or {}).get("replication", {})
+    return replication.get("copies_missing") == 0 and replication.get("copies_restored", 0) >= count
 
 
 DEFER_S = 30

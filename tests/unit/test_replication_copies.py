@@ -13,7 +13,7 @@ import trio
 from broker.config.options import parse_args
 from broker.core.host import CopiesRefused
 from broker.core.message import Message
-from broker.replication.copies import PeerCopies
+from broker.replication.copies import UNKNOWN, PeerCopies
 from broker.replication.links import Waiter
 from broker.replication.peers import Peers
 from broker.replication.wire import Add, Drop, Fin, Keys, Update
@@ -75,6 +75,7 @@ async def test_copies_go_to_the_topics_first_peers_in_rendezvous_order(autojump_
     assert isinstance(add, Add) and add.holders[0] == ME and set(add.holders[1:]) == {c.peer_id for c in chosen}
     await copies.store("t", MESSAGES)  # the same topic: the same peers
     assert [link for link in links if link.requests] == chosen
+    assert copies.placed["t"] == {link.peer_id: 6 for link in chosen}  # where they are, should one go
 
 
 async def test_a_publish_before_any_peer_waits_for_one_within_the_timeout(autojump_clock):
@@ -105,12 +106,14 @@ async def test_a_peer_that_does_not_store_its_copy_fails_the_publish_and_is_told
         await copies.store("t", MESSAGES)
     assert link.posted == [Drop("t", [m.id for m in MESSAGES])]
     assert copies.stats["t"].copies_waiting == 0
+    assert not copies.placed.get("t")
 
 
 async def test_a_takeover_stores_what_it_can_and_is_never_refused(autojump_clock):
     copies, _ = _copies()
     await copies.store("t", MESSAGES, [None, ["c"], None], best_effort=True)  # no peer at all: nothing to wait for
     assert copies.stats["t"].publishes_refused == 0
+    assert copies.placed["t"] == {UNKNOWN: 3}  # copies missing: made once a peer can take them
 
 
 async def test_fins_are_posted_to_every_peer_in_batches(autojump_clock):

@@ -81,6 +81,33 @@ async def test_bodies_are_read_back_from_the_log(tmp_path):
     await held.close()
 
 
+async def test_copies_relisted_keep_their_new_holders_through_a_restart_and_a_compaction(tmp_path):
+    third = "c" * 32
+    held = await _open(tmp_path)
+    _add(held, "t", 3)
+    ids = [b"%016d" % i for i in range(3)]
+    depth = held.queue.depth
+    # the origin asks which of these it holds, changing nothing
+    assert held.relist(ORIGIN, "t", [ids[0], b"x" * 16], None) == [True, False] and held.queue.depth == depth
+    assert held.relist(ORIGIN, "u", [ids[0]], None) == [False]
+    # ... and names their holders after making copies again elsewhere: only what is held changes
+    assert held.relist(ORIGIN, "t", [ids[0], ids[1], b"x" * 16], (ORIGIN, OTHER, third)) == [True, True, False]
+    assert held.relist(ORIGIN, "t", [ids[0]], (ORIGIN, OTHER, third)) == [True]  # the same again: nothing written
+    assert held.queue.depth == depth + 1
+    assert held.held_for(ORIGIN) == {"t": 3} and held.held_for(OTHER) == {}
+    await held.close()
+
+    again = await _open(tmp_path)
+    copies = again.origins[ORIGIN]["t"]
+    assert copies.holders == {ids[0]: (ORIGIN, OTHER, third), ids[1]: (ORIGIN, OTHER, third), ids[2]: (ORIGIN, OTHER)}
+    await again.compact()
+    await again.close()
+    compacted = await _open(tmp_path)
+    assert compacted.origins[ORIGIN]["t"].holders == copies.holders
+    assert await _entries(compacted, "t", set(ids)) == {ids[0]: b"body 0", ids[1]: b"body 1", ids[2]: b"body 2"}
+    await compacted.close()
+
+
 async def test_compaction_keeps_what_is_live_and_shrinks_the_log(tmp_path, monkeypatch):
     monkeypatch.setattr(held_module, "COMPACT_MIN", 50)
     held = await _open(tmp_path, durable=True)
