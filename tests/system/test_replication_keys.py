@@ -62,6 +62,7 @@ async def test_a_keyed_publish_retried_on_another_node_after_its_node_is_lost_is
                                                                                             replicas, via):
     cluster: ReplicaCluster = clusters(nodes, replicas=replicas, replica_timeout=TIMEOUT, durable=True)
     await ready(cluster)
+    await cluster.wait_linked()  # a node asks the peers it is linked to which keys they know
     first, second = cluster.nodes[0], cluster.nodes[1]
     sent = bodies(f"keyed-{via}", 3000)
     assert await keyed_publish(first, sent, via) == 0

@@ -58,6 +58,7 @@ async def test_a_keyed_copy_whose_sink_node_is_killed_and_wiped_copies_each_mess
         await cluster.create(SINK, ["check"])
         await cluster.wait_registered(SINK, cluster.nodes)
         await cluster.wait_replicating()
+        await cluster.wait_linked()
         expected = bodies_of("replicated", COUNT)
         for start in range(0, COUNT, 1000):
             reply = await request(source.http, "POST", f"/mpub?topic={SOURCE}", b"\n".join(expected[start:start + 1000]))
