@@ -45,9 +45,10 @@ from broker.config.options import Options
 from broker.core.host import CopiesRefused
 from broker.core.message import Message
 from broker.protocol import MAX_ATTEMPTS
+from broker.replication.answers import decode_keys_answer
 from broker.replication.links import PeerLink, Waiter
 from broker.replication.peers import Peers
-from broker.replication.wire import Add, Drop, Fin, Keys, Update, WireError, decode_keys_answer, pack_entries
+from broker.replication.wire import Add, Drop, Fin, Keys, Update, WireError, pack_entries
 
 __all__ = ["PeerCopies", "ReplicaStats", "FIN_INTERVAL", "UNKNOWN"]
 

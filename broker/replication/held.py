@@ -31,10 +31,8 @@ holds, per copy and per channel that said so, the copy's attempts and due time t
 takeover queues it in that channel as it stood), only while the copy is held and that channel
 has not finished it.
 
-The publish keys of the copies (:attr:`HeldCopies.keys`) are kept until their dedup window
-ends, after their copies are finished or taken over, so that this node can say a retry of
-the publish on any node is a duplicate (a KEYS request); at most ``max_keys`` of them (the
-oldest go first, counted in :attr:`HeldCopies.keys_evicted`).
+The publish keys of the copies (:attr:`HeldCopies.keys`, a :class:`.heldkeys.HeldKeys`) are
+kept until their dedup window ends, after their copies are finished or taken over.
 
 When the log holds four times more records than a compaction would write (live copies,
 and the channel lists, channel states and takeovers kept), and more than :data:`COMPACT_MIN`, it is
@@ -54,27 +52,20 @@ import logging
 import os
 import shutil
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
 from pathlib import Path
 
 import trio
 
 from broker.core.durability.groupcommit import GroupCommit
+from broker.replication.compaction import compacted
+from broker.replication.copyset import TopicCopies
+from broker.replication.heldkeys import HeldKeys
+from broker.replication.records import checked_record
 from broker.replication.wire import (
-    MAX_ANSWER_IDS,
     WireError,
-    check_channel,
-    check_channels,
-    check_holders,
-    check_ids,
-    check_keys,
-    check_node,
-    check_topic,
-    check_update,
-    message_of,
     pack,
-    pack_entries,
     packed_column,
     unpack,
     unpack_entries,
@@ -100,41 +91,6 @@ STATE_PIECE = 20_000
 _QUEUE = "replicas"
 
 
-class TopicCopies:
-    """The copies of one topic held for one origin: each id's holders (one tuple shared by a
-    whole ADD), for those some channel finished, which channels did, for keyed ones their
-    publish key, and for those a channel delivered or requeued, their ``(attempts, due_ns)``
-    there (``state``: channel -> id ->)."""
-
-    __slots__ = ("holders", "done", "keys", "state")
-
-    def __init__(self) -> None:
-        self.holders: dict[bytes, tuple[str, ...]] = {}
-        self.done: dict[bytes, set[str]] = {}
-        self.keys: dict[bytes, bytes] = {}
-        self.state: dict[str, dict[bytes, tuple[int, int]]] = {}
-
-    def __len__(self) -> int:
-        return len(self.holders)
-
-    def discard(self, msg_id: bytes) -> None:
-        if self.holders.pop(msg_id, None) is not None:
-            self.done.pop(msg_id, None)
-            self.keys.pop(msg_id, None)
-            if self.state:
-                for channel in list(self.state):
-                    self.forget_state(channel, msg_id)
-
-    def forget_state(self, channel: str, msg_id: bytes) -> None:
-        states = self.state.get(channel)
-        if states is not None and states.pop(msg_id, None) is not None and not states:
-            del self.state[channel]
-
-    def states_of(self, msg_id: bytes) -> dict[str, tuple[int, int]]:
-        """The copy's ``(attempts, due_ns)`` in each channel that reported one."""
-        return {channel: states[msg_id] for channel, states in self.state.items() if msg_id in states}
-
-
 class HeldCopies:
     """The copies held for every origin node, replayed from ``<data>/replication`` (see the
     module docstring). Made by :meth:`open`; the owner closes it with :meth:`close`."""
@@ -152,13 +108,8 @@ class HeldCopies:
         #: origin -> topic -> ids this node took over from it, and when it last took some
         self.taken: dict[str, dict[str, set[bytes]]] = {}
         self.taken_at: dict[tuple[str, str], int] = {}
-        #: topic -> publish key -> (expires_ns, origin, id) of the copy it came with
-        self.keys: dict[str, dict[bytes, tuple[int, str, bytes]]] = {}
-        self.max_keys = max_keys
-        #: keys forgotten before their window ended, to stay within max_keys, since start
-        self.keys_evicted = 0
-        self._key_order: deque[tuple[int, str, bytes]] = deque()  # (expires_ns, topic, key) as they came
-        self._key_groups: dict[tuple[str, str], int] = {}  # (origin, topic) -> keys remembered
+        #: the publish keys of the copies (see :mod:`.heldkeys`)
+        self.keys = HeldKeys(max_keys)
         #: records of the log that could not be read back (damaged on disk), since start
         self.records_lost = 0
         #: records read back that could not be applied (not what this node writes), since start
@@ -196,7 +147,7 @@ class HeldCopies:
 
     def _replay(self, data: bytes) -> None:
         try:
-            record = _checked(unpack(data))
+            record = checked_record(unpack(data))
         except WireError as exc:
             self.records_skipped += 1
             log.error("REPLICATION: skipped a record of the replication log that cannot be applied: %s", exc)
@@ -259,76 +210,25 @@ class HeldCopies:
 
     def known(self, topic: str, keys: list[bytes], now_ns: int) -> list[bytes]:
         """Which of ``keys`` came with copies of ``topic`` held here, within their window."""
-        index = self.keys.get(topic)
-        if not index:
-            return []
-        found = []
-        for key in keys:
-            entry = index.get(key)
-            if entry is not None and entry[0] > now_ns:
-                found.append(key)
-        return found
+        return self.keys.known(topic, keys, now_ns)
 
     def key_of(self, origin: str, topic: str, msg_id: bytes) -> tuple[bytes, int] | None:
         """The publish key of a copy held here, and when its window ends (None: it has none)."""
         copies = self.copies(origin, topic)
         key = copies.keys.get(msg_id) if copies is not None else None
-        if key is None:
-            return None
-        entry = self.keys.get(topic, {}).get(key)
-        return None if entry is None else (key, entry[0])
-
-    def _remember_key(self, origin: str, topic: str, key: bytes, expires: int, msg_id: bytes) -> None:
-        """Remember ``key`` of ``origin``'s copy ``msg_id``. A key remembered already stays the
-        first copy's (a retry's copies, dropped as duplicates, do not take it away), until the
-        later of the two windows ends."""
-        index = self.keys.setdefault(topic, {})
-        old = index.get(key)
-        if old is None:
-            index[key] = (expires, origin, msg_id)
-            self._count_key(origin, topic, 1)
-        elif expires > old[0]:
-            index[key] = (expires, old[1], old[2])
-        else:
-            return
-        self._key_order.append((expires, topic, key))
-
-    def _forget_key(self, topic: str, key: bytes, origin: str, msg_id: bytes) -> None:
-        """Forget ``key`` if it is the one of ``origin``'s copy ``msg_id``."""
-        index = self.keys.get(topic)
-        entry = index.get(key) if index is not None else None
-        if entry is not None and entry[1] == origin and entry[2] == msg_id:
-            self._drop_key(topic, key, entry)
-
-    def _drop_key(self, topic: str, key: bytes, entry: tuple[int, str, bytes]) -> None:
-        index = self.keys[topic]
-        del index[key]
-        if not index:
-            del self.keys[topic]
-        self._count_key(entry[1], topic, -1)
-
-    def _count_key(self, origin: str, topic: str, change: int) -> None:
-        group = (origin, topic)
-        count = self._key_groups.get(group, 0) + change
-        if count:
-            self._key_groups[group] = count
-        else:
-            self._key_groups.pop(group, None)
+        expires = self.keys.expiry(topic, key) if key is not None else None
+        return None if key is None or expires is None else (key, expires)
 
     def expire_keys(self, now_ns: int) -> None:
-        """Forget the keys whose window ended, and the oldest past ``max_keys``."""
-        order = self._key_order
-        while order and (order[0][0] <= now_ns or len(order) > self.max_keys):
-            expires, topic, key = order.popleft()
-            entry = self.keys.get(topic, {}).get(key)
-            if entry is not None and entry[0] == expires:
-                if expires > now_ns:
-                    self.keys_evicted += 1
-                self._drop_key(topic, key, entry)
+        self.keys.expire(now_ns)
 
     @property
     def keys_held(self) -> int:
-        return sum(self._key_groups.values())
+        return self.keys.held
+
+    @property
+    def keys_evicted(self) -> int:
+        return self.keys.evicted
 
     def update(self, origin: str, topic: str, channel: str, ids: list[bytes], attempts: list[int],
                dues: list[int]) -> None:
@@ -436,7 +336,7 @@ class HeldCopies:
                     for msg_id in record[3]:
                         key = copies.keys.get(msg_id)
                         if key is not None:
-                            self._forget_key(topic, key, origin, msg_id)
+                            self.keys.forget(topic, key, origin, msg_id)
                 for msg_id in record[3]:
                     copies.discard(msg_id)
             if kind == "T":
@@ -466,10 +366,10 @@ class HeldCopies:
                 expiry = expires if type(expires) is int else expires[index]
                 if expiry <= now:
                     continue
-                self._remember_key(origin, topic, key, expiry, msg_id)
+                self.keys.remember(origin, topic, key, expiry, msg_id)
                 if copies is not None and msg_id in copies.holders:
                     copies.keys[msg_id] = key
-            self.expire_keys(now)
+            self.keys.expire(now)
         elif kind == "C":
             channels = list(record[3])
             lists = self.channels.setdefault(origin, {})
@@ -526,7 +426,7 @@ class HeldCopies:
                      for ids in copies.state.values())
         return (channels + states + sum(len(ids) // TAKEN_PIECE + 1 for topics in self.taken.values()
                                         for ids in topics.values())
-                + sum(count // TAKEN_PIECE + 1 for count in self._key_groups.values()))
+                + self.keys.records(TAKEN_PIECE))
 
     def needs_compaction(self) -> bool:
         depth = self.queue.depth
@@ -540,25 +440,13 @@ class HeldCopies:
         self._tail = []
         written = 0
         try:
-            for origin, lists in self.channels.items():
-                for topic, channels in lists.items():
-                    if self.copies(origin, topic):
-                        fresh.put(pack(["C", origin, topic, channels]))
-                        written += 1
             self._forget_old_takeovers()
-            for origin, taken in self.taken.items():
-                for topic, ids in taken.items():
-                    when = self.taken_at.get((origin, topic), time.time_ns())
-                    ordered = sorted(ids)
-                    for start in range(0, len(ordered), TAKEN_PIECE):  # each record within the log's bound
-                        fresh.put(pack(["T", origin, topic, ordered[start:start + TAKEN_PIECE], when]))
-                        written += 1
-            for records in self.queue.scan(SCAN_BATCH):
-                for data in records:
-                    written += self._copy_live(data, fresh)
-                await trio.lowlevel.checkpoint()
-            written += self._copy_states(fresh)
-            written += self._copy_keys(fresh)  # after the copies: a K record names copies held
+            records = compacted(self.origins, self.channels, self.taken, self.taken_at, self.keys,
+                                self.queue.scan(SCAN_BATCH), taken_piece=TAKEN_PIECE, state_piece=STATE_PIECE)
+            async with aclosing(records):
+                async for record in records:
+                    fresh.put(record)
+                    written += 1
             fresh.put_many(self._tail)  # what was written meanwhile, in its order
             written += len(self._tail)
             self._tail = None
@@ -589,123 +477,9 @@ class HeldCopies:
                 if not topics:
                     self.taken.pop(origin, None)
 
-    def _copy_keys(self, fresh: DiskQueue) -> int:
-        """Write the keys still within their window to ``fresh``; how many records that took."""
-        now = time.time_ns()
-        groups: dict[tuple[str, str], list[tuple[bytes, bytes, int]]] = {}
-        for topic, index in self.keys.items():
-            for key, (expires, origin, msg_id) in index.items():
-                if expires > now:
-                    groups.setdefault((origin, topic), []).append((msg_id, key, expires))
-        written = 0
-        for (origin, topic), entries in groups.items():
-            for start in range(0, len(entries), TAKEN_PIECE):
-                piece = entries[start:start + TAKEN_PIECE]
-                fresh.put(pack(["K", origin, topic, [e[0] for e in piece], [e[1] for e in piece],
-                                [e[2] for e in piece]]))
-                written += 1
-        return written
-
-    def _copy_live(self, data: bytes, fresh: DiskQueue) -> int:
-        """Copy the live copies of an ``A`` record to ``fresh``, with the channels that finished
-        each; 1 if a record was written."""
-        try:
-            record = unpack(data)
-            copies = self.copies(record[1], record[2]) if record[0] == "A" else None
-            if not copies:
-                return 0
-            ids = [msg_id for msg_id in record[4] if msg_id in copies.holders]
-            if not ids:
-                return 0
-            items = {item[0]: item for item in unpack_entries(record[5]) if item[0] in copies.holders}
-        except (WireError, LookupError, TypeError, ValueError):
-            return 0  # what cannot be read back now could not be taken over either
-        kept = [msg_id for msg_id in ids if msg_id in items]
-        if not kept:
-            return 0
-        holders = {copies.holders[msg_id] for msg_id in kept}
-        written = 0
-        for group in holders:  # one record per holder list (a record carries one)
-            group_ids = [msg_id for msg_id in kept if copies.holders[msg_id] == group]
-            entries = pack_entries([message_of(items[msg_id]) for msg_id in group_ids])
-            dones = [sorted(copies.done.get(msg_id, ())) for msg_id in group_ids]
-            fresh.put(pack(["A", record[1], record[2], list(group), group_ids, entries, dones]))
-            written += 1
-        return written
-
-    def _copy_states(self, fresh: DiskQueue) -> int:
-        """Write the channel states of the copies held (after their ``A`` records); how many
-        records that took."""
-        written = 0
-        for origin, topics in self.origins.items():
-            for topic, copies in topics.items():
-                for channel, states in copies.state.items():
-                    items = list(states.items())
-                    for start in range(0, len(items), STATE_PIECE):
-                        piece = items[start:start + STATE_PIECE]
-                        fresh.put(pack(["S", origin, topic, channel, [msg_id for msg_id, _ in piece],
-                                        packed_column([state[0] for _, state in piece]),
-                                        packed_column([state[1] for _, state in piece])]))
-                        written += 1
-        return written
-
     async def close(self) -> None:
         try:
             await self.queue.sync()
         except DiskQueueError as exc:
             log.error("REPLICATION: sync at close failed: %s", exc)
         await self.queue.close()
-
-
-#: Each kind of record: how to check the fields after the kind, origin and topic.
-_RECORD_FIELDS = {
-    "A": (check_holders, check_ids, bytes, None),
-    "F": (check_channel, check_ids),
-    "D": (check_ids, int),
-    "K": (check_ids, list, list),
-    "C": (check_channels,),
-    "T": (lambda ids: check_ids(ids, MAX_ANSWER_IDS), int),
-    "U": (lambda ids: check_ids(ids, MAX_ANSWER_IDS),),
-    "H": (check_holders, check_ids),
-}
-
-
-def _checked(record: object) -> list:
-    """``record`` when it is one this module writes (see the module docstring); else raises
-    :class:`WireError`. An ``A`` record's entries were checked when they arrived."""
-    if type(record) is list and record[:1] == ["S"]:
-        if len(record) != 7:
-            raise WireError(f"a S record with {len(record)} fields")
-        check_node(record[1])
-        check_update(record[2:])  # topic, channel, ids, attempts, due times
-        return record
-    if type(record) is not list or len(record) < 3 or record[0] not in _RECORD_FIELDS:
-        raise WireError(f"not a record: {record!r:.80}")
-    checks = _RECORD_FIELDS[record[0]]
-    rest = record[3:]
-    optional = 1 if checks[-1] in (None, int) else 0  # an A record's done channels, a T record's time
-    if not len(checks) - optional <= len(rest) <= len(checks):
-        raise WireError(f"a {record[0]} record with {len(record)} fields")
-    check_node(record[1])
-    check_topic(record[2])
-    for check, value in zip(checks, rest):
-        if check is bytes:
-            if type(value) is not bytes:
-                raise WireError("entries must be bytes")
-        elif check is int:
-            if type(value) is not int:
-                raise WireError(f"a {record[0]} record's last field must be an integer")
-        elif check is list:  # a K record's keys, then their expiry (one, or one each)
-            if value is rest[1]:
-                check_keys(value, len(rest[0]))
-            elif type(value) is not int and (type(value) is not list or len(value) != len(rest[0])
-                                             or any(type(item) is not int for item in value)):
-                raise WireError("a K record's expiry: one integer, or one per key")
-        elif check is None:  # an A record's done channels, one list per copy
-            if type(value) is not list or len(value) != len(record[4]):
-                raise WireError("done channels: one list per copy")
-            for done in value:
-                check_channels(done)
-        else:
-            check(value)
-    return record

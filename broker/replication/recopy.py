@@ -46,12 +46,13 @@ from typing import TYPE_CHECKING
 import trio
 
 from broker.core.message import Message
+from broker.replication.answers import decode_holds_answer
 from broker.replication.copies import UNKNOWN, PeerCopies
 from broker.replication.links import PeerLink, Waiter
 from broker.replication.notice import Notices
 from broker.replication.peers import Peers
 from broker.replication.unfinished import EVERY, batches, estimate
-from broker.replication.wire import Add, Drop, Holds, WireError, decode_holds_answer, pack_entries
+from broker.replication.wire import Add, Drop, Holds, WireError, pack_entries
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker

@@ -40,6 +40,7 @@ from broker.config.options import Options
 from broker.core.host import PeerState, RegistryChange
 from broker.core.message import now_ns
 from broker.protocol.replica import is_valid_node_id
+from broker.replication.answers import decode_hello_answer, decode_hello_holding
 from broker.replication.copies import PeerCopies
 from broker.replication.fence import ClockFence
 from broker.replication.held import HeldCopies
@@ -50,7 +51,7 @@ from broker.replication.peers import Peers
 from broker.replication.quorum import Quorum
 from broker.replication.recopy import Recopy
 from broker.replication.takeover import Takeover
-from broker.replication.wire import Channels, Forget, decode_hello_answer, decode_hello_holding
+from broker.replication.wire import Channels, Forget
 from diskqueue.checkpoint import replace_durably
 
 if TYPE_CHECKING:

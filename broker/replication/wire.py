@@ -84,10 +84,10 @@ from broker.protocol.priorities import MAX_PRIORITY
 from broker.protocol.replica import is_valid_node_id
 
 __all__ = ["HELLO", "ADD", "FIN", "DROP", "CHANNELS", "TAKEN", "FORGET", "GONE", "KEYS", "UPDATE", "Hello", "Add", "Fin",
-           "Drop", "Channels", "Taken", "Forget", "Gone", "Keys", "Update", "decode_gone_answer", "decode_keys_answer",
+           "Drop", "Channels", "Taken", "Forget", "Gone", "Keys", "Update",
            "check_update", "packed_column", "unpacked_column",
-           "HOLDS", "Holds", "decode_holds_answer", "decode_hello_holding", "comes_alone",
-           "Request", "WireLimits", "encode_request", "decode_request", "decode_requests", "decode_hello_answer", "pack", "unpack",
+           "HOLDS", "Holds", "comes_alone",
+           "Request", "WireLimits", "encode_request", "decode_request", "decode_requests", "pack", "unpack",
            "pack_entries", "unpack_entries", "check_entries", "check_topic", "check_channel", "check_channels",
            "check_node", "check_ids", "check_holders", "message_of", "WireError"]
 
@@ -105,7 +105,7 @@ MAX_HOLDERS = 64
 #: Channels one topic has at most, as one node reports them.
 MAX_CHANNELS = 1 << 16
 _ID_SIZE = 16
-_INT64 = (1 << 63) - 1
+INT64_MAX = (1 << 63) - 1
 
 
 class WireError(ValueError):
@@ -343,9 +343,9 @@ def check_entries(entries: bytes, ids: list[bytes], limits: WireLimits) -> list[
     for body in bodies:
         if type(body) is not bytes or len(body) > limits.max_msg_size:
             raise WireError(f"a body is not bytes of at most {limits.max_msg_size}")
-    _column(timestamps, count, 0, _INT64, "timestamp")
+    _column(timestamps, count, 0, INT64_MAX, "timestamp")
     _column(attempts, count, 0, MAX_ATTEMPTS, "attempts")
-    _column(due, count, 0, _INT64, "due time")
+    _column(due, count, 0, INT64_MAX, "due time")
     if priorities is not None:
         if type(priorities) is not list:
             raise WireError("priorities must be a list or nil")
@@ -379,7 +379,7 @@ def decode_request(item: object, limits: WireLimits) -> Request:
         if len(args) != 6:
             raise WireError("an ADD's keys come with their expiry")
         keys, expires = check_keys(args[4], len(ids)), args[5]
-        _column(expires, len(ids), 0, _INT64, "key expiry")
+        _column(expires, len(ids), 0, INT64_MAX, "key expiry")
         return Add(topic, holders, ids, entries, dones, keys, expires)
     if kind == KEYS:
         return Keys(check_topic(args[0]), check_keys(args[1]))
@@ -417,7 +417,7 @@ def check_update(args: list) -> Update:
     topic, channel, ids = check_topic(args[0]), check_channel(args[1]), check_ids(args[2])
     count = len(ids)
     _column(args[3], count, 0, MAX_ATTEMPTS, "attempts")
-    _column(args[4], count, 0, _INT64, "due time")
+    _column(args[4], count, 0, INT64_MAX, "due time")
     return Update(topic, channel, ids, unpacked_column(args[3], count), unpacked_column(args[4], count))
 
 
@@ -451,70 +451,6 @@ def decode_requests(body: bytes, limits: WireLimits) -> tuple[int, list[Request]
     except WireError as exc:
         exc.seq = seq
         raise
-
-
-def decode_hello_answer(extra: object) -> tuple[dict[str, list[bytes]], dict[str, dict[str, list[bytes]]]]:
-    """HELLO's answer (see the table above), checked whole (its third item is
-    :func:`decode_hello_holding`'s); raises :class:`WireError`."""
-    decode_hello_holding(extra)
-    assert isinstance(extra, list)
-    mine, everything, _holding = extra
-    return _taken_topics(mine), {check_node(origin): _taken_topics(topics)
-                                 for origin, topics in _map(everything).items()}
-
-
-def decode_hello_holding(extra: object) -> dict[str, int]:
-    """The third item of HELLO's answer, checked: how many copies of the sender's messages the
-    peer holds, by topic; raises :class:`WireError`."""
-    if type(extra) is not list or len(extra) != 3:
-        raise WireError("HELLO's answer is [mine, everything, holding]")
-    holding = _map(extra[2])
-    for topic, count in holding.items():
-        check_topic(topic)
-        if type(count) is not int or not 0 < count <= _INT64:
-            raise WireError(f"bad count of copies {count!r:.80}")
-    return holding
-
-
-def decode_holds_answer(extra: object, count: int) -> list[bool]:
-    """HOLDS's answer: one boolean for each of the ``count`` ids asked about; raises :class:`WireError`."""
-    if type(extra) is not list or len(extra) != count or any(type(held) is not bool for held in extra):
-        raise WireError(f"HOLDS's answer is one boolean for each of {count} ids")
-    return extra
-
-
-def decode_gone_answer(extra: object) -> tuple[bool, float | None]:
-    """GONE's answer: whether the peer reaches the node, and how long it has not heard from it
-    (None: never); raises :class:`WireError`."""
-    if type(extra) is not list or len(extra) != 2 or type(extra[0]) is not bool or not (
-            extra[1] is None or type(extra[1]) in (int, float)):
-        raise WireError("GONE's answer is [reachable, seconds or nil]")
-    return extra[0], None if extra[1] is None else float(extra[1])
-
-
-def decode_keys_answer(extra: object, topic: str, asked: list[bytes]) -> set[bytes]:
-    """The keys of ``asked`` a KEYS' answer (see the table above) says are known in ``topic``;
-    raises :class:`WireError` for an answer that is not one, or names keys not asked."""
-    if extra is None:
-        return set()
-    found = _map(extra).get(topic)
-    if found is None:
-        return set()
-    known = set(check_keys(found)) if found else set()
-    if not known.issubset(asked):
-        raise WireError("a KEYS answer names keys that were not asked")
-    return known
-
-
-def _map(value: object) -> dict:
-    if type(value) is not dict:
-        raise WireError("a map was expected")
-    return value
-
-
-def _taken_topics(value: object) -> dict[str, list[bytes]]:
-    # a takeover of a large backlog names millions of ids: the frame's size bounds them
-    return {check_topic(topic): check_ids(ids, MAX_ANSWER_IDS) if ids else [] for topic, ids in _map(value).items()}
 
 
 # ---------------------------------------------------------------- entries

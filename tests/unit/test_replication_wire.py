@@ -11,6 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.core.message import Message
+from broker.replication.answers import (
+    decode_hello_answer,
+    decode_hello_holding,
+    decode_holds_answer,
+    decode_keys_answer,
+)
 from broker.replication.wire import (
     ADD,
     CHANNELS,
@@ -32,10 +38,6 @@ from broker.replication.wire import (
     Update,
     WireError,
     WireLimits,
-    decode_hello_answer,
-    decode_hello_holding,
-    decode_holds_answer,
-    decode_keys_answer,
     decode_request,
     decode_requests,
     encode_request,
