@@ -5,9 +5,9 @@ Who imports whom (each only those below it):
 
 - :mod:`.replicator` — the node's replication, made before the broker and run beside it:
   discovery through nsqlookupd, and what runs in the background.
-- the sending side :mod:`.copies` (the core's ``Copies``: ADD, KEYS, FIN and UPDATE to the
-  holders), :mod:`.recopy` (copies made again when a holder is gone, of what
-  :mod:`.unfinished` reads), :mod:`.takeover` (the copies of a node that is gone), and the
+- :mod:`.recopy` (copies made again when a holder is gone, of what :mod:`.unfinished` reads)
+  and :mod:`.takeover` (the copies of a node that is gone), over the sending side
+  :mod:`.copies` (the core's ``Copies``: ADD, KEYS, FIN and UPDATE to the holders); the
   holding side :mod:`.holder` (the REPL requests other nodes send);
 - :mod:`.fence` (when channels hold delivery) and :mod:`.quorum` (majorities of the
   :mod:`.members` of the cluster);
