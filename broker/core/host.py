@@ -230,6 +230,11 @@ class Copies(Protocol):
         (None: no replication)."""
         ...
 
+    def forget_member(self, node: str) -> bool:
+        """An operator says ``node`` is gone for good: it no longer counts in the cluster's
+        majorities. False when it is not a member (this node never is)."""
+        ...
+
 
 class NoCopies:
     """The :class:`Copies` of a node without replication (``--replicas=1``): every topic has one
@@ -265,6 +270,9 @@ class NoCopies:
 
     def node_stats(self) -> None:
         return None
+
+    def forget_member(self, node: str) -> bool:
+        return False
 
 
 class Fence(Protocol):

@@ -30,6 +30,7 @@ from broker.http.targets import (
     topic_name,
 )
 from broker.protocol import is_valid_name
+from broker.protocol.replica import is_valid_node_id
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
@@ -73,6 +74,7 @@ class AdminEndpoints:
             ("GET", "/config/:opt"): self.config,
             ("PUT", "/config/:opt"): self.config,
             ("POST", "/debug/freememory"): self.free_memory,
+            ("POST", "/replication/forget"): self.replication_forget,
         }
 
     # ---------------------------------------------------------------- topics
@@ -183,6 +185,22 @@ class AdminEndpoints:
         """``POST /channel/unpause?topic=&channel=``."""
         existing_channel(self.broker, request_params(request)).unpause()
         await persist_metadata(self.broker)
+        return v1()
+
+    # ---------------------------------------------------------------- replication
+
+    async def replication_forget(self, request: Request, body: RequestBody, param: str) -> Response:
+        """``POST /replication/forget?node=ID``: a node gone for good no longer counts in this
+        node's majorities (say it to every node that remains)."""
+        node = first(request_params(request), "node")
+        if node is None:
+            raise APIError(400, "MISSING_ARG_NODE")
+        if not is_valid_node_id(node):
+            raise APIError(400, "INVALID_ARG_NODE")
+        if not self.broker.keeps_copies:
+            raise APIError(400, "REPLICATION_DISABLED")
+        if not self.broker.host.copies.forget_member(node):
+            raise APIError(404, "NODE_NOT_FOUND")
         return v1()
 
     # ---------------------------------------------------------------- options and memory

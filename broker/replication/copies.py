@@ -86,8 +86,10 @@ class PeerCopies:
     def __init__(self, options: Options, peers: Peers, held_for_topic: Callable[[str], int],
                  node_stats: Callable[[], dict],
                  settle_refused: Callable[[str, list[bytes]], Awaitable[bool]] | None = None,
-                 known_keys: Callable[[str, list[bytes]], list[bytes]] | None = None):
+                 known_keys: Callable[[str, list[bytes]], list[bytes]] | None = None,
+                 forget_member: Callable[[str], bool] | None = None):
         self.options = options
+        self._forget_member = forget_member
         self._settle_refused = settle_refused
         self._known_keys = known_keys
         self.node_id = ""  # this node's, once the replicator has read it
@@ -291,6 +293,9 @@ class PeerCopies:
 
     def node_stats(self) -> dict:
         return self._node_stats()
+
+    def forget_member(self, node: str) -> bool:
+        return self._forget_member is not None and self._forget_member(node)
 
 
 def _rank(topic: str, node: str) -> bytes:

@@ -94,7 +94,7 @@ class Replicator:
         self.peers = Peers()
         #: the sending side, the core's Copies
         self.copies = PeerCopies(options, self.peers, self._held_for_topic, self.node_stats, self._settle_refused,
-                                 self.known_keys)
+                                 self.known_keys, self.forget_member)
         #: channels hold delivery while this node may have been taken for gone
         self.fence = ClockFence(max(1.0, options.replica_timeout / 2), lambda topic: self.copies.replicas(topic) > 1)
         #: the holding side, the TCP server's ReplicaReceiver
@@ -171,6 +171,10 @@ class Replicator:
     def quorum(self) -> Quorum:
         assert self._quorum is not None, "run makes the quorum"
         return self._quorum
+
+    def forget_member(self, node: str) -> bool:
+        """``POST /replication/forget``: ``node`` no longer counts in this node's majorities."""
+        return self._quorum is not None and self._quorum.members.forget(node)
 
     def _proven(self, node: str) -> None:
         """A node's connection to this one was proven: it is a member of the cluster."""
@@ -407,7 +411,10 @@ class Replicator:
         held = self.holder.held
         by_origin = {origin: sum(len(copies) for copies in topics.values())
                      for origin, topics in sorted(held.origins.items())} if held is not None else {}
+        quorum = self._quorum
+        members = sorted(quorum.members.nodes) if quorum is not None else [self.node_id]
         return {"node_id": self.node_id, "replicas": self.options.replicas, "peers": peers,
+                "members": members, "majority": quorum.has_majority() if quorum is not None else True,
                 "copies_held": sum(by_origin.values()),
                 "copies_held_by_origin": {k: v for k, v in by_origin.items() if v},
                 "secret": bool(self._secret), "tls": self._ssl_context is not None,
