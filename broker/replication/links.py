@@ -44,7 +44,7 @@ from broker.protocol.replica import (
     proof_holds,
 )
 from broker.replication.notice import Notices, printable
-from broker.replication.wire import Hello, Request, WireError, encode_request, pack, unpack
+from broker.replication.wire import Gone, Hello, Request, WireError, encode_request, pack, unpack
 
 __all__ = ["PeerLink", "Waiter", "MAX_OUTSTANDING", "HEARTBEAT"]
 
@@ -135,6 +135,7 @@ class PeerLink:
         self.tried = trio.Event()  # the first attempt ended (connected, or failed)
         self.hello_at = -1.0  # when the peer last answered HELLO (trio time)
         self.failed_at = -1.0  # when an attempt to connect last ended without a HELLO
+        self.failed_from = -1.0  # when that attempt began
         self._conn_scope: trio.CancelScope | None = None
         #: this node lost what it held in memory (a crash without --durable): said in HELLO
         #: until a HELLO of this link is answered
@@ -236,6 +237,7 @@ class PeerLink:
                 finally:
                     if self.hello_at < started:  # this attempt never got as far as HELLO
                         self.failed_at = trio.current_time()
+                        self.failed_from = started
                     self._broken()
                 await trio.sleep(delay)
                 delay = min(most, delay * 2)
@@ -447,18 +449,21 @@ class PeerLink:
             self._sending = False
 
     def _next_repl(self) -> bytes:
+        """The next ``REPL`` frame: what was posted, then the requests queued, within
+        :data:`FRAME_BUDGET`; a GONE goes in a body of its own (its answer is the body's)."""
         reqs: list[list] = []
         waiters: list[Waiter] = []
         posted: list[tuple[Request, int]] = []
         budget = FRAME_BUDGET
-        while self._posted and (budget > 0 or not reqs):
+        alone = bool(self._requests) and type(self._requests[0][0]) is Gone
+        while self._posted and not alone and (budget > 0 or not reqs):
             req, size = self._posted.pop(0)
             reqs.append(encode_request(req))
             posted.append((req, size))
             budget -= size + 64
         taken = 0
         for req, size, waiter in self._requests:
-            if budget <= 0 and reqs:
+            if reqs and (alone or budget <= 0 or type(req) is Gone):
                 break
             reqs.append(encode_request(req))
             if waiter is None:
