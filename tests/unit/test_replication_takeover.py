@@ -16,7 +16,9 @@ from broker.core.message import Message
 from broker.replication.copies import ReplicaStats
 from broker.replication.fence import ClockFence
 from broker.replication.held import HeldCopies
+from broker.replication.members import Members
 from broker.replication.peers import Peers
+from broker.replication.quorum import Quorum
 from broker.replication.takeover import Takeover
 from broker.replication.wire import Taken, pack_entries
 
@@ -163,3 +165,37 @@ def test_the_fence_holds_from_the_start_while_asking_in_a_minority_and_after_a_s
         fence.last_tick -= 2.0  # the clock task last ran two seconds ago: the process was stopped
     assert fence.holds("t") is holds
     assert fence.holds("single") is False  # a topic with one replica: nobody else delivers it
+
+
+class _Inbound:
+    """A proven connection from a node, as the TCP server's client is to the replication."""
+
+    def __init__(self) -> None:
+        self.last_read = trio.current_time()
+
+
+async def test_a_node_hears_from_no_majority_once_most_members_fell_silent_on_connections_still_open(
+        tmp_path, autojump_clock):
+    # a partition that drops packets: the connections stay open until their heartbeats give up,
+    # and the majority may take over as soon as theirs do; the silence shows before that
+    members = Members(tmp_path, ME)
+    members.proven(ORIGIN, "127.0.0.3:4150")
+    members.proven(OTHER, "127.0.0.4:4150")
+    peers = Peers()
+    quorum = Quorum(members, peers, timeout=2.0)
+    first, second = _Inbound(), _Inbound()
+    peers.opened(ORIGIN, first)
+    peers.opened(OTHER, second)
+    await trio.sleep(10)
+    first.last_read = trio.current_time() - 0.5
+    second.last_read = trio.current_time() - 4.0
+    assert quorum.tick() == 0.0 and quorum.has_majority()  # both connections are open
+    assert quorum.silent() == pytest.approx(0.5)  # this node and ORIGIN: a majority, heard 0.5 s ago
+    first.last_read = trio.current_time() - 3.0
+    assert quorum.tick() == 0.0  # still open
+    assert quorum.silent() == pytest.approx(3.0)  # no majority heard for 3 s
+    peers.closed(ORIGIN, first, first.last_read)
+    peers.closed(OTHER, second, second.last_read)
+    await trio.sleep(1)
+    assert not quorum.members.majority(quorum.reachable())
+    assert quorum.silent() == pytest.approx(4.0)  # closed connections count from their last bytes
