@@ -381,7 +381,7 @@ class Replicator:
         """Take over at once the copies of ``origin`` this node is the first holder of (a node
         that restarted after a crash without ``--durable``)."""
         async with self._log_lock:
-            await self.takeover.take_over(origin, self.takeover.mine(origin))
+            await self.takeover.take_over(origin, self.takeover.mine(origin), gone=False)
 
     # ---------------------------------------------------------------- stats
 

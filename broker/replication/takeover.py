@@ -7,7 +7,10 @@ holders that see the same nodes never both take a copy. The taker gives the mess
 id (ids of different nodes may collide), stores copies of it on its own peers as for a
 publish (keeping the channels that had finished it), queues it in the channels that had not
 (creating the topic and those channels, which registers them with nsqlookupd), records the
-takeover and tells the other holders to drop theirs.
+takeover and tells the other holders to drop theirs. An origin that comes back meanwhile (it
+reaches this node again, and its HELLO may have been answered before this takeover was
+recorded) keeps what was not queued here yet: the copies just stored on the peers for it
+are dropped, and the origin delivers those messages itself.
 
 The copies of an origin are read back from the log in one pass for all its topics, and each
 topic's are queued :data:`TAKEOVER_PIECE` at a time; a failure is its topic's alone (logged
@@ -27,7 +30,7 @@ from broker.core.message import Message
 from broker.replication.copies import PeerCopies
 from broker.replication.held import HeldCopies
 from broker.replication.peers import Peers
-from broker.replication.wire import Taken, WireError, WireLimits, check_entries, message_of, pack_entries
+from broker.replication.wire import Drop, Taken, WireError, WireLimits, check_entries, message_of, pack_entries
 from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
@@ -101,9 +104,10 @@ class Takeover:
                 return node
         return None
 
-    async def take_over(self, origin: str, mine: dict[str, set[bytes]]) -> None:
-        """Take over the copies ``mine`` of ``origin`` (see the module docstring)."""
-        if not mine:
+    async def take_over(self, origin: str, mine: dict[str, set[bytes]], *, gone: bool = True) -> None:
+        """Take over the copies ``mine`` of ``origin`` (see the module docstring); ``gone``: it
+        is gone, and the takeover stops if it comes back (False: it is back, and asked for it)."""
+        if not mine or gone and self._peers.reachable(origin):
             return
         pieces: dict[str, list[list]] = defaultdict(list)
         found: dict[str, set[bytes]] = defaultdict(set)
@@ -114,9 +118,11 @@ class Takeover:
                 continue
             pieces[topic].append(item)
             if len(pieces[topic]) >= TAKEOVER_PIECE:
-                await self._piece_guarded(origin, topic, pieces.pop(topic), failed)
+                if not await self._piece_guarded(origin, topic, pieces.pop(topic), failed, gone):
+                    return
         for topic, items in pieces.items():
-            await self._piece_guarded(origin, topic, items, failed)
+            if not await self._piece_guarded(origin, topic, items, failed, gone):
+                return
         for topic, ids in mine.items():
             if topic in failed:
                 continue
@@ -129,9 +135,10 @@ class Takeover:
                           topic, origin)
                 self._held.mark_taken(origin, topic, sorted(missing))
 
-    async def _piece_guarded(self, origin: str, topic: str, items: list[list], failed: set[str]) -> None:
+    async def _piece_guarded(self, origin: str, topic: str, items: list[list], failed: set[str], gone: bool) -> bool:
+        """Take over one piece; False when the origin came back (the takeover stops)."""
         try:
-            await self._piece(origin, topic, items)
+            return await self._piece(origin, topic, items, gone)
         except (DiskQueueError, OSError, ValueError, LookupError, TypeError) as exc:
             failed.add(topic)
             now = trio.current_time()
@@ -141,8 +148,9 @@ class Takeover:
                 self._copies.stats[topic].takeover_failures += 1
                 log.error("REPLICATION: taking over messages of topic %s from node %s failed (tried again): %s",
                           topic, origin, exc)
+            return True
 
-    async def _piece(self, origin: str, topic: str, items: list[list]) -> None:
+    async def _piece(self, origin: str, topic: str, items: list[list], gone: bool = True) -> bool:
         held = self._held
         copies = held.copies(origin, topic)
         channels = list(held.channels.get(origin, {}).get(topic, []))
@@ -163,8 +171,16 @@ class Takeover:
                 continue
             messages.append((message_of(item, new_id), only))
             dones.append(sorted(done) if done else None)
+        if gone and self._peers.reachable(origin):
+            return False
         if messages:
             await self._copies.store(topic, [msg for msg, _ in messages], dones, best_effort=True)
+            if gone and self._peers.reachable(origin):  # back while the copies were stored: they are not needed
+                new = [msg.id for msg, _ in messages]
+                self._peers.post(Drop(topic, new), 17 * len(new))
+                log.info("REPLICATION: node %s is back: %d messages of topic %s not taken over", origin,
+                         len(messages), topic)
+                return False
             await self.broker.put_taken(topic, channels, messages)
         held.mark_taken(origin, topic, ids)
         if self.options.durable:
@@ -174,6 +190,7 @@ class Takeover:
         now = trio.current_time()
         log.info("REPLICATION: took over %d messages of topic %s from node %s (gone for %.1fs)", len(messages),
                  topic, origin, now - self.gone_since.get(origin, now))
+        return True
 
 
 def _takeable(item: list) -> bool:

@@ -20,7 +20,7 @@ from broker.replication.members import Members
 from broker.replication.peers import Peers
 from broker.replication.quorum import Quorum
 from broker.replication.takeover import Takeover
-from broker.replication.wire import Taken, pack_entries
+from broker.replication.wire import Drop, Taken, pack_entries
 
 ME, ORIGIN, OTHER, THIRD = "a" * 32, "b" * 32, "c" * 32, "d" * 32
 
@@ -120,6 +120,33 @@ async def test_a_takeover_queues_what_no_channel_finished_with_new_ids_and_tells
     assert held.copies(ORIGIN, "t") is not None and not len(held.copies(ORIGIN, "t"))
     assert peers.posted == [Taken(ORIGIN, "t", [messages[0].id, messages[1].id])]
     assert copies.stats["t"].takeovers == 2
+    await held.close()
+
+
+async def test_an_origin_back_while_its_copies_are_stored_keeps_its_messages(tmp_path):
+    # it reaches this node again: its HELLO may have been answered before the takeover was
+    # recorded, so it delivers them itself, and this node queues nothing and keeps its copies
+    takeover, held, broker, copies, peers = await _takeover(tmp_path)
+    messages = _messages(2)
+    held.add(ORIGIN, "t", [ORIGIN, ME], [m.id for m in messages], pack_entries(messages))
+    mine = takeover.mine(ORIGIN)
+    stored = copies.store
+
+    async def store_while_it_returns(topic, new, dones=None, *, best_effort=False):
+        await stored(topic, new, dones, best_effort=best_effort)
+        peers.opened(ORIGIN, object())
+
+    copies.store = store_while_it_returns
+    await takeover.take_over(ORIGIN, mine)
+    assert broker.taken == [] and held.taken == {}
+    assert takeover.mine(ORIGIN) == {"t": {m.id for m in messages}}  # still held for it
+    [(_, new, _, _)] = copies.stored
+    assert peers.posted == [Drop("t", [m.id for m in new])]  # the copies just stored elsewhere go
+    await takeover.take_over(ORIGIN, takeover.mine(ORIGIN))  # reachable: nothing happens
+    assert broker.taken == [] and len(copies.stored) == 1
+    # one that came back after a crash without --durable asks for a takeover: it happens
+    await takeover.take_over(ORIGIN, takeover.mine(ORIGIN), gone=False)
+    assert [msg.body for _, _, queued in broker.taken for msg, _ in queued] == [b"body 0", b"body 1"]
     await held.close()
 
 
