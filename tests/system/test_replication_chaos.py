@@ -35,6 +35,7 @@ def check(report: dict) -> None:
     assert not lost, f"acknowledged messages lost: {lost}; summary {summary}"
     assert summary["lost_at_end"] == 0, summary
     assert summary["refused_delivered"] == 0, f"publishes answered with an error were delivered: {summary}"
+    assert summary["minority_late"] == 0, f"the smaller side of a partition delivered what was taken over: {summary}"
     assert summary["acknowledged"] > 0, summary
     # duplicates are bounded and counted: a message in flight on a node that dies, or finished
     # in the FIN batch that had not left it, comes again from the taker. The 100-round runs in
