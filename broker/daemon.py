@@ -65,9 +65,10 @@ class Daemon:
             authd = AuthClient(options.auth_http_addresses, options.http_client_connect_timeout,
                                options.http_client_request_timeout, client_context(options))
         # replication is chosen here, once: the broker's core gets its sending side and fence,
-        # the TCP server its holding side (without --replicas, the core's do-nothing ones)
+        # the TCP server its holding side (without --replicas or a cluster secret, the core's
+        # do-nothing ones); a cluster secret alone lets topics have replicas of their own
         self.replicator: Replicator | None = None
-        if options.replicas > 1:
+        if options.replicas > 1 or options.replication_secret_file:
             from broker.replication import Replicator  # only when copies are kept on peers
 
             self.replicator = Replicator(options, Path(options.data_dir()),

@@ -28,6 +28,7 @@ from broker.config.options import Options
 from broker.core.channel import Channel
 from broker.core.guid import GuidFactory
 from broker.core.host import (
+    MAX_REPLICAS,
     OPEN,
     BrokerStorage,
     Copies,
@@ -39,6 +40,7 @@ from broker.core.host import (
     Subscriber,
 )
 from broker.core.keys import KeyStore, TopicKeys
+from broker.core.maybe import Maybe
 from broker.core.message import Message, now_ns
 from broker.core.publishing import PUBLISH_PIECE, Publisher, PublishStopped, write_seq
 from broker.core.topic import Topic
@@ -143,6 +145,11 @@ class Broker:
             topic.paused = entry["paused"]
             if entry.get("prioritised") is True:
                 topic.rank()
+            if "replicas" in entry:
+                try:
+                    self.set_replicas(topic, entry["replicas"])
+                except ValueError as exc:
+                    log.warning("ignoring replicas of topic %s in nsqd.dat - %s", topic.name, exc)
             for ch in entry["channels"]:
                 channel = topic.get_channel(ch["name"], restored=True)
                 channel.paused = bool(ch.get("paused"))
@@ -265,7 +272,7 @@ class Broker:
         if not topic.exiting:
             await topic.run()
 
-    def subscribe(self, topic_name: str, channel_name: str, client: Subscriber) -> tuple[Channel, Awaitable[None] | None]:
+    def subscribe(self, topic_name: str, channel_name: str, client: Subscriber) -> tuple[Channel, Maybe[None]]:
         """Subscribe ``client`` to a channel (SUB), creating the topic and the channel if new.
 
         Returns the channel and what must be awaited before the subscription is answered,
@@ -317,6 +324,22 @@ class Broker:
         for listener in self.listeners:
             listener.registry_changed(change)
 
+    @property
+    def keeps_copies(self) -> bool:
+        """This node takes part in replication: a topic may have more than one replica."""
+        return not isinstance(self.host.copies, NoCopies)
+
+    def set_replicas(self, topic: Topic, replicas: int | None) -> None:
+        """Give ``topic`` a number of replicas of its own (None: the node's ``--replicas``), used
+        from its next publish on. Raises ValueError for a number out of 1 to
+        :data:`MAX_REPLICAS`, or above one where this node keeps no copies."""
+        if replicas is not None and not (type(replicas) is int and 1 <= replicas <= MAX_REPLICAS):
+            raise ValueError(f"not a number of nodes from 1 to {MAX_REPLICAS}")
+        self.host.copies.configure(topic.name, replicas)
+        topic.replicas = replicas
+        if not topic.ephemeral:
+            self.metadata_changed()
+
     def delete_topic(self, name: str) -> None:
         """Delete a topic, its channels and their files. Raises KeyError if absent."""
         topic = self.topics[name]
@@ -325,15 +348,16 @@ class Broker:
         topic = self.topics.pop(name)
         topic.close()
         topic.delete_queues()
+        self.host.copies.configure(name, None)
         log.info("TOPIC(%s): deleted", name)
         if not topic.ephemeral:
             self.metadata_changed()
         self._registry_changed(RegistryChange(name, None, created=False))
 
-    def publish(self, topic: Topic, request: Publish) -> tuple[int, Awaitable[None] | None]:
+    def publish(self, topic: Topic, request: Publish) -> tuple[int, Awaitable[int | None] | None]:
         """Publish ``request`` to ``topic`` (see :meth:`Publisher.publish`): how many of its
         messages were duplicates of keys the topic stored, and what to await before the
-        answer (None: nothing)."""
+        answer (None: nothing; it returns how many more were duplicates, or None)."""
         return self._publisher.publish(topic, request)
 
     async def put_taken(self, topic_name: str, channels: list[str],
@@ -341,24 +365,28 @@ class Broker:
         """Queue messages taken over from a node that is gone (``--replicas``): the topic and
         ``channels`` are created if missing (and so announced to nsqlookupd); a message
         given None goes through the topic to every channel, one given channel names only to
-        those channels (the others had finished it). Returns once they are stored as any
-        publish is (on stable storage with ``--durable``)."""
+        those channels (the others had finished it, or get their own copy of it: a message
+        is queued with its attempts and due time, which may differ between channels).
+        Returns once they are stored as any publish is (on stable storage with ``--durable``)."""
         topic = self.get_topic(topic_name)
         for name in channels:
             topic.get_channel(name)
         whole = [msg for msg, only in messages if only is None]
         if whole:
             await self._publisher.put_in_pieces(topic, [], 0, messages=whole)
-        touched = set()
+        ready: dict[Channel, list[Message]] = {}  # each channel's, put in one go
         for msg, only in messages:
             for name in only or ():
                 channel = topic.get_channel(name)
                 if msg.due_ns:
                     channel.put_deferred(msg.copy())
+                    ready.setdefault(channel, [])
                 else:
-                    channel.put_many([msg.copy()])
-                touched.add(channel)
-        for channel in touched:
+                    ready.setdefault(channel, []).append(msg.copy())
+        for channel, msgs in ready.items():
+            if msgs:
+                channel.put_many(msgs)
+        for channel in ready:
             await channel.wait_durable()
 
     def disk_written(self, topic: Topic, written: int) -> None:
@@ -408,6 +436,8 @@ class Broker:
             entry = {"name": name, "paused": topic.paused, "channels": channels}
             if topic.ranked:
                 entry["prioritised"] = True
+            if topic.replicas is not None:
+                entry["replicas"] = topic.replicas
             entries.append(entry)
         return entries
 

@@ -310,8 +310,12 @@ class Channel(Delivery, LeaseSettlement, DeadLetterCommands):
         """Out of flight (REQ, LEASE REQ): ready again now, or deferred ``delay_ms``; False if the
         retention could not take them (nothing moved)."""
         if delay_ms > 0:
-            return self.retention.defer(msgs, now_ns() + delay_ms * 1_000_000)
-        return self.retention.requeue(msgs)
+            moved = self.retention.defer(msgs, now_ns() + delay_ms * 1_000_000)
+        else:
+            moved = self.retention.requeue(msgs)
+        if moved:
+            self._host.copies.requeued(self.topic_name, self.name, msgs)
+        return moved
 
     # ---------------------------------------------------------------- subscribers
 
@@ -362,6 +366,7 @@ class Channel(Delivery, LeaseSettlement, DeadLetterCommands):
                 msg.attempts -= 1
         due = self.deferred.pop_due(now)
         if expired:
+            self._host.copies.requeued(self.topic_name, self.name, expired)
             if self.leases:
                 self.leases.forget(expired)
             if not self.retention.requeue(expired):

@@ -109,7 +109,7 @@ class BuriedSet:
 class _BuriedMoves(Protocol):
     """What the dead-letter commands ask of a channel's retention."""
 
-    def kick(self, msg_id: bytes | None, n: int) -> int: ...
+    def kick(self, msg_id: bytes | None, n: int) -> list[Message]: ...
 
     def delete_buried(self, msg_id: bytes | None, n: int) -> int: ...
 
@@ -120,6 +120,8 @@ class DeadLetterCommands:
     """A channel's dead-letter commands; what they use of the channel is declared here."""
 
     options: Options
+    topic_name: str
+    name: str
     ephemeral: bool
     max_attempts: int | None
     bury_after: int
@@ -143,8 +145,9 @@ class DeadLetterCommands:
         """
         moved = self.retention.kick(msg_id, n)
         if moved:
+            self._host.copies.requeued(self.topic_name, self.name, moved)
             self.dispatch()
-        return moved
+        return len(moved)
 
     async def persist_buried(self) -> None:
         """Make a kick or delete final on disk. Raises the queues' ``DiskQueueError``."""

@@ -80,6 +80,7 @@ class Delivery:
     bury_after: int
     taken: set[bytes] | None
     topic_name: str
+    name: str
     _host: CoreHost
     _upstream: Upstream
     _rr: int
@@ -205,6 +206,8 @@ class Delivery:
         if client.lease is not None and sent:
             self._lease_out(client, client.lease_owner, client.lease, sent)
         self.in_flight_timers.push_many(deadline, sent)
+        if sent:
+            self._host.copies.delivered(self.topic_name, self.name, sent)
         if skipped:
             self.retention.retire(skipped)
         if dead:

@@ -169,6 +169,10 @@ class RegistryListener(Protocol):
     def peer_states(self) -> list[PeerState]: ...
 
 
+#: The most nodes a topic's messages can be held by (``POST /topic/create?replicas=``).
+MAX_REPLICAS = 64
+
+
 class CopiesRefused(Exception):
     """A publish could not be stored on as many nodes as its topic's replicas; the message says how many took it."""
 
@@ -180,13 +184,22 @@ class Copies(Protocol):
     A publish to a topic with more than one replica waits for :meth:`store` (its messages,
     ids given, held by that many nodes) before it is queued here; :meth:`abandon` takes
     back the copies of messages that were then not queued. Channels report what they
-    finished, so that the other holders can drop their copies.
+    finished, so that the other holders can drop their copies, and what they delivered or
+    requeued, so that a takeover queues each message with its attempts and due time.
     """
 
     def replicas(self, topic: str) -> int: ...
 
-    async def store(self, topic: str, messages: list[Message]) -> None:
-        """Returns once every copy is held; raises :class:`CopiesRefused`."""
+    def configure(self, topic: str, replicas: int | None) -> None:
+        """Give ``topic`` a number of replicas of its own (None: the node's ``--replicas``).
+        Raises ValueError for more than one where this node keeps no copies."""
+        ...
+
+    async def store(self, topic: str, messages: list[Message], *, keys: list[bytes] | None = None,
+                    expires: int = 0) -> set[bytes]:
+        """Returns once every copy is held; raises :class:`CopiesRefused`. With ``keys`` (one per
+        message, ``b""``: none; the window ends at ``expires``): returns those of them another
+        node, or this one's copies of others' messages, knows (their messages are duplicates)."""
         ...
 
     def abandon(self, topic: str, messages: list[Message]) -> None: ...
@@ -195,9 +208,21 @@ class Copies(Protocol):
         """The channel finished ``messages`` (the other holders drop their copies)."""
         ...
 
-    def counters(self, topic: str) -> tuple[int, int, int, int, int] | None:
+    def delivered(self, topic: str, channel: str, messages: list[Message]) -> None:
+        """The channel delivered ``messages`` (their attempts counted): should this node die
+        before they are finished, they come back with that attempt counted, as a timeout here
+        would count it."""
+        ...
+
+    def requeued(self, topic: str, channel: str, messages: list[Message]) -> None:
+        """``messages`` went back to the channel's queue (REQ, a timeout, a kick), ready or
+        deferred: their attempts and due times as they are now."""
+        ...
+
+    def counters(self, topic: str) -> tuple[int, int, int, int, int, int] | None:
         """For ``/stats``: replicas, copies held for other nodes, copies waiting for
-        confirmation, messages taken over, publishes refused (None: no replication)."""
+        confirmation, messages taken over, publishes refused, copies missing (None: no
+        replication)."""
         ...
 
     def node_stats(self) -> dict | None:
@@ -215,13 +240,24 @@ class NoCopies:
     def replicas(self, topic: str) -> int:
         return 1
 
-    async def store(self, topic: str, messages: list[Message]) -> None:
+    def configure(self, topic: str, replicas: int | None) -> None:
+        if replicas is not None and replicas > 1:
+            raise ValueError("this node keeps no copies: start it with --replicas or --replication-secret-file")
+
+    async def store(self, topic: str, messages: list[Message], *, keys: list[bytes] | None = None,
+                    expires: int = 0) -> set[bytes]:
         raise AssertionError("a topic with one replica stores no copies")
 
     def abandon(self, topic: str, messages: list[Message]) -> None:
         pass
 
     def finished(self, topic: str, channel: str, messages: list[Message]) -> None:
+        pass
+
+    def delivered(self, topic: str, channel: str, messages: list[Message]) -> None:
+        pass
+
+    def requeued(self, topic: str, channel: str, messages: list[Message]) -> None:
         pass
 
     def counters(self, topic: str) -> None:

@@ -72,7 +72,7 @@ class Publisher:
         self._starting = starting
         self.exiting = False
 
-    def publish(self, topic: Topic, request: Publish) -> tuple[int, Awaitable[None] | None]:
+    def publish(self, topic: Topic, request: Publish) -> tuple[int, Awaitable[int | None] | None]:
         """Publish ``request`` (PUB, MPUB, DPUB, ``/pub``, ``/mpub``) to ``topic`` as one batch of
         new messages: each gets a fresh id and the current wall-clock timestamp; ``defer_ms`` > 0
         makes them deferred by that long; with ``keys``, a message whose key ``topic`` stored
@@ -81,7 +81,8 @@ class Publisher:
         what must be awaited to finish it: in durable mode the batch is answered once on stable
         storage (sharing one fsync with every publisher waiting at the same moment); the first
         publish to a new topic once the channels the listeners know for it exist (as nsqd's); a
-        publish with ``--replicas`` once its copies are held; a batch of more than
+        publish with ``--replicas`` once its copies are held (the awaitable returns how many
+        more of its messages were duplicates of keys other nodes know); a batch of more than
         :data:`PUBLISH_PIECE` bodies is queued a piece at a time, with a checkpoint between
         pieces, so that a huge MPUB does not hold the other connections (messages of other
         publishers may come between its pieces, as they can in nsqd).
@@ -107,7 +108,7 @@ class Publisher:
         return 0, self._put(topic, request.bodies, defer_ns, request.priorities)
 
     def _put(self, topic: Topic, bodies: list[bytes], defer_ns: int,
-             priorities: list[int] | None) -> Awaitable[None] | None:
+             priorities: list[int] | None) -> Awaitable[int | None] | None:
         """Queue ``bodies`` (see :meth:`publish`): None when they are queued, else what to await."""
         ranks = self._ranks(topic, priorities) if priorities is not None else None
         copies = self._host.copies
@@ -134,7 +135,7 @@ class Publisher:
         return [None if p == default else p for p in priorities]
 
     def _put_keyed(self, topic: Topic, bodies: list[bytes], keys: list[bytes], defer_ns: int,
-                   priorities: list[int] | None) -> tuple[int, Awaitable[None] | None]:
+                   priorities: list[int] | None) -> tuple[int, Awaitable[int | None] | None]:
         """:meth:`_put` for messages with keys (``b""``: unkeyed): those whose key ``topic``
         stored within ``--dedup-window`` are not stored. Returns how many were such
         duplicates, and what must be awaited before the answer, as :meth:`publish` does.
@@ -146,6 +147,10 @@ class Publisher:
         duplicates waits for the topic's sync, which covers the messages they duplicate
         (published a moment ago, perhaps). Without ``--durable`` the keys are journaled
         when the broker stops (see :mod:`broker.core.keys`).
+
+        With ``--replicas`` the other nodes are asked too (see :meth:`_publish_copied`): until
+        they answered, the new keys are pending (:attr:`TopicKeys.pending`), and a node asking
+        about them meanwhile is told this node does not know them yet.
         """
         store = self._keys
         topic_keys = topic.key_store()
@@ -159,11 +164,15 @@ class Publisher:
             if priorities is not None:
                 kept_priorities = [p for p, new in zip(priorities, stored) if new]
         copies = self._host.copies
+        waiting: list[bytes] = []
+        pending: Awaitable[int | None]
         if kept and copies.replicas(topic.name) > 1:
             ranks = self._ranks(topic, kept_priorities) if kept_priorities is not None else None
             messages = self._new_messages(kept, defer_ns, ranks)
-            journaled = kept_keys if topic_keys.commit is not None else None
-            pending: Awaitable[None] = self._publish_copied(copies, topic, messages, journaled, expires)
+            waiting = [key for key in kept_keys if key]
+            topic_keys.pending.update(waiting)
+            pending = self._publish_copied(copies, topic, messages, kept_keys, expires,
+                                           journaled=topic_keys.commit is not None)
         elif topic_keys.commit is None:
             try:
                 published = self._put(topic, kept, defer_ns, kept_priorities) if kept else None
@@ -179,27 +188,55 @@ class Publisher:
         else:
             assert topic.wait_stored is not None
             pending = topic.wait_stored()
-        return duplicates, self._keyed_stored(topic_keys, keys, stored, pending)
+        return duplicates, self._keyed_stored(topic_keys, keys, stored, pending, waiting)
 
     async def _keyed_stored(self, topic_keys: TopicKeys, keys: list[bytes], stored: list[bool] | None,
-                            pending: Awaitable[None]) -> None:
+                            pending: Awaitable[int | None], waiting: list[bytes]) -> int | None:
         try:
-            await pending
+            return await pending
         except BaseException:
             self._keys.forget(topic_keys, keys, stored)
             raise
+        finally:
+            topic_keys.pending.difference_update(waiting)
 
     async def _publish_copied(self, copies: Copies, topic: Topic, messages: list[Message],
-                              keys: list[bytes] | None = None, expires: int = 0) -> None:
+                              keys: list[bytes] | None = None, expires: int = 0, *, journaled: bool = False) -> int:
         """A publish to a topic with replicas: ``messages`` are queued here once the other
         nodes hold their copies (raises :class:`CopiesRefused` when too few do); the copies
-        are taken back if queueing them fails."""
-        await copies.store(topic.name, messages)
+        are taken back if queueing them fails. With ``keys``, the messages whose key another
+        node knows are duplicates: not queued, their copies taken back, their keys forgotten
+        here (they are the other node's); returns how many. ``journaled``: the keys of the
+        rest are journaled (``--durable``)."""
+        if keys is None:
+            await copies.store(topic.name, messages)
+            found = 0
+        else:
+            known = await copies.store(topic.name, messages, keys=keys, expires=expires)
+            found = len(known) and self._drop_known(copies, topic, messages, keys, known)
+            if found:
+                messages = [msg for msg, key in zip(messages, keys) if key not in known]
+                keys = [key for key in keys if key not in known]
+        if not messages:
+            return found
         try:
-            await self.put_in_pieces(topic, [], 0, keys, expires, messages=messages)
+            await self.put_in_pieces(topic, [], 0, keys if journaled else None, expires, messages=messages)
         except BaseException:
             copies.abandon(topic.name, messages)
             raise
+        return found
+
+    def _drop_known(self, copies: Copies, topic: Topic, messages: list[Message], keys: list[bytes],
+                    known: set[bytes]) -> int:
+        """Take back the copies of the messages whose key is ``known`` elsewhere, forget their keys
+        here and count them as duplicates; returns how many."""
+        copies.abandon(topic.name, [msg for msg, key in zip(messages, keys) if key in known])
+        topic_keys = topic.keys
+        assert topic_keys is not None
+        duplicates = [key for key in keys if key in known]
+        self._keys.forget(topic_keys, duplicates, None)
+        topic_keys.duplicates += len(duplicates)
+        return len(duplicates)
 
     async def put_in_pieces(self, topic: Topic, bodies: list[bytes], defer_ns: int,
                                  keys: list[bytes] | None = None, expires: int = 0,

@@ -82,6 +82,9 @@ class Topic:
         #: a message with a priority of its own was published: every channel ranks (see
         #: :mod:`broker.core.ranking`); kept in the metadata file
         self.ranked = False
+        #: the topic's own number of replicas (None: the node's ``--replicas``); kept in the
+        #: metadata file, applied by the broker to its copies
+        self.replicas: int | None = None
         #: ids of messages another node took over (--replicas), shared with every channel
         self.taken: set[bytes] | None = None
         self._pump_waiting = False  # the pump waits for a disk that refused a write

@@ -16,12 +16,19 @@ from typing import TYPE_CHECKING, Any
 
 from broker.config.log import LOG_LEVELS, set_log_level
 from broker.config.options import get_config_value
+from broker.core.host import MAX_REPLICAS
 from broker.gocompat import go_unmarshal, replace_surrogates
-from broker.http.query import first, request_params
+from broker.http.query import count_param, first, request_params
 from broker.http.responses import APIError, v1
 from broker.http.router import Endpoint
 from broker.http.server import BodyReadError, Request, RequestBody, Response
-from broker.http.targets import existing_channel, existing_topic_and_channel_name, new_topic, persist_metadata
+from broker.http.targets import (
+    existing_channel,
+    existing_topic_and_channel_name,
+    new_topic,
+    persist_metadata,
+    topic_name,
+)
 from broker.protocol import is_valid_name
 
 if TYPE_CHECKING:
@@ -71,9 +78,24 @@ class AdminEndpoints:
     # ---------------------------------------------------------------- topics
 
     async def topic_create(self, request: Request, body: RequestBody, param: str) -> Response:
-        """``POST /topic/create?topic=``."""
-        new_topic(self.broker, request_params(request))
-        return v1()
+        """``POST /topic/create?topic=``; with ``replicas=N`` (1 to :data:`MAX_REPLICAS`, or
+        ``default``: the node's ``--replicas``) the topic's messages are held by N nodes from
+        its next publish on, kept in the metadata at once."""
+        params = request_params(request)
+        text = first(params, "replicas")
+        if text is None:
+            new_topic(self.broker, params)
+            return v1()
+        name = topic_name(params)
+        replicas = None if text == "default" else count_param(params, "replicas", None, MAX_REPLICAS)
+        if replicas == 0 or (replicas is None and text != "default"):
+            raise APIError(400, "INVALID_ARG_REPLICAS")
+        if replicas is not None and replicas > 1 and not self.broker.keeps_copies:
+            raise APIError(400, "REPLICATION_DISABLED")
+        topic = self.broker.get_topic(name)
+        self.broker.set_replicas(topic, replicas)
+        await persist_metadata(self.broker)  # at once, like pause: a crash must not undo it
+        return v1({"replicas": self.broker.host.copies.replicas(topic.name)})
 
     async def topic_delete(self, request: Request, body: RequestBody, param: str) -> Response:
         """``POST /topic/delete?topic=``: the topic, its channels and their data."""

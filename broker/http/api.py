@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from broker.core.maybe import Maybe
 from broker.gocompat import format_duration
 from broker.http.admin import AdminEndpoints
 from broker.http.inspect import InspectEndpoints
@@ -69,8 +70,8 @@ class HTTPServer:
         self._router = Router(routes)
         self._unlogged = frozenset(publish.routes().values())  # nsqd does not log publishes
         # answered in the read poller's task as the request's bytes arrive (see HTTP1Server)
-        self._inline = {"/pub": publish.pub_now}
-        self._server = HTTP1Server(self.handle, inline=self.handle_now, ssl_context=ssl_context)
+        self._inline = {"/pub": publish.pub_whole}
+        self._server = HTTP1Server(self.handle, inline=self.handle_whole, ssl_context=ssl_context)
 
     async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until the connections are closed; reports started once listening."""
@@ -108,7 +109,7 @@ class HTTPServer:
             self._log(request, response.status, started)
         return response
 
-    def handle_now(self, request: Request, body: bytes) -> Response | Awaitable[Response] | None:
+    def handle_whole(self, request: Request, body: bytes) -> Maybe[Response] | None:
         """Answer a ``POST /pub`` whose whole ``body`` is here, at once or by what to await
         (the :class:`HTTP1Server` inline handler); None for any other request, which
         :meth:`handle` answers. Never raises."""

@@ -81,7 +81,9 @@ class ParsedRequest:
     ``method`` and ``target`` are the raw bytes of the request line; ``headers`` are
     (lower-case name, value) pairs. ``content_length`` is None for a chunked body.
     ``parts`` holds body bytes not yet taken (``buffered`` of them); ``complete`` is set
-    once the body has ended, ``error`` when it cannot be read to its end.
+    once the body has ended, ``error`` when it cannot be read to its end. How the handler
+    read it (``taken``, ``all_taken``, ``cut_short``) is the connection's to keep
+    (:mod:`broker.http.connection`).
     """
 
     # Class-level defaults: a request sets only what it differs in (most set none of them).
@@ -96,6 +98,9 @@ class ParsedRequest:
     complete = False
     error: str | None = None
     truncated = False  # the input ended within its Content-Length body
+    taken = 0  # bytes of the body the handler read
+    all_taken = False  # the handler read all of it
+    cut_short = False  # a read of the handler met the input's end within a Content-Length body
 
     headers: tuple[tuple[bytes, bytes], ...] = ()
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NoReturn
 import trio
 
 from broker.core.host import CopiesRefused
+from broker.core.maybe import Maybe
 from broker.core.publishing import PublishStopped
 from broker.gocompat import MILLISECOND, parse_int64, to_ns, wrap_int64
 from broker.http.query import first, parse_bool, query_params, request_params
@@ -71,10 +72,10 @@ class PublishEndpoints:
             data = await body.read(max_size + 1)
         except BodyReadError:
             raise APIError(500, "INTERNAL_ERROR") from None
-        answer = self.pub_now(request, data)
+        answer = self.pub_whole(request, data)
         return answer if isinstance(answer, Response) else await answer
 
-    def pub_now(self, request: Request, data: bytes) -> Response | Awaitable[Response]:
+    def pub_whole(self, request: Request, data: bytes) -> Maybe[Response]:
         """:meth:`pub` for a request whose whole body is ``data``: the answer, or what to
         await for it (a durable publish, the first to a new topic). Raises :class:`APIError`
         as :meth:`pub` does."""
@@ -162,7 +163,7 @@ class PublishEndpoints:
         answer = self._put(topic, Mpub(topic.name, bodies, keys, priorities))
         return answer if isinstance(answer, Response) else await answer
 
-    def _put(self, topic: Topic, request: Publish) -> Response | Awaitable[Response]:
+    def _put(self, topic: Topic, request: Publish) -> Maybe[Response]:
         """Queue ``request`` as one batch, as the TCP publishes are queued: the answer, or what
         to await for it (when the publish must be awaited); 503 EXITING if that fails, as nsqd
         answers every failed put.
@@ -179,20 +180,23 @@ class PublishEndpoints:
             duplicates, pending = broker.publish(topic, request)
         except Exception as exc:
             _put_failed(topic, exc)
-        if request.keys is None:
-            answer = OK
-        else:
-            answer = OK._replace(headers=(*OK.headers, (DUPLICATES_HEADER, b"%d" % duplicates)))
-        return answer if pending is None else _stored(topic, pending, answer)
+        if pending is not None:
+            return _stored(topic, pending, request.keys is not None, duplicates)
+        return _answer(request.keys is not None, duplicates)
 
 
-async def _stored(topic: Topic, pending: Awaitable[None], answer: Response) -> Response:
-    """``answer`` once ``pending`` (a publish) is done; 503 EXITING if it fails."""
+def _answer(keyed: bool, duplicates: int) -> Response:
+    return OK._replace(headers=(*OK.headers, (DUPLICATES_HEADER, b"%d" % duplicates))) if keyed else OK
+
+
+async def _stored(topic: Topic, pending: Awaitable[int | None], keyed: bool, duplicates: int) -> Response:
+    """The answer once ``pending`` (a publish) is done (it may have found more duplicates: keys
+    other nodes know); 503 EXITING if it fails."""
     try:
-        await pending
+        duplicates += await pending or 0
     except Exception as exc:
         _put_failed(topic, exc)
-    return answer
+    return _answer(keyed, duplicates)
 
 
 def _put_failed(topic: Topic, exc: Exception) -> NoReturn:

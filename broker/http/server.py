@@ -1,54 +1,49 @@
 """HTTP/1.1 over Trio: one task per connection, keep-alive, pipelining, bounded input.
 
-This module knows HTTP, not NSQ: requests are parsed by :mod:`broker.http.parser` where Go's
-server parses them, each one is handed to a handler (``async (Request, RequestBody) -> Response``) and the
-responses are written in order. The behaviour at the edges follows Go's ``net/http``
-server, which nsqd uses:
+This module knows HTTP, not NSQ, and does the I/O only: what the bytes mean and what to
+answer is :class:`~broker.http.connection.HTTPConnection`'s (the sans-I/O core: Go's rules
+for keep-alive, ``100 Continue``, draining, refusals, rendering), reading and writing a
+socket or a TLS stream is :mod:`broker.http.transport`'s. Between them is one I/O loop
+per connection (:class:`_Exchange`): feed what was received, answer what the connection
+hands out, write what it queued, wait for more.
 
-* the request line and headers together may take :data:`MAX_HEADER_BYTES`; beyond that
-  the answer is ``431 Request Header Fields Too Large`` and the connection closes;
-* a handler reads the body through :meth:`RequestBody.read` with a byte limit, so a
-  large body is never held in memory; ``100 Continue`` is sent when a client waits for
-  it and the handler starts reading; any other ``Expect`` is ``417``;
-* a body the handler left unread is discarded (up to :data:`MAX_DRAIN_BYTES`) so the
-  connection can be reused; a longer one closes the connection (``Connection: close``);
-* malformed requests get Go's plain-text answer, byte for byte (``400 Bad Request``,
-  ``505``, ``501``, ``431``: no ``Date``, no length) and a close, and so does a head cut
-  short by the end of input; an HTTP/1.0 request is answered in HTTP/1.0 and keeps its
-  connection only when its first ``Connection`` header says ``keep-alive``.
+A request is answered by the server's ``handler`` (``async (Request, RequestBody) ->
+Response``), which reads the body through :meth:`RequestBody.read` with a byte limit, so a
+large body is never held in memory. Requests that arrive together (pipelined) are parsed in
+one pass and their responses written together, one write per batch.
 
-Requests that arrive together (pipelined) are parsed in one pass and their responses
-written together, one write per batch. Responses carry ``Date`` and ``Content-Length``; a
-body without ``Content-Type`` gets Go's sniffed ``text/plain; charset=utf-8``. The bytes of
-a small response are built once per second and reused.
+The loop has two drivers. The connection's task runs it (:meth:`_Exchange.run`), awaiting
+the handler and the socket. While that task waits between requests on the server's
+:class:`~broker.server.poller.ReadPoller` (a plain socket), the poller's task runs a step of
+the same loop on each edge (:meth:`_Exchange.__call__`: read, feed, answer, write; plain,
+never awaiting), if the server was given an ``inline`` handler (``(Request, bytes) ->
+Maybe[Response] | None``): a request whose body is all there is answered at once
+(:meth:`~broker.http.connection.HTTPConnection.answer_whole`), or by what to await (the
+connection's task then awaits it), or left to the connection's task and its ``handler``
+(None). A small body whose head came first is waited for there. A ``/pub`` answered at once
+then costs no task switch and no coroutine, only the poller's wake-up, shared by every
+connection that became readable. Whichever task writes, the answers go out in request
+order. The poller's task never raises for a connection: what fails in it is kept for the
+connection's task, which ends the connection on it.
 
-A plain socket waits for input on the server's :class:`~broker.server.poller.ReadPoller`
-(one edge-triggered epoll set), as TCP connections do. A server given an ``inline``
-handler (``(Request, bytes) -> Response | Awaitable[Response] | None``) lets the poller's
-task answer requests whose body is all there as their bytes arrive: the handler answers at
-once, or returns what to await (the connection's task then awaits it), or None to leave
-the request to the connection's task and its ``handler``. A ``/pub`` answered at once then
-costs no task switch and no coroutine, only the poller's wake-up, shared by every
-connection that became readable.
+Imported by :mod:`broker.http.api` (and, for :class:`Request`, :class:`Response`,
+:class:`RequestBody`, by the endpoints); imports the core (:mod:`broker.http.connection`),
+the transports and :mod:`broker.server.net` for the listener loop.
 """
 
 from __future__ import annotations
 
-import http
 import logging
-import os
-import re
 import ssl
-import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import NamedTuple
 
 import trio
 
-from broker.http.parser import HeadError, ParsedRequest, RequestParser
-from broker.http.transport import RECEIVE_SIZE, SocketTransport, Transport, open_transport
+from broker.http.connection import MAX_DRAIN_BYTES, MAX_HEADER_BYTES, HTTPConnection, WholeAnswer
+from broker.http.events import CLOSED, NEED_DATA, BodyReadError, Request, Response, Signal
+from broker.http.render import TEXT_PLAIN, ResponseRenderer, http_date
+from broker.http.transport import RECEIVE_SIZE, Transport, open_transport
 from broker.server.net import ConnectionServer, peer_address
-from broker.server.poller import ReadPoller
 
 __all__ = [
     "http_date",
@@ -66,139 +61,31 @@ __all__ = [
 
 log = logging.getLogger("pynsqd.http")
 
-#: Request line plus headers: Go's ``http.DefaultMaxHeaderBytes`` (1 MiB) plus the 4 KiB
-#: of slack its reader allows.
-MAX_HEADER_BYTES = (1 << 20) + 4096
-#: Unread request body discarded after a response so the connection can be reused
-#: (Go's ``maxPostHandlerReadBytes``); more than this closes the connection.
-MAX_DRAIN_BYTES = 256 * 1024
 #: After closing our side while the client may still be sending, how long to keep
 #: reading (and dropping) its data so that the kernel does not answer it with a reset
 #: that destroys the response in flight (Go's ``rstAvoidanceDelay``).
 LINGER_SECONDS = 0.5
-
-#: What Go's content sniffing says about text bodies.
-TEXT_PLAIN = b"text/plain; charset=utf-8"
-
-#: Responses whose bytes are kept for reuse (within the second of their ``Date``): at most
-#: this many, with bodies of at most this size.
-_CACHED_RESPONSES = 256
-_CACHED_BODY_BYTES = 1024
 #: Responses to pipelined requests are written together up to this size.
 _OUTPUT_BYTES = 256 * 1024
 #: A request body up to this size is awaited in the read poller's task when its head came
 #: first, so that the request can be answered there.
 _INLINE_BODY_BYTES = 64 * 1024
-#: Distinct request targets whose decoded path and query are kept, up to this length.
-_CACHED_TARGETS = 1024
-_CACHED_TARGET_BYTES = 512
-
-
-class Request(NamedTuple):
-    """One request's head. ``path`` is percent-decoded; ``raw_query`` is not.
-
-    ``headers`` are (lower-case name, value) pairs as received; ``content_length`` is None
-    for a chunked body.
-    """
-
-    method: str
-    path: str
-    raw_query: str
-    headers: tuple[tuple[bytes, bytes], ...]
-    content_length: int | None
-    remote: str
-
-    def header(self, name: bytes) -> bytes | None:
-        """The first value of header ``name`` (lower case), or None."""
-        for key, value in self.headers:
-            if key == name:
-                return value
-        return None
-
-
-class Response(NamedTuple):
-    """A complete response. ``headers`` are (name, value) byte pairs; ``Date`` and
-    ``Content-Length`` are added when it is sent. ``reason`` replaces the status's usual
-    phrase in the status line."""
-
-    status: int
-    body: bytes = b""
-    headers: tuple[tuple[bytes, bytes], ...] = ()
-    reason: bytes | None = None
-
-
-class BodyReadError(Exception):
-    """The request body could not be read (the peer closed early or sent bad chunking)."""
-
 
 Handler = Callable[[Request, "RequestBody"], Awaitable[Response]]
 #: Answers a request whose whole body is given, in the poller's task: a response, what to
 #: await for one (in the connection's task), or None to leave the request to the
 #: :data:`Handler`, which then sees it as if nothing had happened. Never raises.
-InlineHandler = Callable[[Request, bytes], "Response | Awaitable[Response] | None"]
-
-
-_REASONS = {status.value: status.phrase.encode() for status in http.HTTPStatus}
-_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_EXPECTATION_FAILED = Response(417)
-_BAD_REQUEST = HeadError(400)
-
-
-class _Connection:
-    """One client connection: its transport, parser, the responses not yet written, and
-    whether closing must wait for the client to stop sending."""
-
-    __slots__ = ("stream", "transport", "parser", "remote", "output", "output_bytes", "linger", "awaiting")
-
-    def __init__(self, stream: trio.abc.Stream, remote: str, max_header_bytes: int):
-        self.stream = stream
-        self.transport: Transport = open_transport(stream)
-        self.parser = RequestParser(max_header_bytes)
-        self.remote = remote
-        self.output: list[bytes] = []
-        self.output_bytes = 0  # of the responses in output
-        self.linger = False
-        # a request the poller's task began (see _InlineRequests): its parsed form and what to
-        # await for its response
-        self.awaiting: tuple[ParsedRequest, Awaitable[Response]] | None = None
-
-    async def flush(self) -> None:
-        """Write the responses waiting in :attr:`output` (one write)."""
-        output = self.output
-        data = output[0] if len(output) == 1 else b"".join(output)
-        output.clear()
-        self.output_bytes = 0
-        await self.transport.send(data)
-
-    async def fill(self, request: ParsedRequest) -> None:
-        """Receive more of ``request``'s body, after writing what waits in :attr:`output`
-        (a ``100 Continue`` among it); marks the request's error if the client is gone."""
-        try:
-            if self.output:
-                await self.flush()
-        except trio.BrokenResourceError:
-            request.error = "connection closed"
-            return
-        data = await self.transport.receive()
-        if data:
-            self.parser.feed(data)
-        else:
-            self.parser.eof()
+InlineHandler = WholeAnswer
 
 
 class RequestBody:
     """The body of the request being handled; read it at most once, with a limit."""
 
-    __slots__ = ("_conn", "_request", "complete", "received", "cut_short")
+    __slots__ = ("_conn", "_exchange")
 
-    def __init__(self, conn: _Connection, request: ParsedRequest):
-        self._conn = conn
-        self._request = request
-        self.complete = False
-        self.received = 0
-        # a read met the end of input within a Content-Length body: Go's reader takes that as
-        # the body's end (an error for the handler), so its answer does not announce a close
-        self.cut_short = False
+    def __init__(self, exchange: _Exchange):
+        self._conn = exchange.conn
+        self._exchange = exchange
 
     async def read(self, limit: int) -> bytes:
         """Up to ``limit`` bytes of the body (fewer only if the body is shorter).
@@ -207,188 +94,122 @@ class RequestBody:
         may be longer; callers pass their maximum plus one to detect that. Raises
         :class:`BodyReadError` if the body cannot be read.
         """
-        if self.complete or limit <= 0:
-            return b""
-        request = self._request
-        if request.expect_continue:  # as Go: on the first read, even if the body came anyway
-            request.expect_continue = False
-            self._conn.output.append(_CONTINUE)
-        while request.buffered < limit and not request.complete:
-            if request.error is not None:
-                self.cut_short = request.truncated
-                raise BodyReadError(request.error)
-            await self._conn.fill(request)
-        parts = request.parts
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        parts.clear()
-        if len(data) > limit:
-            parts.append(data[limit:])
-            data = data[:limit]
-        request.buffered -= len(data)
-        self.received += len(data)
-        if request.complete and not request.buffered:
-            self.complete = True
-        return data
-
-    async def discard(self, limit: int) -> bool:
-        """Read and drop up to ``limit`` more bytes; True if the body ended within them.
-        Raises :class:`BodyReadError` if the body cannot be read."""
-        request = self._request
-        dropped = 0
         while True:
-            dropped += request.buffered
-            request.parts.clear()
-            request.buffered = 0
-            if request.complete:
-                self.complete = True
-                return True
-            if request.error is not None:
-                raise BodyReadError(request.error)
-            if dropped > limit:
-                return False
-            await self._conn.fill(request)
+            data = self._conn.read_body(limit)
+            if data is not None:
+                return data
+            await self._exchange.fill()
 
 
-_PERCENT = re.compile(rb"%([0-9A-Fa-f]{2})")
+class _Exchange:
+    """One connection's I/O loop: its :class:`HTTPConnection`, its transport, and the answer
+    the poller's task began for the connection's task to await.
 
-
-def _decode_path(raw: bytes) -> str | None:
-    """Go's path unescaping: ``%XX`` decoded, ``+`` kept; None for a bad escape."""
-    if b"%" in raw:
-        if raw.count(b"%") != len(_PERCENT.findall(raw)):
-            return None
-        raw = _PERCENT.sub(lambda m: bytes((int(m.group(1), 16),)), raw)
-    return raw.decode("utf-8", "surrogateescape")
-
-
-def _split_target(target: bytes) -> tuple[bytes, bytes]:
-    """(path, raw query) of an origin-form or absolute-form request target."""
-    if not target.startswith(b"/"):
-        scheme, sep, rest = target.partition(b"://")
-        if sep:
-            slash = rest.find(b"/")
-            question = rest.find(b"?")
-            if slash == -1 or (question != -1 and question < slash):
-                target = b"/" + rest[question:] if question != -1 else b"/"
-            else:
-                target = rest[slash:]
-    path, _, query = target.partition(b"?")
-    return path, query
-
-
-_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-
-
-def http_date(seconds: float) -> str:
-    """RFC 9110's date (``Sun, 06 Nov 1994 08:49:37 GMT``), the ``Date`` header's, as Go's
-    ``http.TimeFormat`` writes it; English names whatever the locale (``email.utils`` does the
-    same, at 7 ms of a start's imports)."""
-    t = time.gmtime(seconds)
-    return (f"{_WEEKDAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year:04d} "
-            f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT")
-
-
-class _ResponseWriter:
-    """Renders responses to bytes; the bytes of small ones are kept for the current second.
-
-    The cache is keyed by the response object (kept alive with its bytes, so that its id
-    is not reused) and by how it is sent: HTTP/1.0 or 1.1, closing or not, to a HEAD.
+    :meth:`run` is the connection's task; :meth:`__call__` is the input handler it leaves
+    the poller while it waits (it never raises: a failure is kept in ``failure``).
     """
 
-    __slots__ = ("_second", "_date", "_cache")
+    __slots__ = ("conn", "transport", "handler", "inline", "pending", "failure")
 
-    def __init__(self) -> None:
-        self._second = -1
-        self._date = b""
-        self._cache: dict[int, tuple[Response, bytes]] = {}
-
-    def render(self, response: Response, *, http10: bool, close: bool, head: bool) -> bytes:
-        """The bytes of ``response``: in HTTP/1.0 or 1.1, saying whether the connection
-        closes, without the body for a HEAD."""
-        now = int(time.time())
-        if now != self._second:
-            self._second = now
-            self._date = b"Date: " + http_date(now).encode() + b"\r\n"
-            self._cache.clear()
-        key = id(response) * 8 + http10 * 4 + close * 2 + head
-        cached = self._cache.get(key)
-        if cached is not None and cached[0] is response:
-            return cached[1]
-        data = self._render(response, http10, close, head)
-        if len(response.body) <= _CACHED_BODY_BYTES:
-            if len(self._cache) >= _CACHED_RESPONSES:
-                self._cache.clear()
-            self._cache[key] = (response, data)
-        return data
-
-    def _render(self, response: Response, http10: bool, close: bool, head: bool) -> bytes:
-        status = response.status
-        body = response.body
-        reason = response.reason if response.reason is not None else _REASONS.get(status, b"")
-        lines = [b"HTTP/1.0 %d %s\r\n" % (status, reason) if http10 else b"HTTP/1.1 %d %s\r\n" % (status, reason)]
-        typed = False
-        for name, value in response.headers:
-            lines.append(b"%s: %s\r\n" % (name, value))
-            typed = typed or name.lower() == b"content-type"
-        if body and not typed:
-            lines.append(b"Content-Type: " + TEXT_PLAIN + b"\r\n")
-        if http10:
-            if not close:
-                lines.append(b"Connection: keep-alive\r\n")
-        elif close:
-            lines.append(b"Connection: close\r\n")
-        lines.append(b"Content-Length: %d\r\n" % len(body))
-        lines.append(self._date)
-        lines.append(b"\r\n")
-        if not head:
-            lines.append(body)
-        return b"".join(lines)
-
-
-class _InlineRequests:
-    """What a plain HTTP connection waiting between requests leaves the :class:`ReadPoller`:
-    called in the poller's task on an edge, it reads the socket and answers the requests
-    that came (:meth:`HTTP1Server.answer_inline`), and wakes the connection's task only when
-    that task has work. It never raises (the poller's contract): a failure is kept in
-    ``failure`` and the connection's task ends the connection on it."""
-
-    __slots__ = ("server", "conn", "poller", "fd", "failure")
-
-    def __init__(self, server: HTTP1Server, conn: _Connection, poller: ReadPoller, fd: int):
-        self.server = server
+    def __init__(self, conn: HTTPConnection, transport: Transport, handler: Handler, inline: InlineHandler | None):
         self.conn = conn
-        self.poller = poller
-        self.fd = fd
-        self.failure: Exception | None = None
+        self.transport = transport
+        self.handler = handler
+        self.inline = inline
+        #: the answer to the request being answered, to await (the poller's task began it)
+        self.pending: Awaitable[Response] | None = None
+        self.failure: Exception | None = None  # what failed in the poller's task
 
     def __call__(self) -> bool:
-        try:
-            data = os.read(self.fd, RECEIVE_SIZE)
-        except BlockingIOError:  # an edge for bytes read already
-            return True
-        except OSError:  # reset by the peer: the connection's task reads it again and ends
-            return False
+        """The poller's task's step, on an edge: read the socket, answer with the inline handler
+        what it answers at once (:meth:`HTTPConnection.answer_whole`) and write the answers;
+        False when the connection's task must go on instead (it has a request to answer or an
+        answer to await, the socket did not take the answers whole, a read was full, the input
+        ended, the connection is over)."""
+        transport = self.transport
+        data = transport.receive_ready()
         if not data:
-            return False  # the end of input, which the connection's task reads again
+            # None: an edge for bytes read already; b"": the end of input (or a reset), which the
+            # connection's task reads again
+            return data is None
+        conn = self.conn
         try:
-            self.conn.parser.feed(data)
-            return (self.server.answer_inline(self.conn) and len(data) < RECEIVE_SIZE
-                    and not self.poller.hung_up(self.fd))
+            conn.receive_data(data)
+            answer = conn.answer_whole(self.inline, _INLINE_BODY_BYTES)  # type: ignore[arg-type]  # set when called
+            if answer is not NEED_DATA:
+                if type(answer) is not Signal:
+                    self.pending = answer  # type: ignore[assignment]  # an awaitable
+                return False
+            if conn.output:
+                out = conn.data_to_send()
+                sent = transport.send_some(out)
+                if sent < len(out):  # the rest is for the connection's task to write
+                    conn.put_back(out[sent:])
+                    return False
+            return transport.drained
         except Exception as exc:
             self.failure = exc
             return False
 
+    async def run(self) -> None:
+        """Serve the connection until either side ends it (the connection's task): answer what
+        the connection hands out with the handler (or await the answer the poller's task
+        began), write what it queued when it needs input, wait for input."""
+        conn = self.conn
+        transport = self.transport
+        handler = self.handler
+        on_input = self if self.inline is not None else None
+        while True:
+            pending = self.pending
+            if pending is None:
+                event = conn.next_event()
+                if event is NEED_DATA:
+                    if conn.output:
+                        await transport.send(conn.data_to_send())
+                        if conn.closing:
+                            continue  # the server began closing meanwhile: an idle connection ends now
+                    data = await transport.receive(on_input)
+                    if data is None:  # woken: by the shutdown, or by the poller's task
+                        failure = self.failure
+                        if failure is not None:
+                            self.failure = None
+                            log.error("HTTP: connection from %s failed: %r", conn.remote, failure)
+                            return
+                        continue
+                    conn.receive_data(data)
+                    continue
+                if event is CLOSED:
+                    if conn.output:
+                        await transport.send(conn.data_to_send())
+                    return
+                response = await handler(event, RequestBody(self))  # type: ignore[arg-type]  # a Request
+            else:
+                self.pending = None
+                response = await pending
+            conn.send_response(response)
+            if conn.output_bytes >= _OUTPUT_BYTES:  # many large answers pipelined: write as they come
+                await transport.send(conn.data_to_send())
 
-def _head_error_answer(error: HeadError) -> bytes:
-    """Go's own answer to a request it cannot read, byte for byte: ``<code> <reason>[: <text>]``
-    in plain text, without ``Date`` or a length (the connection closes after it)."""
-    reason = _REASONS.get(error.status, b"Error")
-    if error.text:
-        reason += b": " + error.text.encode()
-    body = error.body if error.body is not None else b"%d %s" % (error.status, reason)
-    return b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nConnection: close\r\n\r\n%s" % (error.status, reason, TEXT_PLAIN,
-                                                                                    body)
+    async def fill(self) -> None:
+        """Receive more of the body being read, after writing what is queued (a ``100
+        Continue`` among it); the body ends with an error if the client is gone."""
+        conn = self.conn
+        if conn.output:
+            try:
+                await self.transport.send(conn.data_to_send())
+            except trio.BrokenResourceError:
+                conn.send_failed()
+                return
+        data = await self.transport.receive()
+        if data is not None:
+            conn.receive_data(data)
+
+    def abandon(self) -> None:
+        """The connection ended: an answer it did not live to await is closed unawaited."""
+        pending = self.pending
+        self.pending = None
+        if isinstance(pending, Coroutine):
+            pending.close()
 
 
 async def _linger(stream: trio.abc.Stream) -> None:
@@ -417,21 +238,18 @@ class HTTP1Server(ConnectionServer):
         self.handler = handler
         self.inline = inline
         self.max_header_bytes = max_header_bytes
-        self._connections: set[_Connection] = set()
+        self._connections: set[_Exchange] = set()
         self._closing = False
-        self._writer = _ResponseWriter()
-        self._targets: dict[bytes, tuple[str, str] | None] = {}
-        self._methods: dict[bytes, str] = {}
+        self._renderer = ResponseRenderer()
 
     def ask_to_close(self) -> None:
         """Close idle connections now, busy ones after their response."""
         self._closing = True
-        poller = self.poller
-        for conn in list(self._connections):
-            transport = conn.transport
-            if poller is not None and type(transport) is SocketTransport:
-                poller.wake(transport.fd)
-            transport.wake()
+        for exchange in list(self._connections):
+            conn = exchange.conn
+            conn.closing = True
+            if conn.idle:  # a wait for a request to come; a connection busy with one ends after it
+                exchange.transport.wake()
 
     async def handle_connection(self, stream: trio.abc.Stream) -> None:
         """Answer the requests of one connection until either side ends it."""
@@ -439,251 +257,20 @@ class HTTP1Server(ConnectionServer):
             remote = peer_address(stream)
         except OSError:
             remote = ""
-        conn = _Connection(stream, remote, self.max_header_bytes)
-        self._connections.add(conn)
-        poller = self.poller
-        transport = conn.transport
+        conn = HTTPConnection(remote, self.max_header_bytes, self._renderer)
+        conn.closing = self._closing
+        transport = open_transport(stream, self.poller)
+        exchange = _Exchange(conn, transport, self.handler, self.inline)
+        self._connections.add(exchange)
         try:
-            if poller is not None and type(transport) is SocketTransport:
-                poller.register(transport.fd)
-                try:
-                    await self._serve_polled(conn, poller, transport.fd)
-                finally:
-                    poller.unregister(transport.fd)
-            else:
-                await self._serve(conn)
+            try:
+                await exchange.run()
+            finally:
+                transport.close()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             conn.linger = False
         finally:
-            if conn.awaiting is not None:  # an answer the connection did not live to await
-                pending = conn.awaiting[1]
-                conn.awaiting = None
-                if isinstance(pending, Coroutine):
-                    pending.close()
+            exchange.abandon()
             if conn.linger:
                 await _linger(stream)
-            self._connections.discard(conn)
-
-    async def _serve(self, conn: _Connection) -> None:
-        parser = conn.parser
-        ready = parser.ready
-        transport = conn.transport
-        while True:
-            if not ready:
-                if conn.output:
-                    await conn.flush()
-                if parser.failed:
-                    return
-                if parser.idle:
-                    if self._closing:
-                        return
-                    data = await transport.receive_idle()
-                    if data is None:
-                        return
-                else:
-                    data = await transport.receive()
-                if data:
-                    parser.feed(data)
-                else:
-                    parser.eof()  # a head cut short is still answered
-                continue
-            if not await self._answer_next(conn):
-                return
-
-    async def _serve_polled(self, conn: _Connection, poller: ReadPoller, fd: int) -> None:
-        """:meth:`_serve` for a plain socket: read on its descriptor until a read comes back
-        short, then wait on ``poller``, whose task answers what it can meanwhile
-        (:class:`_InlineRequests`)."""
-        parser = conn.parser
-        ready = parser.ready
-        inline = _InlineRequests(self, conn, poller, fd) if self.inline is not None else None
-        drained = False  # the last read emptied the socket: wait for the next edge first
-        while True:
-            if conn.awaiting is not None:
-                if not await self._answer_awaited(conn):
-                    return
-                continue
-            if ready:
-                if not await self._answer_next(conn):
-                    return
-                continue
-            if conn.output:
-                await conn.flush()
-            if parser.failed or (parser.idle and self._closing):
-                return
-            if drained:
-                await poller.wait_readable(fd, inline)
-                drained = False
-                if inline is not None and inline.failure is not None:
-                    failure, inline.failure = inline.failure, None
-                    log.error("HTTP: connection from %s failed: %r", conn.remote, failure)
-                    return
-                continue
-            try:
-                data = os.read(fd, RECEIVE_SIZE)
-            except BlockingIOError:
-                drained = True
-                continue
-            except OSError:  # reset by the peer
-                return
-            if not data:
-                parser.eof()  # a head cut short is still answered
-                continue
-            parser.feed(data)
-            drained = len(data) < RECEIVE_SIZE and not poller.hung_up(fd)
-            if not drained:
-                await trio.lowlevel.checkpoint()  # the other connections run before this one reads on
-
-    async def _answer_next(self, conn: _Connection) -> bool:
-        """Answer the next parsed request with the handler; False if the connection must end."""
-        request = conn.parser.ready.popleft()
-        if type(request) is HeadError:
-            self._answer_head_error(conn, request)
-            await conn.flush()
-            return False
-        assert type(request) is ParsedRequest
-        started = self._start(conn, request)
-        if started is None:
-            await conn.flush()
-            return False
-        response = await self.handler(*started)
-        body = started[1]
-        close = self._closing or not request.keep_alive
-        if not request.complete and not close and not body.cut_short:
-            close = await self._drain(request, body)
-        if request.error is not None and not body.cut_short:
-            close = True
-        data = self._writer.render(response, http10=request.http10, close=close, head=started[0].method == "HEAD")
-        conn.output.append(data)
-        if close:
-            conn.linger = not request.complete
-            await conn.flush()
-            return False
-        conn.output_bytes += len(data)
-        if conn.output_bytes >= _OUTPUT_BYTES:  # many large answers pipelined: write as they come
-            await conn.flush()
-        return True
-
-    async def _answer_awaited(self, conn: _Connection) -> bool:
-        """Await the response to the request the poller's task began, and queue it; False if
-        the connection must end (the server began closing meanwhile)."""
-        assert conn.awaiting is not None
-        request, pending = conn.awaiting
-        conn.awaiting = None
-        response = await pending
-        close = self._closing
-        conn.output.append(self._writer.render(response, http10=request.http10, close=close, head=False))
-        if close:
-            await conn.flush()
-        return not close
-
-    def answer_inline(self, conn: _Connection) -> bool:
-        """Answer the requests parsed on ``conn`` with the inline handler while it can, and
-        write the answers; False when the connection's task has work: a request the
-        handler left, a response to await, a write the socket did not take whole.
-
-        Runs in the poller's task; raises what the handler or the parser raised."""
-        ready = conn.parser.ready
-        inline = self.inline
-        assert inline is not None
-        while ready:
-            parsed = ready[0]
-            if (type(parsed) is not ParsedRequest or not parsed.keep_alive or parsed.expect_continue
-                    or parsed.expect_failed or parsed.error is not None or self._closing):
-                return False
-            if not parsed.complete:
-                # a small body whose head came first (as many clients send them): wait for the
-                # rest here; a larger one is read by the task's handler, which bounds it
-                content_length = parsed.content_length
-                if content_length is None or content_length > _INLINE_BODY_BYTES:
-                    return False
-                break
-            request = self._request(conn, parsed)
-            if request is None:
-                return False
-            parts = parsed.parts
-            answer = inline(request, parts[0] if len(parts) == 1 else b"".join(parts))
-            if answer is None:
-                return False
-            ready.popleft()
-            parts.clear()
-            parsed.buffered = 0
-            if not isinstance(answer, Response):
-                conn.awaiting = (parsed, answer)
-                return False
-            conn.output.append(self._writer.render(answer, http10=parsed.http10, close=False, head=False))
-        output = conn.output
-        if output:
-            data = output[0] if len(output) == 1 else b"".join(output)
-            output.clear()
-            conn.output_bytes = 0
-            transport = conn.transport
-            assert type(transport) is SocketTransport
-            try:
-                sent = os.write(transport.fd, data)
-            except BlockingIOError:
-                sent = 0
-            except OSError:  # the peer is gone: the connection's task finds out on its read
-                return False
-            if sent < len(data):
-                output.append(data[sent:])
-                return False
-        return True
-
-    def _answer_head_error(self, conn: _Connection, error: HeadError) -> None:
-        log.debug("HTTP: bad request from %s: %s %s", conn.remote, error.status, error.text)
-        conn.output.append(_head_error_answer(error))
-        conn.linger = True
-
-    def _target(self, target: bytes) -> tuple[str, str] | None:
-        """(decoded path, raw query) of a request target; None for a bad escape."""
-        try:
-            return self._targets[target]
-        except KeyError:
-            pass
-        raw_path, raw_query = _split_target(target)
-        path = _decode_path(raw_path)
-        found = None if path is None else (path, raw_query.decode("utf-8", "surrogateescape"))
-        if len(target) <= _CACHED_TARGET_BYTES:
-            if len(self._targets) >= _CACHED_TARGETS:
-                self._targets.clear()
-            self._targets[target] = found
-        return found
-
-    def _request(self, conn: _Connection, parsed: ParsedRequest) -> Request | None:
-        """The handler's view of a parsed request's head; None for a target with a bad escape."""
-        target = self._target(parsed.target)
-        if target is None:
-            return None
-        method = self._methods.get(parsed.method)
-        if method is None:
-            method = self._methods[parsed.method] = parsed.method.decode("ascii", "replace")
-        return Request(method, target[0], target[1], tuple(parsed.headers), parsed.content_length, conn.remote)
-
-    def _start(self, conn: _Connection, parsed: ParsedRequest) -> tuple[Request, RequestBody] | None:
-        """The handler's arguments for a request, or None when the server answers it itself
-        (a bad target, an Expect it cannot meet): then that answer is queued and the
-        connection must close."""
-        if parsed.expect_failed:
-            conn.output.append(self._writer.render(_EXPECTATION_FAILED, http10=parsed.http10, close=True, head=False))
-            conn.linger = not parsed.complete
-            return None
-        request = self._request(conn, parsed)
-        if request is None:
-            self._answer_head_error(conn, _BAD_REQUEST)
-            return None
-        return request, RequestBody(conn, parsed)
-
-    async def _drain(self, parsed: ParsedRequest, body: RequestBody) -> bool:
-        """Discard what the handler left of a body, so that the connection can serve the
-        next request; True if the connection must close instead."""
-        content_length = parsed.content_length
-        if parsed.expect_continue:
-            # The client may or may not send the body now; the stream's state is unknown.
-            return True
-        if content_length is not None and content_length - body.received >= MAX_DRAIN_BYTES:
-            return True
-        try:
-            return not await body.discard(MAX_DRAIN_BYTES)
-        except BodyReadError:
-            return True
+            self._connections.discard(exchange)

@@ -21,7 +21,7 @@ import trio
 from broker.config.options import NSQD_COMPAT_VERSION, Options
 from broker.core.broker import Broker
 from broker.core.host import PeerState, RegistryChange
-from broker.lookup.commands import PING, describe, identify, register, unregister
+from broker.lookup.v1 import PING, describe, identify, register, unregister
 
 if TYPE_CHECKING:
     # the connections and the HTTP query load with the first lookupd: a node without one

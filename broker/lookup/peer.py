@@ -17,7 +17,7 @@ import trio
 
 from broker.gocompat.netaddr import AddrError, lookup_port, split_host_port
 from broker.gocompat.unmarshal import GO_INT, GO_STRING, GoStruct, unmarshal
-from broker.lookup.commands import MAGIC_V1, ResponseBuffer, ResponseTooLarge
+from broker.lookup.v1 import MAGIC_V1, ResponseBuffer, ResponseTooLarge
 
 __all__ = ["LookupPeer", "LookupPeerError", "PeerInfo", "dial_error", "split_address"]
 

@@ -239,7 +239,9 @@ def _replica_families(topics: Sequence[TopicStats]) -> list[Metric]:
                          "(counter; pynsqd).", ("topic",))
     refused = _untyped("nsq_topic_publishes_refused", "Publishes to the topic refused because too few nodes took "
                        "a copy (counter; pynsqd).", ("topic",))
-    families: list[GaugeMetricFamily | UnknownMetricFamily] = [replicas, held, waiting, takeovers, refused]
+    missing = _gauge("nsq_topic_copies_missing", "Copies of the topic's messages that a node gone held and that are "
+                     "not made again on another node yet (pynsqd).", ("topic",))
+    families: list[GaugeMetricFamily | UnknownMetricFamily] = [replicas, held, waiting, takeovers, refused, missing]
     for t in topics:
         if t.replication is not None:
             for family, value in zip(families, t.replication):
@@ -261,6 +263,10 @@ _NODE_REPLICA_COUNTERS = (
      "request was not what a node sends (counter; pynsqd)."),
     ("takeover_failures", "nsq_replication_takeover_failures", "Topics whose takeover failed and was tried "
      "again (counter; pynsqd)."),
+    ("copies_restored", "nsq_replication_copies_restored", "Copies of this node's messages made again on another "
+     "node because a node that held them was gone (counter; pynsqd)."),
+    ("keys_evicted", "nsq_replication_keys_evicted", "Publish keys of other nodes' copies forgotten before their "
+     "dedup window ended, to stay within --dedup-max-keys (counter; pynsqd)."),
 )
 
 
@@ -272,7 +278,13 @@ def _node_replica_families(replication: dict | None) -> list[Metric]:
                    "else 0 (pynsqd).", ("peer", "node_id"))
     for peer in replication["peers"]:
         peers.add_metric([peer["address"], peer["node_id"]], 1 if peer["connected"] else 0)
-    out: list[Metric] = [peers]
+    missing = _gauge("nsq_replication_copies_missing", "Copies of this node's messages that a node gone held and "
+                     "that are not made again on another node yet, over all topics (pynsqd).", ())
+    missing.add_metric([], replication["copies_missing"])
+    keys = _gauge("nsq_replication_keys_held", "Publish keys of other nodes' copies this node remembers within "
+                  "their dedup window (pynsqd).", ())
+    keys.add_metric([], replication["keys_held"])
+    out: list[Metric] = [peers, missing, keys]
     for key, name, doc in _NODE_REPLICA_COUNTERS:
         counter = _untyped(name, doc, ())
         counter.add_metric([], replication[key])

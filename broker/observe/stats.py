@@ -126,6 +126,8 @@ class ReplicaStats(NamedTuple):
     copies_waiting: int
     takeovers: int
     publishes_refused: int
+    #: copies a gone peer held that are not made again elsewhere yet
+    copies_missing: int = 0
 
 
 class KeyStats(NamedTuple):

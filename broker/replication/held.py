@@ -7,19 +7,35 @@ msgpack arrays replayed in order at start:
   msgpack array of their entries (see :mod:`.wire`), kept as the origin packed it; a
   seventh item, when there, is the channels that had finished each copy already
 - ``["F", origin, topic, channel, [id, ...]]``     a channel of ``origin`` finished them
-- ``["D", origin, topic, [id, ...]]``              copies dropped
+- ``["D", origin, topic, [id, ...]]``              copies dropped (their publish failed: their
+  keys are forgotten); ``["D", origin, topic, [id, ...], 1]``: dropped because another
+  holder took them over (their keys stay)
+- ``["K", origin, topic, [id, ...], [key, ...], expires]``  the publish keys of copies just
+  added, and when their dedup window ends (nanoseconds since the epoch; one for all, or one
+  each)
 - ``["C", origin, topic, [channel, ...]]``         ``origin``'s channels of the topic
 - ``["T", origin, topic, [id, ...], time_ns]``     this node took these over from ``origin``
   (``time_ns``, when: a takeover is remembered for :data:`TAKEN_RETENTION`)
 - ``["U", origin, topic, [id, ...]]``              ``origin`` learnt of those takeovers: no
   need to say them again
+- ``["H", origin, topic, holders, [id, ...]]``     these copies are held by ``holders`` now
+  (``origin`` made copies again elsewhere: see :mod:`.recopy`)
+- ``["S", origin, topic, channel, [id, ...], attempts, due_ns]`` where these copies stand in
+  ``origin``'s channel (an UPDATE's: delivered, or back in its queue); ``attempts`` and
+  ``due_ns`` are columns as :mod:`.wire` sends them (one value for all, or one per id)
 
 Memory holds, per copy, its holders and the channels that finished it, never its body: a
 takeover reads the bodies back from the log, a batch of records at a time
-(:meth:`HeldCopies.entries`), so neither a start nor a takeover holds the whole log.
+(:meth:`HeldCopies.entries`), so neither a start nor a takeover holds the whole log. It also
+holds, per copy and per channel that said so, the copy's attempts and due time there (the
+takeover queues it in that channel as it stood), only while the copy is held and that channel
+has not finished it.
+
+The publish keys of the copies (:attr:`HeldCopies.keys`, a :class:`.heldkeys.HeldKeys`) are
+kept until their dedup window ends, after their copies are finished or taken over.
 
 When the log holds four times more records than a compaction would write (live copies,
-and the channel lists and takeovers kept), and more than :data:`COMPACT_MIN`, it is
+and the channel lists, channel states and takeovers kept), and more than :data:`COMPACT_MIN`, it is
 rewritten in one pass with only what is still needed: the new log is written and synced in
 ``replication.new`` beside it, then replaces it (a start finds at most one whole log and
 finishes an interrupted swap). Records written while a compaction runs go to the new log
@@ -37,25 +53,23 @@ import os
 import shutil
 import time
 from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
 from pathlib import Path
 
 import trio
 
 from broker.core.durability.groupcommit import GroupCommit
+from broker.replication.compaction import compacted
+from broker.replication.copyset import TopicCopies
+from broker.replication.heldkeys import HeldKeys
+from broker.replication.records import checked_record
 from broker.replication.wire import (
-    MAX_ANSWER_IDS,
     WireError,
-    check_channel,
-    check_channels,
-    check_holders,
-    check_ids,
-    check_node,
-    check_topic,
-    message_of,
     pack,
-    pack_entries,
+    packed_column,
     unpack,
     unpack_entries,
+    unpacked_column,
 )
 from diskqueue import DiskQueue, DiskQueueError
 
@@ -72,32 +86,16 @@ SCAN_BATCH = 512
 TAKEN_RETENTION = 24 * 3600.0
 #: Ids of one takeover record a compaction writes at most.
 TAKEN_PIECE = 100_000
+#: Ids of one ``S`` record at most (about 30 bytes each: well within a record's bound).
+STATE_PIECE = 20_000
 _QUEUE = "replicas"
-
-
-class TopicCopies:
-    """The copies of one topic held for one origin: each id's holders (one tuple shared by a
-    whole ADD) and, for those some channel finished, which channels did."""
-
-    __slots__ = ("holders", "done")
-
-    def __init__(self) -> None:
-        self.holders: dict[bytes, tuple[str, ...]] = {}
-        self.done: dict[bytes, set[str]] = {}
-
-    def __len__(self) -> int:
-        return len(self.holders)
-
-    def discard(self, msg_id: bytes) -> None:
-        if self.holders.pop(msg_id, None) is not None:
-            self.done.pop(msg_id, None)
 
 
 class HeldCopies:
     """The copies held for every origin node, replayed from ``<data>/replication`` (see the
     module docstring). Made by :meth:`open`; the owner closes it with :meth:`close`."""
 
-    def __init__(self, data_path: Path, *, durable: bool, max_record: int):
+    def __init__(self, data_path: Path, *, durable: bool, max_record: int, max_keys: int = 1_000_000):
         self.path = data_path / "replication"
         self._new_path = data_path / "replication.new"
         self._max_record = max_record
@@ -110,6 +108,8 @@ class HeldCopies:
         #: origin -> topic -> ids this node took over from it, and when it last took some
         self.taken: dict[str, dict[str, set[bytes]]] = {}
         self.taken_at: dict[tuple[str, str], int] = {}
+        #: the publish keys of the copies (see :mod:`.heldkeys`)
+        self.keys = HeldKeys(max_keys)
         #: records of the log that could not be read back (damaged on disk), since start
         self.records_lost = 0
         #: records read back that could not be applied (not what this node writes), since start
@@ -127,9 +127,9 @@ class HeldCopies:
         self.commit = GroupCommit(self.queue)
 
     @classmethod
-    async def open(cls, data_path: Path, *, durable: bool, max_record: int) -> HeldCopies:
+    async def open(cls, data_path: Path, *, durable: bool, max_record: int, max_keys: int = 1_000_000) -> HeldCopies:
         """The copies held under ``data_path``, the log replayed a batch at a time."""
-        held = cls(data_path, durable=durable, max_record=max_record)
+        held = cls(data_path, durable=durable, max_record=max_record, max_keys=max_keys)
         try:
             depth = held.queue.depth
             read = 0
@@ -147,7 +147,7 @@ class HeldCopies:
 
     def _replay(self, data: bytes) -> None:
         try:
-            record = _checked(unpack(data))
+            record = checked_record(unpack(data))
         except WireError as exc:
             self.records_skipped += 1
             log.error("REPLICATION: skipped a record of the replication log that cannot be applied: %s", exc)
@@ -172,13 +172,23 @@ class HeldCopies:
     # ---------------------------------------------------------------- changes
 
     def add(self, origin: str, topic: str, holders: list[str], ids: list[bytes], entries: bytes,
-            dones: list[list[str] | None] | None = None) -> None:
+            dones: list[list[str] | None] | None = None, keys: list[bytes] | None = None,
+            expires: int | list[int] = 0) -> None:
         """Hold copies: ``entries`` is the msgpack array of their entries (see :mod:`.wire`);
-        ``dones``: the channels that finished each already (a copy made at a takeover)."""
+        ``dones``: the channels that finished each already (a copy made at a takeover);
+        ``keys``: their publish keys (``b""``: none), remembered until ``expires``."""
         record = ["A", origin, topic, holders, ids, entries]
         if dones is not None and any(dones):
             record.append([done or [] for done in dones])
         self._write(record)
+        if keys is not None and any(keys):
+            if all(keys):
+                self._write(["K", origin, topic, ids, keys, expires])
+            else:
+                each = expires if isinstance(expires, list) else [expires] * len(ids)
+                kept = [i for i, key in enumerate(keys) if key]
+                self._write(["K", origin, topic, [ids[i] for i in kept], [keys[i] for i in kept],
+                             [each[i] for i in kept]])
 
     def finish(self, origin: str, topic: str, channel: str, ids: list[bytes]) -> None:
         copies = self.copies(origin, topic)
@@ -186,14 +196,55 @@ class HeldCopies:
             self._write(["F", origin, topic, channel, ids])
 
     def drop(self, origin: str, topic: str, ids: list[bytes], *, by: str | None = None) -> None:
-        """Drop copies; with ``by``, only those ``by`` holds too (what it may say it took over)."""
+        """Drop copies whose publish failed (their keys are forgotten); with ``by``, those that
+        ``by`` took over: only those it holds too (what it may say it took over), their keys kept."""
         copies = self.copies(origin, topic)
         if not copies:
             return
         if by is not None:
             ids = [msg_id for msg_id in ids if by in copies.holders.get(msg_id, ())]
         if any(msg_id in copies.holders for msg_id in ids):
-            self._write(["D", origin, topic, ids])
+            self._write(["D", origin, topic, ids] if by is None else ["D", origin, topic, ids, 1])
+
+    # ---------------------------------------------------------------- keys
+
+    def known(self, topic: str, keys: list[bytes], now_ns: int) -> list[bytes]:
+        """Which of ``keys`` came with copies of ``topic`` held here, within their window."""
+        return self.keys.known(topic, keys, now_ns)
+
+    def key_of(self, origin: str, topic: str, msg_id: bytes) -> tuple[bytes, int] | None:
+        """The publish key of a copy held here, and when its window ends (None: it has none)."""
+        copies = self.copies(origin, topic)
+        key = copies.keys.get(msg_id) if copies is not None else None
+        expires = self.keys.expiry(topic, key) if key is not None else None
+        return None if key is None or expires is None else (key, expires)
+
+    def expire_keys(self, now_ns: int) -> None:
+        self.keys.expire(now_ns)
+
+    @property
+    def keys_held(self) -> int:
+        return self.keys.held
+
+    @property
+    def keys_evicted(self) -> int:
+        return self.keys.evicted
+
+    def update(self, origin: str, topic: str, channel: str, ids: list[bytes], attempts: list[int],
+               dues: list[int]) -> None:
+        """Where copies stand in ``origin``'s ``channel``: their attempts and due times there
+        (those the channel finished already, or not held, are left out)."""
+        copies = self.copies(origin, topic)
+        if not copies:
+            return
+        holders, done = copies.holders, copies.done
+        kept = [n for n, msg_id in enumerate(ids) if msg_id in holders and channel not in done.get(msg_id, ())]
+        if len(kept) != len(ids):
+            ids, attempts, dues = [ids[n] for n in kept], [attempts[n] for n in kept], [dues[n] for n in kept]
+        for start in range(0, len(ids), STATE_PIECE):
+            end = start + STATE_PIECE
+            self._write(["S", origin, topic, channel, ids[start:end], packed_column(attempts[start:end]),
+                         packed_column(dues[start:end])])
 
     def set_channels(self, origin: str, topic: str, channels: list[str]) -> None:
         if self.channels.get(origin, {}).get(topic) != channels:
@@ -201,6 +252,22 @@ class HeldCopies:
 
     def mark_taken(self, origin: str, topic: str, ids: list[bytes]) -> None:
         self._write(["T", origin, topic, ids, time.time_ns()])
+
+    def relist(self, origin: str, topic: str, ids: list[bytes], holders: tuple[str, ...] | None) -> list[bool]:
+        """Which of ``ids`` this node holds for ``origin``; with ``holders``, those are held by
+        ``holders`` from now on (written only where that changes something)."""
+        copies = self.copies(origin, topic)
+        known = copies.holders if copies is not None else {}
+        found = [msg_id in known for msg_id in ids]
+        if holders is not None:
+            changed = [msg_id for msg_id in ids if known.get(msg_id, holders) != holders]
+            if changed:
+                self._write(["H", origin, topic, list(holders), changed])
+        return found
+
+    def held_for(self, origin: str) -> dict[str, int]:
+        """How many copies this node holds for ``origin``, by topic (its topics with none left out)."""
+        return {topic: len(copies) for topic, copies in self.origins.get(origin, {}).items() if len(copies)}
 
     def forget_taken(self, origin: str, topic: str, ids: list[bytes]) -> None:
         """``origin`` learnt that this node took ``ids`` over from it: they need not be said again."""
@@ -238,6 +305,7 @@ class HeldCopies:
             if copies:
                 channels = self.channels.get(origin, {}).get(topic, [])
                 channel = record[3]
+                stated = channel in copies.state
                 for msg_id in record[4]:
                     if msg_id not in copies.holders:
                         continue
@@ -245,10 +313,30 @@ class HeldCopies:
                     if done is None:
                         done = copies.done[msg_id] = set()
                     done.add(channel)
+                    if stated:
+                        copies.forget_state(channel, msg_id)
                     if channels and done.issuperset(channels):
                         copies.discard(msg_id)
+        elif kind == "S":
+            if copies:
+                channel, ids = record[3], record[4]
+                holders, done = copies.holders, copies.done
+                if type(record[5]) is int and type(record[6]) is int:  # one state for all: one tuple
+                    found = dict.fromkeys([msg_id for msg_id in ids if msg_id in holders
+                                           and channel not in done.get(msg_id, ())], (record[5], record[6]))
+                else:
+                    found = {msg_id: (attempts, due) for msg_id, attempts, due in zip(
+                        ids, unpacked_column(record[5], len(ids)), unpacked_column(record[6], len(ids)))
+                        if msg_id in holders and channel not in done.get(msg_id, ())}
+                if found:
+                    copies.state.setdefault(channel, {}).update(found)
         elif kind in ("D", "T"):
             if copies:
+                if kind == "D" and len(record) < 5:  # a publish that failed: its keys go too
+                    for msg_id in record[3]:
+                        key = copies.keys.get(msg_id)
+                        if key is not None:
+                            self.keys.forget(topic, key, origin, msg_id)
                 for msg_id in record[3]:
                     copies.discard(msg_id)
             if kind == "T":
@@ -265,6 +353,23 @@ class HeldCopies:
                     self.taken_at.pop((origin, topic), None)
                     if not topics:
                         del self.taken[origin]
+        elif kind == "H":
+            if copies:
+                now_held_by = tuple(record[3])
+                for msg_id in record[4]:
+                    if msg_id in copies.holders:
+                        copies.holders[msg_id] = now_held_by
+        elif kind == "K":
+            now = time.time_ns()
+            expires = record[5]
+            for index, (msg_id, key) in enumerate(zip(record[3], record[4])):
+                expiry = expires if type(expires) is int else expires[index]
+                if expiry <= now:
+                    continue
+                self.keys.remember(origin, topic, key, expiry, msg_id)
+                if copies is not None and msg_id in copies.holders:
+                    copies.keys[msg_id] = key
+            self.keys.expire(now)
         elif kind == "C":
             channels = list(record[3])
             lists = self.channels.setdefault(origin, {})
@@ -314,10 +419,14 @@ class HeldCopies:
 
     def _kept(self) -> int:
         """Records a compaction would write besides the copies: channel lists of topics with
-        copies, and takeovers."""
+        copies, channel states, and takeovers."""
         channels = sum(1 for origin, topics in self.channels.items() for topic in topics
                        if self.copies(origin, topic))
-        return channels + sum(len(ids) // TAKEN_PIECE + 1 for topics in self.taken.values() for ids in topics.values())
+        states = sum(len(ids) // STATE_PIECE + 1 for topics in self.origins.values() for copies in topics.values()
+                     for ids in copies.state.values())
+        return (channels + states + sum(len(ids) // TAKEN_PIECE + 1 for topics in self.taken.values()
+                                        for ids in topics.values())
+                + self.keys.records(TAKEN_PIECE))
 
     def needs_compaction(self) -> bool:
         depth = self.queue.depth
@@ -331,23 +440,13 @@ class HeldCopies:
         self._tail = []
         written = 0
         try:
-            for origin, lists in self.channels.items():
-                for topic, channels in lists.items():
-                    if self.copies(origin, topic):
-                        fresh.put(pack(["C", origin, topic, channels]))
-                        written += 1
             self._forget_old_takeovers()
-            for origin, taken in self.taken.items():
-                for topic, ids in taken.items():
-                    when = self.taken_at.get((origin, topic), time.time_ns())
-                    ordered = sorted(ids)
-                    for start in range(0, len(ordered), TAKEN_PIECE):  # each record within the log's bound
-                        fresh.put(pack(["T", origin, topic, ordered[start:start + TAKEN_PIECE], when]))
-                        written += 1
-            for records in self.queue.scan(SCAN_BATCH):
-                for data in records:
-                    written += self._copy_live(data, fresh)
-                await trio.lowlevel.checkpoint()
+            records = compacted(self.origins, self.channels, self.taken, self.taken_at, self.keys,
+                                self.queue.scan(SCAN_BATCH), taken_piece=TAKEN_PIECE, state_piece=STATE_PIECE)
+            async with aclosing(records):
+                async for record in records:
+                    fresh.put(record)
+                    written += 1
             fresh.put_many(self._tail)  # what was written meanwhile, in its order
             written += len(self._tail)
             self._tail = None
@@ -378,76 +477,9 @@ class HeldCopies:
                 if not topics:
                     self.taken.pop(origin, None)
 
-    def _copy_live(self, data: bytes, fresh: DiskQueue) -> int:
-        """Copy the live copies of an ``A`` record to ``fresh``, with the channels that finished
-        each; 1 if a record was written."""
-        try:
-            record = unpack(data)
-            copies = self.copies(record[1], record[2]) if record[0] == "A" else None
-            if not copies:
-                return 0
-            ids = [msg_id for msg_id in record[4] if msg_id in copies.holders]
-            if not ids:
-                return 0
-            items = {item[0]: item for item in unpack_entries(record[5]) if item[0] in copies.holders}
-        except (WireError, LookupError, TypeError, ValueError):
-            return 0  # what cannot be read back now could not be taken over either
-        kept = [msg_id for msg_id in ids if msg_id in items]
-        if not kept:
-            return 0
-        holders = {copies.holders[msg_id] for msg_id in kept}
-        written = 0
-        for group in holders:  # one record per holder list (a record carries one)
-            group_ids = [msg_id for msg_id in kept if copies.holders[msg_id] == group]
-            entries = pack_entries([message_of(items[msg_id]) for msg_id in group_ids])
-            dones = [sorted(copies.done.get(msg_id, ())) for msg_id in group_ids]
-            fresh.put(pack(["A", record[1], record[2], list(group), group_ids, entries, dones]))
-            written += 1
-        return written
-
     async def close(self) -> None:
         try:
             await self.queue.sync()
         except DiskQueueError as exc:
             log.error("REPLICATION: sync at close failed: %s", exc)
         await self.queue.close()
-
-
-#: Each kind of record: how to check the fields after the kind, origin and topic.
-_RECORD_FIELDS = {
-    "A": (check_holders, check_ids, bytes, None),
-    "F": (check_channel, check_ids),
-    "D": (check_ids,),
-    "C": (check_channels,),
-    "T": (lambda ids: check_ids(ids, MAX_ANSWER_IDS), int),
-    "U": (lambda ids: check_ids(ids, MAX_ANSWER_IDS),),
-}
-
-
-def _checked(record: object) -> list:
-    """``record`` when it is one this module writes (see the module docstring); else raises
-    :class:`WireError`. An ``A`` record's entries were checked when they arrived."""
-    if type(record) is not list or len(record) < 3 or record[0] not in _RECORD_FIELDS:
-        raise WireError(f"not a record: {record!r:.80}")
-    checks = _RECORD_FIELDS[record[0]]
-    rest = record[3:]
-    optional = 1 if checks[-1] in (None, int) else 0  # an A record's done channels, a T record's time
-    if not len(checks) - optional <= len(rest) <= len(checks):
-        raise WireError(f"a {record[0]} record with {len(record)} fields")
-    check_node(record[1])
-    check_topic(record[2])
-    for check, value in zip(checks, rest):
-        if check is bytes:
-            if type(value) is not bytes:
-                raise WireError("entries must be bytes")
-        elif check is int:
-            if type(value) is not int:
-                raise WireError("a takeover's time must be an integer")
-        elif check is None:  # an A record's done channels, one list per copy
-            if type(value) is not list or len(value) != len(record[4]):
-                raise WireError("done channels: one list per copy")
-            for done in value:
-                check_channels(done)
-        else:
-            check(value)
-    return record

@@ -1,5 +1,5 @@
 """The holding side of replication: the node's TCP server hands it the connections of other
-nodes (:class:`~broker.server.connection.ReplicaReceiver`), from the handshake that proves
+nodes (:class:`~broker.server.client.ReplicaReceiver`), from the handshake that proves
 them (:mod:`broker.protocol.replica`) to the ``REPL`` requests they send.
 
 Every request of a body is checked (:func:`~broker.replication.wire.decode_requests`, then
@@ -9,7 +9,14 @@ here (:class:`~broker.replication.held.HeldCopies`) through a table by request t
 large body :data:`APPLY_PIECE` at a time, other tasks running between pieces; an ADD is
 answered once its record is on stable storage with ``--durable``.
 
-A HELLO is answered with what this node took over from the sender and from every node. A
+A KEYS is answered with the keys this node knows (``known_keys``, the replicator's: those of
+the copies held here and those its own topics stored), looked up where it stands among the
+body's requests.
+
+A HELLO is answered with what this node took over from the sender and from every node, and
+how many copies it holds for the sender by topic. A HOLDS (the sender makes copies again: see
+:mod:`.recopy`) is answered with which of its ids this node holds, once their new holders are
+stored. A
 HELLO from a node that lost its memory (a crash without ``--durable``) first has its copies
 taken over (``take_over_now``, the replicator's), so that what it kept on disk is skipped.
 """
@@ -23,6 +30,7 @@ from typing import Any
 import trio
 
 from broker.config.options import Options
+from broker.core.maybe import Maybe
 from broker.protocol.replica import ACCEPTOR, CONNECTOR, Challenge, new_nonce, proof, proof_holds
 from broker.replication.held import HeldCopies
 from broker.replication.notice import Notices, printable
@@ -35,8 +43,11 @@ from broker.replication.wire import (
     Forget,
     Gone,
     Hello,
+    Holds,
+    Keys,
     Request,
     Taken,
+    Update,
     WireError,
     WireLimits,
     decode_requests,
@@ -60,7 +71,8 @@ class Holder:
     node proved itself)."""
 
     def __init__(self, options: Options, peers: Peers, secret: bytes,
-                 take_over_now: Callable[[str], Awaitable[None]], proven: Callable[[str], None]):
+                 take_over_now: Callable[[str], Awaitable[None]], proven: Callable[[str], None],
+                 known_keys: Callable[[str, list[bytes]], list[bytes]]):
         self.options = options
         self.node_id = ""  # this node's, once the replicator has read it
         #: this node's address as the lookupds list it (``host:port``); None: not serving nodes yet
@@ -70,6 +82,7 @@ class Holder:
         self._secret = secret
         self._take_over_now = take_over_now
         self._proven = proven  # a node's connection to this one was proven: it is a member
+        self._known_keys = known_keys
         self._limits = WireLimits(options.max_msg_size)
         self._notices = Notices(log)
         #: connections from others that failed to prove they come from a node of the cluster, since start
@@ -77,7 +90,8 @@ class Holder:
         #: REPL bodies refused because a request was wrong, since start
         self.requests_refused = 0
         self._handlers: dict[type, Callable[[HeldCopies, str, Any], None]] = {
-            Add: _add, Fin: _fin, Drop: _drop, Channels: _channels, Taken: _taken, Forget: _forget}
+            Add: _add, Fin: _fin, Drop: _drop, Channels: _channels, Taken: _taken, Forget: _forget,
+            Update: _update}
 
     # ---------------------------------------------------------------- the handshake
 
@@ -117,7 +131,7 @@ class Holder:
 
     # ---------------------------------------------------------------- requests
 
-    def receive(self, peer: str, body: bytes) -> bytes | Awaitable[bytes]:
+    def receive(self, peer: str, body: bytes) -> Maybe[bytes]:
         """Apply the requests of a ``REPL`` from ``peer`` (see the module docstring); the answer,
         or what to await for it."""
         try:
@@ -134,35 +148,45 @@ class Holder:
             return pack([seq, None, self.taken_from(peer)])
         if requests and type(requests[0]) is Gone:  # alone too
             return pack([seq, None, self._gone_answer(requests[0].node)])
+        if requests and type(requests[0]) is Holds:  # alone too
+            return self._holds(peer, seq, requests[0])
         if len(requests) > APPLY_PIECE:
             return self._apply_in_pieces(peer, seq, requests)
+        known: dict[str, set[bytes]] = {}
         try:
-            self._apply(peer, requests)
+            self._apply(peer, requests, known)
         except DiskQueueError as exc:
             log.error("REPLICATION: storing what node %s sent failed: %s", peer, exc)
             return pack([seq, f"storing failed: {exc}", None])
-        answer = pack([seq, None, None])
+        answer = pack([seq, None, _known_answer(known)])
         if self.options.durable and any(type(request) is Add for request in requests):
             return self._synced(seq, answer)
         return answer
 
-    def _apply(self, peer: str, requests: list[Request]) -> None:
+    def _apply(self, peer: str, requests: list[Request], known: dict[str, set[bytes]]) -> None:
+        """Apply ``requests`` in order; the keys each KEYS found known go to ``known``."""
         held, handlers = self._held_log(), self._handlers
         for request in requests:
+            if type(request) is Keys:
+                found = self._known_keys(request.topic, request.keys)
+                if found:
+                    known.setdefault(request.topic, set()).update(found)
+                continue
             handlers[type(request)](held, peer, request)
 
     async def _apply_in_pieces(self, peer: str, seq: int, requests: list[Request]) -> bytes:
         """A large body's requests, :data:`APPLY_PIECE` at a time with the other tasks running
         between pieces (its connection's next command waits for the answer, so order holds)."""
+        known: dict[str, set[bytes]] = {}
         try:
             for start in range(0, len(requests), APPLY_PIECE):
                 if start:
                     await trio.lowlevel.checkpoint()
-                self._apply(peer, requests[start:start + APPLY_PIECE])
+                self._apply(peer, requests[start:start + APPLY_PIECE], known)
         except DiskQueueError as exc:
             log.error("REPLICATION: storing what node %s sent failed: %s", peer, exc)
             return pack([seq, f"storing failed: {exc}", None])
-        answer = pack([seq, None, None])
+        answer = pack([seq, None, _known_answer(known)])
         if self.options.durable and any(type(request) is Add for request in requests):
             return await self._synced(seq, answer)
         return answer
@@ -173,6 +197,9 @@ class Holder:
         problem = None
         if type(request) is Add and (request.holders[0] != peer or self.node_id not in request.holders[1:]):
             problem = WireError("an ADD's holders must be its sender, then this node among others")
+        if type(request) is Holds and request.holders is not None and (
+                request.holders[0] != peer or self.node_id not in request.holders[1:]):
+            problem = WireError("a HOLDS's holders must be its sender, then this node among others")
         if type(request) is Taken and request.origin == peer:  # (from this node: told to every peer)
             problem = WireError("a node takes over from another node")
         if type(request) is Channels and self._held_log().channel_names.get(peer, 0) + len(request.channels) > \
@@ -192,15 +219,31 @@ class Holder:
     def taken_from(self, peer: str) -> list:
         """HELLO's answer: what this node took over from ``peer``, and from every node (so that a
         peer that was down meanwhile drops the copies it holds of those before it acts on them)."""
+        held = self._held_log()
         everything = {origin: {topic: sorted(ids) for topic, ids in topics.items()}
-                      for origin, topics in self._held_log().taken.items()}
-        return [everything.get(peer, {}), everything]
+                      for origin, topics in held.taken.items()}
+        return [everything.get(peer, {}), everything, held.held_for(peer)]
 
     async def _hello_after_loss(self, peer: str, seq: int) -> bytes:
         log.warning("REPLICATION: node %s restarted after a crash without --durable: taking over its copies",
                     peer)
         await self._take_over_now(peer)
         return pack([seq, None, self.taken_from(peer)])
+
+    def _holds(self, peer: str, seq: int, request: Holds) -> bytes | Awaitable[bytes]:
+        """HOLDS's answer: which of its ids this node holds for ``peer`` (their new holders
+        written first, and synced with ``--durable``)."""
+        held = self._held_log()
+        depth = held.queue.write_seq
+        try:
+            found = held.relist(peer, request.topic, request.ids, request.holders)
+        except DiskQueueError as exc:
+            log.error("REPLICATION: storing what node %s sent failed: %s", peer, exc)
+            return pack([seq, f"storing failed: {exc}", None])
+        answer = pack([seq, None, found])
+        if self.options.durable and held.queue.write_seq != depth:
+            return self._synced(seq, answer)
+        return answer
 
     async def _synced(self, seq: int, answer: bytes) -> bytes:
         try:
@@ -216,12 +259,22 @@ class Holder:
 
 # What each request does to the copies held here (the table of Holder._handlers).
 
+def _known_answer(known: dict[str, set[bytes]]) -> dict[str, list[bytes]] | None:
+    """The ``extra`` of a body's answer: the keys its KEYS found known, by topic (None: none asked or found)."""
+    return {topic: sorted(keys) for topic, keys in known.items()} if known else None
+
+
 def _add(held: HeldCopies, peer: str, request: Add) -> None:
-    held.add(peer, request.topic, list(request.holders), request.ids, request.entries, request.dones)
+    held.add(peer, request.topic, list(request.holders), request.ids, request.entries, request.dones,
+             request.keys, request.expires)
 
 
 def _fin(held: HeldCopies, peer: str, request: Fin) -> None:
     held.finish(peer, request.topic, request.channel, request.ids)
+
+
+def _update(held: HeldCopies, peer: str, request: Update) -> None:
+    held.update(peer, request.topic, request.channel, request.ids, request.attempts, request.dues)
 
 
 def _drop(held: HeldCopies, peer: str, request: Drop) -> None:

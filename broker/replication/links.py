@@ -6,7 +6,8 @@ and proves it holds the cluster's secret; the TLS upgrade when this node has TLS
 peer's certificate verified, its name the address the lookupds give; a peer that offers no
 TLS is refused); a second IDENTIFY proving this node. Then it says HELLO (the answer says
 what the peer took over from this node while it was gone) and sends ``REPL`` frames, each
-carrying every request queued since the last one. At most
+carrying every request queued since the last one (a request answered with data of its own,
+GONE or HOLDS, in a frame of its own). At most
 :data:`MAX_OUTSTANDING` frames wait for their answers at once, so requests that arrive
 meanwhile share the next frame (and, with ``--durable``, the peer's next fsync).
 
@@ -44,7 +45,7 @@ from broker.protocol.replica import (
     proof_holds,
 )
 from broker.replication.notice import Notices, printable
-from broker.replication.wire import Gone, Hello, Request, WireError, encode_request, pack, unpack
+from broker.replication.wire import Hello, Request, WireError, comes_alone, encode_request, pack, unpack
 
 __all__ = ["PeerLink", "Waiter", "MAX_OUTSTANDING", "HEARTBEAT"]
 
@@ -449,21 +450,19 @@ class PeerLink:
             self._sending = False
 
     def _next_repl(self) -> bytes:
-        """The next ``REPL`` frame: what was posted, then the requests queued, within
-        :data:`FRAME_BUDGET`; a GONE goes in a body of its own (its answer is the body's)."""
         reqs: list[list] = []
         waiters: list[Waiter] = []
         posted: list[tuple[Request, int]] = []
         budget = FRAME_BUDGET
-        alone = bool(self._requests) and type(self._requests[0][0]) is Gone
-        while self._posted and not alone and (budget > 0 or not reqs):
+        while self._posted and (budget > 0 or not reqs):
             req, size = self._posted.pop(0)
             reqs.append(encode_request(req))
             posted.append((req, size))
             budget -= size + 64
         taken = 0
         for req, size, waiter in self._requests:
-            if reqs and (alone or budget <= 0 or type(req) is Gone):
+            alone = comes_alone(req)  # its answer is its own: in a frame of its own
+            if reqs and (budget <= 0 or alone):
                 break
             reqs.append(encode_request(req))
             if waiter is None:
@@ -472,6 +471,8 @@ class PeerLink:
                 waiters.append(waiter)
             budget -= size + 64
             taken += 1
+            if alone:
+                break
         del self._requests[:taken]
         self._seq += 1
         self._sent[self._seq] = (waiters, posted)

@@ -28,10 +28,11 @@ import logging
 
 import trio
 
+from broker.replication.answers import decode_gone_answer
 from broker.replication.links import PeerLink
 from broker.replication.members import Members
 from broker.replication.peers import Peers
-from broker.replication.wire import Gone, WireError, decode_gone_answer
+from broker.replication.wire import Gone, WireError
 
 __all__ = ["Quorum", "ASK_TIMEOUT"]
 

@@ -11,6 +11,8 @@ given the broker, does the rest:
   which says HELLO; the answer says what the peer took over from this node (its channels
   skip those messages) and from every node (copies held here of those are dropped);
 - **takeover** (:mod:`.takeover`): the copies of nodes gone for ``--replica-timeout``;
+- **copies made again** (:mod:`.recopy`): those of this node's messages that a peer gone for
+  ``--replica-timeout`` held (the HELLO answer also says what the peer holds for this node);
 - **the fence**: from the start, and whenever this node notices it was stopped (SIGSTOP) or
   starved, its channels deliver nothing until every peer answered a fresh HELLO, or failed
   to, within ``--replica-timeout``;
@@ -36,7 +38,9 @@ import trio
 
 from broker.config.options import Options
 from broker.core.host import PeerState, RegistryChange
+from broker.core.message import now_ns
 from broker.protocol.replica import is_valid_node_id
+from broker.replication.answers import decode_hello_answer, decode_hello_holding
 from broker.replication.copies import PeerCopies
 from broker.replication.fence import ClockFence
 from broker.replication.held import HeldCopies
@@ -45,8 +49,9 @@ from broker.replication.links import HEARTBEAT, PeerLink
 from broker.replication.members import Members
 from broker.replication.peers import Peers
 from broker.replication.quorum import Quorum
+from broker.replication.recopy import Recopy
 from broker.replication.takeover import Takeover
-from broker.replication.wire import Channels, Forget, decode_hello_answer
+from broker.replication.wire import Channels, Forget
 from diskqueue.checkpoint import replace_durably
 
 if TYPE_CHECKING:
@@ -88,14 +93,16 @@ class Replicator:
         self.node_id = ""  # read (or made) by run, once the data directory is locked
         self.peers = Peers()
         #: the sending side, the core's Copies
-        self.copies = PeerCopies(options, self.peers, self._held_for_topic, self.node_stats, self._settle_refused)
+        self.copies = PeerCopies(options, self.peers, self._held_for_topic, self.node_stats, self._settle_refused,
+                                 self.known_keys)
         #: channels hold delivery while this node may have been taken for gone
         self.fence = ClockFence(max(1.0, options.replica_timeout / 2), lambda topic: self.copies.replicas(topic) > 1)
         #: the holding side, the TCP server's ReplicaReceiver
-        self.holder = Holder(options, self.peers, secret, self._take_over_now, self._proven)
+        self.holder = Holder(options, self.peers, secret, self._take_over_now, self._proven, self.known_keys)
         self._quorum: Quorum | None = None
         self._broker: Broker | None = None
         self._takeover: Takeover | None = None
+        self._recopy: Recopy | None = None
         self._own: tuple[str, int] | None = None
         self._unlisted: dict[tuple[str, int], float] = {}  # links whose node the lookupds no longer list
         self._nodes: Nodes | None = None
@@ -115,10 +122,12 @@ class Replicator:
         self.node_id = self.copies.node_id = self.holder.node_id = _node_id(self._data_path)
         self._quorum = Quorum(Members(self._data_path, self.node_id), self.peers, self.options.replica_timeout)
         held = await HeldCopies.open(self._data_path, durable=self.options.durable,
-                                     max_record=self.options.max_body_size * 2 + (1 << 20))
+                                     max_record=self.options.max_body_size * 2 + (1 << 20),
+                                     max_keys=self.options.dedup_max_keys)
         self._broker = broker
         self.holder.held = held
         self._takeover = Takeover(broker, self.node_id, self.peers, self.copies, held)
+        self._recopy = Recopy(broker, self.node_id, self.peers, self.copies)
         running = self._data_path / _RUNNING_FILE
         # without --durable a crash loses what was in memory: the peers then take over at once
         self._lost_memory = running.exists() and not self.options.durable
@@ -140,6 +149,7 @@ class Replicator:
                 nursery.start_soon(self._discover_loop)
                 nursery.start_soon(self.copies.run_fins)
                 nursery.start_soon(self._takeover_loop)
+                nursery.start_soon(self.recopy.run)
                 nursery.start_soon(self._clock_loop)
                 task_status.started()
                 await self._catch_up()
@@ -175,10 +185,32 @@ class Replicator:
         found = self.broker.topics.get(topic)
         return found is not None and found.taken is not None and found.taken.issuperset(ids)
 
+    def known_keys(self, topic: str, keys: list[bytes]) -> list[bytes]:
+        """Which of ``keys`` this node knows for ``topic`` within their dedup window: those of
+        the copies it holds (and held: finished or taken over) and those its own topic stored,
+        not those of publishes still waiting for their copies (two nodes that take the same key
+        at the same moment both store it: a duplicate, never a loss)."""
+        now = now_ns()
+        held = self.holder.held
+        found = set(held.known(topic, keys, now)) if held is not None else set()
+        broker = self._broker
+        own = broker.topics.get(topic) if broker is not None else None
+        if own is not None and own.keys is not None:
+            assert broker is not None
+            broker.keys.expire(now)
+            stored, waiting = own.keys.held, own.keys.pending
+            found.update(key for key in keys if key in stored and key not in waiting)
+        return [key for key in keys if key in found]
+
     @property
     def takeover(self) -> Takeover:
         assert self._takeover is not None, "run makes the takeovers"
         return self._takeover
+
+    @property
+    def recopy(self) -> Recopy:
+        assert self._recopy is not None, "run makes the restores"
+        return self._recopy
 
     async def _catch_up(self) -> None:
         """Return once every peer the lookupds list answered HELLO (or failed once), within
@@ -251,12 +283,14 @@ class Replicator:
 
     def _hello_answered(self, link: PeerLink, answer: Any) -> None:
         """The peer told what it took over from this node (those messages are not delivered
-        here) and from every node (copies held here of those are dropped). Raises
+        here), from every node (copies held here of those are dropped), and how many copies
+        it holds for this node (see :mod:`.recopy`). Raises
         :class:`~broker.replication.wire.WireError` (the link breaks) for an answer that is
         not what a node says."""
         mine, everything = decode_hello_answer(answer)
         if link.peer_id is not None:
             self.takeover.heard_from(link.peer_id)
+            self.recopy.heard(link.peer_id, decode_hello_holding(answer))
             self.quorum.members.proven(link.peer_id, f"{link.address[0]}:{link.address[1]}")
         held = self.holder.held
         assert held is not None
@@ -402,12 +436,16 @@ class Replicator:
                 "log_records_lost": held.records_lost if held is not None else 0,
                 "log_records_skipped": held.records_skipped if held is not None else 0,
                 "copies_lost": held.copies_lost if held is not None else 0,
+                "keys_held": held.keys_held if held is not None else 0,
+                "keys_evicted": held.keys_evicted if held is not None else 0,
                 "takeovers_remembered": sum(len(ids) for topics in held.taken.values() for ids in topics.values())
                 if held is not None else 0,
                 "handshakes_refused": self.holder.handshakes_refused + sum(
                     link.refusals for link in self.peers.links.values()),
                 "requests_refused": self.holder.requests_refused,
-                "takeover_failures": sum(stats.takeover_failures for stats in self.copies.stats.values())}
+                "takeover_failures": sum(stats.takeover_failures for stats in self.copies.stats.values()),
+                "copies_missing": sum(stats.copies_missing for stats in self.copies.stats.values()),
+                "copies_restored": self._recopy.restored if self._recopy is not None else 0}
 
 
 def _dial_from(tcp_address: str) -> str | None:

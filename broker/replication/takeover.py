@@ -7,10 +7,22 @@ holders that see the same nodes never both take a copy. The taker gives the mess
 id (ids of different nodes may collide), stores copies of it on its own peers as for a
 publish (keeping the channels that had finished it), queues it in the channels that had not
 (creating the topic and those channels, which registers them with nsqlookupd), records the
-takeover and tells the other holders to drop theirs. An origin that comes back meanwhile (it
-reaches this node again, and its HELLO may have been answered before this takeover was
-recorded) keeps what was not queued here yet: the copies just stored on the peers for it
-are dropped, and the origin delivers those messages itself.
+takeover and tells the other holders to drop theirs. The publish keys of the copies go with
+the new copies, and this node goes on knowing them until their window ends.
+
+A message goes back to each channel as it stood there when its origin last said (an UPDATE,
+see :mod:`.copies`): with its attempts (a delivery counted) and its due time (a REQ's delay),
+so that ``--max-attempts`` and dead letters count on, and a deferral is not cut short. A
+channel whose state differs from the message's entry gets its own copy of it; the taker's
+peers are told those states as its own channels' (an UPDATE each, with the next batch of
+FINs). A message no channel said anything of is taken as today, at no extra cost. When the
+origin's channels are not known (it never said them), states are not used: the message goes
+through the topic to every channel, as it comes in the entry.
+
+An origin that comes back during a takeover (it reaches this node again, and its HELLO may
+have been answered before this takeover was recorded) keeps what was not queued here yet:
+the copies just stored on the peers for it are dropped, and the origin delivers those
+messages itself.
 
 The copies of an origin are read back from the log in one pass for all its topics, and each
 topic's are queued :data:`TAKEOVER_PIECE` at a time; a failure is its topic's alone (logged
@@ -157,8 +169,13 @@ class Takeover:
         items = [item for item in items if copies is not None and item[0] in copies.holders]
         ids = [item[0] for item in items]
         new_ids = self.broker.guid.next_ids(len(items))
-        messages: list[tuple[Message, list[str] | None]] = []
+        queued: list[tuple[Message, list[str] | None]] = []
+        messages: list[Message] = []  # one per message taken, as its entry says it (for the peers)
         dones: list[list[str] | None] = []
+        stated: list[tuple[str, Message]] = []  # a channel, and its own copy of a message (for the peers)
+        stateful = copies is not None and bool(copies.state) and bool(channels)
+        keys: list[bytes] = []  # the keys travel with the new copies (b"": none)
+        expiries: list[int] = []
         for item, new_id in zip(items, new_ids):
             if not _takeable(item):
                 held.copies_lost += 1
@@ -169,19 +186,35 @@ class Takeover:
             only = [name for name in channels if name not in done] if done and channels else None
             if only == []:
                 continue
-            messages.append((message_of(item, new_id), only))
+            message = message_of(item, new_id)
+            states = copies.states_of(item[0]) if stateful and copies is not None else None
+            if states:
+                parts = _by_state(message, only if only is not None else channels, states, whole=only is None)
+                message = parts[0][0]
+                stated.extend((name, msg) for msg, names in parts[1:] for name in names or ())
+                queued.extend(parts)
+            else:
+                queued.append((message, only))
+            messages.append(message)
             dones.append(sorted(done) if done else None)
+            key = held.key_of(origin, topic, item[0])
+            keys.append(key[0] if key is not None else b"")
+            expiries.append(key[1] if key is not None else 0)
         if gone and self._peers.reachable(origin):
             return False
         if messages:
-            await self._copies.store(topic, [msg for msg, _ in messages], dones, best_effort=True)
+            keyed = any(keys)
+            await self._copies.store(topic, messages, dones, best_effort=True,
+                                     keys=keys if keyed else None, expires=expiries if keyed else 0)
             if gone and self._peers.reachable(origin):  # back while the copies were stored: they are not needed
-                new = [msg.id for msg, _ in messages]
+                new = [msg.id for msg in messages]
                 self._peers.post(Drop(topic, new), 17 * len(new))
                 log.info("REPLICATION: node %s is back: %d messages of topic %s not taken over", origin,
                          len(messages), topic)
                 return False
-            await self.broker.put_taken(topic, channels, messages)
+            for name, msg in stated:  # before the channels have them: what they report next is newer
+                self._copies.requeued(topic, name, [msg])
+            await self.broker.put_taken(topic, channels, queued)
         held.mark_taken(origin, topic, ids)
         if self.options.durable:
             await held.synced()
@@ -191,6 +224,25 @@ class Takeover:
         log.info("REPLICATION: took over %d messages of topic %s from node %s (gone for %.1fs)", len(messages),
                  topic, origin, now - self.gone_since.get(origin, now))
         return True
+
+
+def _by_state(message: Message, channels: list[str], states: dict[str, tuple[int, int]], *,
+              whole: bool) -> list[tuple[Message, list[str] | None]]:
+    """``message`` for each group of ``channels`` where it stood alike (``states``: its attempts
+    and due time in the channels that said; the others as ``message`` is), the group's channels
+    beside it; the message and None (every channel, through the topic) when they all stood alike
+    and ``whole`` (no channel had finished it)."""
+    entry = (message.attempts, message.due_ns)
+    groups: dict[tuple[int, int], list[str]] = {}
+    for name in channels:
+        groups.setdefault(states.get(name, entry), []).append(name)
+    parts: list[tuple[Message, list[str] | None]] = [
+        (message if state == entry else
+         Message(message.id, message.body, message.timestamp, state[0], state[1], message.priority), names)
+        for state, names in groups.items()]
+    if len(parts) == 1 and whole:
+        return [(parts[0][0], None)]
+    return parts
 
 
 def _takeable(item: list) -> bool:

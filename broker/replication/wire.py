@@ -8,9 +8,11 @@ Requests are arrays whose first item is their kind:
 ======================================  ==================================================
 ``[HELLO]``, ``[HELLO, {"lost_memory":  :class:`Hello`: the sender (re)connected: the
 true}]``                                answer's ``extra`` is ``[{topic: [id, ...]},
-                                        {origin: {topic: [id, ...]}}]``: the sender's
-                                        messages the peer took over while the sender was
-                                        gone, and all it took over from any node.
+                                        {origin: {topic: [id, ...]}}, {topic: count}]``:
+                                        the sender's messages the peer took over while the
+                                        sender was gone, all it took over from any node,
+                                        and how many copies of the sender's messages it
+                                        holds, by topic.
                                         ``lost_memory``: the sender crashed without
                                         ``--durable``; the peer first takes over its copies
 ``[ADD, topic, holders, ids, entries]``  :class:`Add`: hold copies of these messages
@@ -30,7 +32,32 @@ true}]``                                answer's ``extra`` is ``[{topic: [id, ..
 ``[GONE, node]``                        :class:`Gone`: does the receiver reach ``node``? The
                                         answer's ``extra`` is ``[reachable, seconds since it
                                         last heard from it or nil]`` (comes alone in its body)
+``[KEYS, topic, [key, ...]]``           :class:`Keys`: which of these publish keys of the
+                                        topic does the receiver know (stored within their
+                                        dedup window, by it or by a node whose copies it
+                                        holds)? The answer's ``extra`` is ``{topic: [key,
+                                        ...]}``, the known keys of every KEYS of the body,
+                                        each looked up where it stands among the body's
+                                        requests (a KEYS before the ADD of the same publish
+                                        does not find that ADD's keys)
+``[UPDATE, topic, channel, [id, ...],   :class:`Update`: where these messages stand in the
+attempts, due_ns]``                     channel (delivered, or back in its queue): their
+                                        attempts and due times (0: ready), a column each
+                                        (one value for all, or one per id)
+``[HOLDS, topic, [id, ...]]``,          :class:`Holds`: which of these copies of the sender's
+``[HOLDS, topic, [id, ...], holders]``  messages does the receiver hold? The answer's
+                                        ``extra`` is one boolean per id. With ``holders``
+                                        (the sender first, the receiver among the others):
+                                        those it holds are held by ``holders`` from now on
+                                        (answered once that is stored, as an ADD is). Comes
+                                        alone in its body (see :mod:`.recopy`)
 ======================================  ==================================================
+
+An ADD of keyed messages carries two more fields, ``keys`` (one per id, ``b""`` for an
+unkeyed message) and ``expires`` (when each key's dedup window ends, in nanoseconds since
+the epoch: one for all, or one each): the holder remembers the keys until then, so that a
+retry of the publish on any node that reaches it is known as a duplicate after the origin
+is gone.
 
 An entry is ``[id, body, timestamp, attempts, due_ns, priority, done]``: a message as the
 core holds it, and the channels that finished it already (None: none). An ADD carries its
@@ -51,17 +78,21 @@ import msgpack
 
 from broker.core.message import Message
 from broker.protocol.frames import MAX_ATTEMPTS
+from broker.protocol.keys import MAX_KEY_LENGTH
 from broker.protocol.names import is_valid_name
 from broker.protocol.priorities import MAX_PRIORITY
 from broker.protocol.replica import is_valid_node_id
 
-__all__ = ["HELLO", "ADD", "FIN", "DROP", "CHANNELS", "TAKEN", "FORGET", "GONE", "Hello", "Add", "Fin", "Drop", "Channels",
-           "Taken", "Forget", "Gone", "decode_gone_answer",
-           "Request", "WireLimits", "encode_request", "decode_request", "decode_requests", "decode_hello_answer", "pack", "unpack",
+__all__ = ["HELLO", "ADD", "FIN", "DROP", "CHANNELS", "TAKEN", "FORGET", "GONE", "KEYS", "UPDATE", "Hello", "Add", "Fin",
+           "Drop", "Channels", "Taken", "Forget", "Gone", "Keys", "Update",
+           "check_update", "packed_column", "unpacked_column",
+           "HOLDS", "Holds", "comes_alone",
+           "Request", "WireLimits", "encode_request", "decode_request", "decode_requests", "pack", "unpack",
            "pack_entries", "unpack_entries", "check_entries", "check_topic", "check_channel", "check_channels",
            "check_node", "check_ids", "check_holders", "message_of", "WireError"]
 
-HELLO, ADD, FIN, DROP, CHANNELS, TAKEN, FORGET, GONE = range(1, 9)
+HELLO, ADD, FIN, DROP, CHANNELS, TAKEN, FORGET, GONE, KEYS, UPDATE = range(1, 11)
+HOLDS = 11
 
 #: Ids one request names at most (a FIN batch of a busy channel, an ADD of a large MPUB).
 MAX_IDS = 1 << 20
@@ -74,7 +105,7 @@ MAX_HOLDERS = 64
 #: Channels one topic has at most, as one node reports them.
 MAX_CHANNELS = 1 << 16
 _ID_SIZE = 16
-_INT64 = (1 << 63) - 1
+INT64_MAX = (1 << 63) - 1
 
 
 class WireError(ValueError):
@@ -104,6 +135,10 @@ class Add:
     entries: bytes
     #: the channels that finished each already (from the entries; None: none did)
     dones: list[list[str] | None] | None = None
+    #: each message's publish key (``b""``: none; None: no message has one), and when the
+    #: keys' dedup window ends (one for all, or one each)
+    keys: list[bytes] | None = None
+    expires: int | list[int] = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +146,18 @@ class Fin:
     topic: str
     channel: str
     ids: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """Where messages of a channel stand: delivered (their attempts counted, due 0) or back in
+    its queue, ready (due 0) or deferred until ``dues`` (wall-clock ns); one value per id."""
+
+    topic: str
+    channel: str
+    ids: list[bytes]
+    attempts: list[int]
+    dues: list[int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,13 +184,32 @@ class Forget:
 
 
 @dataclass(frozen=True, slots=True)
+class Keys:
+    topic: str
+    keys: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
 class Taken:
     origin: str
     topic: str
     ids: list[bytes]
 
 
-Request = Hello | Add | Fin | Drop | Channels | Taken | Forget | Gone
+@dataclass(frozen=True, slots=True)
+class Holds:
+    topic: str
+    ids: list[bytes]
+    #: None: a question only; else those held are held by these nodes from now on
+    holders: tuple[str, ...] | None = None
+
+
+Request = Hello | Add | Fin | Drop | Channels | Taken | Forget | Gone | Keys | Update | Holds
+
+
+def comes_alone(request: Request) -> bool:
+    """Whether ``request`` is answered with an ``extra`` of its own, so comes alone in its body."""
+    return type(request) in (Hello, Gone, Holds)
 
 
 def pack(value: Any) -> bytes:
@@ -161,7 +227,12 @@ def unpack(data: bytes) -> Any:
 def encode_request(request: Request) -> list:
     """The wire form of ``request``."""
     if type(request) is Add:
+        if request.keys is not None:
+            return [ADD, request.topic, list(request.holders), request.ids, request.entries, request.keys,
+                    request.expires]
         return [ADD, request.topic, list(request.holders), request.ids, request.entries]
+    if type(request) is Keys:
+        return [KEYS, request.topic, request.keys]
     if type(request) is Fin:
         return [FIN, request.topic, request.channel, request.ids]
     if type(request) is Drop:
@@ -174,8 +245,14 @@ def encode_request(request: Request) -> list:
         return [FORGET, request.topic, request.ids]
     if type(request) is Gone:
         return [GONE, request.node]
+    if type(request) is Update:
+        return [UPDATE, request.topic, request.channel, request.ids, packed_column(request.attempts),
+                packed_column(request.dues)]
     if type(request) is Hello:
         return [HELLO, {"lost_memory": True}] if request.lost_memory else [HELLO]
+    if type(request) is Holds:
+        asked = [HOLDS, request.topic, request.ids]
+        return asked if request.holders is None else [*asked, list(request.holders)]
     raise TypeError(f"not a request: {request!r}")
 
 
@@ -227,6 +304,17 @@ def check_holders(value: object) -> tuple[str, ...]:
     return holders
 
 
+def check_keys(value: object, count: int | None = None) -> list[bytes]:
+    """Publish keys: ``count`` of them (one per message, ``b""`` for none) or, without ``count``,
+    1 to :data:`MAX_IDS` keys none of which is empty; each at most :data:`MAX_KEY_LENGTH` bytes."""
+    if type(value) is not list or (len(value) != count if count is not None else not 1 <= len(value) <= MAX_IDS):
+        raise WireError(f"keys must be a list of {count if count is not None else f'1 to {MAX_IDS}'} keys")
+    for key in value:
+        if type(key) is not bytes or len(key) > MAX_KEY_LENGTH or (count is None and not key):
+            raise WireError(f"bad publish key {key!r:.80}")
+    return value
+
+
 def _column(value: object, count: int, low: int, high: int, what: str, *, optional: bool = False) -> None:
     """An entries column of integers: one for all (``count`` equal values) or one each."""
     items = value if type(value) is list else [value]
@@ -255,9 +343,9 @@ def check_entries(entries: bytes, ids: list[bytes], limits: WireLimits) -> list[
     for body in bodies:
         if type(body) is not bytes or len(body) > limits.max_msg_size:
             raise WireError(f"a body is not bytes of at most {limits.max_msg_size}")
-    _column(timestamps, count, 0, _INT64, "timestamp")
+    _column(timestamps, count, 0, INT64_MAX, "timestamp")
     _column(attempts, count, 0, MAX_ATTEMPTS, "attempts")
-    _column(due, count, 0, _INT64, "due time")
+    _column(due, count, 0, INT64_MAX, "due time")
     if priorities is not None:
         if type(priorities) is not list:
             raise WireError("priorities must be a list or nil")
@@ -285,7 +373,16 @@ def decode_request(item: object, limits: WireLimits) -> Request:
         topic, holders, ids, entries = check_topic(args[0]), check_holders(args[1]), check_ids(args[2]), args[3]
         if type(entries) is not bytes:
             raise WireError("entries must be bytes")
-        return Add(topic, holders, ids, entries, check_entries(entries, ids, limits))
+        dones = check_entries(entries, ids, limits)
+        if len(args) == 4:
+            return Add(topic, holders, ids, entries, dones)
+        if len(args) != 6:
+            raise WireError("an ADD's keys come with their expiry")
+        keys, expires = check_keys(args[4], len(ids)), args[5]
+        _column(expires, len(ids), 0, INT64_MAX, "key expiry")
+        return Add(topic, holders, ids, entries, dones, keys, expires)
+    if kind == KEYS:
+        return Keys(check_topic(args[0]), check_keys(args[1]))
     if kind == FIN:
         return Fin(check_topic(args[0]), check_channel(args[1]), check_ids(args[2]))
     if kind == DROP:
@@ -298,6 +395,10 @@ def decode_request(item: object, limits: WireLimits) -> Request:
         return Forget(check_topic(args[0]), check_ids(args[1]))
     if kind == GONE:
         return Gone(check_node(args[0]))
+    if kind == HOLDS:
+        return Holds(check_topic(args[0]), check_ids(args[1]), check_holders(args[2]) if len(args) > 2 else None)
+    if kind == UPDATE:
+        return check_update(args)
     flags = args[0] if args else {}
     if type(flags) is not dict:
         raise WireError("HELLO's flags must be a map")
@@ -305,7 +406,33 @@ def decode_request(item: object, limits: WireLimits) -> Request:
 
 
 #: Each kind's fewest and most fields after the kind.
-_SHAPES = {HELLO: (0, 1), ADD: (4, 4), FIN: (3, 3), DROP: (2, 2), CHANNELS: (2, 2), TAKEN: (3, 3), FORGET: (2, 2), GONE: (1, 1)}
+_SHAPES = {HELLO: (0, 1), ADD: (4, 6), FIN: (3, 3), DROP: (2, 2), CHANNELS: (2, 2), TAKEN: (3, 3), FORGET: (2, 2),
+           GONE: (1, 1), KEYS: (2, 2), UPDATE: (5, 5), HOLDS: (2, 3)}
+
+
+def check_update(args: list) -> Update:
+    """The :class:`Update` of an UPDATE's fields ``[topic, channel, ids, attempts, dues]`` (the
+    wire's, or a log record's); raises :class:`WireError`: attempts within ``MAX_ATTEMPTS``,
+    due times within int64."""
+    topic, channel, ids = check_topic(args[0]), check_channel(args[1]), check_ids(args[2])
+    count = len(ids)
+    _column(args[3], count, 0, MAX_ATTEMPTS, "attempts")
+    _column(args[4], count, 0, INT64_MAX, "due time")
+    return Update(topic, channel, ids, unpacked_column(args[3], count), unpacked_column(args[4], count))
+
+
+def packed_column(values: list[int]) -> int | list[int]:
+    """A column as it travels: one value when every one is the same."""
+    first = values[0]
+    return first if values.count(first) == len(values) else values
+
+
+def unpacked_column(value: object, count: int) -> list[int]:
+    """A column as :func:`_column` checked it, one value per message."""
+    if isinstance(value, list):
+        return value
+    assert isinstance(value, int)
+    return [value] * count
 
 
 def decode_requests(body: bytes, limits: WireLimits) -> tuple[int, list[Request]]:
@@ -318,41 +445,12 @@ def decode_requests(body: bytes, limits: WireLimits) -> tuple[int, list[Request]
         if type(items) is not list or len(items) > MAX_REQUESTS:
             raise WireError(f"a REPL body is [seq, [request, ...]] with at most {MAX_REQUESTS} requests")
         requests = [decode_request(item, limits) for item in items]
-        if sum(type(request) in (Hello, Gone) for request in requests) > (1 if len(requests) == 1 else 0):
-            raise WireError("a HELLO or a GONE comes alone in its body")
+        if len(requests) > 1 and any(map(comes_alone, requests)):
+            raise WireError("a HELLO, a GONE or a HOLDS comes alone in its body")
         return seq, requests
     except WireError as exc:
         exc.seq = seq
         raise
-
-
-def decode_hello_answer(extra: object) -> tuple[dict[str, list[bytes]], dict[str, dict[str, list[bytes]]]]:
-    """HELLO's answer (see the table above), checked; raises :class:`WireError`."""
-    if type(extra) is not list or len(extra) != 2:
-        raise WireError("HELLO's answer is [mine, everything]")
-    mine, everything = extra
-    return _taken_topics(mine), {check_node(origin): _taken_topics(topics)
-                                 for origin, topics in _map(everything).items()}
-
-
-def decode_gone_answer(extra: object) -> tuple[bool, float | None]:
-    """GONE's answer: whether the peer reaches the node, and how long it has not heard from it
-    (None: never); raises :class:`WireError`."""
-    if type(extra) is not list or len(extra) != 2 or type(extra[0]) is not bool or not (
-            extra[1] is None or type(extra[1]) in (int, float)):
-        raise WireError("GONE's answer is [reachable, seconds or nil]")
-    return extra[0], None if extra[1] is None else float(extra[1])
-
-
-def _map(value: object) -> dict:
-    if type(value) is not dict:
-        raise WireError("a map was expected")
-    return value
-
-
-def _taken_topics(value: object) -> dict[str, list[bytes]]:
-    # a takeover of a large backlog names millions of ids: the frame's size bounds them
-    return {check_topic(topic): check_ids(ids, MAX_ANSWER_IDS) if ids else [] for topic, ids in _map(value).items()}
 
 
 # ---------------------------------------------------------------- entries

@@ -2,11 +2,13 @@
 
 :mod:`broker.server.net` holds what the TCP and HTTP servers share (listen
 addresses, the accept loop); :mod:`broker.server.tcp` the V2 server,
-:mod:`broker.server.connection` one client's state and output, and
-:mod:`broker.server.commands` the handler of each wire command.
+:mod:`broker.server.client` one client's state and output (its transport in
+:mod:`broker.server.transport`, IDENTIFY in :mod:`broker.server.identify`, the node-to-node
+role in :mod:`broker.server.peer`), and :mod:`broker.server.handlers` the handler of each
+wire command.
 """
 
-from broker.server.connection import Client
+from broker.server.client import Client
 from broker.server.net import (
     Address,
     Addresses,

@@ -7,7 +7,7 @@ or the process was not scheduled), no socket is read and no heartbeat is sent. A
 then looks silent, though its bytes wait in its socket, or it waits for a heartbeat to
 answer. That silence is of the broker's making and must never count against the client.
 
-The connection's timer task (:meth:`~broker.server.connection.Client.run_timers`) sleeps
+The connection's timer task (:meth:`~broker.server.client.Client.run_timers`) sleeps
 until its next deadline or heartbeat. When it wakes later than it planned by more than
 :data:`STALL_TOLERANCE`, the event loop could not run it, nor read the client's socket,
 for that long: a :class:`Deadline` moves itself later by the part of that lateness after

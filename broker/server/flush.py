@@ -1,7 +1,7 @@
 """Sending the output other tasks queued for many connections, in one task.
 
 A connection's frames are queued by synchronous code and sent by its writer task
-(:mod:`broker.server.connection`). What its own reader queues goes out at the end of
+(:mod:`broker.server.client`). What its own reader queues goes out at the end of
 the reader's chunk. What other tasks queue (a topic's pump delivering a batch to a
 channel's consumers, another consumer's FIN freeing messages, a timeout, a heartbeat)
 used to wake the connection's writer task: a batch spread over 64 consumers cost 64
@@ -34,7 +34,7 @@ DEFER_ROUNDS = 4
 
 
 class Flushable(Protocol):
-    """A connection as the flusher uses it (:class:`~broker.server.connection.Client`)."""
+    """A connection as the flusher uses it (:class:`~broker.server.client.Client`)."""
 
     def flush_marked(self, small: bool) -> bool:
         """Hand what is queued to the socket, or have the writer task send it; without

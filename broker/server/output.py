@@ -33,7 +33,7 @@ _PRIORITY = struct.Struct(">I")
 
 
 class OutputBuffer:
-    """Frames queued for one socket, oldest first; owned by its :class:`~broker.server.connection.Client`.
+    """Frames queued for one socket, oldest first; owned by its :class:`~broker.server.client.Client`.
 
     ``chunks`` holds what the writer has not taken yet; ``size`` counts every
     byte not handed to the socket, including a send in progress.

@@ -39,18 +39,19 @@ import trio
 
 from broker.config.tls import TLS_NOT_REQUIRED
 from broker.protocol import FinRun, Identify, ProtocolError, ServerConnection, finish_identify
-from broker.server.commands import ANSWER_HANDLERS, SYNC_HANDLERS, fin_run
+from broker.server.client import Client
 from broker.server.compression import MAX_PIECE, CompressionError
-from broker.server.connection import Client, ReplicaReceiver
 from broker.server.flush import Flusher
+from broker.server.handlers import ANSWER_HANDLERS, SYNC_HANDLERS, fin_run
 from broker.server.net import ConnectionServer, peer_address
+from broker.server.peer import ReplicaReceiver
 from broker.server.poller import ReadPoller
 from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
     from broker.server.auth import AuthClient
-    from broker.server.upgrade import Upgrade
+    from broker.server.transport import Upgrade
 
 __all__ = ["TCPServer"]
 
@@ -99,9 +100,9 @@ class TCPServer(ConnectionServer):
             return
         self._client_numbers += 1
         client = Client(broker, stream, remote, self._client_numbers)
-        client.ssl_context = self.ssl_context
+        client.transport.ssl_context = self.ssl_context
         client.authd = self.authd
-        client.replicas = self.replicas
+        client.peer.replicas = self.replicas
         client.flusher = self.flusher
         conn = ServerConnection(broker.limits)
         conn.fin_runs = True
@@ -126,8 +127,9 @@ class TCPServer(ConnectionServer):
                 client.close_soon()
         finally:
             broker.clients.discard(client)
-            if client.replica is not None and client.replicas is not None:
-                client.replicas.closed(client.replica, client, client.last_read)
+            peer = client.peer
+            if peer.node is not None and peer.replicas is not None:
+                peer.replicas.closed(peer.node, client, client.last_read)
             if client.channel is not None:
                 client.channel.remove_client(client)
             if client.unapplied:  # an answer the connection did not live to await
@@ -162,6 +164,7 @@ class TCPServer(ConnectionServer):
         arrives next itself while that needs nothing awaited, and wakes this task otherwise.
         """
         inline = _InlineInput(self, client, conn, fd)
+        transport = client.transport
         drained = False  # the last read emptied the socket: wait for the next edge first
         while not client.closing:
             if client.unapplied or conn.has_more:
@@ -170,11 +173,11 @@ class TCPServer(ConnectionServer):
                 if not await self._apply(client, conn, None):
                     return False
                 continue
-            upgrade = client.upgrade
+            upgrade = transport.upgrade
             if upgrade is not None:
                 if not await self._finish_upgrade(client, conn, upgrade):
                     return False
-                if client.tls:
+                if transport.tls:
                     return True
                 continue
             if drained:
@@ -205,14 +208,15 @@ class TCPServer(ConnectionServer):
 
     async def _read_stream(self, client: Client, conn: ServerConnection) -> None:
         """Read the connection's stream (TLS, or a socket where there is no poller) until it ends."""
+        transport = client.transport
         while not client.closing:
-            upgrade = client.upgrade
+            upgrade = transport.upgrade
             if upgrade is not None:
                 if not await self._finish_upgrade(client, conn, upgrade):
                     return
                 continue
             try:
-                data = await client.stream.receive_some(RECEIVE_SIZE)
+                data = await transport.stream.receive_some(RECEIVE_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
             if isinstance(data, bytearray):  # the Stream interface allows it; sockets and TLS give bytes
@@ -227,7 +231,7 @@ class TCPServer(ConnectionServer):
         await upgrade.done.wait()
         if upgrade.failed:
             return False
-        if client.tls:
+        if client.transport.tls:
             conn.tls_required = False
         return not upgrade.leftover or await self._receive(client, conn, upgrade.leftover)
 
@@ -240,7 +244,7 @@ class TCPServer(ConnectionServer):
         connection must close: a fatal error, or a corrupt compressed stream (which ends
         the input as a failed read does in nsqd).
         """
-        codec = client.codec
+        codec = client.transport.codec
         if codec is None or not data:
             return await self._apply(client, conn, data)
         try:
@@ -273,7 +277,7 @@ class TCPServer(ConnectionServer):
         while True:
             if done is None:
                 done = await self._apply_rest(client, conn)
-            if not done or not conn.has_more or client.closing or client.upgrade is not None:
+            if not done or not conn.has_more or client.closing or client.transport.upgrade is not None:
                 return done
             await checkpoint()
             # the read deadline is for a client that sends nothing, not one whose input is still applied
@@ -361,10 +365,11 @@ class TCPServer(ConnectionServer):
                 conn.heartbeats_enabled = client.heartbeat_interval > 0
                 conn.keyed = client.publish_keys  # a message's key comes before its body
                 conn.prioritised = client.priorities  # and its priority
-                conn.replica = client.replica is not None  # REPL from a peer node
-                if client.upgrade is not None:
+                conn.replica = client.peer.node is not None  # REPL from a peer node
+                upgrade = client.transport.upgrade
+                if upgrade is not None:
                     # what follows IDENTIFY belongs to the upgraded stream
-                    client.upgrade.leftover = conn.take_trailing_data()
+                    upgrade.leftover = conn.take_trailing_data()
                     return self._end_batch(client, True)
         return self._end_batch(client, True)
 
@@ -411,18 +416,20 @@ class _InlineInput:
     for the connection's task, which ends the connection on it (:meth:`TCPServer._fail`).
     """
 
-    __slots__ = ("server", "client", "conn", "fd", "failure")
+    __slots__ = ("server", "client", "transport", "conn", "fd", "failure")
 
     def __init__(self, server: TCPServer, client: Client, conn: ServerConnection, fd: int):
         self.server = server
         self.client = client
+        self.transport = client.transport
         self.conn = conn
         self.fd = fd
         self.failure: Exception | None = None  # what failed here; the connection's task acts on it
 
     def __call__(self) -> bool:
         client = self.client
-        if client.closing or client.codec is not None:
+        transport = self.transport
+        if client.closing or transport.codec is not None:
             return False
         try:
             data = read(self.fd, RECEIVE_SIZE)
@@ -442,5 +449,5 @@ class _InlineInput:
         if not data:
             client.close_soon()
             return False
-        return (done is True and len(data) < RECEIVE_SIZE and not conn.has_more and client.upgrade is None
+        return (done is True and len(data) < RECEIVE_SIZE and not conn.has_more and transport.upgrade is None
                 and not client.closing)

@@ -3,47 +3,56 @@
 nsqd answers a negotiating IDENTIFY in plain text, then (if agreed) completes the TLS
 handshake and sends a framed ``OK`` inside TLS, then (if agreed) starts the compressed
 stream and sends a framed ``OK`` through it. Here the connection's writer task performs
-those steps (``Client._perform_upgrade`` in :mod:`broker.server.connection`) when it
-reaches the IDENTIFY response in its output, so that everything queued before it goes out
-plain and everything after through the upgraded stream; the reader waits for :attr:`Upgrade.done` before reading again.
+those steps (:func:`perform`, awaited from ``Client.run_writer`` in
+:mod:`broker.server.client`) when it reaches the IDENTIFY response in its output, so
+that everything queued before it goes out plain and everything after through the upgraded
+stream (:mod:`broker.server.transport` holds what was agreed, the
+:class:`~broker.server.transport.Upgrade`, and the result); the reader waits for
+:attr:`~broker.server.transport.Upgrade.done` before reading again.
+
+Loaded by the writer of the first connection that upgrades, so that a start does not pay
+for TLS (as :mod:`broker.server.identify` loads compression).
 """
 
 from __future__ import annotations
 
+import logging
 import ssl
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from broker.server.compression import Codec
+from broker.protocol import encode_error, encode_response
+from broker.server.compression import DeflateCodec
 from broker.server.net import describe_address
+from broker.server.tls import describe_session
 
-__all__ = ["Upgrade", "PrefixedStream", "UpgradeFailed", "TLS_HANDSHAKE_TIMEOUT", "tls_handshake"]
+if TYPE_CHECKING:
+    from broker.server.output import OutputBuffer
+    from broker.server.transport import Transport, Upgrade
+
+__all__ = ["Upgrading", "PrefixedStream", "UpgradeFailed", "TLS_HANDSHAKE_TIMEOUT", "UPGRADE_ERROR_GRACE", "perform",
+           "tls_handshake"]
+
+log = logging.getLogger("pynsqd.client")
 
 #: Seconds a client gets to complete the TLS handshake (nsqd's deadline in ``UpgradeTLS``).
 TLS_HANDSHAKE_TIMEOUT = 5.0
+#: Seconds to try telling a client its TLS handshake failed, in plain text as nsqd does.
+UPGRADE_ERROR_GRACE = 1.0
+
+
+class Upgrading(Protocol):
+    """What an upgrade touches of its connection (a :class:`~broker.server.client.Client`)."""
+
+    transport: Transport
+    output: OutputBuffer
+    remote_address: str
+    closing: bool
 
 
 class UpgradeFailed(Exception):
     """The TLS handshake failed; the message is the cause nsqd puts after ``IDENTIFY failed``."""
-
-
-@dataclass(eq=False)
-class Upgrade:
-    """What one IDENTIFY agreed, handed from the reader to the writer.
-
-    ``plain_frames`` is how many queued output items (up to the IDENTIFY response) go out
-    before the upgrade; ``leftover`` the bytes the reader had received past IDENTIFY,
-    which belong to the upgraded stream. ``done`` is set once the writer has finished
-    (``failed`` tells how).
-    """
-
-    tls: bool
-    codec: Codec | None
-    plain_frames: int = 0
-    leftover: bytes = b""
-    failed: bool = False
-    done: trio.Event = field(default_factory=trio.Event)
 
 
 class PrefixedStream(trio.abc.Stream):
@@ -112,3 +121,63 @@ def _connection_text(stream: trio.abc.Stream) -> str:
     if isinstance(local, str):
         return f"{local}->{remote}"
     return f"{describe_address(local)}->{describe_address(remote)}"
+
+
+async def perform(client: Upgrading, upgrade: Upgrade) -> None:
+    """Send ``client``'s output queued up to the IDENTIFY response plain, then upgrade its
+    transport and send the framed ``OK`` of each step; the writer calls this. Marks the
+    upgrade done either way (``failed``: the connection ends)."""
+    transport = client.transport
+    output = client.output
+    chunks = output.chunks
+    plain = b"".join(chunks[:upgrade.plain_frames])
+    del chunks[:upgrade.plain_frames]
+    try:
+        if plain:
+            # a second IDENTIFY's answer goes through the stream it replaces, as nsqd's does
+            codec = transport.codec
+            await transport.stream.send_all(plain if codec is None else codec.compress(plain))
+            output.handed(len(plain))
+        if upgrade.tls:
+            assert transport.ssl_context is not None
+            log.info("PROTOCOL(V2): [%s] upgrading connection to TLS", client.remote_address)
+            try:
+                tls_stream = await tls_handshake(transport.stream, upgrade.leftover, transport.ssl_context)
+            except UpgradeFailed as exc:
+                upgrade.failed = True
+                await _refuse(client, str(exc))
+                return
+            upgrade.leftover = b""
+            transport.stream = tls_stream
+            transport.tls_version, transport.tls_cipher_suite, transport.tls_common_name = describe_session(tls_stream)
+            transport.tls = True
+            await tls_stream.send_all(encode_response(b"OK"))
+        codec = upgrade.codec
+        if codec is not None:
+            if isinstance(codec, DeflateCodec):
+                log.info("PROTOCOL(V2): [%s] upgrading connection to deflate (level %d)", client.remote_address,
+                         codec.level)
+                transport.deflate, transport.deflate_level = True, codec.level
+            else:
+                log.info("PROTOCOL(V2): [%s] upgrading connection to snappy", client.remote_address)
+                transport.snappy = True
+            transport.codec = codec
+            await transport.stream.send_all(codec.compress(encode_response(b"OK")))
+    except BaseException:
+        upgrade.failed = True
+        raise
+    finally:
+        transport.upgrade = None
+        upgrade.done.set()
+
+
+async def _refuse(client: Upgrading, cause: str) -> None:
+    """Tell the client its handshake failed, in plain text as nsqd does, and close."""
+    log.info("TCP: client(%s) error: E_IDENTIFY_FAILED IDENTIFY failed %s", client.remote_address, cause)
+    client.closing = True
+    client.output.chunks.clear()
+    with trio.move_on_after(UPGRADE_ERROR_GRACE):
+        try:
+            await client.transport.stream.send_all(encode_error(b"E_IDENTIFY_FAILED IDENTIFY failed " + cause.encode()))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass

@@ -6,7 +6,8 @@ The shape is nsqd's, so a data directory moves between nsqd and pynsqd::
      "version": "1.3.0"}
 
 pynsqd adds ``max_attempts`` to a channel entry when dead-lettering is set for
-it, and ``"prioritised": true`` to a topic entry once it has priorities; nsqd
+it, ``"prioritised": true`` to a topic entry once it has priorities and
+``"replicas": N`` when the topic has a number of replicas of its own; nsqd
 ignores unknown keys. Ephemeral topics and channels are never
 written. The file is replaced atomically: temp file, fsync, rename, fsync of
 the directory. :class:`MetadataFile` keeps it up to date while the broker runs.
@@ -137,6 +138,8 @@ def _entries(doc: dict[str, Any]) -> list[dict]:
         entry = {"name": name, "paused": topic["paused"], "channels": channels}
         if topic.get("prioritised") is True:
             entry["prioritised"] = True
+        if "replicas" in topic:
+            entry["replicas"] = topic["replicas"]  # checked by the broker
         result.append(entry)
     return result
 
@@ -154,6 +157,8 @@ def _topic(entry: dict[str, Any]) -> dict[str, Any]:
            "channels": [_channel(ch) for ch in entry["channels"]] or None}
     if entry.get("prioritised"):
         doc["prioritised"] = True
+    if entry.get("replicas") is not None:
+        doc["replicas"] = entry["replicas"]
     return doc
 
 

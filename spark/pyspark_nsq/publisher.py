@@ -212,7 +212,8 @@ class Publisher:
 
         Unkeyed, the new connection goes to the next address. Keyed, it goes to the same
         nsqd first: there the resent messages whose first sending was stored are dropped
-        as duplicates, where another nsqd would store them a second time.
+        as duplicates, where another nsqd would store them a second time (a node of a
+        pynsqd cluster with ``--replicas`` knows them too: the keys travel with the copies).
         """
         failed = self._conn
         self.close()

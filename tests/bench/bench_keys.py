@@ -44,7 +44,7 @@ BODY = b"b" * 100
 _SIZE = struct.Struct(">I")
 
 
-def _payloads(count: int, keyed: bool, connection: int, batch: int = BATCH) -> list[bytes]:
+def _payloads(count: int, keyed: bool, connection: int, batch: int = BATCH, topic: str = TOPIC) -> list[bytes]:
     """The MPUB commands of one connection (PUBs for a batch of 1); with ``keyed`` every message
     has a new key."""
     out = []
@@ -53,7 +53,7 @@ def _payloads(count: int, keyed: bool, connection: int, batch: int = BATCH) -> l
             messages = [prefix_key(b"c%d-%012d" % (connection, n), BODY) for n in range(start, min(count, start + batch))]
         else:
             messages = [BODY] * (min(count, start + batch) - start)
-        out.append(encode_pub(TOPIC, messages[0]) if batch == 1 else encode_mpub(TOPIC, messages))
+        out.append(encode_pub(topic, messages[0]) if batch == 1 else encode_mpub(topic, messages))
     return out
 
 

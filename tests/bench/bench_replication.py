@@ -5,7 +5,10 @@ Each run starts nsq's own nsqlookupd and three pynsqd nodes registered with it (
 directories), creates the topic with one channel nobody reads on the first node, waits
 until that node is linked to its peers, then drives it with ``python -m broker.bench
 writer``. Two workloads: MPUB of 200 x 100 B bodies (two connections), and one PUB in
-flight on one connection (its round trip includes the copy's). Runs alternate between the
+flight on one connection (its round trip includes the copy's). With ``--keyed`` the same two
+again from another client (tests/bench/bench_keys.py's), a fixed number of messages each,
+with and without a new publish key on every message (a keyed publish also asks every peer
+whether it knows its keys). Runs alternate between the
 replica counts, round after round; the table reports medians and the ratio to
 ``--replicas=1``.
 
@@ -14,6 +17,7 @@ Usage (from the repository root)::
     python -m tests.bench.bench_replication                       # 3 rounds of 5 s
     python -m tests.bench.bench_replication --rounds 5 --runfor 10s --durable
     python -m tests.bench.bench_replication --replicas 1 2 3 --json
+    python -m tests.bench.bench_replication --keyed --durable
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tests.bench import bench_keys
 from tests.bench.bench_durable import TOPIC, run_writer
 from tests.support.nsq_programs import NsqProgram, nsq_bin_missing
 from tests.support.processes import BrokerProcess
@@ -35,6 +40,24 @@ WORKLOADS = {
     "MPUB 200 x 100 B": {"connections": 2, "batch_size": 200, "size": 100},
     "PUB 1 in flight": {"connections": 1, "batch_size": 1, "size": 100},
 }
+#: With --keyed: the same with a key on every message, and without, from the same client
+#: (tests/bench/bench_keys.py's), this many messages a run.
+KEYED = {
+    f"{kind} MPUB 200 x 100 B": {"connections": 2, "batch_size": 200, "messages": 200_000, "keyed": kind == "keyed"}
+    for kind in ("unkeyed", "keyed")
+} | {
+    f"{kind} PUB 1 in flight": {"connections": 1, "batch_size": 1, "messages": 3_000, "keyed": kind == "keyed"}
+    for kind in ("unkeyed", "keyed")
+}
+
+
+def _keyed_run(node: BrokerProcess, workload: dict) -> dict:
+    connections, batch, keyed = workload["connections"], workload["batch_size"], workload["keyed"]
+    per = workload["messages"] // connections
+    payloads = [bench_keys._payloads(per, keyed, c, batch, TOPIC) for c in range(connections)]
+    socks = [bench_keys._connect(node.tcp, keyed) for _ in range(connections)]
+    elapsed = bench_keys.publish_all(socks, payloads, 1)
+    return {"msgs_per_s": per * connections / elapsed}
 
 
 def _http(node: BrokerProcess, method: str, path: str) -> dict:
@@ -69,6 +92,8 @@ def run_once(root: Path, replicas: int, durable: bool, workload: dict, runfor: s
         _http(first, "POST", f"/channel/create?topic={TOPIC}&channel=idle")
         if replicas > 1:
             _wait_linked(first, NODES - 1)
+        if "messages" in workload:
+            return _keyed_run(first, workload)
         return run_writer(first.tcp, workload["connections"], runfor, workload["batch_size"], workload["size"])
     finally:
         for node in nodes:
@@ -85,19 +110,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--durable", action="store_true", help="run every node with --durable")
     parser.add_argument("--only", default="", help="run only the workloads whose name contains this")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--keyed", action="store_true", help="also run both workloads with a key on every message")
     args = parser.parse_args(argv)
+    workloads = {**WORKLOADS, **(KEYED if args.keyed else {})}
     missing = nsq_bin_missing()
     if missing:
         parser.error(missing)
     rows = []
     with tempfile.TemporaryDirectory(prefix="pynsqd-bench-replication-") as tmp:
         for round_ in range(args.rounds):
-            for name, workload in WORKLOADS.items():
+            for name, workload in workloads.items():
                 if args.only not in name:
                     continue
                 order = args.replicas if round_ % 2 == 0 else args.replicas[::-1]
                 for replicas in order:
-                    root = Path(tmp) / f"{round_}-{name.split()[0]}-{replicas}"
+                    root = Path(tmp) / f"{round_}-{'-'.join(name.split()[:2])}-{replicas}"  # fresh data each run
                     result = run_once(root, replicas, args.durable, workload, args.runfor)
                     rows.append({"workload": name, "replicas": replicas, "round": round_,
                                  "msgs_per_s": result["msgs_per_s"]})
@@ -110,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.rounds} round(s), medians")
     print("| workload | " + " | ".join(f"replicas={r}" for r in args.replicas) + " | ratio to replicas=1 |")
     print("|---|" + "---:|" * (len(args.replicas) + 1))
-    for name in WORKLOADS:
+    for name in workloads:
         medians = {r: statistics.median([row["msgs_per_s"] for row in rows
                                          if row["workload"] == name and row["replicas"] == r] or [0])
                    for r in args.replicas}

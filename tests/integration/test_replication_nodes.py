@@ -51,7 +51,7 @@ async def test_the_peer_holds_a_copy_of_each_message_until_every_channel_finishe
 
         await wait_until(lambda: copies_held(b, "t", 10))
         assert (await topic_replication(a, "t")) == {"replicas": 2, "copies_held": 0, "copies_waiting": 0,
-                                                "takeovers": 0, "publishes_refused": 0}
+                                                "takeovers": 0, "publishes_refused": 0, "copies_missing": 0}
         await client.send(encode_rdy(10))
         for _ in range(10):
             msg = await client.read_message()
@@ -60,6 +60,8 @@ async def test_the_peer_holds_a_copy_of_each_message_until_every_channel_finishe
         metrics = (await request(a.addresses.http, "GET", "/metrics")).text
         assert 'nsq_topic_replicas{topic="t"} 2.0' in metrics
         assert 'nsq_topic_copies_held{topic="t"} 0.0' in metrics
+        assert 'nsq_topic_copies_missing{topic="t"} 0.0' in metrics
+        assert "nsq_replication_copies_missing 0.0" in metrics and "nsq_replication_copies_restored 0.0" in metrics
 
 
 async def test_a_publish_too_few_nodes_can_hold_is_refused_and_the_connection_stays(tmp_path, lookupd):
@@ -113,6 +115,37 @@ async def test_a_stopped_node_is_taken_over_and_skips_what_was_taken_when_it_ret
             await client.expect_quiet()
             # a learnt of the takeover: the holder need not remember it for a any more
             await wait_until(lambda: _remembered(holder, 0))
+
+
+async def test_copies_a_stopped_holder_held_are_counted_missing_until_another_node_takes_them(tmp_path, lookupd):
+    """Two nodes: a's copies are on b; b stops: once gone, /stats and /metrics count a's copies
+    missing, while no other node can take them; c starts: a makes them again there."""
+    bodies = [b"m%d" % i for i in range(20)]
+    flags = node_flags(lookupd, "--replicas=2")
+    async with AsyncExitStack() as stack:
+        a = await stack.enter_async_context(running_daemon(tmp_path / "a", *flags))
+        async with running_daemon(tmp_path / "b", *flags) as b:
+            await wait_until(lambda: linked(a, b))
+            client = await connect(a.addresses.tcp)
+            await client.send(encode_sub("t", "c"))
+            await client.expect_response(b"OK")
+            await client.aclose()
+            await publish(a, "t", *bodies)
+            await wait_until(lambda: copies_held(b, "t", 20))
+        await wait_until(lambda: _missing(a, "t", 20))
+        metrics = (await request(a.addresses.http, "GET", "/metrics")).text
+        assert 'nsq_topic_copies_missing{topic="t"} 20.0' in metrics and "nsq_replication_copies_missing 20.0" in metrics
+        c = await stack.enter_async_context(running_daemon(tmp_path / "c", *flags))
+        await wait_until(lambda: _missing(a, "t", 0))
+        assert await copies_held(c, "t", 20)
+        node = await node_replication(a)
+        assert (node["copies_missing"], node["copies_restored"]) == (0, 20)
+
+
+async def _missing(node, topic: str, count: int) -> bool:
+    """``node`` counts ``count`` copies of ``topic`` missing, for the topic and in all."""
+    return ((await topic_replication(node, topic)).get("copies_missing") == count
+            and (await node_replication(node)).get("copies_missing") == count)
 
 
 async def _remembered(node, count: int) -> bool:

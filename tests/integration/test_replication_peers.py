@@ -19,7 +19,7 @@ from broker.core.message import Message
 from broker.protocol import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, encode_pub
 from broker.protocol.replica import CONNECTOR, encode_repl, new_nonce, proof
 from broker.replication.held import HeldCopies
-from broker.replication.wire import ADD, CHANNELS, DROP, FIN, HELLO, TAKEN, pack_entries
+from broker.replication.wire import ADD, CHANNELS, DROP, FIN, HELLO, HOLDS, TAKEN, pack_entries
 from tests.conftest import running_daemon
 from tests.support.http_client import request
 from tests.support.nsq_programs import nsq_bin_missing
@@ -181,6 +181,8 @@ async def test_every_kind_of_forged_request_is_refused_before_it_is_written(tmp_
             ("ADD for another origin", [ADD, "t", ["6" * 32, me], ids, entries]),
             ("ADD this node does not hold", [ADD, "t", [STRANGER, "6" * 32], ids, entries]),
             ("ADD with entries that are not msgpack", [ADD, "t", [STRANGER, me], ids, b"\xc1"]),
+            ("HOLDS naming another origin first", [HOLDS, "t", ids, ["6" * 32, me]]),
+            ("HOLDS naming holders without this node", [HOLDS, "t", ids, [STRANGER, "6" * 32]]),
         ]
         for seq, (what, forged) in enumerate([*FORGED, *adds], start=1):
             answered_seq, error, _extra = await _repl(client, forged, seq=seq)
@@ -196,7 +198,13 @@ async def test_every_kind_of_forged_request_is_refused_before_it_is_written(tmp_
         assert (await _repl(client, [ADD, "t", [STRANGER, me], ids, entries]))[1] is None
         assert (await _repl(client, [TAKEN, me, "t", [b"0" * 16]], [FIN, "t", "c", ids[:1]]))[1] is None
         assert (await node_replication(a))["copies_held"] == 2
-    assert await _log_depth(tmp_path / "a") == 2  # the good ADD and the good FIN alone reached the disk
+        # which copies it holds, and their holders named anew: a HOLDS comes alone in its body
+        assert (await _repl(client, [HOLDS, "t", [*ids, b"9" * 16]]))[1:] == (None, [True, True, False])
+        assert (await _repl(client, [HOLDS, "t", ids[:1], [STRANGER, "6" * 32, me]]))[1:] == (None, [True])
+        assert (await _repl(client, [HOLDS, "t", ids], [FIN, "t", "c", ids]))[1].startswith("bad request: ")
+        assert (await node_replication(a))["copies_held"] == 2
+    # the good ADD, FIN and new holders alone reached the disk
+    assert await _log_depth(tmp_path / "a") == 3
     async with running_daemon(tmp_path / "a", *flags) as a:  # and the node starts again
         assert (await node_replication(a))["copies_held"] == 2
 

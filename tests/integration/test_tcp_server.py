@@ -23,7 +23,7 @@ from broker.protocol import (
     encode_sub,
     encode_touch,
 )
-from broker.server.commands import ANSWER_HANDLERS
+from broker.server.handlers import ANSWER_HANDLERS
 from broker.server.tcp import TCPServer
 from tests.support.v2client import connect, publish, subscriber
 from tests.support.waiting import wait_for
@@ -400,14 +400,14 @@ async def test_failed_spill_on_req_keeps_the_message_and_the_client(start_daemon
 
 async def test_internal_error_closes_only_that_client(daemon, monkeypatch):
     from broker.protocol import Nop
-    from broker.server import commands
+    from broker.server import handlers
 
     def broken(broker, client, cmd):
         raise RuntimeError("boom")
 
     bystander = await subscriber(daemon, rdy=1)
     victim = await connect(tcp(daemon))
-    monkeypatch.setitem(commands.SYNC_HANDLERS, Nop, broken)
+    monkeypatch.setitem(handlers.SYNC_HANDLERS, Nop, broken)
     await victim.send(encode_nop())
     await victim.expect_closed()
     monkeypatch.undo()

@@ -278,24 +278,23 @@ class ReplicaCluster:
                     await trio.sleep(0.1)  # nodes look for peers every so often; no event to wait on
 
     async def wait_linked(self, nodes: Iterable[Node] | None = None, timeout: float = 30.0) -> None:
-        """Return once each of ``nodes`` (default: every node that is up) has a link up to every
-        other one of them, each proven (its ``/stats`` lists it connected, with its node id): every
-        node then counts the others among the cluster's members."""
-        chosen = list(self.up() if nodes is None else nodes)
+        """Return once each of ``nodes`` (default: every node that is up) has dialled every other one
+        of them and has its link up: each knows the others' addresses, so that a node that comes back
+        wiped at one of them replaces the member that was there (a node that was only dialled is
+        known without an address)."""
+        group = list(self.up() if nodes is None else nodes)
 
         async def linked() -> bool:
-            for node in chosen:
-                stats = await node.stats()
-                peers = {peer["address"]: peer for peer in ((stats or {}).get("replication") or {}).get("peers", ())}
-                for other in chosen:
-                    peer = peers.get(other.address)
-                    if other is not node and not (peer and peer["connected"] and peer["node_id"]):
-                        return False
+            for node in group:
+                peers = ((await node.stats()) or {}).get("replication", {}).get("peers", ())
+                up = {peer["address"] for peer in peers if peer["connected"]}
+                if not {other.address for other in group if other is not node} <= up:
+                    return False
             return True
 
         with trio.fail_after(timeout):
             while not await linked():
-                await trio.sleep(0.1)  # links are dialled as nodes find each other in nsqlookupd
+                await trio.sleep(0.1)  # nodes look for peers every second; no event to wait on
 
     def logs(self, lines: int = 30) -> str:
         """The last ``lines`` lines of every node's log, for a failure message."""

@@ -27,9 +27,10 @@ EXACTLY_ONCE_KEY = "concat(nsqd, '/', id)"
 
 
 def start_copy(spark: Any, nsqd: str, source: str, sink: str, checkpoint: str, *, channel: str,
-               trigger: dict, key: str | None = None, **source_options: str) -> Any:
+               trigger: dict, key: str | None = None, sink_lookupd: str | None = None, **source_options: str) -> Any:
     """Start a streaming query that copies the bodies of topic ``source`` (read on ``channel``)
-    to topic ``sink``, both on the broker at ``nsqd`` (``host:port``).
+    to topic ``sink``, both on the broker at ``nsqd`` (``host:port``); with ``sink_lookupd``
+    (an nsqlookupd's HTTP ``host:port``) the sink publishes to the nodes it lists instead.
 
     ``key`` is an SQL expression over the source's columns published as the ``key`` column
     (:data:`EXACTLY_ONCE_KEY`), None for an unkeyed copy. ``source_options`` are more options
@@ -43,17 +44,17 @@ def start_copy(spark: Any, nsqd: str, source: str, sink: str, checkpoint: str, *
     rows = reader.load()
     rows = rows.select("body") if key is None else rows.selectExpr("body", f"{key} AS key")
     return (rows.writeStream.format("nsq")
-            .option("nsqd", nsqd).option("topic", sink)
+            .option(*(("nsqd", nsqd) if sink_lookupd is None else ("lookupd", sink_lookupd))).option("topic", sink)
             .option("checkpointLocation", checkpoint).trigger(**trigger).start())
 
 
 def run_copy_process(nsqd: str, source: str, sink: str, checkpoint: Path, log: Path, *, worker_path: str,
-                     key: str | None = None, restarts: int = 0) -> subprocess.Popen:
+                     key: str | None = None, restarts: int = 0, sink_lookupd: str | None = None) -> subprocess.Popen:
     """:func:`copy_process_main` in a process group of its own, so a test can SIGKILL all of it.
 
     It reads ``source`` on channel ``spark`` 4,000 messages per micro-batch with a 3-second
     ``msgTimeoutMs`` (what a killed query leased comes back soon), writes to ``sink`` with
-    ``key`` (see :func:`start_copy`), and appends its output to ``log``. ``restarts``: how
+    ``key`` (see :func:`start_copy`; to the nodes ``sink_lookupd`` lists, when given), and appends its output to ``log``. ``restarts``: how
     many times it starts the query again from its checkpoint after it fails (the broker
     went away), once the broker accepts connections again. ``worker_path`` goes first on
     ``PYTHONPATH``, for the driver and for the Python workers Spark starts.
@@ -63,6 +64,8 @@ def run_copy_process(nsqd: str, source: str, sink: str, checkpoint: Path, log: P
     argv = [nsqd, source, sink, str(checkpoint), f"--restarts={restarts}"]
     if key is not None:
         argv.append(f"--key={key}")
+    if sink_lookupd is not None:
+        argv.append(f"--sink-lookupd={sink_lookupd}")
     with open(log, "ab") as out:
         return subprocess.Popen(
             [sys.executable, "-c", "import sys; from tests.support.spark_queries import copy_process_main; "
@@ -98,6 +101,7 @@ def copy_process_main(argv: list[str]) -> None:
     parser.add_argument("checkpoint")
     parser.add_argument("--key")
     parser.add_argument("--restarts", type=int, default=0)
+    parser.add_argument("--sink-lookupd")
     args = parser.parse_args(argv)
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
@@ -106,7 +110,7 @@ def copy_process_main(argv: list[str]) -> None:
     host, _, port = args.nsqd.rpartition(":")
     for run in range(args.restarts + 1):
         query = start_copy(spark, args.nsqd, args.source, args.sink, args.checkpoint, channel="spark",
-                           trigger={"processingTime": "0 seconds"}, key=args.key,
+                           trigger={"processingTime": "0 seconds"}, key=args.key, sink_lookupd=args.sink_lookupd,
                            maxMessagesPerTrigger="4000", msgTimeoutMs="3000")
         print(f"copy: query started (run {run + 1})", flush=True)
         try:

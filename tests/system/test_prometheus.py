@@ -259,3 +259,42 @@ def test_replication_alerts_fire_on_a_damaged_log_and_a_refused_peer(tmp_path):
     tests.write_text(_REPLICATION_RULES_TEST.format(rules=DEPLOY / "alerts.yml"))
     result = subprocess.run([PROMTOOL, "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+_COPIES_MISSING_RULES_TEST = """
+rule_files:
+  - {rules}
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'nsq_replication_copies_missing{{job="pynsqd", instance="mq1:4151"}}'
+        values: '0 0 20x15'
+      - series: 'nsq_replication_copies_missing{{job="pynsqd", instance="mq2:4151"}}'
+        values: '0 500x8 0x8'
+    alert_rule_test:
+      - eval_time: 11m
+        alertname: NsqReplicationCopiesMissing
+        exp_alerts: []
+      - eval_time: 13m
+        alertname: NsqReplicationCopiesMissing
+        exp_alerts:
+          - exp_labels: {{severity: critical, job: pynsqd, instance: "mq1:4151"}}
+            exp_annotations:
+              summary: Messages of mq1:4151 have fewer copies than --replicas.
+              description: >-
+                A node that held copies of mq1:4151's messages is gone, and
+                20 copies have not been made again on another node for 10 minutes:
+                losing one more node may lose those messages. Usually no other node can take
+                them (too few nodes up for --replicas): start one. Its log says which topics.
+"""
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed")
+def test_copies_missing_alert_fires_only_when_they_stay_missing(tmp_path):
+    """Copies missing for 10 minutes fire NsqReplicationCopiesMissing; copies made again
+    within that time (mq2) fire nothing."""
+    tests = tmp_path / "copies_missing_test.yml"
+    tests.write_text(_COPIES_MISSING_RULES_TEST.format(rules=DEPLOY / "alerts.yml"))
+    result = subprocess.run([PROMTOOL, "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr

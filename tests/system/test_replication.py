@@ -6,6 +6,8 @@ of nsq's ``nsqlookupd``, and consumers that follow it (``/lookup?topic=T``) as r
 - a publish that cannot get its copies is refused (non-fatal ``E_PUB_FAILED``, HTTP 503) and
   nothing of it is delivered later;
 - a node started again on its data after its copies were taken over does not deliver them again;
+- a takeover keeps each message's attempts and due time: ``--max-attempts`` and dead letters
+  count on where they were, a REQ's delay and a DPUB's deferral are not cut short;
 - with one replica (the default) nothing changes.
 
 Every wait is on a condition with a deadline; duplicates (a body delivered twice) are allowed
@@ -15,16 +17,30 @@ where the guarantee is at-least-once, and counted.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import trio
 
-from broker.protocol import FRAME_TYPE_ERROR, encode_dpub, encode_mpub, encode_rdy, encode_sub
+from broker.protocol import (
+    FRAME_TYPE_ERROR,
+    FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
+    decode_message,
+    encode_dpub,
+    encode_fin,
+    encode_mpub,
+    encode_nop,
+    encode_rdy,
+    encode_req,
+    encode_sub,
+)
 from tests.support.http_client import request
 from tests.support.nsq_programs import nsq_bin_missing
 from tests.support.processes import BrokerProcess
 from tests.support.replication_cluster import Consumer, Node, ReplicaCluster, pub
-from tests.support.v2client import V2Client, connect
+from tests.support.v2client import V2Client, connect, publish_batch
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 needs_nsq = pytest.mark.skipif(nsq_bin_missing() is not None, reason=nsq_bin_missing() or "")
@@ -284,6 +300,243 @@ async def test_a_node_restarted_at_once_after_a_crash_without_durable_loses_noth
     assert any(node.log_lines("restarted after a crash without --durable") for node in cluster.nodes[1:])
     assert_alive(cluster)
     assert duplicates(consumer) <= count // 100, f"{duplicates(consumer)} duplicates\n{cluster.logs()}"
+
+
+async def published_in_batches(cluster: ReplicaCluster, label: str, count: int) -> tuple[Node, list[bytes]]:
+    """The cluster readied, each node linked to every other (all copies of the first node's topic
+    go to one peer), and ``count`` bodies acknowledged by its first node, MPUB'd 500 at a time."""
+    await ready(cluster)
+    await cluster.wait_linked()
+    first = cluster.nodes[0]
+    sent = bodies(label, count)
+    await publish_batch(first.tcp, TOPIC, *sent, per_mpub=500, timeout=TIMEOUT_S + 30)
+    return first, sent
+
+
+async def topic_replication_of(node: Node) -> dict:
+    """The topic's replication block of ``node``'s ``/stats`` ({} when it does not answer)."""
+    stats = await node.stats(TOPIC)
+    topics = (stats or {}).get("topics") or []
+    return topics[0].get("replication", {}) if topics else {}
+
+
+async def holder_of(cluster: ReplicaCluster, origin: Node, count: int) -> Node:
+    """The node other than ``origin`` that holds ``count`` copies of the topic's messages."""
+    found: list[Node] = []
+    held: dict[str, object] = {}
+
+    async def one_holds() -> bool:
+        for node in cluster.up():
+            if node is not origin:
+                held[node.name] = (await topic_replication_of(node)).get("copies_held")
+        found[:] = [node for node in cluster.up() if held.get(node.name) == count]
+        return len(found) == 1
+
+    with trio.move_on_after(30):
+        await wait_until(one_holds, 30)
+    assert len(found) == 1, f"copies held of {count}: {held}\n{cluster.logs()}"
+    return found[0]
+
+
+async def restored(origin: Node, holder: Node, count: int) -> bool:
+    """``origin`` made ``count`` copies of the topic's messages again, on ``holder``, and counts none missing."""
+    stats = await origin.stats()
+    node = (stats or {}).get("replication", {})
+    return (node.get("copies_missing") == 0 and node.get("copies_restored", 0) >= count
+            and (await topic_replication_of(origin)).get("copies_missing") == 0
+            and (await topic_replication_of(holder)).get("copies_held") == count)
+
+
+@needs_nsq
+async def test_copies_a_lost_holder_held_are_made_again_so_losing_the_origin_next_loses_nothing(clusters):
+    cluster = clusters(3, replicas=2, replica_timeout=TIMEOUT, durable=True)
+    count = 10_000
+    first, sent = await published_in_batches(cluster, "recopied", count)
+    holder = await holder_of(cluster, first, count)
+    [third] = [node for node in cluster.nodes if node not in (first, holder)]
+
+    holder.kill()
+    holder.wipe()
+    started = trio.current_time()
+    await wait_until(lambda: restored(first, third, count), 60)
+    print(f"{count} copies made again {trio.current_time() - started:.1f} s after the holder was killed")
+    assert_alive(cluster)
+    # the holder comes back as a new node (a majority again), then the origin is lost with its disk
+    await holder.astart()
+    await cluster.wait_replicating([holder])
+    await cluster.wait_linked()  # every node knows it replaced the holder lost
+    first.kill()
+    first.wipe()
+    consumer = Consumer(TOPIC, CHANNEL, lookupd_http=cluster.lookupd.http)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_delivered(consumer, sent, 120, cluster)
+        nursery.cancel_scope.cancel()
+    lost = len(consumer.deliveries.missing(sent))
+    print(f"{count} published, {lost} lost, {consumer.deliveries.total} deliveries, by node "
+          f"{dict(consumer.deliveries.by_node)}")
+    assert lost == 0
+    assert_alive(cluster)
+
+
+@needs_nsq
+async def test_publishes_are_acknowledged_quickly_while_a_large_backlog_is_copied_again(clusters):
+    cluster = clusters(3, replicas=2, replica_timeout=TIMEOUT, durable=True)
+    count = 100_000
+    first, _sent = await published_in_batches(cluster, "backlog", count)
+    holder = await holder_of(cluster, first, count)
+    client = await connect(first.tcp, timeout=10)
+    try:
+        baseline = [await _timed_pub(client, f"before-{n}".encode()) for n in range(50)]
+        holder.kill()
+        holder.wipe()
+        await wait_until(lambda: _missing_above_zero(first), 30)
+        started = trio.current_time()
+        during: list[float] = []
+        done = False
+
+        async def watch() -> None:
+            nonlocal done
+            await wait_until(lambda: _nothing_missing(first, count), 120, poll=0.2)
+            done = True
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            while not done:
+                during.append(await _timed_pub(client, f"during-{len(during)}".encode()))
+        took = trio.current_time() - started
+    finally:
+        await client.aclose()
+    during.sort()
+    baseline.sort()
+    print(f"{count} copies made again in {took:.1f} s; PUB latency before: median {baseline[25] * 1000:.1f} ms, "
+          f"max {baseline[-1] * 1000:.1f} ms; during ({len(during)} PUBs): median "
+          f"{during[len(during) // 2] * 1000:.1f} ms, p99 {during[len(during) * 99 // 100] * 1000:.1f} ms, "
+          f"max {during[-1] * 1000:.1f} ms")
+    assert len(during) >= 20, f"the copies were made again before publishes could be measured ({took:.1f} s)"
+    assert during[-1] < 1.0, f"a publish waited {during[-1]:.2f} s while copies were made again"
+    assert_alive(cluster)
+
+
+async def _timed_pub(client: V2Client, body: bytes) -> float:
+    """PUB ``body``, require ``OK``; how long the answer took."""
+    started = trio.current_time()
+    answer = await pub(client, TOPIC, body, timeout=TIMEOUT_S + 10)
+    assert answer == "OK", answer
+    return trio.current_time() - started
+
+
+async def _missing_above_zero(node: Node) -> bool:
+    return (await topic_replication_of(node)).get("copies_missing", 0) > 0
+
+
+async def _nothing_missing(node: Node, count: int) -> bool:
+    """``node`` made at least ``count`` copies again and counts none missing."""
+    replication = ((await node.stats()) or {}).get("replication", {})
+    return replication.get("copies_missing") == 0 and replication.get("copies_restored", 0) >= count
+
+
+DEFER_S = 30
+
+
+@needs_nsq
+async def test_a_takeover_keeps_each_messages_attempts_and_due_time(clusters):
+    """A consumer REQs a message twice on its node (``--max-attempts=3``), REQs another with a
+    delay, and a third was published deferred; the node is killed and wiped. The taker delivers
+    the first with its third attempt and, REQ'd once more, buries it as the origin would have;
+    the others come when they were due, not at the takeover."""
+    cluster = clusters(3, replicas=2, replica_timeout=TIMEOUT, durable=True, extra=["--max-attempts=3"])
+    await ready(cluster)
+    origin = cluster.nodes[0]
+    publisher = await connect(origin.tcp, timeout=TIMEOUT_S + 10)
+    consumer = await connect(origin.tcp, timeout=10)
+    try:
+        await consumer.send(encode_sub(TOPIC, CHANNEL) + encode_rdy(1))
+        await consumer.expect_response(b"OK")
+        deferred_at = time.time()
+        await publisher.send(encode_dpub(TOPIC, DEFER_S * 1000, b"deferred"))
+        await publisher.expect_response(b"OK")
+        assert await pub(publisher, TOPIC, b"delayed", timeout=TIMEOUT_S + 10) == "OK"
+        msg = await consumer.read_message()
+        assert (msg.body, msg.attempts) == (b"delayed", 1)
+        delayed_at = time.time()
+        await consumer.send(encode_req(msg.id, DEFER_S * 1000))
+        assert await pub(publisher, TOPIC, b"poison", timeout=TIMEOUT_S + 10) == "OK"
+        for attempt in (1, 2):
+            msg = await consumer.read_message()
+            assert (msg.body, msg.attempts) == (b"poison", attempt)
+            if attempt == 1:
+                await consumer.send(encode_req(msg.id, 0))
+        # a marker behind it, finished after the second REQ: once the holder dropped its copy,
+        # it had the REQ's word too (a node posts a batch's states before its FINs)
+        assert await pub(publisher, TOPIC, b"marker", timeout=TIMEOUT_S + 10) == "OK"
+        holder = await wait_until(lambda: _holding(cluster.nodes[1:], 4), 15)
+        await consumer.send(encode_req(msg.id, 0))
+        marker = await consumer.read_message()
+        assert marker.body == b"marker"
+        await consumer.send(encode_rdy(0) + encode_fin(marker.id))
+        await consumer.expect_quiet()
+        await wait_until(lambda: _holding([holder], 3), 15)
+    finally:
+        await publisher.aclose()
+        await consumer.aclose()
+
+    origin.kill()
+    origin.wipe()
+    taken = await connect(holder.tcp, timeout=10)
+    try:
+        await taken.identify(heartbeat_interval=2000)
+        await taken.send(encode_sub(TOPIC, CHANNEL) + encode_rdy(10))
+        await taken.expect_response(b"OK")
+        with trio.fail_after(30):  # the takeover, after --replica-timeout
+            msg = await _next_message(taken)
+        assert (msg.body, msg.attempts) == (b"poison", 3), msg  # the origin's third attempt
+        await taken.send(encode_req(msg.id, 0))
+        await wait_until(lambda: _buried(holder, 1), 15)  # no fourth attempt: a dead letter, as at the origin
+        due = {b"deferred": deferred_at + DEFER_S, b"delayed": delayed_at + DEFER_S}
+        for _ in list(due):
+            with trio.fail_after(DEFER_S + 30):
+                msg = await _next_message(taken)
+            now = time.time()
+            assert msg.body in due, msg
+            # not before it was due (what the node counts from came after these times; a
+            # little slack for the node's conversion of due times to its own clock)
+            assert now >= due[msg.body] - 0.1, (msg.body, due[msg.body] - now)
+            assert msg.attempts == (1 if msg.body == b"deferred" else 2), msg  # the delayed one was tried once
+            await taken.send(encode_fin(msg.id))
+            del due[msg.body]
+    finally:
+        await taken.aclose()
+    assert_alive(cluster)
+
+
+async def _holding(nodes: list[Node], count: int) -> Node | None:
+    """The one of ``nodes`` that holds ``count`` copies of the topic."""
+    for node in nodes:
+        stats = await node.stats(TOPIC)
+        for topic in (stats or {}).get("topics") or []:
+            if topic.get("replication", {}).get("copies_held") == count:
+                return node
+    return None
+
+
+async def _buried(node: Node, count: int) -> bool:
+    stats = await node.stats(TOPIC)
+    for topic in (stats or {}).get("topics") or []:
+        for channel in topic["channels"]:
+            if channel["channel_name"] == CHANNEL and channel.get("buried_count") == count:
+                return True
+    return False
+
+
+async def _next_message(client: V2Client):
+    """The next message on ``client``, heartbeats answered on the way."""
+    while True:
+        frame = await client.read_frame(skip_heartbeats=False)
+        if frame.frame_type == FRAME_TYPE_MESSAGE:
+            return decode_message(frame.data)
+        assert frame.frame_type == FRAME_TYPE_RESPONSE and frame.data == b"_heartbeat_", frame
+        await client.send(encode_nop())
 
 
 async def test_one_replica_changes_nothing(tmp_path):

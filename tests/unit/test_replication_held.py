@@ -4,6 +4,7 @@ when a copy is dropped, bodies read back for a takeover, and compaction with its
 from __future__ import annotations
 
 import shutil
+import time
 
 import pytest
 import trio
@@ -11,7 +12,7 @@ import trio
 from broker.core.message import Message
 from broker.replication import held as held_module
 from broker.replication.held import HeldCopies
-from broker.replication.wire import pack_entries
+from broker.replication.wire import pack, pack_entries
 
 ORIGIN, OTHER = "a" * 32, "b" * 32
 
@@ -78,6 +79,33 @@ async def test_bodies_are_read_back_from_the_log(tmp_path):
     found = await _entries(held, "t", {b"%016d" % 1, b"%016d" % 2})
     assert found == {b"%016d" % 1: b"body 1", b"%016d" % 2: b"body 2"}
     await held.close()
+
+
+async def test_copies_relisted_keep_their_new_holders_through_a_restart_and_a_compaction(tmp_path):
+    third = "c" * 32
+    held = await _open(tmp_path)
+    _add(held, "t", 3)
+    ids = [b"%016d" % i for i in range(3)]
+    depth = held.queue.depth
+    # the origin asks which of these it holds, changing nothing
+    assert held.relist(ORIGIN, "t", [ids[0], b"x" * 16], None) == [True, False] and held.queue.depth == depth
+    assert held.relist(ORIGIN, "u", [ids[0]], None) == [False]
+    # ... and names their holders after making copies again elsewhere: only what is held changes
+    assert held.relist(ORIGIN, "t", [ids[0], ids[1], b"x" * 16], (ORIGIN, OTHER, third)) == [True, True, False]
+    assert held.relist(ORIGIN, "t", [ids[0]], (ORIGIN, OTHER, third)) == [True]  # the same again: nothing written
+    assert held.queue.depth == depth + 1
+    assert held.held_for(ORIGIN) == {"t": 3} and held.held_for(OTHER) == {}
+    await held.close()
+
+    again = await _open(tmp_path)
+    copies = again.origins[ORIGIN]["t"]
+    assert copies.holders == {ids[0]: (ORIGIN, OTHER, third), ids[1]: (ORIGIN, OTHER, third), ids[2]: (ORIGIN, OTHER)}
+    await again.compact()
+    await again.close()
+    compacted = await _open(tmp_path)
+    assert compacted.origins[ORIGIN]["t"].holders == copies.holders
+    assert await _entries(compacted, "t", set(ids)) == {ids[0]: b"body 0", ids[1]: b"body 1", ids[2]: b"body 2"}
+    await compacted.close()
 
 
 async def test_compaction_keeps_what_is_live_and_shrinks_the_log(tmp_path, monkeypatch):
@@ -230,4 +258,174 @@ async def test_a_takeover_of_millions_is_compacted_in_records_the_log_takes(tmp_
     await held.close()
     again = await _open(tmp_path)
     assert again.taken == {ORIGIN: {"t": set(ids)}}
+    await again.close()
+
+
+def _id(n: int) -> bytes:
+    return b"%016d" % n
+
+
+async def test_channel_states_are_replayed_at_a_start_and_go_with_the_channels_fin_or_the_copy(tmp_path):
+    held = await _open(tmp_path)
+    held.set_channels(ORIGIN, "t", ["c1", "c2"])
+    _add(held, "t", 4)
+    held.update(ORIGIN, "t", "c1", [_id(0), _id(1), _id(2)], [2, 1, 3], [0, 5_000, 0])
+    held.update(ORIGIN, "t", "c2", [_id(0), _id(3)], [1, 1], [0, 0])
+    held.update(ORIGIN, "t", "c1", [_id(0)], [3], [7_000])  # the latest state wins
+    held.finish(ORIGIN, "t", "c1", [_id(1)])  # c1 finished it: nothing of it left in c1
+    held.finish(ORIGIN, "t", "c1", [_id(3)])
+    held.finish(ORIGIN, "t", "c2", [_id(3)])  # both channels: the copy and its states go
+    held.drop(ORIGIN, "t", [_id(2)])
+    await held.close()
+
+    again = await _open(tmp_path)
+    copies = again.origins[ORIGIN]["t"]
+    assert copies.state == {"c1": {_id(0): (3, 7_000)}, "c2": {_id(0): (1, 0)}}
+    assert copies.states_of(_id(0)) == {"c1": (3, 7_000), "c2": (1, 0)} and copies.states_of(_id(1)) == {}
+    await again.close()
+
+
+async def test_an_update_of_copies_not_held_or_finished_in_that_channel_writes_nothing(tmp_path):
+    held = await _open(tmp_path)
+    held.set_channels(ORIGIN, "t", ["c1", "c2"])
+    _add(held, "t", 2)
+    held.finish(ORIGIN, "t", "c1", [_id(0)])
+    depth = held.queue.depth
+    held.update(ORIGIN, "t", "c1", [_id(0), _id(9)], [1, 1], [0, 0])  # finished there; never held
+    held.update(ORIGIN, "u", "c1", [_id(1)], [1], [0])  # a topic with no copies
+    held.update(OTHER, "t", "c1", [_id(1)], [1], [0])  # another node's word on the origin's copies
+    assert held.queue.depth == depth and held.origins[ORIGIN]["t"].state == {}
+    held.update(ORIGIN, "t", "c1", [_id(0), _id(1)], [4, 2], [0, 9])  # the copy c1 has not finished is kept
+    assert held.queue.depth == depth + 1 and held.origins[ORIGIN]["t"].state == {"c1": {_id(1): (2, 9)}}
+    await held.close()
+
+
+async def test_an_update_of_many_ids_is_written_in_records_the_log_takes(tmp_path, monkeypatch):
+    monkeypatch.setattr(held_module, "STATE_PIECE", 100)
+    held = await _open(tmp_path)
+    _add(held, "t", 250)
+    held.update(ORIGIN, "t", "c", [_id(n) for n in range(250)], [n % 7 for n in range(250)], [0] * 250)
+    assert held.queue.depth == 1 + 3
+    await held.close()
+    again = await _open(tmp_path)
+    assert again.origins[ORIGIN]["t"].state == {"c": {_id(n): (n % 7, 0) for n in range(250)}}
+    await again.close()
+
+
+async def test_compaction_keeps_the_states_of_the_copies_held_and_no_others(tmp_path, monkeypatch):
+    monkeypatch.setattr(held_module, "COMPACT_MIN", 50)
+    monkeypatch.setattr(held_module, "STATE_PIECE", 3)
+    held = await _open(tmp_path)
+    held.set_channels(ORIGIN, "t", ["c"])
+    for i in range(100):
+        _add(held, "t", 1, i)
+        held.update(ORIGIN, "t", "c", [_id(i)], [1], [0])
+        held.update(ORIGIN, "t", "c", [_id(i)], [2], [i])
+        if i % 20:  # one in twenty stays, with its state
+            held.finish(ORIGIN, "t", "c", [_id(i)])
+    assert held.needs_compaction()
+    await held.compact()
+    # the channel list, 5 copies, their 5 states in records of 3
+    assert held.queue.depth == 1 + 5 + 2 and not held.needs_compaction()
+    await held.close()
+    again = await _open(tmp_path)
+    assert again.origins[ORIGIN]["t"].state == {"c": {_id(i): (2, i) for i in range(0, 100, 20)}}
+    await again.close()
+
+
+async def test_a_state_record_that_is_not_what_this_node_writes_is_skipped(tmp_path):
+    held = await _open(tmp_path)
+    _add(held, "t", 1)
+    for record in (["S", ORIGIN, "t", "c", [_id(0)], 70_000, 0], ["S", ORIGIN, "t", "bad/name", [_id(0)], 1, 0],
+                   ["S", ORIGIN, "t", "c", [_id(0)], 1, -5], ["S", ORIGIN, "t", "c", [_id(0)], 1]):
+        held.queue.put(pack(record))
+    held.queue.put(pack(["S", ORIGIN, "t", "c", [_id(0)], 2, 0]))
+    await held.close()
+    again = await _open(tmp_path)
+    assert again.records_skipped == 4 and again.origins[ORIGIN]["t"].state == {"c": {_id(0): (2, 0)}}
+    await again.close()
+
+
+def _add_keyed(held: HeldCopies, topic: str, keys: list[bytes], start: int = 0, expires: int | list[int] = 0,
+               origin: str = ORIGIN) -> list[bytes]:
+    """Keyed copies (``b""``: a message without a key), their window ending at ``expires``
+    (default: in an hour); returns their ids."""
+    messages = [Message(b"%016d" % i, b"body %d" % i, 1_000 + i, 0, 0, None) for i in range(start, start + len(keys))]
+    ids = [m.id for m in messages]
+    held.add(origin, topic, [origin, OTHER], ids, pack_entries(messages), None, keys,
+             expires or time.time_ns() + 3600 * 10**9)
+    return ids
+
+
+async def test_keys_outlive_their_copies_until_their_window_ends_and_a_failed_publish_takes_them_back(tmp_path):
+    held = await _open(tmp_path)
+    held.set_channels(ORIGIN, "t", ["c"])
+    finished, failed, taken, by_other, unkeyed = _add_keyed(held, "t", [b"fin", b"fail", b"took", b"other", b""])
+    held.finish(ORIGIN, "t", "c", [finished])  # delivered: the key stays known
+    held.drop(ORIGIN, "t", [failed])  # its publish was refused: the retry must be stored
+    held.mark_taken(ORIGIN, "t", [taken])  # this node took it over: delivered here
+    held.drop(ORIGIN, "t", [by_other], by=OTHER)  # OTHER took it over: delivered there
+    assert held.key_of(ORIGIN, "t", unkeyed) is None and held.key_of(ORIGIN, "t", taken) is None
+    asked = [b"fin", b"fail", b"took", b"other", b"never"]
+    assert held.known("t", asked, time.time_ns()) == [b"fin", b"took", b"other"]
+    assert held.known("u", asked, time.time_ns()) == [] and held.keys_held == 3
+    await held.close()
+
+    again = await _open(tmp_path)
+    assert again.known("t", asked, time.time_ns()) == [b"fin", b"took", b"other"]
+    later = time.time_ns() + 3601 * 10**9
+    assert again.known("t", asked, later) == []  # the window ended
+    await again.close()
+
+
+async def test_a_copys_key_and_expiry_go_with_it_to_a_takeover(tmp_path):
+    held = await _open(tmp_path)
+    soon = time.time_ns() + 10**9
+    ids = _add_keyed(held, "t", [b"a", b"", b"c"], expires=[soon, 0, soon + 1])
+    assert [held.key_of(ORIGIN, "t", msg_id) for msg_id in ids] == [(b"a", soon), None, (b"c", soon + 1)]
+    await held.close()
+
+
+async def test_keys_are_bounded_by_max_keys_and_their_expiry(tmp_path):
+    held = await HeldCopies.open(tmp_path, durable=False, max_record=1 << 20, max_keys=3)
+    now = time.time_ns()
+    _add_keyed(held, "t", [b"gone"], expires=now - 1)
+    _add_keyed(held, "t", [b"k%d" % i for i in range(5)], start=1)
+    assert held.known("t", [b"gone", *(b"k%d" % i for i in range(5))], now) == [b"k2", b"k3", b"k4"]
+    assert held.keys_evicted == 2 and held.keys_held == 3
+    await held.close()
+
+
+async def test_compaction_keeps_the_keys_still_in_their_window(tmp_path, monkeypatch):
+    monkeypatch.setattr(held_module, "COMPACT_MIN", 50)
+    held = await _open(tmp_path)
+    held.set_channels(ORIGIN, "t", ["c"])
+    now = time.time_ns()
+    for i in range(200):
+        [msg_id] = _add_keyed(held, "t", [b"key %d" % i], start=i, expires=now + (3600 if i % 2 else 1) * 10**9)
+        if i:  # all but the first finished
+            held.finish(ORIGIN, "t", "c", [msg_id])
+    monkeypatch.setattr(time, "time_ns", lambda: now + 2 * 10**9)  # the even keys' window ended
+    assert held.needs_compaction()
+    await held.compact()
+    assert held.queue.depth == 1 + 1 + 1  # the channels, the live copy, one K record of 100 keys
+    await held.close()
+
+    again = await _open(tmp_path)
+    asked = [b"key %d" % i for i in range(200)]
+    assert again.known("t", asked, time.time_ns()) == asked[1::2]
+    assert again.key_of(ORIGIN, "t", b"%016d" % 0) is None  # its key's window ended; the copy is still held
+    assert again.held_for_topic("t") == 1
+    await again.close()
+
+
+async def test_the_copies_of_a_retry_dropped_as_duplicates_do_not_take_the_key_away(tmp_path):
+    held = await _open(tmp_path)
+    _add_keyed(held, "t", [b"k"], origin=ORIGIN)
+    retried = _add_keyed(held, "t", [b"k"], start=1, origin=OTHER)  # a retry on another node, then dropped there
+    held.drop(OTHER, "t", retried)
+    assert held.known("t", [b"k"], time.time_ns()) == [b"k"]
+    await held.close()
+    again = await _open(tmp_path)
+    assert again.known("t", [b"k"], time.time_ns()) == [b"k"]
     await again.close()

@@ -1,54 +1,53 @@
-"""How a node's link to a peer packs its requests into ``REPL`` bodies
-(broker/replication/links.py): every body it sends is one the peer accepts
-(``decode_requests``), and each request is sent once."""
+"""A link's frames (broker/replication/links.py): the requests queued meanwhile share a ``REPL``
+body, except one answered with data of its own (GONE, HOLDS), which its peer only takes alone
+in its body: it goes in a frame of its own, and what is queued around it in the frames before
+and after (a body with both is refused whole, the posted FINs in it lost)."""
 
 from __future__ import annotations
 
-from broker.protocol.replica import encode_repl
-from broker.replication.links import PeerLink
-from broker.replication.wire import Channels, Fin, Gone, WireLimits, decode_requests
+import struct
 
-LIMITS = WireLimits(max_msg_size=100)
-ME, PEER, OTHER = "a" * 32, "b" * 32, "c" * 32
+import trio
+import trio.testing
+
+from broker.replication.links import PeerLink
+from broker.replication.wire import Drop, Fin, Gone, Holds, WireLimits, decode_requests, encode_request
+
+ME, PEER = "a" * 32, "b" * 32
 ID = b"0123456789abcdef"
 
 
-def _link() -> PeerLink:
-    link = PeerLink(("127.0.0.2", 4150), ME, 2.0, lambda link, answer: None, lambda link: None)
-    link.connected = True  # as once its HELLO is answered; nothing is sent here, only packed
-    return link
-
-
-def _bodies(link: PeerLink) -> list[list]:
-    """Every body the link would send now, each decoded as the peer decodes it."""
+async def _bodies(stream: trio.abc.ReceiveStream, count: int) -> list[list]:
+    """The requests of the next ``count`` REPL frames written to ``stream``."""
+    data = b""
     bodies = []
-    while link._requests or link._posted:
-        frame = link._next_repl()
-        body = frame[len(b"REPL\n") + 4:]
-        assert frame == encode_repl(body)
-        _seq, requests = decode_requests(body, LIMITS)  # raises WireError for a body the peer refuses
-        bodies.append(requests)
+    while len(bodies) < count:
+        data += await stream.receive_some()
+        while data.startswith(b"REPL\n") and len(data) >= 9:
+            size = struct.unpack(">I", data[5:9])[0]
+            if len(data) < 9 + size:
+                break
+            _seq, requests = decode_requests(data[9:9 + size], WireLimits(1 << 20))
+            bodies.append([encode_request(request) for request in requests])
+            data = data[9 + size:]
     return bodies
 
 
-def test_a_gone_question_goes_in_a_body_of_its_own_between_fins_and_posted_requests():
-    link = _link()
-    link.post(Channels("orders", ["work"]))
-    fin = link.request(Fin("orders", "work", [ID]))
-    gone = link.request(Gone(OTHER))
-    link.post(Fin("orders", "work", [ID[::-1]]))
-    link.request(Fin("orders", "other", [ID]))
-    second = link.request(Gone(PEER))
-    bodies = _bodies(link)
-    assert [[type(r).__name__ for r in body] for body in bodies] == [
-        ["Channels", "Fin"], ["Gone"], ["Fin", "Fin"], ["Gone"]]
-    assert bodies[1] == [Gone(OTHER)] and bodies[3] == [Gone(PEER)]
-    assert not fin.done.is_set() and not gone.done.is_set() and not second.done.is_set()  # answered by the peer
-
-
-def test_requests_queued_together_share_one_body():
-    link = _link()
-    link.post(Channels("orders", ["work"]))
-    for channel in ("a", "b", "c"):
-        link.request(Fin("orders", channel, [ID]))
-    assert [len(body) for body in _bodies(link)] == [4]
+async def test_a_request_answered_with_data_of_its_own_goes_in_a_frame_of_its_own(autojump_clock):
+    link = PeerLink(("127.0.0.1", 1), ME, 5.0, lambda link, answer: None, lambda link: None)
+    link.connected = True
+    send, receive = trio.testing.memory_stream_one_way_pair()
+    fin, holds, gone, drop = Fin("t", "c", [ID]), Holds("t", [ID]), Gone(PEER), Drop("t", [ID])
+    link.post(fin)
+    link.request(holds)
+    link.request(gone)
+    link.post(drop)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(link._write_loop, send)
+        first_two = await _bodies(receive, 2)
+        link._sent.clear()  # as if the peer had answered them: room for the next frames
+        link._wake.set()
+        last_two = await _bodies(receive, 2)
+        nursery.cancel_scope.cancel()
+    assert first_two + last_two == [[encode_request(fin)], [encode_request(holds)], [encode_request(gone)],
+                                    [encode_request(drop)]]

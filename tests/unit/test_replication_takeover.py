@@ -5,6 +5,7 @@ broker, the sending side and the other nodes are fakes that record what they are
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 import pytest
@@ -39,9 +40,16 @@ class FakeCopies:
     def __init__(self):
         self.stats = defaultdict(ReplicaStats)
         self.stored: list[tuple[str, list[Message], list, bool]] = []
+        self.requeued_states: list[tuple[str, str, bytes, int, int]] = []
+        self.keys: list[tuple[list[bytes] | None, int | list[int]]] = []
 
-    async def store(self, topic, messages, dones=None, *, best_effort=False):
+    async def store(self, topic, messages, dones=None, *, best_effort=False, keys=None, expires=0):
         self.stored.append((topic, messages, dones, best_effort))
+        self.keys.append((keys, expires))
+        return set()
+
+    def requeued(self, topic, channel, messages):
+        self.requeued_states.extend((topic, channel, m.id, m.attempts, m.due_ns) for m in messages)
 
 
 class RecordingPeers(Peers):
@@ -132,9 +140,10 @@ async def test_an_origin_back_while_its_copies_are_stored_keeps_its_messages(tmp
     mine = takeover.mine(ORIGIN)
     stored = copies.store
 
-    async def store_while_it_returns(topic, new, dones=None, *, best_effort=False):
-        await stored(topic, new, dones, best_effort=best_effort)
+    async def store_while_it_returns(topic, new, dones=None, *, best_effort=False, keys=None, expires=0):
+        await stored(topic, new, dones, best_effort=best_effort, keys=keys, expires=expires)
         peers.opened(ORIGIN, object())
+        return set()
 
     copies.store = store_while_it_returns
     await takeover.take_over(ORIGIN, mine)
@@ -192,6 +201,67 @@ def test_the_fence_holds_from_the_start_while_asking_in_a_minority_and_after_a_s
         fence.last_tick -= 2.0  # the clock task last ran two seconds ago: the process was stopped
     assert fence.holds("t") is holds
     assert fence.holds("single") is False  # a topic with one replica: nobody else delivers it
+
+
+async def test_a_takeover_queues_each_channel_its_message_as_it_stood_there(tmp_path):
+    takeover, held, broker, copies, _ = await _takeover(tmp_path)
+    messages = [Message(b"%016d" % i, b"body %d" % i, 1_000 + i, 0, 0, None) for i in range(4)]
+    plain, split, finished_by_one, alike = (m.id for m in messages)
+    held.set_channels(ORIGIN, "t", ["c1", "c2", "c3"])
+    held.add(ORIGIN, "t", [ORIGIN, ME], [m.id for m in messages], pack_entries(messages, published=True))
+    held.update(ORIGIN, "t", "c1", [split, finished_by_one, alike], [2, 3, 1], [0, 9_000, 0])
+    held.update(ORIGIN, "t", "c2", [split, finished_by_one, alike], [2, 1, 1], [0, 0, 0])
+    held.update(ORIGIN, "t", "c3", [alike], [1], [0])
+    held.finish(ORIGIN, "t", "c2", [finished_by_one])
+    await takeover.take_over(ORIGIN, takeover.mine(ORIGIN))
+
+    [(_, channels, queued)] = broker.taken
+    assert channels == ["c1", "c2", "c3"]
+    got = sorted((msg.body, msg.attempts, msg.due_ns, tuple(only) if only is not None else None) for msg, only in queued)
+    assert got == [
+        (b"body 0", 0, 0, None),  # no channel said anything: as its entry, through the topic
+        (b"body 1", 0, 0, ("c3",)),  # c3 as its entry, c1 and c2 their own copy
+        (b"body 1", 2, 0, ("c1", "c2")),
+        (b"body 2", 0, 0, ("c3",)),  # c2 finished it
+        (b"body 2", 3, 9_000, ("c1",)),
+        (b"body 3", 1, 0, None),  # every channel stood alike: one message through the topic
+    ]
+    assert len({msg.id for msg, _ in queued if msg.body == b"body 1"}) == 1  # one new id for a message
+    # the taker's peers get each message once, with the state of its first channels, and the others' states
+    [(_, stored, dones, _)] = copies.stored
+    assert [(m.body, m.attempts, m.due_ns) for m in stored] == [(b"body 0", 0, 0), (b"body 1", 2, 0),
+                                                                   (b"body 2", 3, 9_000), (b"body 3", 1, 0)]
+    assert dones == [None, None, ["c2"], None]
+    new_id = {m.body: m.id for m in stored}
+    assert sorted(copies.requeued_states) == [("t", "c3", new_id[b"body 1"], 0, 0), ("t", "c3", new_id[b"body 2"], 0, 0)]
+    assert copies.stats["t"].takeovers == 4
+    await held.close()
+
+
+async def test_without_the_origins_channels_a_takeover_queues_messages_as_their_entries(tmp_path):
+    takeover, held, broker, copies, _ = await _takeover(tmp_path)
+    messages = _messages(1)
+    held.add(ORIGIN, "t", [ORIGIN, ME], [m.id for m in messages], pack_entries(messages))
+    held.update(ORIGIN, "t", "c1", [messages[0].id], [4], [9_000])
+    await takeover.take_over(ORIGIN, takeover.mine(ORIGIN))
+    [(_, _, [(msg, only)])] = broker.taken
+    assert (msg.attempts, msg.due_ns, only) == (0, 0, None) and copies.requeued_states == []
+    await held.close()
+
+
+async def test_publish_keys_go_with_the_new_copies_and_stay_known_here_after_a_takeover(tmp_path):
+    takeover, held, broker, copies, _ = await _takeover(tmp_path)
+    messages = _messages(3)
+    window_end = time.time_ns() + 3600 * 10**9
+    held.add(ORIGIN, "t", [ORIGIN, ME], [m.id for m in messages], pack_entries(messages), None,
+             [b"k0", b"", b"k2"], window_end)
+    await takeover.take_over(ORIGIN, takeover.mine(ORIGIN))
+
+    [(_, stored, _, _)] = copies.stored
+    assert [m.body for m in stored] == [b"body 0", b"body 1", b"body 2"]
+    assert copies.keys == [([b"k0", b"", b"k2"], [window_end, 0, window_end])]
+    assert held.known("t", [b"k0", b"k2", b"other"], time.time_ns()) == [b"k0", b"k2"]  # a retry here is a duplicate
+    await held.close()
 
 
 class _Inbound:

@@ -12,7 +12,7 @@ import trio
 from broker.config.options import Options
 from broker.core.message import Message
 from broker.protocol import FRAME_TYPE_MESSAGE, FrameDecoder, State, decode_message
-from broker.server.connection import Client
+from broker.server.client import Client
 from broker.server.flush import DEFER_ROUNDS, Flusher
 from tests.support.socketpairs import read_ready, socket_pairs
 

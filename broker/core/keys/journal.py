@@ -72,10 +72,12 @@ class TopicKeys:
     """One topic's keys (``held``), counters, and its journal (None for an ephemeral topic) with,
     in durable mode, the journal's shared syncs (``commit``)."""
 
-    __slots__ = ("held", "journal", "commit", "received", "duplicates")
+    __slots__ = ("held", "pending", "journal", "commit", "received", "duplicates")
 
     def __init__(self, journal: DiskQueue | None, commit: GroupCommit | None = None):
         self.held: set[bytes] = set()
+        #: keys of ``held`` whose publish waits for its copies on other nodes (``--replicas``)
+        self.pending: set[bytes] = set()
         self.journal = journal
         self.commit = commit
         #: keyed messages published to the topic, and how many of them were duplicates

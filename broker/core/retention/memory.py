@@ -154,18 +154,18 @@ class MemoryRetention:
         self.buried_replaced(old)
         return True
 
-    def kick(self, msg_id: bytes | None, n: int) -> int:
-        """Make the buried message ``msg_id``, or the ``n`` oldest, ready with 0 attempts; how many moved."""
+    def kick(self, msg_id: bytes | None, n: int) -> list[Message]:
+        """Make the buried message ``msg_id``, or the ``n`` oldest, ready with 0 attempts; those that moved."""
         msgs = self.buried.take(msg_id, n)
         if not msgs:
-            return 0
+            return []
         for msg in msgs:
             msg.attempts = 0
         if not self.append(msgs):
             self.buried.bury(msgs)  # the old records are retired already; write new ones
-            return 0
+            return []
         self.commit_soon()
-        return len(msgs)
+        return msgs
 
     def delete_buried(self, msg_id: bytes | None, n: int) -> int:
         """Drop the buried message ``msg_id``, or the ``n`` oldest; how many went."""

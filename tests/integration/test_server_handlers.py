@@ -1,4 +1,4 @@
-"""The V2 command handlers (``broker/server/commands.py``) through a daemon on 127.0.0.1:0:
+"""The V2 command handlers (``broker/server/handlers.py``) through a daemon on 127.0.0.1:0:
 the dispatch tables, what each publish answers and counts, the errors a handler raises
 (fatal or not) and what they leave behind."""
 
@@ -13,7 +13,7 @@ import trio
 from broker import protocol as p
 from broker.protocol import encode_auth, encode_dpub, encode_fin, encode_mpub, encode_nop, encode_pub, encode_rdy
 from broker.protocol.replica import Repl
-from broker.server.commands import ANSWER_HANDLERS, SYNC_HANDLERS
+from broker.server.handlers import ANSWER_HANDLERS, SYNC_HANDLERS
 from tests.support.diskfaults import FaultyDisk
 from tests.support.http_client import request
 from tests.support.v2client import connect, subscriber

@@ -8,7 +8,7 @@ A publish returns its ``OK`` when it is queued at once, the usual case, costing 
 coroutine, or a coroutine to await for it when it must wait: for an auth server, for
 the disk in durable mode (the group fsync), or for the pieces of a huge batch. The
 connection queues the response, so that it goes out with the rest of the chunk's output
-(see :mod:`broker.server.connection` and :mod:`broker.server.tcp`).
+(see :mod:`broker.server.client` and :mod:`broker.server.tcp`).
 Errors are raised as :class:`~broker.protocol.ProtocolError`.
 """
 
@@ -21,14 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 from broker import protocol as p
 from broker.core.host import CopiesRefused
+from broker.core.maybe import Maybe
 from broker.protocol import ProtocolError
 from broker.protocol.keys import DUPLICATE
 from broker.protocol.replica import Repl
+from broker.server.identify import identify as apply_identify
 from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
-    from broker.server.connection import Client
+    from broker.server.client import Client
 
 __all__ = ["SYNC_HANDLERS", "ANSWER_HANDLERS", "Answer", "SyncHandler", "AnswerHandler", "fin_run", "check_auth"]
 
@@ -37,14 +39,14 @@ log = logging.getLogger("pynsqd.tcp")
 #: A command applied at once; the command argument is the event type the handler is registered for.
 SyncHandler = Callable[["Broker", "Client", Any], None]
 #: A command's answer: the response to queue, or what to await for it.
-Answer = bytes | Awaitable[bytes]
+Answer = Maybe[bytes]
 #: A command that answers (see :data:`Answer`).
 AnswerHandler = Callable[["Broker", "Client", Any], Answer]
 
 
 def identify(broker: Broker, client: Client, cmd: p.Identify) -> None:
     assert cmd.data is not None, "the connection decodes a large body first"
-    client.send_response(client.identify(cmd.data))
+    client.send_response(apply_identify(client, cmd.data))
     client.mark_upgrade()
 
 
@@ -217,24 +219,27 @@ def _queue(broker: Broker, client: Client, cmd: p.Publish) -> Answer:
         raise
     except Exception as exc:  # a failed disk write: the client must hear about it
         raise _publish_failed(verb, exc) from exc
-    answer = b"OK" if not duplicates else DUPLICATE if verb != "MPUB" else b"%s %d" % (DUPLICATE, duplicates)
-    stored = len(cmd.bodies) - duplicates
     if pending is not None:
-        return _published(pending, client, cmd, stored, answer)
-    client.published(cmd.topic, stored)
-    return answer
+        return _published(pending, client, cmd, duplicates)
+    client.published(cmd.topic, len(cmd.bodies) - duplicates)
+    return _answer(verb, duplicates)
 
 
-async def _published(pending: Awaitable[None], client: Client, cmd: p.Publish, stored: int, answer: bytes) -> bytes:
-    """``answer`` once ``pending`` (the rest of a publish) is done."""
+def _answer(verb: str, duplicates: int) -> bytes:
+    return b"OK" if not duplicates else DUPLICATE if verb != "MPUB" else b"%s %d" % (DUPLICATE, duplicates)
+
+
+async def _published(pending: Awaitable[int | None], client: Client, cmd: p.Publish, duplicates: int) -> bytes:
+    """The answer once ``pending`` (the rest of a publish) is done; it may have found more
+    duplicates (keys other nodes know)."""
     try:
-        await pending
+        duplicates += await pending or 0
     except ProtocolError:
         raise
     except Exception as exc:  # a failed disk write: the client must hear about it
         raise _publish_failed(cmd.verb, exc) from exc
-    client.published(cmd.topic, stored)
-    return answer
+    client.published(cmd.topic, len(cmd.bodies) - duplicates)
+    return _answer(cmd.verb, duplicates)
 
 
 def repl(broker: Broker, client: Client, cmd: Repl) -> Answer:

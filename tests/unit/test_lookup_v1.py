@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.lookup.commands import (
+from broker.lookup.v1 import (
     PING,
     ResponseBuffer,
     ResponseTooLarge,
