@@ -8,9 +8,11 @@ A replicated topic's channels hold delivery:
 - while this node asks its peers again after it noticed it had been stopped (SIGSTOP) or
   starved (``armed``), and from the moment its clock task last ran more than ``limit``
   seconds ago (``last_tick``, ``time.monotonic``) until it has looked;
-- while this node has not reached a majority of the cluster's nodes for ``limit`` seconds
-  (``minority``): the others, a majority, take its messages over after ``--replica-timeout``
-  of silence, twice that long; a node in a minority holds them meanwhile.
+- while this node has not reached a majority of the cluster's nodes for ``limit`` seconds,
+  or heard from one for that long (two heartbeats at least) (``minority``): the others, a majority, take its messages over after ``--replica-timeout``
+  of silence, twice that long; a node in a minority holds them meanwhile, and once it reaches
+  a majority again, until its links to the peers are up again, each HELLO answered (which
+  says what the peer took over from it), or failed (``--replica-timeout`` at most).
 
 A topic with one replica is never held: nobody else can deliver its messages.
 """

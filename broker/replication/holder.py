@@ -34,7 +34,7 @@ from broker.core.maybe import Maybe
 from broker.protocol.replica import ACCEPTOR, CONNECTOR, Challenge, new_nonce, proof, proof_holds
 from broker.replication.held import HeldCopies
 from broker.replication.notice import Notices, printable
-from broker.replication.peers import Peers
+from broker.replication.peers import Inbound, Peers
 from broker.replication.wire import (
     Add,
     Channels,
@@ -122,11 +122,11 @@ class Holder:
                            "both?)", remote, peer)
         return False
 
-    def opened(self, peer: str, link: object) -> None:
+    def opened(self, peer: str, link: Inbound) -> None:
         self._peers.opened(peer, link)
         self._proven(peer)
 
-    def closed(self, peer: str, link: object, last_heard: float) -> None:
+    def closed(self, peer: str, link: Inbound, last_heard: float) -> None:
         self._peers.closed(peer, link, last_heard)
 
     # ---------------------------------------------------------------- requests

@@ -136,6 +136,7 @@ class PeerLink:
         self.tried = trio.Event()  # the first attempt ended (connected, or failed)
         self.hello_at = -1.0  # when the peer last answered HELLO (trio time)
         self.failed_at = -1.0  # when an attempt to connect last ended without a HELLO
+        self.failed_from = -1.0  # when that attempt began
         self._conn_scope: trio.CancelScope | None = None
         #: this node lost what it held in memory (a crash without --durable): said in HELLO
         #: until a HELLO of this link is answered
@@ -237,6 +238,7 @@ class PeerLink:
                 finally:
                     if self.hello_at < started:  # this attempt never got as far as HELLO
                         self.failed_at = trio.current_time()
+                        self.failed_from = started
                     self._broken()
                 await trio.sleep(delay)
                 delay = min(most, delay * 2)

@@ -11,13 +11,21 @@ heartbeats gave up on it and then some.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Protocol
 
 import trio
 
 from broker.replication.links import PeerLink
 from broker.replication.wire import Request
 
-__all__ = ["Peers"]
+__all__ = ["Inbound", "Peers"]
+
+
+class Inbound(Protocol):
+    """A proven connection from another node (the TCP server's client)."""
+
+    #: when it last received bytes (trio time)
+    last_read: float
 
 
 class Peers:
@@ -26,16 +34,16 @@ class Peers:
     def __init__(self) -> None:
         #: this node's links, by the address the lookupds list
         self.links: dict[tuple[str, int], PeerLink] = {}
-        self._inbound: dict[str, set[object]] = defaultdict(set)
+        self._inbound: dict[str, set[Inbound]] = defaultdict(set)
         self._heard: dict[str, float] = {}  # when a closed connection from a node last received bytes
         self._changed = trio.Event()  # set (and replaced) when a link connects
 
     # ---------------------------------------------------------------- connections from nodes
 
-    def opened(self, node: str, connection: object) -> None:
+    def opened(self, node: str, connection: Inbound) -> None:
         self._inbound[node].add(connection)
 
-    def closed(self, node: str, connection: object, last_heard: float) -> None:
+    def closed(self, node: str, connection: Inbound, last_heard: float) -> None:
         self._inbound[node].discard(connection)
         self._heard[node] = max(self._heard.get(node, last_heard), last_heard)
 
@@ -69,6 +77,7 @@ class Peers:
     def last_heard(self, node: str, default: float) -> float:
         """When this node last received bytes from ``node`` on any connection (``default`` if never)."""
         times = [link.last_heard for link in self.links.values() if link.peer_id == node]
+        times.extend(connection.last_read for connection in self._inbound.get(node, ()))
         if node in self._heard:
             times.append(self._heard[node])
         return max(times, default=default)

@@ -7,9 +7,13 @@ No two sides of a partition both reach a majority of the same members, so:
   members (this node among them) does not reach the other node (:meth:`Quorum.agree_gone`),
   asked at that moment with a GONE request: a node that comes back into view of one member
   is not taken for gone by another that cannot see it yet;
-- a node that has not reached a majority for half of ``--replica-timeout`` holds the
-  delivery of its replicated topics (:mod:`.fence`): its messages may be taken over by the
-  majority, after a whole ``--replica-timeout`` of silence;
+- a node that has not reached a majority for half of ``--replica-timeout``, or has heard
+  nothing from a majority for that long (two heartbeats at least: :meth:`Quorum.silent`),
+  holds the delivery of its replicated topics (:mod:`.fence`): its messages may be taken
+  over by the majority, after a whole ``--replica-timeout`` of silence, and once the
+  majority's links to it gave up on it (two and a half heartbeats of silence). Silence
+  counts: through a partition that drops packets, each side keeps its connections open
+  until their heartbeats give up, and the majority may take over as soon as they do;
 - a publish refused while some holder may have stored its copies is answered only once this
   node reaches a majority again (:meth:`Quorum.wait_majority`): until then that holder might
   be in a majority that takes the copies over, and the publish delivered.
@@ -47,6 +51,7 @@ class Quorum:
         self._timeout = timeout
         self._majority = True  # as at the start: the fence holds anyway until the peers answered
         self.majority_since = trio.current_time()  # when a majority was last reached
+        self._started = self.majority_since
         self._regained = trio.Event()
 
     def reachable(self) -> set[str]:
@@ -71,6 +76,14 @@ class Quorum:
                         len(self.reachable()), len(self.members), self._timeout / 2)
         self._majority = has
         return 0.0 if has else now - self.majority_since
+
+    def silent(self) -> float:
+        """Seconds since this node last heard from a majority of the members (itself among them)."""
+        now = trio.current_time()
+        members = self.members
+        heard = sorted((now if node == members.me else self._peers.last_heard(node, self._started)
+                        for node in members.nodes), reverse=True)
+        return now - heard[len(heard) // 2]  # the latest time more than half of them had been heard
 
     def has_majority(self) -> bool:
         return self._majority

@@ -45,7 +45,7 @@ from broker.replication.copies import PeerCopies
 from broker.replication.fence import ClockFence
 from broker.replication.held import HeldCopies
 from broker.replication.holder import Holder
-from broker.replication.links import PeerLink
+from broker.replication.links import HEARTBEAT, PeerLink
 from broker.replication.members import Members
 from broker.replication.peers import Peers
 from broker.replication.quorum import Quorum
@@ -339,8 +339,16 @@ class Replicator:
             now = time.monotonic()
             stopped = now - fence.last_tick > fence.limit
             fence.last_tick = now
-            minority = self.quorum.tick() > fence.limit and not stopped  # a stop is the clock's to judge
+            quorum = self.quorum
+            # a stop is the clock's to judge
+            minority = (quorum.tick() > fence.limit or quorum.silent() > max(fence.limit, 2 * HEARTBEAT)) \
+                and not stopped
             if minority != fence.minority:
+                if minority:
+                    log.warning("REPLICATION: this node has heard from no majority of the cluster's %d nodes for "
+                                "%.1fs: its replicated topics hold delivery", len(quorum.members), quorum.silent())
+                else:  # the majority may have taken this node's messages over meanwhile
+                    await self._hear_back()
                 fence.minority = minority
                 if not minority:
                     self._dispatch_all()
@@ -360,6 +368,20 @@ class Replicator:
             link.reconnect()
         with trio.move_on_after(self.options.replica_timeout):
             while not all(link.hello_at > since or link.failed_at > since for link in links):
+                await trio.sleep(0.01)
+                self.fence.last_tick = time.monotonic()
+
+    async def _hear_back(self) -> None:
+        """After a minority, before the channels deliver again: wait until every link is up
+        (a link that came up again was answered HELLO, which says what the peer took over
+        from this node) or has failed an attempt begun since, within ``--replica-timeout``.
+        The majority reaching this node again is not enough: it dials this node too, and
+        those connections make it reach a majority before its own links said HELLO."""
+        since = trio.current_time()
+        log.info("REPLICATION: delivery waits for the peers' answers to HELLO")
+        links = list(self.peers.links.values())
+        with trio.move_on_after(self.options.replica_timeout):
+            while not all(link.connected or link.failed_from >= since for link in links):
                 await trio.sleep(0.01)
                 self.fence.last_tick = time.monotonic()
 
@@ -397,7 +419,7 @@ class Replicator:
         """Take over at once the copies of ``origin`` this node is the first holder of (a node
         that restarted after a crash without ``--durable``)."""
         async with self._log_lock:
-            await self.takeover.take_over(origin, self.takeover.mine(origin))
+            await self.takeover.take_over(origin, self.takeover.mine(origin), gone=False)
 
     # ---------------------------------------------------------------- stats
 

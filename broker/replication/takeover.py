@@ -19,6 +19,11 @@ FINs). A message no channel said anything of is taken as today, at no extra cost
 origin's channels are not known (it never said them), states are not used: the message goes
 through the topic to every channel, as it comes in the entry.
 
+An origin that comes back during a takeover (it reaches this node again, and its HELLO may
+have been answered before this takeover was recorded) keeps what was not queued here yet:
+the copies just stored on the peers for it are dropped, and the origin delivers those
+messages itself.
+
 The copies of an origin are read back from the log in one pass for all its topics, and each
 topic's are queued :data:`TAKEOVER_PIECE` at a time; a failure is its topic's alone (logged
 once a minute while it lasts, counted, tried again at the next tick). Takeovers and the
@@ -37,7 +42,7 @@ from broker.core.message import Message
 from broker.replication.copies import PeerCopies
 from broker.replication.held import HeldCopies
 from broker.replication.peers import Peers
-from broker.replication.wire import Taken, WireError, WireLimits, check_entries, message_of, pack_entries
+from broker.replication.wire import Drop, Taken, WireError, WireLimits, check_entries, message_of, pack_entries
 from diskqueue import DiskQueueError
 
 if TYPE_CHECKING:
@@ -111,9 +116,10 @@ class Takeover:
                 return node
         return None
 
-    async def take_over(self, origin: str, mine: dict[str, set[bytes]]) -> None:
-        """Take over the copies ``mine`` of ``origin`` (see the module docstring)."""
-        if not mine:
+    async def take_over(self, origin: str, mine: dict[str, set[bytes]], *, gone: bool = True) -> None:
+        """Take over the copies ``mine`` of ``origin`` (see the module docstring); ``gone``: it
+        is gone, and the takeover stops if it comes back (False: it is back, and asked for it)."""
+        if not mine or gone and self._peers.reachable(origin):
             return
         pieces: dict[str, list[list]] = defaultdict(list)
         found: dict[str, set[bytes]] = defaultdict(set)
@@ -124,9 +130,11 @@ class Takeover:
                 continue
             pieces[topic].append(item)
             if len(pieces[topic]) >= TAKEOVER_PIECE:
-                await self._piece_guarded(origin, topic, pieces.pop(topic), failed)
+                if not await self._piece_guarded(origin, topic, pieces.pop(topic), failed, gone):
+                    return
         for topic, items in pieces.items():
-            await self._piece_guarded(origin, topic, items, failed)
+            if not await self._piece_guarded(origin, topic, items, failed, gone):
+                return
         for topic, ids in mine.items():
             if topic in failed:
                 continue
@@ -139,9 +147,10 @@ class Takeover:
                           topic, origin)
                 self._held.mark_taken(origin, topic, sorted(missing))
 
-    async def _piece_guarded(self, origin: str, topic: str, items: list[list], failed: set[str]) -> None:
+    async def _piece_guarded(self, origin: str, topic: str, items: list[list], failed: set[str], gone: bool) -> bool:
+        """Take over one piece; False when the origin came back (the takeover stops)."""
         try:
-            await self._piece(origin, topic, items)
+            return await self._piece(origin, topic, items, gone)
         except (DiskQueueError, OSError, ValueError, LookupError, TypeError) as exc:
             failed.add(topic)
             now = trio.current_time()
@@ -151,8 +160,9 @@ class Takeover:
                 self._copies.stats[topic].takeover_failures += 1
                 log.error("REPLICATION: taking over messages of topic %s from node %s failed (tried again): %s",
                           topic, origin, exc)
+            return True
 
-    async def _piece(self, origin: str, topic: str, items: list[list]) -> None:
+    async def _piece(self, origin: str, topic: str, items: list[list], gone: bool = True) -> bool:
         held = self._held
         copies = held.copies(origin, topic)
         channels = list(held.channels.get(origin, {}).get(topic, []))
@@ -190,10 +200,18 @@ class Takeover:
             key = held.key_of(origin, topic, item[0])
             keys.append(key[0] if key is not None else b"")
             expiries.append(key[1] if key is not None else 0)
+        if gone and self._peers.reachable(origin):
+            return False
         if messages:
             keyed = any(keys)
             await self._copies.store(topic, messages, dones, best_effort=True,
                                      keys=keys if keyed else None, expires=expiries if keyed else 0)
+            if gone and self._peers.reachable(origin):  # back while the copies were stored: they are not needed
+                new = [msg.id for msg in messages]
+                self._peers.post(Drop(topic, new), 17 * len(new))
+                log.info("REPLICATION: node %s is back: %d messages of topic %s not taken over", origin,
+                         len(messages), topic)
+                return False
             for name, msg in stated:  # before the channels have them: what they report next is newer
                 self._copies.requeued(topic, name, [msg])
             await self.broker.put_taken(topic, channels, queued)
@@ -205,6 +223,7 @@ class Takeover:
         now = trio.current_time()
         log.info("REPLICATION: took over %d messages of topic %s from node %s (gone for %.1fs)", len(messages),
                  topic, origin, now - self.gone_since.get(origin, now))
+        return True
 
 
 def _by_state(message: Message, channels: list[str], states: dict[str, tuple[int, int]], *,

@@ -28,7 +28,14 @@ from broker.protocol.replica import (
     is_valid_nonce,
 )
 
-__all__ = ["PeerRole", "ReplicaReceiver"]
+__all__ = ["PeerConnection", "PeerRole", "ReplicaReceiver"]
+
+
+class PeerConnection(Protocol):
+    """A connection of a peer node, as the replication sees it."""
+
+    #: when it last received bytes (trio time)
+    last_read: float
 
 
 class ReplicaReceiver(Protocol):
@@ -52,11 +59,11 @@ class ReplicaReceiver(Protocol):
         in answer to ``challenge`` (None: none was made); a failure is logged and counted."""
         ...
 
-    def opened(self, peer: str, link: object) -> None: ...
+    def opened(self, peer: str, link: PeerConnection) -> None: ...
 
     def receive(self, peer: str, body: bytes) -> Maybe[bytes]: ...
 
-    def closed(self, peer: str, link: object, last_heard: float) -> None:
+    def closed(self, peer: str, link: PeerConnection, last_heard: float) -> None:
         """The connection ended; ``last_heard``: when it last received bytes (trio time)."""
         ...
 
@@ -75,7 +82,7 @@ class PeerRole:
         self.challenge: Challenge | None = None
         self.challenge_issued = False  # the IDENTIFY being answered began a handshake
 
-    def identify(self, data: dict, remote: str, link: object) -> None:
+    def identify(self, data: dict, remote: str, link: PeerConnection) -> None:
         """Take an IDENTIFY body's part in the handshake, from ``remote``: challenge a node that
         names itself, or grant the role to one that proves it (``link``, its connection, is
         then opened to the replication). Raises a fatal ``E_BAD_BODY`` for a malformed step."""

@@ -15,7 +15,12 @@ node started again keeps its address). Meanwhile:
 Each round the nemesis picks an action: ``kill`` (SIGKILL a node, start it again on its data),
 ``wipe`` (SIGKILL, delete its data directory: it comes back as a new node), ``pause`` (SIGSTOP,
 then SIGCONT) or, with three replicas or more, ``kill2`` or ``wipe2`` (two nodes at once); the node stays
-down for 1.5-3.5 replica timeouts plus a second. In half of the rounds the consumers are held
+down for 1.5-3.5 replica timeouts plus a second. Chosen with ``--actions`` (they need root and
+iptables: :mod:`tests.support.partitions`), ``partition-cut``, ``partition-blackhole`` and
+``partition-slow`` separate nodes from each other for as long instead, while every client still
+reaches every node (each node runs on a loopback address of its own): one node from the others,
+or, with five nodes or more, in half of those rounds two nodes from the rest (2|3). The nodes of
+the smaller side are the round's ``nodes``. In half of the rounds the consumers are held
 (RDY 0) until the moment of the failure, so that every node has a backlog the failure puts at
 risk. After the node is back, publishing stops and the round waits (``--settle`` seconds at most)
 until every acknowledged body has been delivered on every channel. Per round:
@@ -25,7 +30,14 @@ until every acknowledged body has been delivered on every channel. Per round:
 - ``lost``: acknowledged in the round and not delivered on some channel by the round's end
   (must be 0 when at most replicas-1 nodes fail at once);
 - ``deliveries``, ``duplicated``: deliveries during the round, and how many of them delivered a
-  body that channel had been given before;
+  body that channel had been given before; the consumers follow nsqlookupd, which lists every
+  node, so the deliveries of both sides of a partition are counted;
+- ``both_sides`` (partitions only): bodies delivered on a channel, from the partition on, both by
+  a node of the smaller side and by another node (a message the majority took over that the
+  minority delivered too); ``minority_late``: those of them the smaller side delivered after the
+  other side had (it delivered what the majority had taken over: its fence was late, or it did
+  not learn of the takeover), where the rest were delivered by the smaller side first, before it
+  could know of the partition, and again by the node that took them over;
 - ``outstanding``: (channel, body) pairs acknowledged but not yet delivered when the node died;
   ``recovery_s``: seconds from the death until the last of them arrived (None: nothing was
   outstanding, or some never arrived); ``restored_s``: when the node was back, in seconds after
@@ -37,11 +49,16 @@ Usage (from the repository root)::
     python -m tests.bench.chaos_replication --nodes 3 --replicas 2 --rounds 100 --replica-timeout 2s
     python -m tests.bench.chaos_replication --nodes 3 --replicas 3 --rounds 20 --durable --json out.json
 
+    python -m tests.bench.chaos_replication --nodes 5 --replicas 2 --rounds 6 --durable \
+        --actions partition-cut,partition-blackhole,partition-slow
+
 A node that exits by itself (a crash) is noted (``crashed``, and in the summary with the end of its
 log) and started again with the round's victims. After the last round the harness waits once more
-for everything acknowledged, the bodies rounds gave up on included (``lost_at_end``).
+for everything acknowledged, the bodies rounds gave up on included (``lost_at_end``). The
+summary counts the rounds by action (``by_action``) and the publishes answered with an error
+that were delivered all the same (``refused_delivered``).
 
-Exit status 1 when an acknowledged message was lost or a node crashed.
+Exit status 1 when an acknowledged message was lost, a refused publish delivered or a node crashed.
 """
 
 from __future__ import annotations
@@ -60,7 +77,8 @@ from pathlib import Path
 
 import trio
 
-from tests.support.replication_cluster import DISCONNECTED, Consumer, Node, ReplicaCluster, pub
+from tests.support.partitions import Partition, partitions_missing
+from tests.support.replication_cluster import DISCONNECTED, Consumer, Deliveries, Node, ReplicaCluster, pub
 from tests.support.v2client import V2Client, connect
 
 __all__ = ["run_chaos", "run_chaos_async"]
@@ -69,6 +87,8 @@ TOPIC = "chaos"
 ACTIONS = ("kill", "wipe", "pause")
 #: Actions on two nodes at once (only with three replicas or more): killed, or killed and wiped.
 PAIRS = ("kill2", "wipe2")
+#: Partitions between nodes (only when asked for: they need root and iptables).
+PARTITIONS = ("partition-cut", "partition-blackhole", "partition-slow")
 _DURATION = re.compile(r"(\d+(?:\.\d*)?)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -89,6 +109,8 @@ class Ledger:
     acked: dict[bytes, tuple[float, int, str]] = field(default_factory=dict)
     refused: Counter[str] = field(default_factory=Counter)
     refusals: list[str] = field(default_factory=list)
+    #: the bodies whose publish was answered with an error (and the error): none may ever be delivered
+    refused_bodies: dict[bytes, tuple[str, str]] = field(default_factory=dict)
     unconfirmed: int = 0
     round: int = 0
     by_round: Counter[int] = field(default_factory=Counter)
@@ -104,7 +126,8 @@ class Ledger:
         self.acked[body] = (now, self.round, node)
         self.by_round[self.round] += 1
 
-    def refuse(self, answer: str) -> None:
+    def refuse(self, body: bytes, answer: str, node: str) -> None:
+        self.refused_bodies[body] = (node, answer[:160])
         self.refused[answer.split(" ", 1)[0]] += 1
         self.refused_by_round[self.round] += 1
         if len(self.refusals) < 20:
@@ -195,7 +218,7 @@ class Publishers:
                 if answer == "OK":
                     self.ledger.ack(body, trio.current_time(), node.name)
                 else:
-                    self.ledger.refuse(answer)
+                    self.ledger.refuse(body, answer, node.name)
                     if not answer.startswith("E_PUB_FAILED"):
                         await close()  # another error: probably fatal, the connection is closing
                 next_at = max(next_at + self.interval, trio.current_time() - 1.0)
@@ -218,6 +241,10 @@ class RoundResult:
     lost_by_channel: dict[str, int] = field(default_factory=dict)
     deliveries: int = 0
     duplicated: int = 0
+    #: partitions: bodies delivered on a channel from the partition on by both sides (None: no partition)
+    both_sides: int | None = None
+    #: of those, the bodies the smaller side delivered after the other side had (after a takeover)
+    minority_late: int | None = None
     outstanding: int = 0
     recovery_s: float | None = None
     restored_s: float = 0.0
@@ -244,17 +271,30 @@ class Chaos:
         self.rng = random.Random(seed)
         self.actions = [a for a in actions if a not in PAIRS or (replicas >= 3 and nodes >= 3)]
         self.schedule = schedule
+        partitions = any(a.partition(":")[0] in PARTITIONS for a in (*self.actions, *schedule))
+        # partitions: each node on its own address, which the firewall tells apart
         self.cluster = ReplicaCluster(root, nodes, replicas=replicas,
-                                      replica_timeout=replica_timeout if replicas > 1 else None, durable=durable)
+                                      replica_timeout=replica_timeout if replicas > 1 else None, durable=durable,
+                                      own_ips=partitions)
         self.ledger = Ledger()
         self.channels = [f"c{n}" for n in range(channels)]
         self.consumers: list[Consumer] = []
+        # a publish the minority of a partition could not confirm is answered once it reaches a majority again
+        outage = 3.5 * self.timeout_s + 1.0
         self.publishers = Publishers(self.cluster, self.ledger, self.rng, publishers, rate,
-                                     pub_timeout=2 * self.timeout_s + 5)
+                                     pub_timeout=outage + 2 * self.timeout_s + 10 if partitions
+                                     else 2 * self.timeout_s + 5)
+        self.partition: Partition | None = None  # the round's, while it is in force
         self.given_up: set[bytes] = set()  # bodies a round's settle gave up on
         self.results: list[RoundResult] = []
         self.crashes: list[dict] = []
         self.started = 0.0
+        self._wall_offset = 0.0  # time.time() - trio.current_time()
+
+    def _clock(self, when: float) -> str:
+        """A Trio time as the wall clock the nodes' logs show."""
+        wall = when + self._wall_offset
+        return time.strftime("%H:%M:%S", time.localtime(wall)) + f".{int(wall % 1 * 1000):03d}"
 
     def say(self, text: str) -> None:
         if self.progress is not None:
@@ -275,6 +315,7 @@ class Chaos:
                 await nursery.start(self.publishers.run)
                 nursery.start_soon(self._watch)
                 self.started = trio.current_time()
+                self._wall_offset = time.time() - self.started
                 for number in range(1, self.rounds + 1):
                     self.ledger.round = number
                     result = await self._round(number)
@@ -284,7 +325,11 @@ class Chaos:
                 nursery.cancel_scope.cancel()
             return self._summary(time.monotonic() - started, final_settle)
         finally:
-            await trio.to_thread.run_sync(self.cluster.stop)
+            try:
+                if self.partition is not None:
+                    self.partition.remove()
+            finally:
+                await trio.to_thread.run_sync(self.cluster.stop)
 
     async def _publish_for(self, count: int, limit: float) -> None:
         """Let the publishers run until ``count`` more bodies are acknowledged or ``limit`` seconds pass."""
@@ -350,10 +395,17 @@ class Chaos:
         await self._publish_for(rng.randrange(100, 400), limit=3.0)
 
         up = self.cluster.up()
-        victims = rng.sample(up, min(2 if action in PAIRS else 1, len(up)))
+        if action in PARTITIONS:  # the smaller side: one node, or with five nodes or more sometimes two
+            nodes = self.cluster.nodes
+            victims = rng.sample(nodes, 1 if len(nodes) < 5 or rng.random() < 0.5 else (len(nodes) - 1) // 2)
+        else:
+            victims = rng.sample(up, min(2 if action in PAIRS else 1, len(up)))
         result = RoundResult(round=number, action=action, nodes=[v.name for v in victims], consumers_held=held)
         death = trio.current_time()
-        for victim in victims:
+        if action in PARTITIONS:
+            others = [node for node in self.cluster.nodes if node not in victims]
+            self.partition = Partition(action.removeprefix("partition-"), victims, others).apply()
+        for victim in victims if action not in PARTITIONS else ():
             if action == "pause":
                 victim.pause()
             else:
@@ -366,6 +418,9 @@ class Chaos:
         self.say(f"round {number}: {action} {', '.join(result.nodes)}{' (consumers held)' if held else ''}")
         # the outage: how long the nemesis keeps the node down is the experiment's parameter
         await trio.sleep(self.timeout_s * rng.uniform(1.5, 3.5) + 1.0)
+        if self.partition is not None:
+            self.partition.remove()
+            self.partition = None
         result.crashed = [c["node"] for c in self.crashes if c["round"] == number]
         for victim in victims:
             if victim.state == "paused":
@@ -403,6 +458,15 @@ class Chaos:
                             f"{self.ledger.acked[body][0] - death:+.2f} s, delivered on {c.channel} by "
                             f"{names.get(c.deliveries.first_node[body], '?')} at {t - death:+.2f} s"
                             for c, body, t in late[:5]]
+        if action in PARTITIONS:
+            minority = [victim.address for victim in victims]
+            both = [(c, body) for c in self.consumers for body in c.deliveries.delivered_by_both(minority, since=death)]
+            result.both_sides = len(both)
+            both.sort(key=lambda pair: not _minority_late(pair[0].deliveries, pair[1], set(minority)))  # those first
+            result.minority_late = sum(1 for c, body in both if _minority_late(c.deliveries, body, set(minority)))
+            result.examples += [f"{body.decode()} delivered on {c.channel} by " + ", ".join(
+                f"{names.get(node, node)} at {when - death:+.2f} s" for when, node in c.deliveries.deliveries_of(body))
+                for c, body in both[:3]]
         for node in self.cluster.up():
             stats = await node.stats(TOPIC)
             topics = (stats or {}).get("topics") or []
@@ -433,6 +497,22 @@ class Chaos:
         deliveries = sum(c.deliveries.total for c in self.consumers)
         duplicated = sum(c.deliveries.extra for c in self.consumers)
         recoveries = [r.recovery_s for r in self.results if r.recovery_s is not None]
+        refused_delivered = sorted((body for body in self.ledger.refused_bodies
+                                    if any(body in c.deliveries.first for c in self.consumers)), key=int)
+        names = {node.address: node.name for node in self.cluster.nodes}
+        by_action: dict[str, dict] = {}
+        for r in self.results:
+            row = by_action.setdefault(r.action, {"rounds": 0, "acknowledged": 0, "refused": 0, "lost": 0,
+                                                  "deliveries": 0, "duplicated": 0, "both_sides": 0,
+                                                  "minority_late": 0})
+            row["rounds"] += 1
+            for name in ("acknowledged", "refused", "lost", "deliveries", "duplicated"):
+                row[name] += getattr(r, name)
+            row["both_sides"] += r.both_sides or 0
+            row["minority_late"] += r.minority_late or 0
+        for name, row in by_action.items():
+            if name not in PARTITIONS:
+                del row["both_sides"], row["minority_late"]
         problems = {node.name: node.log_lines("Traceback", "ERROR", "FATAL", "WARN") for node in self.cluster.nodes}
         return {
             "config": {"nodes": len(self.cluster.nodes), "replicas": self.replicas, "rounds": self.rounds,
@@ -448,6 +528,17 @@ class Chaos:
                 "lost_at_end": len(lost_at_end),
                 "lost_examples": [body.decode() for body in sorted(lost_at_end, key=int)[:10]],
                 "rounds_with_loss": [r.round for r in self.results if r.lost],
+                "refused_delivered": len(refused_delivered),
+                "refused_delivered_examples": [
+                    f"{body.decode()} refused by {self.ledger.refused_bodies[body][0]} "
+                    f"({self.ledger.refused_bodies[body][1]}), delivered on " + ", ".join(
+                        f"{c.channel} by {names.get(node, node)} at {self._clock(when)}"
+                        for c in self.consumers for when, node in c.deliveries.deliveries_of(body))
+                    for body in refused_delivered[:10]],
+                "both_sides": sum(r.both_sides or 0 for r in self.results),
+                "rounds_with_both_sides": [r.round for r in self.results if r.both_sides],
+                "minority_late": sum(r.minority_late or 0 for r in self.results),
+                "by_action": by_action,
                 "final_settle_s": final_settle,
                 "late_after_restore": sum(sum(r.late_by_publisher.values()) for r in self.results),
                 "crashes": self.crashes,
@@ -486,7 +577,14 @@ def run_chaos(root: Path, nodes: int, replicas: int, rounds: int, **options) -> 
 
 
 _COLUMNS = ["round", "action", "nodes", "consumers_held", "acknowledged", "refused", "unconfirmed", "lost",
-            "deliveries", "duplicated", "outstanding", "recovery_s", "restored_s", "crashed", "settle_s", "seconds"]
+            "deliveries", "duplicated", "both_sides", "minority_late", "outstanding", "recovery_s", "restored_s", "crashed", "settle_s", "seconds"]
+
+
+def _minority_late(deliveries: Deliveries, body: bytes, minority: set[str]) -> bool:
+    """Whether a node of ``minority`` delivered ``body`` after a node outside it had."""
+    seen = deliveries.deliveries_of(body)
+    first_other = min((when for when, node in seen if node not in minority), default=None)
+    return first_other is not None and any(when > first_other for when, node in seen if node in minority)
 
 
 def _row(result: RoundResult) -> str:
@@ -514,7 +612,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=60.0,
                         help="seconds a round waits at most for every acknowledged message (default 60)")
     parser.add_argument("--actions", default=",".join((*ACTIONS, *PAIRS)),
-                        help="comma-separated nemesis actions to choose from (kill2, wipe2 only with replicas >= 3)")
+                        help="comma-separated nemesis actions to choose from (kill2, wipe2 only with replicas >= 3; "
+                             f"also {', '.join(PARTITIONS)}, which need root and iptables)")
     parser.add_argument("--schedule", default="",
                         help="comma-separated actions for the rounds in turn instead (action or action:held/live)")
     parser.add_argument("--seed", type=int, default=20261127)
@@ -525,8 +624,10 @@ def main(argv: list[str] | None = None) -> int:
     schedule = tuple(args.schedule.split(",")) if args.schedule else ()
     for action in (*actions, *schedule):
         name, _, hold = action.partition(":")
-        if name not in (*ACTIONS, *PAIRS) or hold not in ("", "held", "live"):
+        if name not in (*ACTIONS, *PAIRS, *PARTITIONS) or hold not in ("", "held", "live"):
             parser.error(f"unknown action {action!r}")
+        if name in PARTITIONS and (missing := partitions_missing(name.removeprefix("partition-"))) is not None:
+            parser.error(f"{name}: {missing}")
     if args.replicas > args.nodes:
         parser.error("--replicas must not exceed --nodes")
 
@@ -549,7 +650,8 @@ def main(argv: list[str] | None = None) -> int:
         print(table(report))
         print(json.dumps(report["summary"], indent=1))
     summary = report["summary"]
-    return 1 if summary["lost_at_end"] or summary["lost_in_rounds"] or summary["crashes"] else 0
+    return 1 if summary["lost_at_end"] or summary["lost_in_rounds"] or summary["refused_delivered"] or \
+        summary["crashes"] else 0
 
 
 if __name__ == "__main__":

@@ -4,7 +4,11 @@ replication tests (``tests/system/test_replication*.py``) and the chaos harness
 
 - :class:`ReplicaCluster`: one of nsq's ``nsqlookupd`` and N ``pynsqd`` nodes registered with it
   (``--broadcast-address=127.0.0.1``), each on fixed ports of its own so that a node killed and
-  started again keeps its address (a wiped node keeps it too, and comes back as a new node);
+  started again keeps its address (a wiped node keeps it too, and comes back as a new node).
+  With ``own_ips`` each node listens on a loopback address of its own instead (node n on
+  127.0.0.(n+2), its TCP and HTTP ports and ``--broadcast-address`` there), from which it also
+  dials its peers, so that a firewall can separate nodes (:mod:`tests.support.partitions`)
+  while nsqlookupd and the clients, on 127.0.0.1, still reach every node;
 - :class:`Node`: one of them; killed (SIGKILL), wiped, paused (SIGSTOP), resumed (SIGCONT), started;
 - :class:`Consumer`: a consumer that follows ``nsqlookupd`` as real ones do (``/lookup?topic=T``
   every ``poll`` seconds, a connection to every producer listed, RDY, FIN of every message),
@@ -44,8 +48,8 @@ from tests.support.nsq_programs import NsqProgram
 from tests.support.processes import BrokerProcess
 from tests.support.v2client import V2Client, connect
 
-__all__ = ["DISCONNECTED", "LOOPBACK", "PROBE_TOPIC", "Consumer", "Node", "ReplicaCluster", "free_ports", "pub",
-           "replica_flags"]
+__all__ = ["DISCONNECTED", "LOOPBACK", "PROBE_TOPIC", "Consumer", "Deliveries", "Node", "ReplicaCluster", "free_ports",
+           "pub", "replica_flags"]
 
 LOOPBACK = "--broadcast-address=127.0.0.1"
 #: The topic :meth:`ReplicaCluster.wait_replicating` publishes its probes to.
@@ -62,12 +66,12 @@ def replica_flags(replicas: int, replica_timeout: str | None = None) -> list[str
     return flags
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports on 127.0.0.1 that nothing listens on now."""
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct TCP ports on ``host`` that nothing listens on now."""
     probes = [socket.socket() for _ in range(count)]
     try:
         for probe in probes:
-            probe.bind(("127.0.0.1", 0))
+            probe.bind((host, 0))
         return [probe.getsockname()[1] for probe in probes]
     finally:
         for probe in probes:
@@ -75,30 +79,32 @@ def free_ports(count: int) -> list[int]:
 
 
 class Node:
-    """One ``pynsqd`` of a :class:`ReplicaCluster` on its own fixed TCP and HTTP ports.
+    """One ``pynsqd`` of a :class:`ReplicaCluster` on its own fixed TCP and HTTP ports, on ``ip``.
 
     ``state`` is what was last done to it: ``"new"``, ``"up"``, ``"down"`` (killed) or ``"paused"``.
     """
 
-    def __init__(self, cluster: ReplicaCluster, index: int, tcp_port: int, http_port: int):
+    def __init__(self, cluster: ReplicaCluster, index: int, ip: str, tcp_port: int, http_port: int):
         self.cluster = cluster
         self.index = index
         self.name = f"node{index}"
+        self.ip = ip
         self.data_path = cluster.root / self.name / "data"
         self.log_path = cluster.root / f"{self.name}.log"
-        self.tcp = ("127.0.0.1", tcp_port)
-        self.http = ("127.0.0.1", http_port)
+        self.tcp = (ip, tcp_port)
+        self.http = (ip, http_port)
         self.proc: BrokerProcess | None = None
         self.state = "new"
         self.starts = 0
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.tcp[1]}"
+        """``host:port`` of its TCP listener, as nsqlookupd lists it and :class:`Deliveries` names it."""
+        return f"{self.ip}:{self.tcp[1]}"
 
     def flags(self) -> list[str]:
-        return [*self.cluster.node_flags(), f"--node-id={100 + self.index}",
-                f"--tcp-address=127.0.0.1:{self.tcp[1]}", f"--http-address=127.0.0.1:{self.http[1]}"]
+        return [*self.cluster.node_flags(), f"--broadcast-address={self.ip}", f"--node-id={100 + self.index}",
+                f"--tcp-address={self.ip}:{self.tcp[1]}", f"--http-address={self.ip}:{self.http[1]}"]
 
     def start(self, timeout: float = 30.0) -> Node:
         """Start it (on its data directory as it is) and return once it listens."""
@@ -178,7 +184,7 @@ class ReplicaCluster:
     runs until :meth:`start`, and the caller must :meth:`stop` it (in a ``finally``)."""
 
     def __init__(self, root: Path, nodes: int, *, replicas: int = 1, replica_timeout: str | None = None,
-                 durable: bool = False, extra: Iterable[str] = ()):
+                 durable: bool = False, extra: Iterable[str] = (), own_ips: bool = False):
         self.root = root
         self.replicas = replicas
         self.replica_timeout = replica_timeout
@@ -189,14 +195,18 @@ class ReplicaCluster:
         self.secret_file = root / "replication.secret"
         self.secret_file.write_text(os.urandom(16).hex() + "\n")
         self.secret_file.chmod(0o600)
-        ports = free_ports(2 * nodes + 2)
-        self.nodes = [Node(self, n, ports[2 * n], ports[2 * n + 1]) for n in range(nodes)]
+        ports = free_ports(2)
+        self.nodes = []
+        for n in range(nodes):
+            ip = f"127.0.0.{n + 2}" if own_ips else "127.0.0.1"
+            self.nodes.append(Node(self, n, ip, *free_ports(2, ip)))
         # fixed ports too, so that it can be started again where the nodes look for it
-        self.lookupd = NsqProgram("nsqlookupd", root / "lookupd.log", f"--tcp-address=127.0.0.1:{ports[-2]}",
-                                  f"--http-address=127.0.0.1:{ports[-1]}", LOOPBACK)
+        self.lookupd = NsqProgram("nsqlookupd", root / "lookupd.log", f"--tcp-address=127.0.0.1:{ports[0]}",
+                                  f"--http-address=127.0.0.1:{ports[1]}", LOOPBACK)
 
     def node_flags(self) -> list[str]:
-        return [f"--lookupd-tcp-address={self.lookupd.address('TCP')}", LOOPBACK,
+        """The flags every node gets (each adds its addresses, ``--broadcast-address`` and ``--node-id``)."""
+        return [f"--lookupd-tcp-address={self.lookupd.address('TCP')}",
                 *(["--durable"] if self.durable else []),
                 *replica_flags(self.replicas, self.replica_timeout),
                 *([f"--replication-secret-file={self.secret_file}"] if self.replicas > 1 else []), *self.extra]
@@ -244,7 +254,7 @@ class ReplicaCluster:
 
     async def wait_registered(self, topic: str, nodes: Iterable[Node], timeout: float = 15.0) -> None:
         """Return once nsqlookupd lists every one of ``nodes`` as a producer of ``topic``."""
-        wanted = {("127.0.0.1", node.tcp[1]) for node in nodes}
+        wanted = {node.tcp for node in nodes}
         with trio.fail_after(timeout):
             while not wanted <= await self.lookup(topic):
                 await trio.sleep(0.05)
@@ -323,12 +333,15 @@ class Deliveries:
     total: int = 0
     #: deliveries of a body that had been delivered before (on this channel)
     extra: int = 0
+    #: body -> (when, node) of each delivery after its first
+    again: dict[bytes, list[tuple[float, str]]] = field(default_factory=dict)
 
     def record(self, body: bytes, node: str, now: float) -> None:
         self.total += 1
         self.by_node[node] += 1
         if self.counts[body]:
             self.extra += 1
+            self.again.setdefault(body, []).append((now, node))
         else:
             self.first[body] = now
             self.first_node[body] = node
@@ -336,6 +349,24 @@ class Deliveries:
 
     def missing(self, bodies: Iterable[bytes]) -> list[bytes]:
         return [body for body in bodies if body not in self.first]
+
+    def deliveries_of(self, body: bytes) -> list[tuple[float, str]]:
+        """(when, node) of each delivery of ``body``, first first."""
+        if body not in self.first:
+            return []
+        return [(self.first[body], self.first_node[body]), *self.again.get(body, ())]
+
+    def delivered_by_both(self, side: Iterable[str], since: float = float("-inf"),
+                          until: float = float("inf")) -> list[bytes]:
+        """The bodies delivered, between ``since`` and ``until``, both by a node of ``side``
+        (``host:port``) and by a node that is not."""
+        nodes = set(side)
+        found = []
+        for body in [*self.again]:  # only a body delivered more than once can be
+            by = {node in nodes for when, node in self.deliveries_of(body) if since <= when <= until}
+            if by == {True, False}:
+                found.append(body)
+        return found
 
 
 class _Connection:
@@ -355,14 +386,16 @@ class Consumer:
     It connects to every producer it is given that it is not connected to (a connection attempt,
     SUB included, must finish within ``connect_timeout`` seconds: a paused node is listed and
     accepts connections but never answers), sends RDY ``rdy`` (0 while held: :meth:`hold`), FINs
-    every message, and records each delivery in :attr:`deliveries`. A connection that gets no
-    frame for ``stall`` seconds (heartbeats come every ``heartbeat_ms``) is dropped. Run it with
+    every message, and records each delivery in :attr:`deliveries` (which consumers of one
+    channel may share: pass the same ``deliveries``). A connection that gets no frame for
+    ``stall`` seconds (heartbeats come every ``heartbeat_ms``) is dropped. Run it with
     ``nursery.start(consumer.run)``; it runs until cancelled.
     """
 
     def __init__(self, topic: str, channel: str, *, lookupd_http: tuple[str, int] | None = None,
                  addresses: Iterable[tuple[str, int]] = (), rdy: int = 200, poll: float = 1.0,
-                 connect_timeout: float = 3.0, stall: float = 8.0, heartbeat_ms: int = 2000):
+                 connect_timeout: float = 3.0, stall: float = 8.0, heartbeat_ms: int = 2000,
+                 deliveries: Deliveries | None = None):
         assert lookupd_http is not None or addresses, "a consumer needs nsqlookupd or addresses"
         self.topic = topic
         self.channel = channel
@@ -373,7 +406,7 @@ class Consumer:
         self.connect_timeout = connect_timeout
         self.stall = stall
         self.heartbeat_ms = heartbeat_ms
-        self.deliveries = Deliveries()
+        self.deliveries = deliveries if deliveries is not None else Deliveries()
         self.connections: dict[tuple[str, int], _Connection] = {}
         self.connecting: set[tuple[str, int]] = set()
         self.connect_failures = 0

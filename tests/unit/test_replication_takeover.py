@@ -17,9 +17,11 @@ from broker.core.message import Message
 from broker.replication.copies import ReplicaStats
 from broker.replication.fence import ClockFence
 from broker.replication.held import HeldCopies
+from broker.replication.members import Members
 from broker.replication.peers import Peers
+from broker.replication.quorum import Quorum
 from broker.replication.takeover import Takeover
-from broker.replication.wire import Taken, pack_entries
+from broker.replication.wire import Drop, Taken, pack_entries
 
 ME, ORIGIN, OTHER, THIRD = "a" * 32, "b" * 32, "c" * 32, "d" * 32
 
@@ -129,6 +131,34 @@ async def test_a_takeover_queues_what_no_channel_finished_with_new_ids_and_tells
     await held.close()
 
 
+async def test_an_origin_back_while_its_copies_are_stored_keeps_its_messages(tmp_path):
+    # it reaches this node again: its HELLO may have been answered before the takeover was
+    # recorded, so it delivers them itself, and this node queues nothing and keeps its copies
+    takeover, held, broker, copies, peers = await _takeover(tmp_path)
+    messages = _messages(2)
+    held.add(ORIGIN, "t", [ORIGIN, ME], [m.id for m in messages], pack_entries(messages))
+    mine = takeover.mine(ORIGIN)
+    stored = copies.store
+
+    async def store_while_it_returns(topic, new, dones=None, *, best_effort=False, keys=None, expires=0):
+        await stored(topic, new, dones, best_effort=best_effort, keys=keys, expires=expires)
+        peers.opened(ORIGIN, object())
+        return set()
+
+    copies.store = store_while_it_returns
+    await takeover.take_over(ORIGIN, mine)
+    assert broker.taken == [] and held.taken == {}
+    assert takeover.mine(ORIGIN) == {"t": {m.id for m in messages}}  # still held for it
+    [(_, new, _, _)] = copies.stored
+    assert peers.posted == [Drop("t", [m.id for m in new])]  # the copies just stored elsewhere go
+    await takeover.take_over(ORIGIN, takeover.mine(ORIGIN))  # reachable: nothing happens
+    assert broker.taken == [] and len(copies.stored) == 1
+    # one that came back after a crash without --durable asks for a takeover: it happens
+    await takeover.take_over(ORIGIN, takeover.mine(ORIGIN), gone=False)
+    assert [msg.body for _, _, queued in broker.taken for msg, _ in queued] == [b"body 0", b"body 1"]
+    await held.close()
+
+
 async def test_copies_missing_from_the_log_are_counted_lost_and_not_taken_again(tmp_path):
     takeover, held, broker, *_ = await _takeover(tmp_path)
     kept = _messages(1)
@@ -232,3 +262,37 @@ async def test_publish_keys_go_with_the_new_copies_and_stay_known_here_after_a_t
     assert copies.keys == [([b"k0", b"", b"k2"], [window_end, 0, window_end])]
     assert held.known("t", [b"k0", b"k2", b"other"], time.time_ns()) == [b"k0", b"k2"]  # a retry here is a duplicate
     await held.close()
+
+
+class _Inbound:
+    """A proven connection from a node, as the TCP server's client is to the replication."""
+
+    def __init__(self) -> None:
+        self.last_read = trio.current_time()
+
+
+async def test_a_node_hears_from_no_majority_once_most_members_fell_silent_on_connections_still_open(
+        tmp_path, autojump_clock):
+    # a partition that drops packets: the connections stay open until their heartbeats give up,
+    # and the majority may take over as soon as theirs do; the silence shows before that
+    members = Members(tmp_path, ME)
+    members.proven(ORIGIN, "127.0.0.3:4150")
+    members.proven(OTHER, "127.0.0.4:4150")
+    peers = Peers()
+    quorum = Quorum(members, peers, timeout=2.0)
+    first, second = _Inbound(), _Inbound()
+    peers.opened(ORIGIN, first)
+    peers.opened(OTHER, second)
+    await trio.sleep(10)
+    first.last_read = trio.current_time() - 0.5
+    second.last_read = trio.current_time() - 4.0
+    assert quorum.tick() == 0.0 and quorum.has_majority()  # both connections are open
+    assert quorum.silent() == pytest.approx(0.5)  # this node and ORIGIN: a majority, heard 0.5 s ago
+    first.last_read = trio.current_time() - 3.0
+    assert quorum.tick() == 0.0  # still open
+    assert quorum.silent() == pytest.approx(3.0)  # no majority heard for 3 s
+    peers.closed(ORIGIN, first, first.last_read)
+    peers.closed(OTHER, second, second.last_read)
+    await trio.sleep(1)
+    assert not quorum.members.majority(quorum.reachable())
+    assert quorum.silent() == pytest.approx(4.0)  # closed connections count from their last bytes
