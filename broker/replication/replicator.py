@@ -185,7 +185,11 @@ class Replicator:
         """A publish is refused while a holder may have stored its copies: once this node reaches a
         majority again (until then that holder might take them over), whether they were taken
         over (then they are delivered: the publish is acknowledged after all)."""
+        since = trio.current_time()
         await self.quorum.wait_majority()
+        # a majority reaching this node is not the holder's word: it dials this node too, and its
+        # HELLO answer (what it took over) may still be on its way, or its link not yet broken
+        await self._links_answered(since, fresh=True)
         found = self.broker.topics.get(topic)
         return found is not None and found.taken is not None and found.taken.issuperset(ids)
 
@@ -377,13 +381,20 @@ class Replicator:
         from this node) or has failed an attempt begun since, within ``--replica-timeout``.
         The majority reaching this node again is not enough: it dials this node too, and
         those connections make it reach a majority before its own links said HELLO."""
-        since = trio.current_time()
         log.info("REPLICATION: delivery waits for the peers' answers to HELLO")
+        await self._links_answered(trio.current_time(), clock=True)
+
+    async def _links_answered(self, since: float, *, fresh: bool = False, clock: bool = False) -> None:
+        """Return once every link is up (its HELLO answered; ``fresh``: answered after ``since``)
+        or has failed an attempt begun after ``since``, within ``--replica-timeout``. ``clock``:
+        the caller is the clock task, which keeps the clock fence's tick meanwhile."""
         links = list(self.peers.links.values())
         with trio.move_on_after(self.options.replica_timeout):
-            while not all(link.connected or link.failed_from >= since for link in links):
+            while not all((link.hello_at >= since if fresh else link.connected) or link.failed_from >= since
+                          for link in links):
                 await trio.sleep(0.01)
-                self.fence.last_tick = time.monotonic()
+                if clock:
+                    self.fence.last_tick = time.monotonic()
 
     def _dispatch_all(self) -> None:
         for topic in list(self.broker.topics.values()):
