@@ -13,17 +13,11 @@ from broker.protocol import encode_rdy, encode_sub
 from tests.conftest import running_daemon
 from tests.support.http_client import request
 from tests.support.nsq_programs import nsq_bin_missing
-from tests.support.replica_nodes import linked, lookupd_running, node_flags, node_replication
+from tests.support.replica_nodes import linked, node_flags, node_replication
 from tests.support.v2client import connect, publish
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(nsq_bin_missing() is not None, reason=nsq_bin_missing() or "")
-
-
-@pytest.fixture
-def lookupd(tmp_path):
-    with lookupd_running(tmp_path) as program:
-        yield program
 
 
 async def test_a_node_lost_for_good_is_forgotten_and_the_one_left_delivers_again(tmp_path, lookupd):

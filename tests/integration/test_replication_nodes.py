@@ -21,7 +21,6 @@ from tests.support.replica_nodes import (
     copies_held,
     holder_of,
     linked,
-    lookupd_running,
     node_flags,
     node_replication,
     topic_replication,
@@ -31,12 +30,6 @@ from tests.support.v2client import connect, consume, publish
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(nsq_bin_missing() is not None, reason=nsq_bin_missing() or "")
-
-
-@pytest.fixture
-def lookupd(tmp_path):
-    with lookupd_running(tmp_path) as program:
-        yield program
 
 
 async def test_the_peer_holds_a_copy_of_each_message_until_every_channel_finished_it(tmp_path, lookupd):

@@ -27,7 +27,6 @@ from tests.support.replica_nodes import (
     copies_held,
     holder_of,
     linked,
-    lookupd_running,
     node_flags,
     node_replication,
     topic_replication,
@@ -41,12 +40,6 @@ pytestmark = pytest.mark.skipif(nsq_bin_missing() is not None, reason=nsq_bin_mi
 
 SECRET = b"the cluster's secret"
 STRANGER = "5" * 32  # a node id nobody runs
-
-
-@pytest.fixture
-def lookupd(tmp_path):
-    with lookupd_running(tmp_path) as program:
-        yield program
 
 
 def _secret_file(folder: Path, secret: bytes = SECRET) -> str:

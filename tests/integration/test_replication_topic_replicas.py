@@ -15,7 +15,6 @@ from tests.support.nsq_programs import nsq_bin_missing
 from tests.support.replica_nodes import (
     copies_held,
     linked,
-    lookupd_running,
     node_flags,
     node_replication,
     topic_replication,
@@ -25,12 +24,6 @@ from tests.support.v2client import publish
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(nsq_bin_missing() is not None, reason=nsq_bin_missing() or "")
-
-
-@pytest.fixture
-def lookupd(tmp_path):
-    with lookupd_running(tmp_path) as program:
-        yield program
 
 
 @pytest.fixture

@@ -302,6 +302,17 @@ class ReplicaCluster:
                          for node in self.nodes)
 
 
+async def publish_all(node: Node, topic: str, items: list[bytes], timeout: float = 15.0) -> None:
+    """PUB each body to ``topic`` on ``node`` and require ``OK`` for every one (each within ``timeout``)."""
+    client = await connect(node.tcp, timeout=10)
+    try:
+        for body in items:
+            answer = await pub(client, topic, body, timeout=timeout)
+            assert answer == "OK", (body, answer)
+    finally:
+        await client.aclose()
+
+
 async def pub(client: V2Client, topic: str, body: bytes, timeout: float) -> str:
     """PUB ``body`` on ``client`` and return ``"OK"`` or the text of the error frame that answered
     it (heartbeats skipped). Raises one of :data:`DISCONNECTED` when the connection broke or no

@@ -38,7 +38,7 @@ from broker.protocol import (
 from tests.support.http_client import request
 from tests.support.nsq_programs import nsq_bin_missing
 from tests.support.processes import BrokerProcess
-from tests.support.replication_cluster import Consumer, Node, ReplicaCluster, pub
+from tests.support.replication_cluster import Consumer, Node, ReplicaCluster, pub, publish_all
 from tests.support.v2client import V2Client, connect, publish_batch
 from tests.support.waiting import wait_until
 
@@ -52,17 +52,6 @@ TIMEOUT_S = 2.0
 
 def bodies(prefix: str, count: int) -> list[bytes]:
     return [f"{prefix}-{n}".encode() for n in range(count)]
-
-
-async def publish_all(node: Node, items: list[bytes]) -> None:
-    """PUB each body to ``node`` and require ``OK`` for every one."""
-    client = await connect(node.tcp, timeout=10)
-    try:
-        for body in items:
-            answer = await pub(client, TOPIC, body, timeout=TIMEOUT_S + 10)
-            assert answer == "OK", (body, answer)
-    finally:
-        await client.aclose()
 
 
 async def wait_delivered(consumer: Consumer, wanted: list[bytes], timeout: float, cluster: ReplicaCluster) -> None:
@@ -113,7 +102,7 @@ async def published(cluster: ReplicaCluster, label: str, count: int) -> tuple[No
     await ready(cluster)
     first = cluster.nodes[0]
     sent = bodies(label, count)
-    await publish_all(first, sent)
+    await publish_all(first, TOPIC, sent)
     return first, sent
 
 

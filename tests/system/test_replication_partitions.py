@@ -39,7 +39,7 @@ import trio
 
 from tests.support.nsq_programs import nsq_bin_missing
 from tests.support.partitions import SLOW_DELAY, Partition, PartitionRefused, partitions_missing
-from tests.support.replication_cluster import DISCONNECTED, Consumer, Deliveries, Node, ReplicaCluster, pub
+from tests.support.replication_cluster import DISCONNECTED, Consumer, Deliveries, Node, ReplicaCluster, pub, publish_all
 from tests.support.v2client import V2Client, connect
 from tests.support.waiting import wait_for, wait_until
 
@@ -110,17 +110,6 @@ class Answers:
     #: node name -> when it last refused a publish sent at or after ``watch_from``
     refused_since: dict[str, float] = field(default_factory=dict)
     watch_from: float = float("inf")
-
-
-async def publish_all(node: Node, items: list[bytes]) -> None:
-    """PUB each body to ``node`` and require ``OK`` for every one."""
-    client = await connect(node.tcp, timeout=10)
-    try:
-        for body in items:
-            answer = await pub(client, TOPIC, body, timeout=TIMEOUT_S + 10)
-            assert answer == "OK", (body, answer)
-    finally:
-        await client.aclose()
 
 
 async def keep_publishing(node: Node, prefix: str, answers: Answers, stop: trio.Event) -> None:
@@ -228,7 +217,7 @@ async def test_an_isolated_node_holds_while_the_majority_takes_its_messages_over
     isolated, majority = cluster.nodes[0], cluster.nodes[1:]
     await ready(cluster)
     backlog = [f"backlog-{n}".encode() for n in range(BACKLOG)]
-    await publish_all(isolated, backlog)
+    await publish_all(isolated, TOPIC, backlog)
     answers = Answers(acked={body: trio.current_time() for body in backlog})
     partition = partitions(kind, [isolated], majority)
 
@@ -386,7 +375,7 @@ async def test_two_nodes_apart_take_nothing_over_and_hold_delivery_until_healed(
     await ready(cluster)
     backlogs = {node.name: [f"{node.name}-backlog-{n}".encode() for n in range(BACKLOG // 2)] for node in cluster.nodes}
     for node in cluster.nodes:
-        await publish_all(node, backlogs[node.name])
+        await publish_all(node, TOPIC, backlogs[node.name])
     answers = Answers(acked={body: trio.current_time() for items in backlogs.values() for body in items})
     partition = partitions("cut", [first], [second])
 
