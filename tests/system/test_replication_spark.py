@@ -14,6 +14,7 @@ import trio
 
 from tests.support.http_client import request
 from tests.support.nsq_programs import nsq_bin_missing
+from tests.support.processes import BrokerProcess
 from tests.support.replication_cluster import Consumer, Node, ReplicaCluster
 from tests.support.spark_queries import EXACTLY_ONCE_KEY, kill_group, run_copy_process
 from tests.system.test_spark import WORKER_PATH, bodies_of
@@ -30,7 +31,7 @@ async def message_count(node: Node, topic: str) -> int:
     return sum(t["message_count"] for t in (stats or {}).get("topics") or [] if t["topic_name"] == topic)
 
 
-async def drained(node: Node) -> bool:
+async def drained(node: Node | _Source) -> bool:
     """The copy has finished every source message on ``node``."""
     stats = await node.stats(SOURCE)
     channels = [c for t in (stats or {}).get("topics") or [] for c in t["channels"] if c["channel_name"] == "spark"]
@@ -49,14 +50,39 @@ async def emptied(nodes: list[Node]) -> bool:
     return True
 
 
+class _Source:
+    """The copy's source node (a :class:`BrokerProcess`), asked as a cluster's :class:`Node` is."""
+
+    def __init__(self, proc: BrokerProcess):
+        assert proc.tcp is not None and proc.http is not None
+        self.proc = proc
+        self.http = proc.http
+        self.address = f"{proc.tcp[0]}:{proc.tcp[1]}"
+
+    async def stats(self, topic: str) -> dict:
+        return (await request(self.http, "GET", f"/stats?format=json&topic={topic}")).json()
+
+
+async def _written_to(nodes: list[Node]) -> Node | None:
+    """The node of ``nodes`` the copy has written a tenth of the messages to, if any yet."""
+    for node in nodes:
+        if await message_count(node, SINK) >= COUNT // 10:
+            return node
+    return None
+
+
 async def test_a_keyed_copy_whose_sink_node_is_killed_and_wiped_copies_each_message_once(tmp_path):
     cluster = ReplicaCluster(tmp_path / "cluster", 3, replicas=2, replica_timeout="2s", durable=True).start()
+    # the source is a node of its own, unknown to the cluster's nsqlookupd: the sink writes to one
+    # of the nodes nsqlookupd lists, and losing that one must not take the source with it
+    source = _Source(BrokerProcess(tmp_path / "source" / "data").start())
+    sinks = cluster.nodes
     copy = None
     try:
-        source, victim = cluster.nodes[0], cluster.nodes[1]
-        await cluster.create(SOURCE, ["spark"], [source])
-        await cluster.create(SINK, ["check"])
-        await cluster.wait_registered(SINK, cluster.nodes)
+        for target in (f"/topic/create?topic={SOURCE}", f"/channel/create?topic={SOURCE}&channel=spark"):
+            assert (await request(source.http, "POST", target)).status == 200
+        await cluster.create(SINK, ["check"], sinks)
+        await cluster.wait_registered(SINK, sinks)
         await cluster.wait_replicating()
         await cluster.wait_linked()
         expected = bodies_of("replicated", COUNT)
@@ -67,9 +93,10 @@ async def test_a_keyed_copy_whose_sink_node_is_killed_and_wiped_copies_each_mess
         copy = run_copy_process(source.address, SOURCE, SINK, tmp_path / "checkpoint", log, worker_path=WORKER_PATH,
                                 key=EXACTLY_ONCE_KEY, restarts=3,
                                 sink_lookupd="%s:%d" % cluster.lookupd.http)
-        with trio.fail_after(300):  # the copy is under way on the node to be lost
-            while await message_count(victim, SINK) < COUNT // 10:
-                await trio.sleep(0.2)
+        with trio.fail_after(300):  # the copy is under way on the node to be lost: the one it writes to
+            while not (victim := await _written_to(sinks)):
+                await trio.sleep(0.05)
+        assert await message_count(victim, SINK) < COUNT, "the copy ended before its sink's node could be lost"
         victim.kill()
         victim.wipe()
         with trio.fail_after(300):
@@ -96,3 +123,4 @@ async def test_a_keyed_copy_whose_sink_node_is_killed_and_wiped_copies_each_mess
         if copy is not None:
             kill_group(copy)
         cluster.stop()
+        source.proc.kill()
