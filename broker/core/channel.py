@@ -381,13 +381,6 @@ class Channel(Delivery, LeaseSettlement, DeadLetterCommands):
             return True
         return False
 
-    def _keep_in_flight_until(self, msgs: list[Message], deadline: float) -> None:
-        """Keep timed-out messages in flight, owned by nobody, until ``deadline``."""
-        for msg in msgs:
-            msg.deadline = deadline
-            self.in_flight[msg.id] = msg
-            self.in_flight_timers.push(deadline, msg)
-
     # ---------------------------------------------------------------- inspection
 
     def peek_ready(self, n: int) -> list[Message]:

@@ -23,7 +23,7 @@ from broker.core.deadletter import BuriedSet
 from broker.core.host import CoreHost, Subscriber
 from broker.core.leases import Leases
 from broker.core.message import Message
-from broker.core.retention import MemoryRetention
+from broker.core.retention import RETRY_DELAY, MemoryRetention
 from broker.core.spill import SpillQueue
 from broker.core.sweeper import Sweeper
 from broker.core.timers import TimerHeap
@@ -202,18 +202,62 @@ class Delivery:
             room -= _FRAME_OVERHEAD + len(msg.body)
             if room <= 0:
                 break
-        client.send_messages(sent)
+        copies = self._host.copies
+        replicated = sent and copies.replicas(self.topic_name) > 1
+        if replicated:
+            client.in_flight_count += len(sent)  # its RDY window is taken meanwhile
+        else:
+            client.send_messages(sent)
         if client.lease is not None and sent:
             self._lease_out(client, client.lease_owner, client.lease, sent)
         self.in_flight_timers.push_many(deadline, sent)
-        if sent:
-            self._host.copies.delivered(self.topic_name, self.name, sent)
+        if replicated:  # written once a majority of the cluster hears this node (see Copies.confirm)
+            copies.confirm(self.topic_name, lambda: self._send_confirmed(client, sent),
+                           lambda: self._take_back(client, sent))
         if skipped:
             self.retention.retire(skipped)
         if dead:
             if self.retention.bury(dead):
                 log.info("channel %s: buried %d message(s) after %d attempts", self.where, len(dead),
                          bury_after)
+
+    def _still_out(self, client: Subscriber, msgs: list[Message]) -> list[Message]:
+        """Those of ``msgs``, chosen for ``client``, that are still in flight to it (or its lease)."""
+        in_flight = self.in_flight
+        return [msg for msg in msgs if in_flight.get(msg.id) is msg and (msg.client is client or msg.client is None)]
+
+    def _send_confirmed(self, client: Subscriber, msgs: list[Message]) -> None:
+        """Write the messages chosen for ``client`` that are still its own (not timed out meanwhile)."""
+        sent = self._still_out(client, msgs)
+        if sent:
+            client.in_flight_count -= len(sent)  # counted again as they are sent
+            client.send_messages(sent)
+            client.wake_writer()
+            self._host.copies.delivered(self.topic_name, self.name, sent)
+
+    def _take_back(self, client: Subscriber, msgs: list[Message]) -> None:
+        """Messages chosen for ``client`` that must not be written after all (replication could not
+        confirm them): back to the queue, that delivery not counted as an attempt."""
+        back = self._still_out(client, msgs)
+        if not back:
+            return
+        for msg in back:
+            del self.in_flight[msg.id]
+            if msg.client is client:
+                client.in_flight_count -= 1
+            msg.client = None
+            msg.attempts -= 1
+        if self.leases:
+            self.leases.forget(back)
+        if not self.retention.requeue(back):  # the disk takes no write: they time out as usual
+            self._keep_in_flight_until(back, trio.current_time() + RETRY_DELAY)
+
+    def _keep_in_flight_until(self, msgs: list[Message], deadline: float) -> None:
+        """Keep messages that could not go back to the queue in flight, owned by nobody, until ``deadline``."""
+        for msg in msgs:
+            msg.deadline = deadline
+            self.in_flight[msg.id] = msg
+            self.in_flight_timers.push(deadline, msg)
 
     def _lease_out(self, client: Subscriber, owner: str, token: str, sent: list[Message]) -> None:
         """Hand delivered messages to the lease of ``owner`` and ``token``: they leave the

@@ -208,6 +208,13 @@ class Copies(Protocol):
         """The channel finished ``messages`` (the other holders drop their copies)."""
         ...
 
+    def confirm(self, topic: str, send: Callable[[], None], back: Callable[[], None]) -> None:
+        """A channel of ``topic`` (with more than one replica) chose messages for a subscriber:
+        ``send`` writes them, once a majority of the cluster hears this node, or ``back`` puts
+        them back in its queue (they must not be delivered: a node that does not hear this one
+        may take them over)."""
+        ...
+
     def delivered(self, topic: str, channel: str, messages: list[Message]) -> None:
         """The channel delivered ``messages`` (their attempts counted): should this node die
         before they are finished, they come back with that attempt counted, as a timeout here
@@ -258,6 +265,9 @@ class NoCopies:
 
     def finished(self, topic: str, channel: str, messages: list[Message]) -> None:
         pass
+
+    def confirm(self, topic: str, send: Callable[[], None], back: Callable[[], None]) -> None:
+        send()
 
     def delivered(self, topic: str, channel: str, messages: list[Message]) -> None:
         pass

@@ -46,6 +46,7 @@ from broker.core.host import CopiesRefused
 from broker.core.message import Message
 from broker.protocol import MAX_ATTEMPTS
 from broker.replication.answers import decode_keys_answer
+from broker.replication.confirm import Confirms
 from broker.replication.links import PeerLink, Waiter
 from broker.replication.peers import Peers
 from broker.replication.wire import Add, Drop, Fin, Keys, Update, WireError, pack_entries
@@ -110,6 +111,8 @@ class PeerCopies:
         self._delivered: dict[tuple[str, str], dict[bytes, int]] = {}
         self._aged: dict[tuple[str, str], dict[bytes, int]] = {}
         self._own_replicas: dict[str, int] = {}  # the topics with a number of their own
+        #: deliveries wait for a majority (made by the replicator once it knows the cluster)
+        self.confirms: Confirms | None = None
 
     def replicas(self, topic: str) -> int:
         return self._own_replicas.get(topic, self.options.replicas)
@@ -220,6 +223,10 @@ class PeerCopies:
             moved[msg.id] = (msg.attempts, msg.due_ns)
             if delivered:
                 delivered.pop(msg.id, None)  # delivered, then requeued: the requeue is newer
+
+    def confirm(self, topic: str, send: Callable[[], None], back: Callable[[], None]) -> None:
+        assert self.confirms is not None, "the fence holds every replicated topic until the replicator runs"
+        self.confirms.add(topic, send, back)
 
     def delivered(self, topic: str, channel: str, messages: list[Message]) -> None:
         """Posted with the batch after next (the attempt counted, due at once) unless finished by

@@ -12,7 +12,9 @@ A replicated topic's channels hold delivery:
   or heard from one for that long (two heartbeats at least) (``minority``): the others, a majority, take its messages over after ``--replica-timeout``
   of silence, twice that long; a node in a minority holds them meanwhile, and once it reaches
   a majority again, until its links to the peers are up again, each HELLO answered (which
-  says what the peer took over from it), or failed (``--replica-timeout`` at most).
+  says what the peer took over from it), or failed (``--replica-timeout`` at most);
+- while no majority answered the last question of :mod:`.confirm` (``doubt``), asked before
+  every delivery: that one holds at once.
 
 A topic with one replica is never held: nobody else can deliver its messages.
 """
@@ -28,16 +30,17 @@ __all__ = ["ClockFence"]
 class ClockFence:
     """The fence of a replicating node; ``replicated(topic)``: whether the topic has copies."""
 
-    __slots__ = ("starting", "armed", "minority", "last_tick", "limit", "_replicated")
+    __slots__ = ("starting", "armed", "minority", "doubt", "last_tick", "limit", "_replicated")
 
     def __init__(self, limit: float, replicated: Callable[[str], bool]):
         self.starting = True
         self.armed = False
         self.minority = False
+        self.doubt = False
         self.last_tick = time.monotonic()
         self.limit = limit
         self._replicated = replicated
 
     def holds(self, topic: str) -> bool:
-        return (self.starting or self.armed or self.minority or time.monotonic() - self.last_tick > self.limit) \
+        return (self.starting or self.armed or self.minority or self.doubt or time.monotonic() - self.last_tick > self.limit) \
             and self._replicated(topic)

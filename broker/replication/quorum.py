@@ -25,6 +25,7 @@ replicated topics until the other comes back (or is forgotten by an operator).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import trio
 
@@ -96,12 +97,26 @@ class Quorum:
     async def agree_gone(self, node: str) -> bool:
         """Whether a majority of the members, this node among them, does not reach ``node`` now
         (each peer asked; one that does not answer within :data:`ASK_TIMEOUT` does not agree)."""
-        members = self.members
-        if not members.majority(self.reachable()):
+        if not self.members.majority(self.reachable()):
             return False
+        half = self._timeout / 2
+        return self.members.majority(await self._ask(
+            node, ASK_TIMEOUT, lambda reaches, silent: not reaches and (silent is None or silent >= half)))
+
+    async def confirm(self, timeout: float) -> bool:
+        """Whether a majority of the members, this node among them, answers now that it reaches
+        this node (asked with GONE of it; False after ``timeout``): see :mod:`.confirm`."""
+        if not self.members.majority(self.reachable()):
+            return False
+        return self.members.majority(await self._ask(self.members.me, timeout, lambda reaches, _silent: reaches))
+
+    async def _ask(self, node: str, timeout: float, says: Callable[[bool, float | None], bool]) -> set[str]:
+        """This node and the members whose answer to GONE of ``node`` ``says`` so: each connected
+        member but ``node`` is asked at once; returns once they are a majority, every answer
+        came, or ``timeout`` passed."""
+        members = self.members
         agree = {members.me}
         links = [link for link in self._peers.connected() if link.peer_id in members and link.peer_id != node]
-        answers: dict[str, bool] = {}
 
         async def ask(link: PeerLink) -> None:
             waiter = link.request(Gone(node))
@@ -111,11 +126,13 @@ class Quorum:
                     reaches, silent = decode_gone_answer(waiter.extra)
                 except WireError:
                     return
-                answers[link.peer_id or ""] = not reaches and (silent is None or silent >= self._timeout / 2)
+                if says(reaches, silent):
+                    agree.add(link.peer_id or "")
+                    if members.majority(agree):
+                        scope.cancel()
 
-        with trio.move_on_after(ASK_TIMEOUT):
+        with trio.move_on_after(timeout) as scope:
             async with trio.open_nursery() as nursery:
                 for link in links:
                     nursery.start_soon(ask, link)
-        agree.update(peer for peer, yes in answers.items() if yes)
-        return 2 * len(agree & set(members.nodes)) > len(members)
+        return agree

@@ -41,6 +41,7 @@ from broker.core.host import PeerState, RegistryChange
 from broker.core.message import now_ns
 from broker.protocol.replica import is_valid_node_id
 from broker.replication.answers import decode_hello_answer, decode_hello_holding
+from broker.replication.confirm import Confirms
 from broker.replication.copies import PeerCopies
 from broker.replication.fence import ClockFence
 from broker.replication.held import HeldCopies
@@ -121,6 +122,8 @@ class Replicator:
         until cancelled. Reports started once peers may connect; the fence opens later."""
         self.node_id = self.copies.node_id = self.holder.node_id = _node_id(self._data_path)
         self._quorum = Quorum(Members(self._data_path, self.node_id), self.peers, self.options.replica_timeout)
+        confirms = self.copies.confirms = Confirms(self._quorum.confirm, self.options.replica_timeout,
+                                                   self.fence, self._dispatch_all)
         held = await HeldCopies.open(self._data_path, durable=self.options.durable,
                                      max_record=self.options.max_body_size * 2 + (1 << 20),
                                      max_keys=self.options.dedup_max_keys)
@@ -148,6 +151,7 @@ class Replicator:
                 self._nursery = nursery
                 nursery.start_soon(self._discover_loop)
                 nursery.start_soon(self.copies.run_fins)
+                nursery.start_soon(confirms.run)
                 nursery.start_soon(self._takeover_loop)
                 nursery.start_soon(self.recopy.run)
                 nursery.start_soon(self._clock_loop)

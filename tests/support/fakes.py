@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import trio
+
 from broker.config.options import parse_args
 from broker.core.channel import Channel
 from broker.core.host import CoreHost
 from broker.core.topic import Topic
+from broker.replication.confirm import Confirms
+from broker.replication.fence import ClockFence
 from broker.storage.queuestore import QueueStore
 from diskqueue import DiskQueueError
 
@@ -142,3 +146,17 @@ class FakeSubscriber:
 
     def bodies(self):
         return [m.body for m in self.received]
+
+
+async def majority_answers(timeout: float) -> bool:
+    """The question before a replicated delivery, in a cluster whose majority always answers at once."""
+    await trio.sleep(0.001)  # a round trip
+    return True
+
+
+def answering_confirms() -> Confirms:
+    """Deliveries that a majority confirms after a round trip (run its ``run`` in a nursery)."""
+    fence = ClockFence(limit=float("inf"), replicated=lambda topic: True)
+    fence.starting = False
+    return Confirms(majority_answers, 5.0, fence, lambda: None)
+

@@ -9,8 +9,10 @@ Three nodes: the node that acknowledged a backlog nobody has read yet is isolate
 other two for three replica timeouts, while publishers keep publishing to every node and
 two consumers of the channel read and FIN: one connected to the isolated node alone, one
 following nsqlookupd (it reaches every node). The consumers start reading once the majority
-has taken the isolated node's messages over. Then the partition heals and everything settles.
-Counted over both consumers:
+has taken the isolated node's messages over, or (``at_partition``) the moment the partition
+begins, before any node can know of it: the isolated node must not deliver its backlog then
+either, since its peers cannot hear of the FINs. Then the partition heals and everything
+settles. Counted over both consumers:
 
 - no acknowledged message is lost;
 - no message is delivered both by the isolated node and by another node;
@@ -212,7 +214,8 @@ def delivered_by(deliveries: Deliveries, node: Node, since: float, until: float)
 
 @pytest.mark.deadline(150)
 @pytest.mark.parametrize("kind", ["cut", "blackhole", "slow"])
-async def test_an_isolated_node_holds_while_the_majority_takes_its_messages_over(kind, clusters, partitions):
+@pytest.mark.parametrize("release", ["after_takeover", "at_partition"])
+async def test_an_isolated_node_holds_while_the_majority_takes_its_messages_over(kind, release, clusters, partitions):
     cluster = clusters(3)
     isolated, majority = cluster.nodes[0], cluster.nodes[1:]
     await ready(cluster)
@@ -241,6 +244,9 @@ async def test_an_isolated_node_holds_while_the_majority_takes_its_messages_over
             partition.apply()
             began = trio.current_time()
             answers.watch_from = began
+            if release == "at_partition":  # ready for the backlog before any node can know of the partition
+                for consumer in (direct, follower):
+                    await consumer.release()
             # the majority takes the backlog over, once a majority agrees the isolated node is gone
             try:
                 await wait_until(lambda: _at_least(takeovers(majority), BACKLOG), PARTITION_S, poll=0.1)
@@ -249,8 +255,9 @@ async def test_an_isolated_node_holds_while_the_majority_takes_its_messages_over
                                      f"{BACKLOG} messages of the isolated node within {PARTITION_S} s\n"
                                      f"{cluster.logs(40)}") from None
             taken_at = trio.current_time()
-            for consumer in (direct, follower):
-                await consumer.release()
+            if release == "after_takeover":
+                for consumer in (direct, follower):
+                    await consumer.release()
             # the partition's length is the experiment's parameter; meanwhile the isolated node's channel is watched
             while trio.current_time() < began + PARTITION_S:
                 samples.append((trio.current_time(), await channel_counts(isolated)))
@@ -266,7 +273,7 @@ async def test_an_isolated_node_holds_while_the_majority_takes_its_messages_over
     both = deliveries.delivered_by_both([isolated.address])
     both_during = deliveries.delivered_by_both([isolated.address], began, healed)
     refused_delivered = sorted(set(answers.refused) & set(deliveries.first))
-    held_deliveries = delivered_by(deliveries, isolated, taken_at, healed)
+    held_deliveries = delivered_by(deliveries, isolated, taken_at if release == "after_takeover" else began, healed)
     depths = {counts for _, counts in samples}
     ratio = deliveries.extra / deliveries.total
     print(f"{kind}: taken over {taken_at - began:.2f} s after the partition; {len(answers.acked)} acknowledged, "

@@ -17,7 +17,7 @@ from broker.replication.copies import UNKNOWN, PeerCopies
 from broker.replication.links import Waiter
 from broker.replication.peers import Peers
 from broker.replication.wire import Add, Drop, Fin, Keys, Update
-from tests.support.fakes import FakeHost, FakeSubscriber
+from tests.support.fakes import FakeHost, FakeSubscriber, answering_confirms
 
 ME = "a" * 32
 
@@ -53,6 +53,7 @@ def _copies(replicas: int = 2, known_here: set[bytes] = frozenset()) -> tuple[Pe
     copies = PeerCopies(parse_args([f"--replicas={replicas}", "--replica-timeout=5s"]), peers, lambda t: 0, dict,
                         known_keys=lambda topic, keys: [key for key in keys if key in known_here])
     copies.node_id = ME
+    copies.confirms = answering_confirms()
     return copies, peers
 
 
@@ -121,6 +122,7 @@ async def test_fins_are_posted_to_every_peer_in_batches(autojump_clock):
     links = [_link(peers, "b" * 32), _link(peers, "c" * 32)]
     async with trio.open_nursery() as nursery:
         nursery.start_soon(copies.run_fins)
+        nursery.start_soon(copies.confirms.run)
         copies.finished("t", "c", [Message(b"1" * 16, b"x", 1)])
         copies.finished("t", "c", [Message(b"2" * 16, b"y", 1)])
         await trio.sleep(0.15)
@@ -183,8 +185,10 @@ async def test_what_a_channel_delivers_and_requeues_is_posted_once_per_interval_
     fast, later, slow = [Message(b"%016d" % i, b"m%d" % i, 1) for i in range(3)]
     async with trio.open_nursery() as nursery:
         nursery.start_soon(copies.run_fins)
+        nursery.start_soon(copies.confirms.run)
         await trio.sleep(0.05)
         channel.put_many([fast, later, slow])
+        await trio.sleep(0.002)  # sent once a majority answered
         channel.finish_many(consumer, [fast.id])  # finished within the interval: its FIN says all
         channel.requeue(consumer, later.id, 60_000)
         due = channel.deferred.get(later.id).due_ns
@@ -213,6 +217,7 @@ async def test_a_delivery_finished_within_two_batches_is_never_posted(tmp_path, 
     channel.add_client(consumer)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(copies.run_fins)
+        nursery.start_soon(copies.confirms.run)
         await trio.sleep(0.09)
         channel.put_many([Message(b"%016d" % i, b"m", 1) for i in range(3)])
         await trio.sleep(0.05)  # a batch went in between
@@ -231,6 +236,7 @@ async def test_a_kick_is_posted_with_its_attempts_reset(tmp_path, autojump_clock
     poison = Message(b"p" * 16, b"poison", 1)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(copies.run_fins)
+        nursery.start_soon(copies.confirms.run)
         channel.put_many([poison])
         channel.requeue(consumer, poison.id, 0)  # its next delivery buries it
         channel.dispatch()
@@ -251,6 +257,7 @@ async def test_a_topic_without_replicas_posts_no_attempts(tmp_path, autojump_clo
     kept = _replicated_channel(tmp_path / "kept", copies, topic="kept")
     async with trio.open_nursery() as nursery:
         nursery.start_soon(copies.run_fins)
+        nursery.start_soon(copies.confirms.run)
         for channel in (single, kept):
             consumer = FakeSubscriber(rdy=1)
             channel.add_client(consumer)

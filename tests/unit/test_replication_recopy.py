@@ -22,7 +22,7 @@ from broker.replication.links import Waiter
 from broker.replication.peers import Peers
 from broker.replication.recopy import RECOPY_INTERVAL, Recopy
 from broker.replication.wire import Add, Drop, Holds, encode_request, pack, unpack
-from tests.support.fakes import FakeHost, FakeSubscriber
+from tests.support.fakes import FakeHost, FakeSubscriber, answering_confirms
 from tests.support.waiting import wait_for
 
 ME, GONE, LIVE, NEXT, OTHER = "a" * 32, "b" * 32, "c" * 32, "d" * 32, "e" * 32
@@ -86,6 +86,7 @@ class Cluster:
         self.peers = Peers()
         self.copies = PeerCopies(self.host.options, self.peers, lambda topic: 0, dict)
         self.copies.node_id = ME
+        self.copies.confirms = answering_confirms()
         self.core = dataclasses.replace(self.host.core, copies=self.copies)
         self.topics: dict = {}
         self.recopy = Recopy(SimpleNamespace(topics=self.topics), ME, self.peers, self.copies)  # type: ignore[arg-type]
@@ -103,6 +104,8 @@ class Cluster:
         from broker.core.topic import Topic
 
         topic = Topic(name, self.core, on_empty=lambda: None)
+        if not self.topics:
+            nursery.start_soon(self.copies.confirms.run)
         await nursery.start(topic.run)
         for channel in ("c1", "c2"):
             topic.get_channel(channel)
@@ -167,12 +170,14 @@ async def test_a_holder_gone_for_the_replica_timeout_has_every_unfinished_messag
         assert c1.backend_depth and c2.backend_depth  # some wait on disk
         consumer.rdy = 6
         c1.dispatch()
+        await trio.sleep(0.002)  # written once a majority answered
         in_flight = [m.id for m in consumer.received]
         assert len(in_flight) == 6
         c1.finish_many(consumer, in_flight[:2])
         c1.requeue(consumer, in_flight[2], 60_000)  # deferred
         c2.add_client(c2_consumer := FakeSubscriber(rdy=1))
         c2.dispatch()
+        await trio.sleep(0.002)
         assert c2_consumer.received[0].id == in_flight[0]
         c2.finish_many(c2_consumer, [in_flight[0]])  # by both: finished, not copied
 

@@ -190,13 +190,14 @@ async def test_one_topics_failed_takeover_does_not_hold_up_anothers(tmp_path):
     await held.close()
 
 
-@pytest.mark.parametrize("starting, armed, minority, stale, holds", [
-    (True, False, False, False, True), (False, True, False, False, True), (False, False, True, False, True),
-    (False, False, False, True, True), (False, False, False, False, False)])
-def test_the_fence_holds_from_the_start_while_asking_in_a_minority_and_after_a_stall(starting, armed, minority,
-                                                                                     stale, holds):
+@pytest.mark.parametrize("starting, armed, minority, doubt, stale, holds", [
+    (True, False, False, False, False, True), (False, True, False, False, False, True),
+    (False, False, True, False, False, True), (False, False, False, True, False, True),
+    (False, False, False, False, True, True), (False, False, False, False, False, False)])
+def test_the_fence_holds_from_the_start_while_asking_in_a_minority_without_answers_and_after_a_stall(
+        starting, armed, minority, doubt, stale, holds):
     fence = ClockFence(limit=1.0, replicated=lambda topic: topic != "single")
-    fence.starting, fence.armed, fence.minority = starting, armed, minority
+    fence.starting, fence.armed, fence.minority, fence.doubt = starting, armed, minority, doubt
     if stale:
         fence.last_tick -= 2.0  # the clock task last ran two seconds ago: the process was stopped
     assert fence.holds("t") is holds
