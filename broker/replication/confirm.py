@@ -74,8 +74,8 @@ class Confirms:
     async def _regain(self) -> None:
         """Hold every replicated topic (what is waiting goes back) until a majority answers."""
         self._fence.doubt = True
-        log.warning("REPLICATION: no majority of the cluster answered within %.1fs: replicated topics hold "
-                    "delivery until one does", self._timeout)
+        log.warning("REPLICATION: no majority of the cluster answered (within %.1fs): replicated topics "
+                    "hold delivery until one does", self._timeout)
         try:
             batch, self._waiting = self._waiting, []
             for _topic, _send, back in batch:

@@ -27,6 +27,10 @@ it stood there: a message in flight when this node died comes back with that del
 counted, as a timeout here would have counted it (unless it was delivered in the last
 0.1-0.2 s: then with the attempts it had before).
 
+Delivering: what a channel of a replicated topic chose for a consumer is written once a
+majority of the cluster answered that it hears this node (:meth:`PeerCopies.confirm`, see
+:mod:`.confirm`).
+
 Where the copies are: :attr:`PeerCopies.placed` says, by topic, which peers took copies (and
 about how many), so that those a gone peer held can be made again elsewhere (:mod:`.recopy`).
 """

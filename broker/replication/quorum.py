@@ -7,6 +7,9 @@ No two sides of a partition both reach a majority of the same members, so:
   members (this node among them) does not reach the other node (:meth:`Quorum.agree_gone`),
   asked at that moment with a GONE request: a node that comes back into view of one member
   is not taken for gone by another that cannot see it yet;
+- a node delivers a replicated topic's messages only once a majority of the members, this
+  node among them, answered that they reach it, asked after the messages were chosen
+  (:meth:`Quorum.confirm`, :mod:`.confirm`): a node cut off delivers nothing more at once;
 - a node that has not reached a majority for half of ``--replica-timeout``, or has heard
   nothing from a majority for that long (two heartbeats at least: :meth:`Quorum.silent`),
   holds the delivery of its replicated topics (:mod:`.fence`): its messages may be taken

@@ -467,6 +467,11 @@ class Chaos:
             result.examples += [f"{body.decode()} delivered on {c.channel} by " + ", ".join(
                 f"{names.get(node, node)} at {when - death:+.2f} s" for when, node in c.deliveries.deliveries_of(body))
                 for c, body in both[:3]]
+        twice = [(c, body) for c in self.consumers for body, times in c.deliveries.again.items()
+                 if times[-1][0] >= began][:3]
+        result.examples += [f"{body.decode()} delivered twice on {c.channel}: " + ", ".join(
+            f"by {names.get(node, node)} at {when - death:+.2f} s" for when, node in c.deliveries.deliveries_of(body))
+            for c, body in twice]
         for node in self.cluster.up():
             stats = await node.stats(TOPIC)
             topics = (stats or {}).get("topics") or []
