@@ -212,8 +212,9 @@ class Delivery:
             self._lease_out(client, client.lease_owner, client.lease, sent)
         self.in_flight_timers.push_many(deadline, sent)
         if replicated:  # written once a majority of the cluster hears this node (see Copies.confirm)
-            copies.confirm(self.topic_name, lambda: self._send_confirmed(client, sent),
-                           lambda: self._take_back(client, sent))
+            chosen = sent.copy()  # the timers keep (and may extend) ``sent``
+            copies.confirm(self.topic_name, lambda: self._send_confirmed(client, chosen),
+                           lambda: self._take_back(client, chosen))
         if skipped:
             self.retention.retire(skipped)
         if dead:

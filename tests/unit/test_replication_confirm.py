@@ -166,3 +166,30 @@ async def test_five_members_need_two_answers_that_reach_this_node(tmp_path, auto
         assert not await quorum.confirm(1.0)  # only B: two of five
         assert trio.current_time() - began == pytest.approx(1.0)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_backlog_read_in_many_deliveries_at_one_instant_is_written_once_each(tmp_path, autojump_clock):
+    # deliveries chosen at the same instant share their timeout; each is written once, as chosen
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(tmp_path, nursery, [GoneLink(B), GoneLink(C)])
+        copies = PeerCopies(FakeHost(tmp_path, "--replicas=2").options, cluster.peers, lambda topic: 0, dict)
+        copies.confirms = cluster.confirms
+        host = FakeHost(tmp_path / "host", "--replicas=2", "--mem-queue-size=100")
+        host.core = dataclasses.replace(host.core, copies=copies)
+        topic = host.topic("t")
+        await nursery.start(topic.run)
+        channel = topic.get_channel("c")
+        consumer = FakeSubscriber(rdy=250)
+        channel.add_client(consumer)
+        topic.put_many(_messages(3000))  # 100 in memory, the rest on disk, read ahead in runs
+        finished = 0
+        with trio.fail_after(60):
+            while finished < 3000:
+                await trio.sleep(0.01)
+                ids = [m.id for m in consumer.received[finished:]]
+                finished = len(consumer.received)
+                assert channel.finish_many(consumer, ids) == []  # each in flight, once
+                channel.dispatch()  # as the server does after FINs
+        assert sorted(consumer.bodies()) == sorted(m.body for m in _messages(3000))
+        assert consumer.in_flight_count == 0 and not channel.in_flight
+        nursery.cancel_scope.cancel()
