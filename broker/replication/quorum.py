@@ -104,19 +104,21 @@ class Quorum:
             return False
         half = self._timeout / 2
         return self.members.majority(await self._ask(
-            node, ASK_TIMEOUT, lambda reaches, silent: not reaches and (silent is None or silent >= half)))
+            node, ASK_TIMEOUT, lambda reaches, silent: not reaches and (silent is None or silent >= half), early=False))
 
     async def confirm(self, timeout: float) -> bool:
         """Whether a majority of the members, this node among them, answers now that it reaches
         this node (asked with GONE of it; False after ``timeout``): see :mod:`.confirm`."""
         if not self.members.majority(self.reachable()):
             return False
-        return self.members.majority(await self._ask(self.members.me, timeout, lambda reaches, _silent: reaches))
+        return self.members.majority(await self._ask(self.members.me, timeout, lambda reaches, _silent: reaches,
+                                                     early=True))
 
-    async def _ask(self, node: str, timeout: float, says: Callable[[bool, float | None], bool]) -> set[str]:
+    async def _ask(self, node: str, timeout: float, says: Callable[[bool, float | None], bool], *,
+                   early: bool) -> set[str]:
         """This node and the members whose answer to GONE of ``node`` ``says`` so: each connected
-        member but ``node`` is asked at once; returns once they are a majority, every answer
-        came, or ``timeout`` passed."""
+        member but ``node`` is asked at once; returns once every answer came, or ``timeout``
+        passed, or (``early``) they are a majority."""
         members = self.members
         agree = {members.me}
         links = [link for link in self._peers.connected() if link.peer_id in members and link.peer_id != node]
@@ -131,7 +133,7 @@ class Quorum:
                     return
                 if says(reaches, silent):
                     agree.add(link.peer_id or "")
-                    if members.majority(agree):
+                    if early and members.majority(agree):
                         scope.cancel()
 
         with trio.move_on_after(timeout) as scope:
