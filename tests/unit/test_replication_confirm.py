@@ -70,13 +70,21 @@ class Cluster:
     def _reopened(self) -> None:
         self.reopened += 1
 
-    def channel(self, tmp_path):
+    def host(self, tmp_path, *flags: str) -> FakeHost:
+        """A host whose topic ``t`` has two replicas, its deliveries confirmed here."""
         copies = PeerCopies(FakeHost(tmp_path).options, self.peers, lambda topic: 0, dict)
         copies.configure("t", 2)
         copies.confirms = self.confirms
-        host = FakeHost(tmp_path / "host")
+        host = FakeHost(tmp_path / "host", *flags)
         host.core = dataclasses.replace(host.core, copies=copies)
-        return host.channel(topic="t")
+        return host
+
+    def subscribed(self, tmp_path, rdy: int):
+        """Channel ``t:c`` built alone, with one consumer of RDY ``rdy``."""
+        channel = self.host(tmp_path).channel(topic="t")
+        consumer = FakeSubscriber(rdy=rdy)
+        channel.add_client(consumer)
+        return channel, consumer
 
 
 def _messages(n: int) -> list[Message]:
@@ -87,9 +95,7 @@ async def test_a_delivery_is_written_once_a_majority_answered_a_question_asked_a
     quick, slow = GoneLink(B, delay=0.01), GoneLink(C, delay=0.5)
     async with trio.open_nursery() as nursery:
         cluster = Cluster(tmp_path, nursery, [quick, slow])
-        channel = cluster.channel(tmp_path)
-        consumer = FakeSubscriber(rdy=4)
-        channel.add_client(consumer)
+        channel, consumer = cluster.subscribed(tmp_path, rdy=4)
         channel.put_many(_messages(2))
         assert consumer.received == [] and consumer.in_flight_count == 2  # chosen: the window is taken
         await trio.sleep(0.005)
@@ -109,9 +115,7 @@ async def test_without_a_majority_a_delivery_goes_back_uncounted_and_the_topic_h
     b, c = GoneLink(B, reaches=None), GoneLink(C, reaches=False)  # B silent (a blackhole), C no longer reaches us
     async with trio.open_nursery() as nursery:
         cluster = Cluster(tmp_path, nursery, [b, c])
-        channel = cluster.channel(tmp_path)
-        consumer = FakeSubscriber(rdy=10)
-        channel.add_client(consumer)
+        channel, consumer = cluster.subscribed(tmp_path, rdy=10)
         channel.put_many(_messages(3))
         await trio.sleep(1.9)
         assert consumer.received == [] and consumer.in_flight_count == 3
@@ -133,9 +137,7 @@ async def test_no_majority_connected_is_known_at_once(tmp_path, autojump_clock):
     b.connected = c.connected = False
     async with trio.open_nursery() as nursery:
         cluster = Cluster(tmp_path, nursery, [b, c])
-        channel = cluster.channel(tmp_path)
-        consumer = FakeSubscriber(rdy=10)
-        channel.add_client(consumer)
+        channel, consumer = cluster.subscribed(tmp_path, rdy=10)
         channel.put_many(_messages(2))
         await trio.sleep(0.001)
         assert cluster.fence.doubt and channel.depth == 2 and consumer.in_flight_count == 0
@@ -146,9 +148,7 @@ async def test_no_majority_connected_is_known_at_once(tmp_path, autojump_clock):
 async def test_a_fence_closed_while_the_question_was_out_sends_nothing(tmp_path, autojump_clock):
     async with trio.open_nursery() as nursery:
         cluster = Cluster(tmp_path, nursery, [GoneLink(B, delay=0.1), GoneLink(C, delay=0.1)])
-        channel = cluster.channel(tmp_path)
-        consumer = FakeSubscriber(rdy=10)
-        channel.add_client(consumer)
+        channel, consumer = cluster.subscribed(tmp_path, rdy=10)
         channel.put_many(_messages(2))
         cluster.fence.armed = True  # this node was stopped meanwhile, and asks its peers again
         await trio.sleep(0.2)
@@ -172,11 +172,7 @@ async def test_a_backlog_read_in_many_deliveries_at_one_instant_is_written_once_
     # deliveries chosen at the same instant share their timeout; each is written once, as chosen
     async with trio.open_nursery() as nursery:
         cluster = Cluster(tmp_path, nursery, [GoneLink(B), GoneLink(C)])
-        copies = PeerCopies(FakeHost(tmp_path, "--replicas=2").options, cluster.peers, lambda topic: 0, dict)
-        copies.confirms = cluster.confirms
-        host = FakeHost(tmp_path / "host", "--replicas=2", "--mem-queue-size=100")
-        host.core = dataclasses.replace(host.core, copies=copies)
-        topic = host.topic("t")
+        topic = cluster.host(tmp_path, "--mem-queue-size=100").topic("t")
         await nursery.start(topic.run)
         channel = topic.get_channel("c")
         consumer = FakeSubscriber(rdy=250)
