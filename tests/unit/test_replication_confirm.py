@@ -12,6 +12,7 @@ import pytest
 import trio
 
 from broker.core.message import Message
+from broker.core.retention import RETRY_DELAY
 from broker.replication.confirm import PROBE_INTERVAL, Confirms
 from broker.replication.copies import PeerCopies
 from broker.replication.fence import ClockFence
@@ -71,12 +72,12 @@ class Cluster:
         self.reopened += 1
 
     def host(self, tmp_path, *flags: str) -> FakeHost:
-        """A host whose topic ``t`` has two replicas, its deliveries confirmed here."""
+        """A host whose topic ``t`` has two replicas, its deliveries confirmed here, behind this fence."""
         copies = PeerCopies(FakeHost(tmp_path).options, self.peers, lambda topic: 0, dict)
         copies.configure("t", 2)
         copies.confirms = self.confirms
         host = FakeHost(tmp_path / "host", *flags)
-        host.core = dataclasses.replace(host.core, copies=copies)
+        host.core = dataclasses.replace(host.core, copies=copies, fence=self.fence)
         return host
 
     def subscribed(self, tmp_path, rdy: int):
@@ -188,4 +189,30 @@ async def test_a_backlog_read_in_many_deliveries_at_one_instant_is_written_once_
                 channel.dispatch()  # as the server does after FINs
         assert sorted(consumer.bodies()) == sorted(m.body for m in _messages(3000))
         assert consumer.in_flight_count == 0 and not channel.in_flight
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_delivery_taken_back_while_the_disk_refuses_stays_in_flight_owned_by_nobody_until_it_takes_writes(
+        tmp_path, autojump_clock):
+    b, c = GoneLink(B), GoneLink(C)
+    b.connected = c.connected = False  # no majority: every delivery is taken back
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(tmp_path, nursery, [b, c])
+        host = cluster.host(tmp_path, "--durable")
+        channel = host.channel(topic="t")
+        channel.put_many(_messages(2))
+        for queue in host.queues.opened.values():
+            queue.full = True  # a requeue's records cannot be written
+        consumer = FakeSubscriber(rdy=10)
+        channel.add_client(consumer)
+        channel.dispatch()
+        await trio.sleep(0.001)
+        assert consumer.received == [] and consumer.in_flight_count == 0 and host.disk_errors
+        assert len(channel.in_flight) == 2 and all(m.client is None for m in channel.in_flight.values())
+        for queue in host.queues.opened.values():
+            queue.full = False
+        await trio.sleep(RETRY_DELAY)
+        channel.process_timers()  # as the broker's scanner does
+        assert not channel.in_flight and channel.depth == 2 and consumer.received == []  # the fence holds them
+        assert [m.attempts for m in channel.peek_ready(2)] == [0, 0]
         nursery.cancel_scope.cancel()
