@@ -90,7 +90,7 @@ class PeerCopies:
 
     def __init__(self, options: Options, peers: Peers, held_for_topic: Callable[[str], int],
                  node_stats: Callable[[], dict],
-                 settle_refused: Callable[[str, list[bytes]], Awaitable[bool]] | None = None,
+                 settle_refused: Callable[[str, list[bytes], list[PeerLink]], Awaitable[bool]] | None = None,
                  known_keys: Callable[[str, list[bytes]], list[bytes]] | None = None,
                  forget_member: Callable[[str], bool] | None = None):
         self.options = options
@@ -183,8 +183,9 @@ class PeerCopies:
                     log.warning("REPLICATION: a peer's answer to KEYS is not one: %s", exc)
         stored = [link for link, waiter in zip(links, waiters) if waiter.done.is_set() and waiter.error is None]
         if len(stored) < need and not best_effort:
-            unsure = any(not waiter.done.is_set() for waiter in waiters)  # may have stored, unheard
-            if unsure and self._settle_refused is not None and await self._settle_refused(topic, ids):
+            # those that stored copies, or may have (unheard), may take them over: see .refused
+            holding = [link for link, waiter in zip(links, waiters) if not waiter.done.is_set() or waiter.error is None]
+            if holding and self._settle_refused is not None and await self._settle_refused(topic, ids, holding):
                 return known  # a holder took them over meanwhile: delivered there, so stored after all
             for link in links:  # those that answer late drop theirs too
                 link.post(Drop(topic, ids))

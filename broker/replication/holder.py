@@ -14,7 +14,9 @@ the copies held here and those its own topics stored), looked up where it stands
 body's requests.
 
 A HELLO is answered with what this node took over from the sender and from every node, and
-how many copies it holds for the sender by topic. A HOLDS (the sender makes copies again: see
+how many copies it holds for the sender by topic, once no takeover of the sender is under
+way (``under_way``: a refused publish's origin learns whether its copies were taken, see
+:mod:`.refused`). A HOLDS (the sender makes copies again: see
 :mod:`.recopy`) is answered with which of its ids this node holds, once their new holders are
 stored. A
 HELLO from a node that lost its memory (a crash without ``--durable``) first has its copies
@@ -67,12 +69,13 @@ MAX_CHANNEL_NAMES = 1 << 20
 
 class Holder:
     """What other nodes' connections reach of this node; ``secret`` is the cluster's,
-    ``take_over_now`` and ``proven`` the replicator's (take over a node's copies at once; a
-    node proved itself)."""
+    ``take_over_now``, ``proven`` and ``under_way`` the replicator's (take over a node's copies
+    at once; a node proved itself; the end of a node's takeover under way, if one is)."""
 
     def __init__(self, options: Options, peers: Peers, secret: bytes,
                  take_over_now: Callable[[str], Awaitable[None]], proven: Callable[[str], None],
-                 known_keys: Callable[[str, list[bytes]], list[bytes]]):
+                 known_keys: Callable[[str, list[bytes]], list[bytes]],
+                 under_way: Callable[[str], trio.Event | None] = lambda node: None):
         self.options = options
         self.node_id = ""  # this node's, once the replicator has read it
         #: this node's address as the lookupds list it (``host:port``); None: not serving nodes yet
@@ -83,6 +86,7 @@ class Holder:
         self._take_over_now = take_over_now
         self._proven = proven  # a node's connection to this one was proven: it is a member
         self._known_keys = known_keys
+        self._under_way = under_way
         self._limits = WireLimits(options.max_msg_size)
         self._notices = Notices(log)
         #: connections from others that failed to prove they come from a node of the cluster, since start
@@ -145,6 +149,9 @@ class Holder:
         if requests and type(requests[0]) is Hello:  # alone in its body (decode_requests checks)
             if requests[0].lost_memory:
                 return self._hello_after_loss(peer, seq)
+            ended = self._under_way(peer)
+            if ended is not None:
+                return self._hello_after(ended, peer, seq)
             return pack([seq, None, self.taken_from(peer)])
         if requests and type(requests[0]) is Gone:  # alone too
             return pack([seq, None, self._gone_answer(requests[0].node)])
@@ -223,6 +230,12 @@ class Holder:
         everything = {origin: {topic: sorted(ids) for topic, ids in topics.items()}
                       for origin, topics in held.taken.items()}
         return [everything.get(peer, {}), everything, held.held_for(peer)]
+
+    async def _hello_after(self, ended: trio.Event, peer: str, seq: int) -> bytes:
+        """HELLO's answer once the takeover of ``peer`` under way ended: it says every message
+        taken (and none is taken while the peer's connection lasts: it reaches this node)."""
+        await ended.wait()
+        return pack([seq, None, self.taken_from(peer)])
 
     async def _hello_after_loss(self, peer: str, seq: int) -> bytes:
         log.warning("REPLICATION: node %s restarted after a crash without --durable: taking over its copies",

@@ -51,6 +51,7 @@ from broker.replication.members import Members
 from broker.replication.peers import Peers
 from broker.replication.quorum import Quorum
 from broker.replication.recopy import Recopy
+from broker.replication.refused import RefusedPublishes
 from broker.replication.takeover import Takeover
 from broker.replication.wire import Channels, Forget
 from diskqueue.checkpoint import replace_durably
@@ -93,13 +94,16 @@ class Replicator:
         self._ssl_context = ssl_context
         self.node_id = ""  # read (or made) by run, once the data directory is locked
         self.peers = Peers()
+        #: publishes refused while a holder may hold their copies
+        self.refused = RefusedPublishes(lambda: self.quorum.wait_majority(), options.replica_timeout)
         #: the sending side, the core's Copies
-        self.copies = PeerCopies(options, self.peers, self._held_for_topic, self.node_stats, self._settle_refused,
+        self.copies = PeerCopies(options, self.peers, self._held_for_topic, self.node_stats, self.refused.settle,
                                  self.known_keys, self.forget_member)
         #: channels hold delivery while this node may have been taken for gone
         self.fence = ClockFence(max(1.0, options.replica_timeout / 2), lambda topic: self.copies.replicas(topic) > 1)
         #: the holding side, the TCP server's ReplicaReceiver
-        self.holder = Holder(options, self.peers, secret, self._take_over_now, self._proven, self.known_keys)
+        self.holder = Holder(options, self.peers, secret, self._take_over_now, self._proven, self.known_keys,
+                             lambda node: self._takeover.under_way(node) if self._takeover is not None else None)
         self._quorum: Quorum | None = None
         self._broker: Broker | None = None
         self._takeover: Takeover | None = None
@@ -184,18 +188,6 @@ class Replicator:
         """A node's connection to this one was proven: it is a member of the cluster."""
         if self._quorum is not None:
             self._quorum.members.proven(node, "")
-
-    async def _settle_refused(self, topic: str, ids: list[bytes]) -> bool:
-        """A publish is refused while a holder may have stored its copies: once this node reaches a
-        majority again (until then that holder might take them over), whether they were taken
-        over (then they are delivered: the publish is acknowledged after all)."""
-        since = trio.current_time()
-        await self.quorum.wait_majority()
-        # a majority reaching this node is not the holder's word: it dials this node too, and its
-        # HELLO answer (what it took over) may still be on its way, or its link not yet broken
-        await self._links_answered(since, fresh=True)
-        found = self.broker.topics.get(topic)
-        return found is not None and found.taken is not None and found.taken.issuperset(ids)
 
     def known_keys(self, topic: str, keys: list[bytes]) -> list[bytes]:
         """Which of ``keys`` this node knows for ``topic`` within their dedup window: those of
@@ -312,6 +304,7 @@ class Replicator:
                     held.drop(origin, topic_name, ids, by=link.peer_id)  # only what the peer held too
         guid = self.broker.guid
         for topic_name, ids in mine.items():
+            self.refused.taken(topic_name, ids)
             if ids:  # learnt: the peer need not say them again (what is not skipped here was not ours)
                 link.post(Forget(topic_name, ids), 17 * len(ids))
             issued = [msg_id for msg_id in ids if guid.could_have_issued(msg_id)]
@@ -388,14 +381,13 @@ class Replicator:
         log.info("REPLICATION: delivery waits for the peers' answers to HELLO")
         await self._links_answered(trio.current_time(), clock=True)
 
-    async def _links_answered(self, since: float, *, fresh: bool = False, clock: bool = False) -> None:
-        """Return once every link is up (its HELLO answered; ``fresh``: answered after ``since``)
-        or has failed an attempt begun after ``since``, within ``--replica-timeout``. ``clock``:
-        the caller is the clock task, which keeps the clock fence's tick meanwhile."""
+    async def _links_answered(self, since: float, *, clock: bool = False) -> None:
+        """Return once every link is up (its HELLO answered) or has failed an attempt begun after
+        ``since``, within ``--replica-timeout``. ``clock``: the caller is the clock task, which
+        keeps the clock fence's tick meanwhile."""
         links = list(self.peers.links.values())
         with trio.move_on_after(self.options.replica_timeout):
-            while not all((link.hello_at >= since if fresh else link.connected) or link.failed_from >= since
-                          for link in links):
+            while not all(link.connected or link.failed_from >= since for link in links):
                 await trio.sleep(0.01)
                 if clock:
                     self.fence.last_tick = time.monotonic()

@@ -19,10 +19,11 @@ FINs). A message no channel said anything of is taken as today, at no extra cost
 origin's channels are not known (it never said them), states are not used: the message goes
 through the topic to every channel, as it comes in the entry.
 
-An origin that comes back during a takeover (it reaches this node again, and its HELLO may
-have been answered before this takeover was recorded) keeps what was not queued here yet:
-the copies just stored on the peers for it are dropped, and the origin delivers those
-messages itself.
+An origin that comes back during a takeover (it reaches this node again) keeps what was not
+queued here yet: the copies just stored on the peers for it are dropped, and the origin
+delivers those messages itself. Its HELLO is answered once the takeover ended
+(:meth:`Takeover.under_way`), so the answer says every message taken, and no takeover of it
+starts while the connection that said HELLO lasts (it is reachable).
 
 The copies of an origin are read back from the log in one pass for all its topics, and each
 topic's are queued :data:`TAKEOVER_PIECE` at a time; a failure is its topic's alone (logged
@@ -74,6 +75,8 @@ class Takeover:
         self.gone_since: dict[str, float] = {}
         #: topics whose takeover failed, and when that was last logged
         self._failed: dict[tuple[str, str], float] = {}
+        #: the origins whose takeover is under way, each with an event set when it ends
+        self._under_way: dict[str, trio.Event] = {}
 
     def wait_for(self, origins: list[str], since: float) -> None:
         """Each of ``origins`` must show itself within ``--replica-timeout`` of ``since`` (a start)."""
@@ -116,11 +119,23 @@ class Takeover:
                 return node
         return None
 
+    def under_way(self, origin: str) -> trio.Event | None:
+        """An event set once the takeover of ``origin`` under way ends (None: none is)."""
+        return self._under_way.get(origin)
+
     async def take_over(self, origin: str, mine: dict[str, set[bytes]], *, gone: bool = True) -> None:
         """Take over the copies ``mine`` of ``origin`` (see the module docstring); ``gone``: it
         is gone, and the takeover stops if it comes back (False: it is back, and asked for it)."""
         if not mine or gone and self._peers.reachable(origin):
             return
+        ended = self._under_way[origin] = trio.Event()
+        try:
+            await self._take_over(origin, mine, gone)
+        finally:
+            del self._under_way[origin]
+            ended.set()
+
+    async def _take_over(self, origin: str, mine: dict[str, set[bytes]], gone: bool) -> None:
         pieces: dict[str, list[list]] = defaultdict(list)
         found: dict[str, set[bytes]] = defaultdict(set)
         failed: set[str] = set()
