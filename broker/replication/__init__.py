@@ -9,7 +9,8 @@ Who imports whom (each only those below it):
   and :mod:`.takeover` (the copies of a node that is gone), over the sending side
   :mod:`.copies` (the core's ``Copies``: ADD, KEYS, FIN and UPDATE to the holders); the
   holding side :mod:`.holder` (the REPL requests other nodes send);
-- :mod:`.confirm` (a delivery waits until a majority answered that it hears this node);
+- :mod:`.confirm` (a delivery waits until a majority answered that it hears this node) and
+  :mod:`.refused` (a refused publish settles with the holders that may have its copies);
 - :mod:`.fence` (when channels hold delivery) and :mod:`.quorum` (majorities of the
   :mod:`.members` of the cluster);
 - :mod:`.peers` and :mod:`.links` (this node's connections to the others) and :mod:`.notice`

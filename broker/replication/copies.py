@@ -51,7 +51,7 @@ from broker.core.message import Message
 from broker.protocol import MAX_ATTEMPTS
 from broker.replication.answers import decode_keys_answer
 from broker.replication.confirm import Confirms
-from broker.replication.links import PeerLink, Waiter
+from broker.replication.links import NOT_SENT, PeerLink, Waiter
 from broker.replication.peers import Peers
 from broker.replication.wire import Add, Drop, Fin, Keys, Update, WireError, pack_entries
 
@@ -183,8 +183,9 @@ class PeerCopies:
                     log.warning("REPLICATION: a peer's answer to KEYS is not one: %s", exc)
         stored = [link for link, waiter in zip(links, waiters) if waiter.done.is_set() and waiter.error is None]
         if len(stored) < need and not best_effort:
-            # those that stored copies, or may have (unheard), may take them over: see .refused
-            holding = [link for link, waiter in zip(links, waiters) if not waiter.done.is_set() or waiter.error is None]
+            # every holder the ADD was sent to may have stored the copies (its answer may be lost
+            # with its connection), and then may take them over: see .refused
+            holding = [link for link, waiter in zip(links, waiters) if waiter.error != NOT_SENT]
             if holding and self._settle_refused is not None and await self._settle_refused(topic, ids, holding):
                 return known  # a holder took them over meanwhile: delivered there, so stored after all
             for link in links:  # those that answer late drop theirs too

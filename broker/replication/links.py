@@ -47,9 +47,12 @@ from broker.protocol.replica import (
 from broker.replication.notice import Notices, printable
 from broker.replication.wire import Hello, Request, WireError, comes_alone, encode_request, pack, unpack
 
-__all__ = ["PeerLink", "Waiter", "MAX_OUTSTANDING", "HEARTBEAT"]
+__all__ = ["PeerLink", "Waiter", "MAX_OUTSTANDING", "HEARTBEAT", "NOT_SENT"]
 
 log = logging.getLogger("pynsqd.replication")
+#: A request's error when its link was down as it was made: it was never sent (every other
+#: error may come after the peer applied it, its answer lost with the connection).
+NOT_SENT = "not connected"
 
 #: Frames sent and not yet answered, at most.
 MAX_OUTSTANDING = 2
@@ -167,7 +170,7 @@ class PeerLink:
         ``inline``: the caller sends it with :meth:`flush` (the writer is not woken)."""
         waiter = Waiter()
         if not self.connected:
-            waiter.settle("not connected")
+            waiter.settle(NOT_SENT)
             return waiter
         self._requests.append((req, size, waiter))
         if not inline:

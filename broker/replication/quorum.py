@@ -19,7 +19,8 @@ No two sides of a partition both reach a majority of the same members, so:
   until their heartbeats give up, and the majority may take over as soon as they do;
 - a publish refused while some holder may have stored its copies is answered only once this
   node reaches a majority again (:meth:`Quorum.wait_majority`): until then that holder might
-  be in a majority that takes the copies over, and the publish delivered.
+  be in a majority that takes the copies over, and the publish delivered (then each holder
+  says whether it did, see :mod:`.refused`).
 
 With two nodes, a node alone is never a majority: it neither takes over nor delivers its
 replicated topics until the other comes back (or is forgotten by an operator).

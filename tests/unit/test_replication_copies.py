@@ -110,6 +110,29 @@ async def test_a_peer_that_does_not_store_its_copy_fails_the_publish_and_is_told
     assert not copies.placed.get("t")
 
 
+@pytest.mark.parametrize("taken", [False, True])
+async def test_a_refused_publish_settles_with_every_holder_its_add_reached_even_one_whose_answer_was_lost(
+        autojump_clock, taken):
+    settled: list = []
+
+    async def settle(topic, ids, holders):
+        settled.append((topic, ids, holders))
+        return taken  # True: a holder said it took them over
+
+    copies, peers = _copies(replicas=3)
+    copies._settle_refused = settle
+    stored, lost = _link(peers, "b" * 32), _link(peers, "c" * 32, "connection lost")
+    if taken:
+        await copies.store("t", MESSAGES)  # delivered there: acknowledged after all
+        assert stored.posted == lost.posted == []
+    else:
+        with pytest.raises(CopiesRefused, match="^only 2 of 3 copies: connection lost$"):
+            await copies.store("t", MESSAGES)
+        assert stored.posted == lost.posted == [Drop("t", [m.id for m in MESSAGES])]
+    [(topic, ids, holders)] = settled
+    assert (topic, ids, set(holders)) == ("t", [m.id for m in MESSAGES], {stored, lost})
+
+
 async def test_a_takeover_stores_what_it_can_and_is_never_refused(autojump_clock):
     copies, _ = _copies()
     await copies.store("t", MESSAGES, [None, ["c"], None], best_effort=True)  # no peer at all: nothing to wait for
