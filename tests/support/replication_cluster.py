@@ -6,9 +6,11 @@ replication tests (``tests/system/test_replication*.py``) and the chaos harness
   (``--broadcast-address=127.0.0.1``), each on fixed ports of its own so that a node killed and
   started again keeps its address (a wiped node keeps it too, and comes back as a new node).
   With ``own_ips`` each node listens on a loopback address of its own instead (node n on
-  127.0.0.(n+2), its TCP and HTTP ports and ``--broadcast-address`` there), from which it also
-  dials its peers, so that a firewall can separate nodes (:mod:`tests.support.partitions`)
-  while nsqlookupd and the clients, on 127.0.0.1, still reach every node;
+  127.B.0.(n+2), its TCP and HTTP ports and ``--broadcast-address`` there, B a block of the
+  process's own (:func:`loopback_block`) so that the partitions of two clusters run at the
+  same time never cut each other's nodes), from which it also dials its peers, so that a
+  firewall can separate nodes (:mod:`tests.support.partitions`) while nsqlookupd and the
+  clients, on 127.0.0.1, still reach every node;
 - :class:`Node`: one of them; killed (SIGKILL), wiped, paused (SIGSTOP), resumed (SIGCONT), started;
 - :class:`Consumer`: a consumer that follows ``nsqlookupd`` as real ones do (``/lookup?topic=T``
   every ``poll`` seconds, a connection to every producer listed, RDY, FIN of every message),
@@ -64,6 +66,12 @@ def replica_flags(replicas: int, replica_timeout: str | None = None) -> list[str
     if replica_timeout is not None:
         flags.append(f"--replica-timeout={replica_timeout}")
     return flags
+
+
+def loopback_block() -> int:
+    """The second byte of this process's nodes' loopback addresses (1 to 250; 127.0.0.x is
+    the clients' and nsqlookupd's)."""
+    return os.getpid() % 250 + 1
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -198,7 +206,7 @@ class ReplicaCluster:
         ports = free_ports(2)
         self.nodes = []
         for n in range(nodes):
-            ip = f"127.0.0.{n + 2}" if own_ips else "127.0.0.1"
+            ip = f"127.{loopback_block()}.0.{n + 2}" if own_ips else "127.0.0.1"
             self.nodes.append(Node(self, n, ip, *free_ports(2, ip)))
         # fixed ports too, so that it can be started again where the nodes look for it
         self.lookupd = NsqProgram("nsqlookupd", root / "lookupd.log", f"--tcp-address=127.0.0.1:{ports[0]}",
