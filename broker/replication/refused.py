@@ -39,6 +39,8 @@ __all__ = ["RefusedPublishes", "SETTLE_WAITS"]
 #: How many times ``--replica-timeout`` a refusal waits for its holders, once this node
 #: reaches a majority again.
 SETTLE_WAITS = 3
+#: Seconds between two rounds of asking the holders.
+RETRY = 0.1
 
 
 class RefusedPublishes:
@@ -77,6 +79,7 @@ class RefusedPublishes:
                         await drop.done.wait()
                 if all(drop.done.is_set() and drop.error is None for drop in drops):
                     break  # on the connections whose HELLO said nothing was taken: dropped everywhere
+                await trio.sleep(RETRY)  # a link lost meanwhile, or a holder whose disk refused the DROP
             return self._taken.issuperset(ids)
         finally:
             settling = self._settling[topic]

@@ -13,7 +13,7 @@ import trio
 from broker.replication.held import HeldCopies
 from broker.replication.holder import Holder
 from broker.replication.links import Waiter
-from broker.replication.refused import SETTLE_WAITS, RefusedPublishes
+from broker.replication.refused import RETRY, SETTLE_WAITS, RefusedPublishes
 from broker.replication.takeover import Takeover
 from broker.replication.wire import Drop, Hello, encode_request, pack, pack_entries
 from tests.unit.test_replication_takeover import ME, ORIGIN, FakeBroker, FakeCopies, RecordingPeers, _messages
@@ -107,6 +107,21 @@ async def test_a_drop_lost_with_its_connection_is_settled_by_the_next_hello(auto
         refused.taken("t", IDS)  # taken over while this node was away: the next HELLO says so
         link.connected = True
     assert outcome[0] is True
+
+
+async def test_a_holder_whose_disk_refuses_the_drop_is_asked_again_at_a_steady_pace(autojump_clock):
+    refused = RefusedPublishes(Majority(True).wait, TIMEOUT)
+    link = FakeLink(connected=True)
+    async with trio.open_nursery() as nursery:
+        outcome = await _settling(nursery, refused, [link])
+        for asked in range(1, 4):
+            link.requests[-1][1].settle("storing failed: no space left on device")
+            await trio.sleep(RETRY / 2)
+            assert len(link.requests) == asked and outcome == []  # not asked again before RETRY
+            await trio.sleep(RETRY)
+        link.requests[-1][1].settle(None)
+    assert outcome[0] is False
+    assert len(link.requests) == 4
 
 
 async def test_a_holder_not_back_within_the_settle_wait_is_given_up_on(autojump_clock):
