@@ -94,7 +94,7 @@ class Holder:
         #: REPL bodies refused because a request was wrong, since start
         self.requests_refused = 0
         self._handlers: dict[type, Callable[[HeldCopies, str, Any], None]] = {
-            Add: _add, Fin: _fin, Drop: _drop, Channels: _channels, Taken: _taken, Forget: _forget,
+            Add: _add, Fin: _fin, Drop: _drop, Channels: _channels, Taken: self._taken, Forget: _forget,
             Update: _update}
 
     # ---------------------------------------------------------------- the handshake
@@ -198,6 +198,14 @@ class Holder:
             return await self._synced(seq, answer)
         return answer
 
+    def _taken(self, held: HeldCopies, peer: str, request: Taken) -> None:
+        """``peer`` took over ``request.ids`` of their origin: the copies held here that the peer
+        held too are dropped, and this node says the takeover in its HELLO answers to the origin,
+        as its own (the origin learns of it from any majority, the taker out of reach or not)."""
+        held.drop(request.origin, request.topic, request.ids, by=peer)
+        if request.origin != self.node_id:
+            held.mark_taken(request.origin, request.topic, request.ids)
+
     def _check_from(self, peer: str, request: Request, seq: int) -> None:
         """What a node may say of itself and of others: it adds copies of its own messages, held by
         this node among others, and takes over from a node other than itself."""
@@ -298,8 +306,6 @@ def _channels(held: HeldCopies, peer: str, request: Channels) -> None:
     held.set_channels(peer, request.topic, request.channels)
 
 
-def _taken(held: HeldCopies, peer: str, request: Taken) -> None:
-    held.drop(request.origin, request.topic, request.ids, by=peer)  # only what the sender held too
 
 
 def _forget(held: HeldCopies, peer: str, request: Forget) -> None:

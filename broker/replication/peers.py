@@ -15,7 +15,7 @@ from typing import Protocol
 
 import trio
 
-from broker.replication.links import PeerLink
+from broker.replication.links import PeerLink, Waiter
 from broker.replication.wire import Request
 
 __all__ = ["Inbound", "Peers"]
@@ -66,6 +66,17 @@ class Peers:
         """Deliver ``request`` to every node linked, at least once (see :meth:`PeerLink.post`)."""
         for link in self.links.values():
             link.post(request, size)
+
+    def ask(self, request: Request, size: int = 0) -> list[tuple[PeerLink, Waiter]]:
+        """Send ``request`` to every node linked: a request (answered) to those connected, each
+        returned with its waiter, a post to the others (delivered once they are back)."""
+        asked = []
+        for link in self.links.values():
+            if link.connected and link.peer_id is not None:
+                asked.append((link, link.request(request, size)))
+            else:
+                link.post(request, size)
+        return asked
 
     # ---------------------------------------------------------------- reachability
 

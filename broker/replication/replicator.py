@@ -133,7 +133,7 @@ class Replicator:
                                      max_keys=self.options.dedup_max_keys)
         self._broker = broker
         self.holder.held = held
-        self._takeover = Takeover(broker, self.node_id, self.peers, self.copies, held)
+        self._takeover = Takeover(broker, self.node_id, self.peers, self.copies, held, self._quorum.members.majority)
         self._recopy = Recopy(broker, self.node_id, self.peers, self.copies)
         running = self._data_path / _RUNNING_FILE
         # without --durable a crash loses what was in memory: the peers then take over at once
@@ -373,24 +373,23 @@ class Replicator:
                 self.fence.last_tick = time.monotonic()
 
     async def _hear_back(self) -> None:
-        """After a minority, before the channels deliver again: wait until every link is up
-        (a link that came up again was answered HELLO, which says what the peer took over
-        from this node) or has failed an attempt begun since, within ``--replica-timeout``.
-        The majority reaching this node again is not enough: it dials this node too, and
-        those connections make it reach a majority before its own links said HELLO."""
+        """After a minority, before the channels deliver again: wait until the links up are a
+        majority and every other has failed an attempt begun since, within ``--replica-timeout``
+        (the clock task, which keeps the clock fence's tick meanwhile). A link that came up
+        again was answered HELLO, which says what the peer took over from this node, and what
+        it was told others took (a takeover is told to a majority before it delivers, so one
+        of any majority knows). The majority reaching this node again is not enough: it dials
+        this node too, and those connections make it reach a majority before its own links
+        said HELLO."""
         log.info("REPLICATION: delivery waits for the peers' answers to HELLO")
-        await self._links_answered(trio.current_time(), clock=True)
-
-    async def _links_answered(self, since: float, *, clock: bool = False) -> None:
-        """Return once every link is up (its HELLO answered) or has failed an attempt begun after
-        ``since``, within ``--replica-timeout``. ``clock``: the caller is the clock task, which
-        keeps the clock fence's tick meanwhile."""
+        since = trio.current_time()
         links = list(self.peers.links.values())
+        majority = self.quorum.members.majority
         with trio.move_on_after(self.options.replica_timeout):
-            while not all(link.connected or link.failed_from >= since for link in links):
+            while not (all(link.connected or link.failed_from >= since for link in links) and
+                       majority({link.peer_id for link in links if link.connected and link.peer_id is not None})):
                 await trio.sleep(0.01)
-                if clock:
-                    self.fence.last_tick = time.monotonic()
+                self.fence.last_tick = time.monotonic()
 
     def _dispatch_all(self) -> None:
         for topic in list(self.broker.topics.values()):

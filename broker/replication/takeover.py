@@ -5,9 +5,12 @@ A node is gone once it has been unreachable for ``--replica-timeout`` (see
 the order the origin listed them) takes it over; holders agree on that order, so two
 holders that see the same nodes never both take a copy. The taker gives the message a new
 id (ids of different nodes may collide), stores copies of it on its own peers as for a
-publish (keeping the channels that had finished it), queues it in the channels that had not
-(creating the topic and those channels, which registers them with nsqlookupd), records the
-takeover and tells the other holders to drop theirs. The publish keys of the copies go with
+publish (keeping the channels that had finished it), tells every peer of the takeover and waits
+until a majority of the cluster's members knows of it (within ``--replica-timeout``), queues
+it in the channels that had not (creating the topic and those channels, which registers them
+with nsqlookupd) and records the takeover. A peer told drops its copies and says the takeover
+in its HELLO answers to the origin as its own (:mod:`.holder`): an origin that comes back
+learns of it from any majority it reaches, the taker out of its reach or not. The publish keys of the copies go with
 the new copies, and this node goes on knowing them until their window ends.
 
 A message goes back to each channel as it stood there when its origin last said (an UPDATE,
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -42,6 +46,7 @@ import trio
 from broker.core.message import Message
 from broker.replication.copies import PeerCopies
 from broker.replication.held import HeldCopies
+from broker.replication.links import PeerLink, Waiter
 from broker.replication.peers import Peers
 from broker.replication.wire import Drop, Taken, WireError, WireLimits, check_entries, message_of, pack_entries
 from diskqueue import DiskQueueError
@@ -64,8 +69,10 @@ _READ_BACK = WireLimits(1 << 62)
 class Takeover:
     """The takeovers of this node (``node_id``) for ``broker``, from the copies in ``held``."""
 
-    def __init__(self, broker: Broker, node_id: str, peers: Peers, copies: PeerCopies, held: HeldCopies):
+    def __init__(self, broker: Broker, node_id: str, peers: Peers, copies: PeerCopies, held: HeldCopies,
+                 majority: Callable[[set[str]], bool] = lambda nodes: True):
         self.broker = broker
+        self._majority = majority  # whether this node and those nodes are a majority of the cluster's members
         self.node_id = node_id
         self.options = broker.options
         self._peers = peers
@@ -227,18 +234,48 @@ class Takeover:
                 log.info("REPLICATION: node %s is back: %d messages of topic %s not taken over", origin,
                          len(messages), topic)
                 return False
+            # a majority knows of the takeover before a message of it is delivered (see the module docstring)
+            await self._tell(Taken(origin, topic, ids))
             for name, msg in stated:  # before the channels have them: what they report next is newer
                 self._copies.requeued(topic, name, [msg])
             await self.broker.put_taken(topic, channels, queued)
+        else:
+            self._peers.post(Taken(origin, topic, ids), 17 * len(ids))
         held.mark_taken(origin, topic, ids)
         if self.options.durable:
             await held.synced()
-        self._peers.post(Taken(origin, topic, ids), 17 * len(ids))
         self._copies.stats[topic].takeovers += len(messages)
         now = trio.current_time()
         log.info("REPLICATION: took over %d messages of topic %s from node %s (gone for %.1fs)", len(messages),
                  topic, origin, now - self.gone_since.get(origin, now))
         return True
+
+    async def _tell(self, taken: Taken) -> None:
+        """Tell every peer of ``taken``, at least once (a peer out of reach is told when it is
+        back); return once a majority of the cluster's members, this node among them, has
+        answered that it knows, or after ``--replica-timeout`` (the takeover goes on)."""
+        size = 17 * len(taken.ids)
+        asked = self._peers.ask(taken, size)
+        knowing: set[str] = set()
+        enough = trio.Event()
+
+        async def wait(link: PeerLink, waiter: Waiter) -> None:
+            await waiter.done.wait()
+            if waiter.error is None and link.peer_id not in (None, taken.origin):  # (the origin learns by HELLO)
+                knowing.add(link.peer_id)
+                if self._majority(knowing):
+                    enough.set()
+
+        if not self._majority(knowing):
+            with trio.move_on_after(self.options.replica_timeout):
+                async with trio.open_nursery() as nursery:
+                    for link, waiter in asked:
+                        nursery.start_soon(wait, link, waiter)
+                    await enough.wait()
+                    nursery.cancel_scope.cancel()
+        for link, waiter in asked:
+            if waiter.done.is_set() and waiter.error is not None:
+                link.post(taken, size)  # lost with its connection: told again when it is back
 
 
 def _by_state(message: Message, channels: list[str], states: dict[str, tuple[int, int]], *,

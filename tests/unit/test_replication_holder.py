@@ -12,7 +12,7 @@ from broker.core.message import Message
 from broker.replication.held import HeldCopies
 from broker.replication.holder import Holder
 from broker.replication.peers import Peers
-from broker.replication.wire import Add, Drop, Keys, encode_request, pack, pack_entries
+from broker.replication.wire import Add, Drop, Forget, Hello, Keys, Taken, encode_request, pack, pack_entries
 
 ME, PEER = "a" * 32, "b" * 32
 
@@ -48,5 +48,26 @@ async def test_a_keys_request_finds_the_keys_known_where_it_stands_in_its_body(t
     assert _answer(holder, 2, ask) == [2, None, {"t": [b"k1", b"k2"]}]
     # a publish that failed takes its keys back, before a retry asks again in the same body
     assert _answer(holder, 3, Drop("t", [b"%016d" % 0]), ask, Keys("u", [b"k2"])) == [3, None, {"t": [b"k2"]}]
+    assert holder.held is not None
+    await holder.held.close()
+
+
+async def test_a_takeover_a_peer_tells_is_said_to_the_origin_in_this_nodes_hello_answers(tmp_path):
+    taker, origin = "c" * 32, "d" * 32
+    holder = await _holder(tmp_path)
+    ids = [b"%016d" % i for i in range(3)]
+    answer = holder.receive(taker, pack([1, [encode_request(Taken(origin, "t", ids))]]))
+    assert isinstance(answer, bytes) and msgpack.unpackb(answer, raw=False)[:2] == [1, None]
+    holder.receive(taker, pack([2, [encode_request(Taken(ME, "t", ids))]]))  # of this node: its own HELLOs say it
+    hello = holder.receive(origin, pack([3, [encode_request(Hello())]]))
+    assert isinstance(hello, bytes)
+    _seq, _error, [mine, everything, _holding] = msgpack.unpackb(hello, raw=False)
+    assert sorted(mine["t"]) == ids  # the origin skips them, the taker out of its reach or not
+    assert ME not in everything
+    # the origin learnt of them: this node forgets them
+    holder.receive(origin, pack([4, [encode_request(Forget("t", ids))]]))
+    _seq, _error, [mine, _everything, _holding] = msgpack.unpackb(
+        holder.receive(origin, pack([5, [encode_request(Hello())]])), raw=False)
+    assert mine == {}
     assert holder.held is not None
     await holder.held.close()

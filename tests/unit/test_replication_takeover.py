@@ -17,6 +17,7 @@ from broker.core.message import Message
 from broker.replication.copies import ReplicaStats
 from broker.replication.fence import ClockFence
 from broker.replication.held import HeldCopies
+from broker.replication.links import Waiter
 from broker.replication.members import Members
 from broker.replication.peers import Peers
 from broker.replication.quorum import Quorum
@@ -59,6 +60,10 @@ class RecordingPeers(Peers):
 
     def post(self, request, size=0):
         self.posted.append(request)
+
+    def ask(self, request, size=0):
+        self.posted.append(request)  # told: no link answers here
+        return []
 
 
 def _messages(n: int, start: int = 0, due_ns: int = 0) -> list[Message]:
@@ -297,3 +302,71 @@ async def test_a_node_hears_from_no_majority_once_most_members_fell_silent_on_co
     await trio.sleep(1)
     assert not quorum.members.majority(quorum.reachable())
     assert quorum.silent() == pytest.approx(4.0)  # closed connections count from their last bytes
+
+
+class AnsweringLink:
+    """A connected link to ``peer_id`` whose answers the test gives."""
+
+    def __init__(self, peer_id: str):
+        self.peer_id = peer_id
+        self.connected = True
+        self.posted: list = []
+
+    def post(self, request, size=0):
+        self.posted.append(request)
+
+
+async def test_a_takeover_is_known_to_a_majority_before_any_of_its_messages_is_queued(tmp_path, autojump_clock):
+    held = await HeldCopies.open(tmp_path, durable=False, max_record=1 << 20)
+    broker, copies, peers = FakeBroker(), FakeCopies(), RecordingPeers()
+    other, third = AnsweringLink(OTHER), AnsweringLink(THIRD)
+    asked: list[tuple[AnsweringLink, Waiter]] = []
+
+    def ask(request, size=0):
+        peers.posted.append(request)
+        asked.extend((link, Waiter()) for link in (other, third))
+        return list(asked)
+
+    peers.ask = ask  # type: ignore[method-assign]
+    members = Members(tmp_path, ME)
+    for node in (ORIGIN, OTHER, THIRD):
+        members.proven(node, f"127.0.0.{len(members.nodes) + 2}:4150")
+    takeover = Takeover(broker, ME, peers, copies, held, members.majority)  # 4 members: 3 make a majority
+    messages = _messages(2)
+    held.add(ORIGIN, "t", [ORIGIN, ME], [m.id for m in messages], pack_entries(messages))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(takeover.take_over, ORIGIN, takeover.mine(ORIGIN))
+        await trio.sleep(0.5)
+        assert isinstance(peers.posted[-1], Taken) and broker.taken == []
+        asked[0][1].settle(None)  # this node and one more: 2 of 4
+        await trio.sleep(0.5)
+        assert broker.taken == []
+        asked[1][1].settle("connection lost")  # its answer lost: told again once it is back
+        await trio.sleep(0.5)
+        assert broker.taken == []
+    # no majority within --replica-timeout: the takeover goes on (it had been decided by a majority)
+    [(topic, _channels, queued)] = broker.taken
+    assert third.posted == [peers.posted[-1]] and other.posted == []
+    assert topic == "t" and len(queued) == 2
+    await held.close()
+
+
+async def test_a_takeover_told_by_a_majority_at_once_queues_without_waiting(tmp_path, autojump_clock):
+    held = await HeldCopies.open(tmp_path, durable=False, max_record=1 << 20)
+    broker, copies, peers = FakeBroker(), FakeCopies(), RecordingPeers()
+    members = Members(tmp_path, ME)
+    members.proven(OTHER, "127.0.0.3:4150")
+    link = AnsweringLink(OTHER)
+
+    def ask(request, size=0):
+        waiter = Waiter()
+        waiter.settle(None)
+        return [(link, waiter)]
+
+    peers.ask = ask  # type: ignore[method-assign]
+    takeover = Takeover(broker, ME, peers, copies, held, members.majority)
+    held.add(ORIGIN, "t", [ORIGIN, ME], [m.id for m in _messages(1)], pack_entries(_messages(1)))
+    started = trio.current_time()
+    await takeover.take_over(ORIGIN, takeover.mine(ORIGIN))
+    assert trio.current_time() == started and len(broker.taken) == 1
+    await held.close()
