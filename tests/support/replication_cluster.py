@@ -70,8 +70,9 @@ def replica_flags(replicas: int, replica_timeout: str | None = None) -> list[str
 
 def loopback_block() -> int:
     """The second byte of this process's nodes' loopback addresses (1 to 250; 127.0.0.x is
-    the clients' and nsqlookupd's)."""
-    return os.getpid() % 250 + 1
+    the clients' and nsqlookupd's). ``PYNSQD_LOOPBACK_BLOCK`` sets it: two chaos runs given
+    the same block partition each other's nodes too (two failures at once)."""
+    return int(os.environ.get("PYNSQD_LOOPBACK_BLOCK", os.getpid() % 250 + 1))
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
