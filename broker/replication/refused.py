@@ -18,7 +18,8 @@ settles with them (:meth:`RefusedPublishes.settle`):
    refused.
 
 A holder that is not linked again, or does not answer, within :data:`SETTLE_WAITS` times
-``--replica-timeout`` of this node reaching a majority, is given up on: the publish is
+``--replica-timeout`` of this node reaching a majority (counted again if the node loses it
+meanwhile: a refusal may begin before the node noticed it lost one), is given up on: the publish is
 refused, and the DROP waits on its link until the holder is back (before it can take this
 node for gone again). Such a holder can still deliver the messages, when it took them over
 before it became unreachable and a majority then delivered them.
@@ -44,10 +45,12 @@ RETRY = 0.1
 
 
 class RefusedPublishes:
-    """The refusals being settled (see the module docstring); ``wait_majority`` is the
-    quorum's, ``timeout`` ``--replica-timeout``."""
+    """The refusals being settled (see the module docstring); ``has_majority`` and
+    ``wait_majority`` are the quorum's, ``timeout`` ``--replica-timeout``."""
 
-    def __init__(self, wait_majority: Callable[[], Awaitable[None]], timeout: float):
+    def __init__(self, has_majority: Callable[[], bool], wait_majority: Callable[[], Awaitable[None]],
+                 timeout: float):
+        self._has_majority = has_majority
         self._wait_majority = wait_majority
         self._timeout = timeout
         #: ids of refusals being settled, by topic; and those a holder said it took over
@@ -65,14 +68,19 @@ class RefusedPublishes:
         once each of ``holders`` said so or dropped them, or was given up on (False)."""
         self._settling[topic].update(ids)
         try:
-            await self._wait_majority()
-            deadline = trio.current_time() + SETTLE_WAITS * self._timeout
+            deadline = -1.0
             while not self._taken.issuperset(ids):
-                with trio.move_on_at(deadline):
-                    while not all(link.connected for link in holders):
-                        await trio.sleep(0.01)
-                if self._taken.issuperset(ids) or trio.current_time() >= deadline:
+                if not self._has_majority():  # (lost while settling, too: the count starts again)
+                    await self._wait_majority()
+                    deadline = -1.0
+                now = trio.current_time()
+                if deadline < 0:
+                    deadline = now + SETTLE_WAITS * self._timeout
+                elif now >= deadline:
                     break
+                if not all(link.connected for link in holders):
+                    await trio.sleep(0.01)
+                    continue
                 drops = [link.request(Drop(topic, ids), 17 * len(ids)) for link in holders]
                 with trio.move_on_at(deadline):
                     for drop in drops:

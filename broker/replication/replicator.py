@@ -95,7 +95,8 @@ class Replicator:
         self.node_id = ""  # read (or made) by run, once the data directory is locked
         self.peers = Peers()
         #: publishes refused while a holder may hold their copies
-        self.refused = RefusedPublishes(lambda: self.quorum.wait_majority(), options.replica_timeout)
+        self.refused = RefusedPublishes(lambda: self.quorum.has_majority(), lambda: self.quorum.wait_majority(),
+                                        options.replica_timeout)
         #: the sending side, the core's Copies
         self.copies = PeerCopies(options, self.peers, self._held_for_topic, self.node_stats, self.refused.settle,
                                  self.known_keys, self.forget_member)

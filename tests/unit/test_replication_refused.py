@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import msgpack
+import pytest
 import trio
 
 from broker.replication.held import HeldCopies
@@ -44,8 +45,18 @@ class Majority:
         if reached:
             self.reached.set()
 
+    def has(self) -> bool:
+        return self.reached.is_set()
+
     async def wait(self) -> None:
         await self.reached.wait()
+
+    def lose(self) -> None:
+        self.reached = trio.Event()
+
+
+def _refusals(majority: Majority) -> RefusedPublishes:
+    return RefusedPublishes(majority.has, majority.wait, TIMEOUT)
 
 
 async def _settling(nursery, refused: RefusedPublishes, links) -> list:
@@ -62,7 +73,7 @@ async def _settling(nursery, refused: RefusedPublishes, links) -> list:
 
 async def test_a_refusal_waits_for_a_majority_then_learns_from_the_holders_hello_that_it_took_them(autojump_clock):
     majority = Majority(False)
-    refused = RefusedPublishes(majority.wait, TIMEOUT)
+    refused = RefusedPublishes(majority.has, majority.wait, TIMEOUT)
     link = FakeLink(connected=False)  # its answer was lost with the connection
     async with trio.open_nursery() as nursery:
         outcome = await _settling(nursery, refused, [link])
@@ -81,7 +92,7 @@ async def test_a_refusal_waits_for_a_majority_then_learns_from_the_holders_hello
 
 
 async def test_a_refusal_has_its_holders_drop_the_copies_when_none_took_them(autojump_clock):
-    refused = RefusedPublishes(Majority(True).wait, TIMEOUT)
+    refused = _refusals(Majority(True))
     links = [FakeLink(connected=True), FakeLink(connected=True)]
     async with trio.open_nursery() as nursery:
         outcome = await _settling(nursery, refused, links)
@@ -96,7 +107,7 @@ async def test_a_refusal_has_its_holders_drop_the_copies_when_none_took_them(aut
 
 
 async def test_a_drop_lost_with_its_connection_is_settled_by_the_next_hello(autojump_clock):
-    refused = RefusedPublishes(Majority(True).wait, TIMEOUT)
+    refused = _refusals(Majority(True))
     link = FakeLink(connected=True)
     async with trio.open_nursery() as nursery:
         outcome = await _settling(nursery, refused, [link])
@@ -110,7 +121,7 @@ async def test_a_drop_lost_with_its_connection_is_settled_by_the_next_hello(auto
 
 
 async def test_a_holder_whose_disk_refuses_the_drop_is_asked_again_at_a_steady_pace(autojump_clock):
-    refused = RefusedPublishes(Majority(True).wait, TIMEOUT)
+    refused = _refusals(Majority(True))
     link = FakeLink(connected=True)
     async with trio.open_nursery() as nursery:
         outcome = await _settling(nursery, refused, [link])
@@ -125,13 +136,13 @@ async def test_a_holder_whose_disk_refuses_the_drop_is_asked_again_at_a_steady_p
 
 
 async def test_a_holder_not_back_within_the_settle_wait_is_given_up_on(autojump_clock):
-    refused = RefusedPublishes(Majority(True).wait, TIMEOUT)
+    refused = _refusals(Majority(True))
     link = FakeLink(connected=False)
     start = trio.current_time()
     async with trio.open_nursery() as nursery:
         outcome = await _settling(nursery, refused, [link])
     assert outcome[0] is False
-    assert outcome[1] - start == SETTLE_WAITS * TIMEOUT
+    assert outcome[1] - start == pytest.approx(SETTLE_WAITS * TIMEOUT, abs=0.02)
     refused.taken("t", IDS)  # a HELLO after the refusal: nothing is remembered of it
     assert refused._taken == set() and refused._settling == {}
 
@@ -212,3 +223,21 @@ async def test_a_takeover_stopped_by_its_origin_coming_back_leaves_the_hello_say
     assert any(isinstance(request, Drop) for request in peers.posted)  # the copies just stored are dropped
     assert holder.held is not None
     await holder.held.close()
+
+
+async def test_a_majority_lost_while_settling_starts_the_wait_for_the_holders_again(autojump_clock):
+    # a refusal can begin before the node noticed it lost its majority: it gives up on a holder
+    # only after a whole wait with a majority, which a holder taking it over would break
+    majority = Majority(True)
+    refused = _refusals(majority)
+    link = FakeLink(connected=False)
+    async with trio.open_nursery() as nursery:
+        outcome = await _settling(nursery, refused, [link])
+        await trio.sleep(0.5)
+        majority.lose()
+        await trio.sleep(60)
+        assert outcome == []
+        majority.reached.set()
+        regained = trio.current_time()
+    assert outcome[0] is False
+    assert outcome[1] - regained == pytest.approx(SETTLE_WAITS * TIMEOUT, abs=0.02)
