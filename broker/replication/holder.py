@@ -6,8 +6,8 @@ Every request of a body is checked (:func:`~broker.replication.wire.decode_reque
 what a node may say of itself and of others) before any is applied; a body with one that
 is wrong changes nothing and is answered with why. Requests are applied to the copies held
 here (:class:`~broker.replication.held.HeldCopies`) through a table by request type; a
-large body :data:`APPLY_PIECE` at a time, other tasks running between pieces; an ADD is
-answered once its record is on stable storage with ``--durable``.
+large body :data:`APPLY_PIECE` at a time, other tasks running between pieces; an ADD (and a
+TAKEN) is answered once its record is on stable storage with ``--durable``.
 
 A KEYS is answered with the keys this node knows (``known_keys``, the replicator's: those of
 the copies held here and those its own topics stored), looked up where it stands among the
@@ -166,7 +166,7 @@ class Holder:
             log.error("REPLICATION: storing what node %s sent failed: %s", peer, exc)
             return pack([seq, f"storing failed: {exc}", None])
         answer = pack([seq, None, _known_answer(known)])
-        if self.options.durable and any(type(request) is Add for request in requests):
+        if self.options.durable and any(type(request) in _SYNCED for request in requests):
             return self._synced(seq, answer)
         return answer
 
@@ -194,7 +194,7 @@ class Holder:
             log.error("REPLICATION: storing what node %s sent failed: %s", peer, exc)
             return pack([seq, f"storing failed: {exc}", None])
         answer = pack([seq, None, _known_answer(known)])
-        if self.options.durable and any(type(request) is Add for request in requests):
+        if self.options.durable and any(type(request) in _SYNCED for request in requests):
             return await self._synced(seq, answer)
         return answer
 
@@ -276,6 +276,11 @@ class Holder:
     def _held_log(self) -> HeldCopies:
         assert self.held is not None, "the replicator opens the log before it answers nodes"
         return self.held
+
+
+#: Requests answered once their records are on stable storage with ``--durable``: a copy, and a
+#: takeover a peer was told of (the taker waits for a majority of those answers before it delivers).
+_SYNCED = (Add, Taken)
 
 
 # What each request does to the copies held here (the table of Holder._handlers).

@@ -71,3 +71,17 @@ async def test_a_takeover_a_peer_tells_is_said_to_the_origin_in_this_nodes_hello
     assert mine == {}
     assert holder.held is not None
     await holder.held.close()
+
+
+async def test_with_durable_a_takeover_a_peer_tells_is_answered_once_its_record_is_synced(tmp_path):
+    held = await HeldCopies.open(tmp_path, durable=True, max_record=1 << 20)
+    holder = Holder(parse_args(["--replicas=2", "--durable"]), Peers(), b"", _nothing, lambda node: None,
+                    lambda topic, keys: [])
+    holder.node_id, holder.held = ME, held
+    answer = holder.receive("c" * 32, pack([1, [encode_request(Taken("d" * 32, "t", [b"%016d" % 0]))]]))
+    assert not isinstance(answer, bytes)  # it waits for the sync: the taker counts it towards its majority
+    assert msgpack.unpackb(await answer, raw=False)[:2] == [1, None]
+    await held.close()
+    reopened = await HeldCopies.open(tmp_path, durable=True, max_record=1 << 20)
+    assert reopened.taken == {"d" * 32: {"t": {b"%016d" % 0}}}  # on disk
+    await reopened.close()
